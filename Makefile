@@ -1,0 +1,53 @@
+# Kinetic on Kubernetes: developer entry points. `make help` lists them.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+# helm-sdkpy needs Python 3.12+; use pyenv's 3.12 when the machine has one.
+PYTHON ?= $(shell for p in $$(ls -d $$HOME/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null) $$(command -v python3.12) python3; do [ -x "$$p" ] || p=$$(command -v $$p); [ -n "$$p" ] && { echo $$p; break; }; done)
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+.PHONY: venv
+venv: $(VENV)/.installed ## Create .venv with the client, operator and test tools
+
+.PHONY: cluster-up
+cluster-up: venv ## Start the local cluster (etcd, control plane, process node, fake-gcs-server, operator)
+	$(VENV)/bin/kinetic local up
+
+.PHONY: cluster-down
+cluster-down: venv ## Stop everything cluster-up started
+	$(VENV)/bin/kinetic local down
+
+.PHONY: cluster-status
+cluster-status: venv ## Show what is running in the local cluster
+	$(VENV)/bin/kinetic local status
+
+.PHONY: crds
+crds: venv ## Regenerate crds/*.yaml from the pydantic models
+	$(PY) -m kinetic.crdgen crds
+
+.PHONY: unit
+unit: venv ## Fast tests that need no cluster
+	$(PY) -m pytest tests/unit -q
+
+.PHONY: test
+test: cluster-up ## The whole suite: unit tests, then integration tests on the local cluster
+	$(PY) -m pytest tests -q
+
+.PHONY: demo
+demo: cluster-up ## Run the main example on the local cluster
+	$(PY) examples/demo.py
+
+.PHONY: bench
+bench: cluster-up ## Benchmarks: Kinetic vs a plain batch/v1 Job on the same cluster
+	$(PY) bench/run.py

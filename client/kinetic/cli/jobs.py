@@ -1,0 +1,147 @@
+"""`kinetic jobs ...`: look after single jobs from a shell."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from kinetic import kube
+from kinetic.cli.output import OUTPUT_OPTION, Format, console, emit, fail
+from kinetic.jobs import JobCancelled, JobFailed, JobHandle, JobStatus, attach, list_jobs
+
+app = typer.Typer(no_args_is_help=True, help="Single jobs: list, status, logs, result, cancel, cleanup.")
+
+NAMESPACE = typer.Option(None, "--namespace", "-n", help="Namespace (default: the kubeconfig's).")
+CONTEXT = typer.Option(None, "--context", help="Kubeconfig context.")
+
+
+def _handle(job_id: str, namespace: str | None, context: str | None) -> JobHandle:
+    try:
+        return attach(job_id, namespace=namespace, context=context)
+    except (LookupError, kube.ClusterUnreachable) as e:
+        raise fail(str(e)) from None
+
+
+def _row(h: JobHandle, status: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "job_id": h.job_id,
+        "function": h.func_name,
+        "phase": status.get("phase", JobStatus.NOT_FOUND.value if not status else "PENDING"),
+        "attempt": status.get("attempt", 0),
+        "accelerator": h.accelerator,
+        "created": h.created_at,
+        "message": status.get("message", ""),
+    }
+
+
+@app.command("list")
+def list_(
+    namespace: str | None = NAMESPACE,
+    context: str | None = CONTEXT,
+    all_: bool = typer.Option(False, "--all", help="Include children of batches."),
+    output: Format = OUTPUT_OPTION,
+) -> None:
+    """List the jobs in a namespace."""
+    try:
+        handles = list_jobs(namespace=namespace, context=context, include_batch_children=all_)
+    except kube.ClusterUnreachable as e:
+        raise fail(str(e)) from None
+    emit([_row(h, h.describe()) for h in handles], output, title="jobs")
+
+
+@app.command()
+def status(
+    job_id: str,
+    namespace: str | None = NAMESPACE,
+    context: str | None = CONTEXT,
+    output: Format = OUTPUT_OPTION,
+) -> None:
+    """Show a job's phase, attempts and message."""
+    h = _handle(job_id, namespace, context)
+    st = h.describe()
+    if output is not Format.table:
+        emit({"jobId": h.job_id, "namespace": h.namespace, **st}, output)
+        return
+    emit(_row(h, st), output)
+    attempts = st.get("attempts", [])
+    if attempts:
+        emit(
+            [
+                {
+                    "attempt": a.get("attempt"),
+                    "job": a.get("job"),
+                    "outcome": a.get("outcome"),
+                    "exit_code": a.get("exitCode"),
+                    "reason": a.get("reason"),
+                    "message": a.get("message"),
+                }
+                for a in attempts
+            ],
+            output,
+            title="attempts",
+        )
+
+
+@app.command()
+def logs(
+    job_id: str,
+    follow: bool = typer.Option(False, "--follow", "-f", help="Stream until the pod ends."),
+    tail: int | None = typer.Option(None, "--tail", help="Only the last N lines."),
+    namespace: str | None = NAMESPACE,
+    context: str | None = CONTEXT,
+) -> None:
+    """Print a job's logs (its current attempt)."""
+    h = _handle(job_id, namespace, context)
+    if follow:
+        h.logs(follow=True)
+    elif tail is not None:
+        print(h.tail(tail), end="")
+    else:
+        print(h.logs() or "", end="")
+
+
+@app.command()
+def result(
+    job_id: str,
+    timeout: float | None = typer.Option(None, help="Seconds to wait; the job keeps running after."),
+    cleanup: bool = typer.Option(False, "--cleanup/--keep", help="Delete the job after a success."),
+    namespace: str | None = NAMESPACE,
+    context: str | None = CONTEXT,
+    output: Format = OUTPUT_OPTION,
+) -> None:
+    """Wait for a job and print its return value."""
+    h = _handle(job_id, namespace, context)
+    try:
+        with console.status(f"waiting for {job_id}"):
+            value = h.result(timeout=timeout, cleanup=cleanup)
+    except TimeoutError as e:
+        raise fail(f"{e}; the job is still running", code=2) from None
+    except (JobFailed, JobCancelled) as e:
+        raise fail(str(e)) from None
+    except Exception as e:  # the remote exception, re-raised with its traceback note
+        notes = "\n".join(getattr(e, "__notes__", []))
+        raise fail(f"the job raised {type(e).__name__}: {e}\n{notes}") from None
+    emit({"result": value} if output is not Format.table else {"result": repr(value)}, output)
+
+
+@app.command()
+def cancel(job_id: str, namespace: str | None = NAMESPACE, context: str | None = CONTEXT) -> None:
+    """Stop a job; it ends CANCELLED."""
+    h = _handle(job_id, namespace, context)
+    final = h.cancel()
+    console.print(f"{job_id}: {final.value}")
+
+
+@app.command()
+def cleanup(
+    job_id: str,
+    k8s: bool = typer.Option(True, "--k8s/--no-k8s", help="Delete the resource, its Jobs and Pods."),
+    gcs: bool = typer.Option(True, "--storage/--no-storage", help="Delete stored payload and result."),
+    namespace: str | None = NAMESPACE,
+    context: str | None = CONTEXT,
+) -> None:
+    """Delete a job's resources and artifacts (outputs under KINETIC_OUTPUT_DIR are kept)."""
+    h = _handle(job_id, namespace, context)
+    h.cleanup(k8s=k8s, gcs=gcs)
+    console.print(f"{job_id}: cleaned up")

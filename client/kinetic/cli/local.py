@@ -1,0 +1,58 @@
+"""`kinetic local up|down|status`: the local cluster from the command line."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, help="Run a real Kubernetes control plane on this machine.")
+
+
+def _cluster():
+    from kinetic.local.cluster import Cluster
+
+    return Cluster()
+
+
+def _fail(e: Exception) -> None:
+    typer.secho(f"kinetic local: {e}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(1)
+
+
+@app.command()
+def up() -> None:
+    """Start (or repair) the local cluster; returns when everything is ready."""
+    from kinetic.local.procs import ClusterError
+
+    try:
+        _cluster().up(out=typer.echo)
+    except ClusterError as e:
+        _fail(e)
+
+
+@app.command()
+def down(
+    purge: bool = typer.Option(False, "--purge", help="also delete the state dir (.local)"),
+) -> None:
+    """Stop exactly what `up` started (by pid file)."""
+    _cluster().down(out=typer.echo, purge=purge)
+
+
+@app.command()
+def status() -> None:
+    """Show each component (running/stopped, pid, port) and the node's readiness."""
+    rows = _cluster().status()
+    typer.echo(f"{'COMPONENT':<26} {'STATE':<10} {'PID':>8} {'PORT':>6}  LOG")
+    for r in rows:
+        pid = str(r["pid"]) if r["pid"] else "-"
+        port = str(r["port"]) if r["port"] else "-"
+        typer.echo(f"{r['component']:<26} {r['state']:<10} {pid:>8} {port:>6}  {r['log']}")
+
+
+@app.command()
+def env() -> None:
+    """Print the `export` lines of .local/env (eval "$(kinetic local env)")."""
+    from kinetic.local.config import LocalConfig
+
+    cfg = LocalConfig()
+    for k, v in cfg.env().items():
+        typer.echo(f"export {k}={v}")

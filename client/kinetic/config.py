@@ -1,0 +1,80 @@
+"""Where the client's settings come from, resolved in one place.
+
+Order, first match wins: an explicit argument, a ``KINETIC_*`` environment
+variable, the ConfigMap the operator publishes (so a client in a cluster that
+runs the operator needs no configuration), the kubeconfig's current context,
+then built-in defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+
+DEFAULT_OPERATOR_NAMESPACE = "kinetic-system"
+CONFIGMAP_NAME = "kinetic-config"
+
+
+class ConfigError(RuntimeError):
+    """A setting is missing or wrong; the message says how to set it."""
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Everything the client needs to talk to one cluster."""
+
+    namespace: str
+    storage_root: str
+    context: str | None = None
+    image: str | None = None
+
+
+def resolve(
+    namespace: str | None = None,
+    context: str | None = None,
+    storage_root: str | None = None,
+) -> ClientConfig:
+    """Resolve the client configuration; raises ConfigError naming what is missing."""
+    context = context or os.environ.get("KINETIC_CONTEXT") or None
+    published = _published(context)
+    root = (
+        storage_root
+        or os.environ.get("KINETIC_STORAGE_ROOT")
+        or published.get("storageRoot")
+    )
+    if not root:
+        raise ConfigError(
+            "No storage root for payloads and results. Pass storage_root='gs://bucket/prefix', "
+            "set KINETIC_STORAGE_ROOT, or install the Kinetic operator, which publishes it in "
+            f"ConfigMap {_operator_namespace()}/{CONFIGMAP_NAME}."
+        )
+    ns = namespace or os.environ.get("KINETIC_NAMESPACE") or _kubeconfig_namespace(context)
+    image = os.environ.get("KINETIC_IMAGE") or published.get("defaultImage")
+    return ClientConfig(namespace=ns, storage_root=root.rstrip("/"), context=context, image=image)
+
+
+def _operator_namespace() -> str:
+    return os.environ.get("KINETIC_OPERATOR_NAMESPACE", DEFAULT_OPERATOR_NAMESPACE)
+
+
+@lru_cache(maxsize=8)
+def _published(context: str | None) -> dict[str, str]:
+    """The operator's published settings, or {} when there is no operator or no access."""
+    from kubernetes.client import ApiException
+
+    from kinetic import kube
+
+    try:
+        cm = kube.core(context).read_namespaced_config_map(CONFIGMAP_NAME, _operator_namespace())
+    except ApiException:
+        return {}
+    except kube.ClusterUnreachable:
+        return {}
+    return dict(cm.data or {})
+
+
+def _kubeconfig_namespace(context: str | None) -> str:
+    from kinetic import kube
+
+    return kube.current_namespace(context)

@@ -1,0 +1,372 @@
+"""From a KineticBatch's inputs to each child's KineticJob spec.
+
+A batch names its inputs in one of three ways (`BatchInputs`): ``count``
+inputs pickled by the client at ``<uriPrefix>/<index>.pkl``, inline JSON
+``items``, or a ``grid`` of named lists whose cartesian product is the
+inputs. This module answers, without any I/O:
+
+* how many inputs there are (`input_count`);
+* what input ``i`` is (`input_at`, `grid_point`) — a grid is decoded in mixed
+  radix, never materialised, so a 10^6-point sweep costs nothing;
+* what child ``i`` looks like (`child_name`, `child_labels`, `child_spec`);
+* whether a spec makes sense before anything is launched
+  (`validate_batch_spec`).
+
+Grid order is ``itertools.product`` order over the keys as given: the last
+key varies fastest. ``{"lr": [1, 2], "bs": [8, 16]}`` is
+``(1, 8), (1, 16), (2, 8), (2, 16)``.
+
+How a child receives its input
+------------------------------
+
+Function templates (the Python client, or YAML pointing at a pickled
+function): the child's ``function`` is the template's, plus
+
+* ``inputURI = <uriPrefix>/<i>.pkl`` (and ``inputSHA256`` when the operator
+  has the batch's hash list) for ``count`` inputs, or
+* ``inputJSON = <the item>`` for ``items`` / ``grid`` (a grid point is a dict,
+  so ``inputMode: auto`` calls ``fn(**point)``);
+* ``inputMode`` from the batch, and ``resultURI = <root>/jobs/<child>/result.pkl``.
+
+Container templates (kubectl users): the input arrives in the environment,
+
+* ``KINETIC_INDEX``: the index, ``"0"``, ``"1"``, ...;
+* ``KINETIC_INPUT``: the item as compact JSON (a grid point as an object);
+* ``KINETIC_PARAM_<KEY>`` for every key of a grid point or of a dict item:
+  the key upper-cased with every character outside ``[A-Za-z0-9_]`` turned
+  into ``_``. Strings are passed as they are, everything else as JSON
+  (``0.01``, ``true``, ``[1,2]``).
+
+There is deliberately no template language of our own. Kubernetes already
+expands ``$(VAR)`` in a container's ``command`` and ``args`` from its
+environment, so ``args: ["--lr", "$(KINETIC_PARAM_LR)"]`` works everywhere,
+with no shell involved and no quoting problems: a value can never become
+extra arguments or code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from kinetic.resources import (
+    LABEL_BATCH,
+    LABEL_INDEX,
+    SHA256_PATTERN,
+    BatchInputs,
+    EnvVar,
+    KineticBatchSpec,
+    KineticJobSpec,
+)
+
+__all__ = [
+    "ENV_INDEX",
+    "ENV_INPUT",
+    "ENV_PARAM_PREFIX",
+    "child_labels",
+    "child_name",
+    "child_spec",
+    "env_value",
+    "grid_point",
+    "input_at",
+    "input_count",
+    "iter_inputs",
+    "param_env_name",
+    "parse_sha256_list",
+    "validate_batch_spec",
+]
+
+ENV_INDEX = "KINETIC_INDEX"
+ENV_INPUT = "KINETIC_INPUT"
+ENV_PARAM_PREFIX = "KINETIC_PARAM_"
+
+_NOT_ENV_CHAR = re.compile(r"[^A-Za-z0-9_]")
+_SHA256 = re.compile(SHA256_PATTERN)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def input_count(inputs: BatchInputs) -> int:
+    """How many inputs (and so children) a batch has.
+
+    A grid with an empty list has no points; a grid with no keys has exactly
+    one (the empty point), as ``itertools.product()`` does — but
+    `validate_batch_spec` rejects it, since it is surely a mistake.
+    """
+    if inputs.count is not None:
+        return inputs.count
+    if inputs.items is not None:
+        return len(inputs.items)
+    if inputs.grid is not None:
+        total = 1
+        for values in inputs.grid.values():
+            total *= len(values)
+        return total
+    raise ValueError("spec.inputs needs one of count, items or grid")
+
+
+def grid_point(grid: Mapping[str, list[Any]], index: int) -> dict[str, Any]:
+    """Point ``index`` of the cartesian product of ``grid``, keys in the given order.
+
+    Mixed-radix decoding: the last key is the fastest-moving digit, so this
+    matches ``list(itertools.product(*grid.values()))[index]`` without
+    building the product.
+    """
+    keys = list(grid)
+    total = 1
+    for key in keys:
+        total *= len(grid[key])
+    if not 0 <= index < total:
+        raise IndexError(f"grid index {index} is out of range: the grid has {total} points")
+    point: dict[str, Any] = {}
+    rest = index
+    for key in reversed(keys):
+        rest, digit = divmod(rest, len(grid[key]))
+        point[key] = grid[key][digit]
+    return {key: point[key] for key in keys}
+
+
+def input_at(inputs: BatchInputs, index: int) -> Any:
+    """The inline JSON input ``index`` of an ``items`` or ``grid`` batch.
+
+    ``count`` inputs live in storage, so there is nothing inline to return:
+    that is a `ValueError`, as is an index outside the batch.
+    """
+    total = input_count(inputs)
+    if not 0 <= index < total:
+        raise IndexError(f"input index {index} is out of range: the batch has {total} inputs")
+    if inputs.items is not None:
+        return inputs.items[index]
+    if inputs.grid is not None:
+        return grid_point(inputs.grid, index)
+    raise ValueError("count inputs are pickled in storage; they have no inline value")
+
+
+def iter_inputs(inputs: BatchInputs) -> Iterator[Any]:
+    """Every inline input in index order (items or grid points)."""
+    for i in range(input_count(inputs)):
+        yield input_at(inputs, i)
+
+
+# --------------------------------------------------------------------------- children
+
+
+def child_name(batch_name: str, index: int) -> str:
+    """The child KineticJob's name: ``<batch>-<index>``."""
+    return f"{batch_name}-{index}"
+
+
+def child_labels(batch_name: str, index: int) -> dict[str, str]:
+    """Labels every child carries, so the operator can index children by batch."""
+    return {LABEL_BATCH: batch_name, LABEL_INDEX: str(index)}
+
+
+def param_env_name(key: str) -> str:
+    """``KINETIC_PARAM_<KEY>``: upper-cased, anything not ``[A-Za-z0-9_]`` becomes ``_``."""
+    return ENV_PARAM_PREFIX + _NOT_ENV_CHAR.sub("_", key).upper()
+
+
+def env_value(value: Any) -> str:
+    """How a JSON value is written into an environment variable: strings raw, else JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def child_spec(
+    batch_name: str,
+    spec: KineticBatchSpec,
+    index: int,
+    storage_root: str,
+    *,
+    input_sha256: str | None = None,
+) -> KineticJobSpec:
+    """The spec of child ``index``: the template plus this input, retries and result URI.
+
+    ``storage_root`` is the operator's storage root (``gs://bucket/prefix``
+    or ``file:///path``). ``input_sha256`` is this input's hash from the
+    batch's ``inputs.sha256URI`` list, when the operator has loaded it (see
+    `parse_sha256_list`); the runner then verifies the input before
+    unpickling it.
+
+    The batch's ``retries`` is what the child gets; the template's own
+    ``retries`` and ``cancel`` are not used (`validate_batch_spec` rejects a
+    template that sets them differently). A template ``outputDir`` gets
+    ``/<index>`` appended so children never write over each other.
+    """
+    total = input_count(spec.inputs)
+    if not 0 <= index < total:
+        raise IndexError(f"input index {index} is out of range: the batch has {total} inputs")
+    name = child_name(batch_name, index)
+    template = spec.template
+    update: dict[str, Any] = {"retries": spec.retries, "cancel": False}
+    if template.output_dir:
+        update["output_dir"] = f"{template.output_dir.rstrip('/')}/{index}"
+
+    if template.function is not None:
+        fn_update: dict[str, Any] = {
+            "input_mode": spec.input_mode,
+            "result_uri": f"{storage_root.rstrip('/')}/jobs/{name}/result.pkl",
+        }
+        if spec.inputs.count is not None:
+            if not spec.inputs.uri_prefix:
+                raise ValueError("spec.inputs.uriPrefix is required with spec.inputs.count")
+            fn_update["input_uri"] = f"{spec.inputs.uri_prefix.rstrip('/')}/{index}.pkl"
+            fn_update["input_sha256"] = input_sha256
+        else:
+            fn_update["input_json"] = input_at(spec.inputs, index)
+        update["function"] = template.function.model_copy(update=fn_update)
+    elif template.container is not None:
+        if spec.inputs.count is not None:
+            raise ValueError(
+                "spec.inputs.count (pickled inputs) needs spec.template.function; "
+                "a container template takes spec.inputs.items or spec.inputs.grid"
+            )
+        item = input_at(spec.inputs, index)
+        update["env"] = _with_input_env(template.env, index, item)
+    else:
+        raise ValueError("spec.template needs one of function or container")
+    return template.model_copy(update=update, deep=True)
+
+
+def _with_input_env(base: list[EnvVar], index: int, item: Any) -> list[EnvVar]:
+    """The template's env plus the input variables, which win over same-named ones."""
+    ours = [
+        EnvVar(name=ENV_INDEX, value=str(index)),
+        EnvVar(name=ENV_INPUT, value=env_value(item)),
+    ]
+    if isinstance(item, dict):
+        ours.extend(EnvVar(name=param_env_name(k), value=env_value(v)) for k, v in item.items())
+    taken = {e.name for e in ours}
+    return [e for e in base if e.name not in taken] + ours
+
+
+# --------------------------------------------------------------------------- hashes
+
+
+def parse_sha256_list(data: bytes, *, expected_sha256: str | None, count: int) -> list[str]:
+    """Read the ``inputs.sha256URI`` object: a JSON list of ``count`` hex SHA-256s.
+
+    ``expected_sha256`` is ``inputs.sha256`` from the spec; when given, the
+    list itself must hash to it, so a tampered list is refused before any
+    of its hashes is trusted. Raises `ValueError` with a readable reason.
+    """
+    if expected_sha256 is not None:
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != expected_sha256:
+            raise ValueError(
+                f"the input hash list has SHA-256 {actual}, but spec.inputs.sha256 "
+                f"says {expected_sha256}"
+            )
+    try:
+        hashes = json.loads(data)
+    except ValueError as e:
+        raise ValueError(f"the input hash list is not JSON: {e}") from None
+    if not isinstance(hashes, list) or len(hashes) != count:
+        got = f"{len(hashes)} entries" if isinstance(hashes, list) else type(hashes).__name__
+        raise ValueError(f"the input hash list must be a list of {count} hashes, got {got}")
+    for i, h in enumerate(hashes):
+        if not isinstance(h, str) or not _SHA256.match(h):
+            raise ValueError(f"the input hash list entry {i} is not a hex SHA-256: {h!r}")
+    return hashes
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
+    """What is wrong with a batch spec beyond its schema, one sentence per problem.
+
+    The CRD schema checks types and patterns; this checks what spans fields
+    (template kind vs inputs kind, submission failures vs the input count,
+    grid keys that would collide as environment variables). An empty list
+    means the batch can run. The operator should fail a batch with these
+    messages rather than launch anything.
+    """
+    problems: list[str] = []
+    inputs, template = spec.inputs, spec.template
+    kinds = [k for k in ("count", "items", "grid") if getattr(inputs, k) is not None]
+    if len(kinds) != 1:
+        problems.append(
+            "spec.inputs needs exactly one of count, items or grid"
+            + (f" (got {', '.join(kinds)})" if kinds else "")
+        )
+        return problems
+    if (template.function is None) == (template.container is None):
+        problems.append("spec.template needs exactly one of function or container")
+        return problems
+
+    if inputs.count is not None:
+        if template.container is not None:
+            problems.append(
+                "spec.inputs.count (pickled inputs) needs spec.template.function; "
+                "a container template takes spec.inputs.items or spec.inputs.grid"
+            )
+        if not inputs.uri_prefix:
+            problems.append("spec.inputs.uriPrefix is required with spec.inputs.count")
+    else:
+        stray = [f for f in ("uri_prefix", "sha256_uri", "sha256") if getattr(inputs, f)]
+        if stray:
+            names = ", ".join("spec.inputs." + _camel(f) for f in stray)
+            problems.append(f"{names} only apply to spec.inputs.count")
+    if inputs.sha256 is not None and inputs.sha256_uri is None:
+        problems.append("spec.inputs.sha256 is the hash of spec.inputs.sha256URI, which is missing")
+
+    if inputs.grid is not None:
+        if not inputs.grid:
+            problems.append("spec.inputs.grid needs at least one key")
+        for key, values in inputs.grid.items():
+            if not values:
+                problems.append(f"spec.inputs.grid.{key} is empty, so the grid has no points")
+        problems.extend(_env_collisions("spec.inputs.grid", list(inputs.grid)))
+    if inputs.items is not None and template.container is not None:
+        for i, item in enumerate(inputs.items):
+            if isinstance(item, dict):
+                found = _env_collisions(f"spec.inputs.items[{i}]", list(item))
+                if found:
+                    problems.extend(found)
+                    break
+
+    total = input_count(inputs)
+    seen: set[int] = set()
+    for failure in spec.submission_failures:
+        if failure.index >= total:
+            problems.append(
+                f"spec.submissionFailures has index {failure.index}, but the batch has "
+                f"only {total} inputs"
+            )
+        elif failure.index in seen:
+            problems.append(f"spec.submissionFailures lists index {failure.index} twice")
+        seen.add(failure.index)
+
+    if template.retries not in (0, spec.retries):
+        problems.append(
+            f"spec.template.retries ({template.retries}) differs from spec.retries "
+            f"({spec.retries}); set spec.retries, which is what every child gets"
+        )
+    if template.cancel:
+        problems.append("spec.template.cancel must be false; set spec.cancel to stop the batch")
+    return problems
+
+
+def _env_collisions(where: str, keys: list[str]) -> list[str]:
+    by_env: dict[str, str] = {}
+    problems = []
+    for key in keys:
+        env = param_env_name(key)
+        if not key:
+            problems.append(f"{where} has an empty key")
+        elif env in by_env:
+            problems.append(
+                f"{where} keys {by_env[env]!r} and {key!r} would both be exported as {env}"
+            )
+        by_env.setdefault(env, key)
+    return problems
+
+
+def _camel(field: str) -> str:
+    return {"uri_prefix": "uriPrefix", "sha256_uri": "sha256URI"}.get(field, field)

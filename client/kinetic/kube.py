@@ -1,0 +1,175 @@
+"""The client's few calls to the Kubernetes API: clients, the two resources, watches.
+
+The client never orchestrates; it creates resources, reads their status and
+deletes them. Waiting is done with watches (resumed from the last
+resourceVersion, re-listed on 410 Gone), never a fixed-interval poll.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import Any
+
+from kubernetes import client, config, watch
+from kubernetes.client import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from kinetic import resources as r
+
+_IN_CLUSTER_NS = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+class ClusterUnreachable(RuntimeError):
+    """No kubeconfig, or the API server does not answer."""
+
+
+@lru_cache(maxsize=8)
+def api_client(context: str | None = None) -> client.ApiClient:
+    """An API client for the kubeconfig context (or in-cluster config inside a pod)."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        config.load_incluster_config()
+        return client.ApiClient()
+    try:
+        return config.new_client_from_config(context=context)
+    except (ConfigException, FileNotFoundError) as e:
+        where = os.environ.get("KUBECONFIG", "~/.kube/config")
+        raise ClusterUnreachable(
+            f"No usable kubeconfig ({where}): {e}. Point KUBECONFIG at your cluster, "
+            "or start the local one with `kinetic local up` and `source .local/env`."
+        ) from e
+
+
+def core(context: str | None = None) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client(context))
+
+
+def custom(context: str | None = None) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client(context))
+
+
+def current_namespace(context: str | None = None) -> str:
+    """The namespace of the kubeconfig context, or of the pod when in-cluster."""
+    if os.path.exists(_IN_CLUSTER_NS) and not os.environ.get("KUBECONFIG"):
+        with open(_IN_CLUSTER_NS) as f:
+            return f.read().strip()
+    try:
+        contexts, active = config.list_kube_config_contexts()
+    except (ConfigException, FileNotFoundError):
+        return "default"
+    chosen = next((c for c in contexts if c["name"] == context), active) if context else active
+    return (chosen or {}).get("context", {}).get("namespace") or "default"
+
+
+# --------------------------------------------------------------------------- resources
+
+
+def get(plural: str, namespace: str, name: str, context: str | None = None) -> dict | None:
+    """The resource, or None when it does not exist."""
+    try:
+        return custom(context).get_namespaced_custom_object(
+            r.GROUP, r.VERSION, namespace, plural, name
+        )
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def create(plural: str, namespace: str, body: dict, context: str | None = None) -> dict:
+    return custom(context).create_namespaced_custom_object(
+        r.GROUP, r.VERSION, namespace, plural, body
+    )
+
+
+def list_(plural: str, namespace: str, context: str | None = None, selector: str = "") -> list:
+    return custom(context).list_namespaced_custom_object(
+        r.GROUP, r.VERSION, namespace, plural, label_selector=selector
+    )["items"]
+
+
+def patch_spec(plural: str, namespace: str, name: str, spec: dict, context: str | None = None):
+    """Merge-patch the spec (cancel, maxConcurrent); returns None when it is gone."""
+    try:
+        return custom(context).patch_namespaced_custom_object(
+            r.GROUP, r.VERSION, namespace, plural, name, {"spec": spec}
+        )
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def delete(plural: str, namespace: str, name: str, context: str | None = None) -> bool:
+    """Delete and let the garbage collector remove owned Jobs and Pods. False if absent."""
+    try:
+        custom(context).delete_namespaced_custom_object(
+            r.GROUP,
+            r.VERSION,
+            namespace,
+            plural,
+            name,
+            body=client.V1DeleteOptions(propagation_policy="Background"),
+        )
+        return True
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+
+
+def watch_one(
+    plural: str,
+    namespace: str,
+    name: str,
+    timeout: float | None = None,
+    context: str | None = None,
+) -> Iterator[dict | None]:
+    """Yield the resource now and after every change; None once it is deleted.
+
+    Ends when the caller stops iterating; raises TimeoutError after `timeout`.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    api = custom(context)
+    while True:
+        obj = get(plural, namespace, name, context)
+        yield obj
+        if obj is None:
+            return
+        version = obj["metadata"]["resourceVersion"]
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"{plural[:-1]} {namespace}/{name} did not finish in {timeout}s")
+            w = watch.Watch()
+            try:
+                for event in w.stream(
+                    api.list_namespaced_custom_object,
+                    r.GROUP,
+                    r.VERSION,
+                    namespace,
+                    plural,
+                    field_selector=f"metadata.name={name}",
+                    resource_version=version,
+                    timeout_seconds=int(min(remaining or 60, 60)) or 1,
+                    allow_watch_bookmarks=True,
+                ):
+                    kind, body = event["type"], event["object"]
+                    version = body["metadata"]["resourceVersion"]
+                    if kind == "DELETED":
+                        yield None
+                        return
+                    if kind in ("ADDED", "MODIFIED"):
+                        yield body
+                    if deadline is not None and time.monotonic() >= deadline:
+                        break
+            except ApiException as e:
+                if e.status == 410:  # our resourceVersion is too old: list again
+                    break
+                raise
+            finally:
+                w.stop()
+            if version is None:
+                break

@@ -1,0 +1,360 @@
+"""`kinetic local up|down|status`: orchestrate the local control plane.
+
+Order matters only where one component needs another to answer: etcd, then the
+API server, then everything that talks to it.  Each component is identified by
+its pid file, so `up` can tell "already running" from "half up" from "someone
+else's process on my port", and `down` stops exactly what `up` started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kinetic.local import binaries, gcs
+from kinetic.local.config import LocalConfig, _find_repo_root
+from kinetic.local.pki import PKI, kubeconfig_yaml
+from kinetic.local.procs import (
+    ClusterError,
+    port_in_use,
+    port_owner,
+    read_live_pid,
+    spawn,
+    stop_pid,
+    wait_until,
+)
+
+KCM_CONTROLLERS = (
+    "job,garbagecollector,namespace,serviceaccount,serviceaccount-token,ttl-after-finished,"
+    "deployment,replicaset,podgc,cronjob,endpoint,endpointslice,resourcequota,disruption,"
+    "statefulset,daemonset,csrapproving,csrsigning,root-ca-cert-publisher"
+)
+FEATURE_GATES = "TTLAfterFinished=true"
+API_QPS = ("--kube-api-qps=200", "--kube-api-burst=300")
+
+
+@dataclass
+class Component:
+    """One background process: how to start it and how to tell it is ready."""
+
+    name: str
+    port: int
+    argv: Callable[[], list[str]]
+    ready: Callable[[], bool]
+    timeout: float
+    env_var: str  # the variable that overrides its port, for the "port in use" message
+
+
+class Cluster:
+    def __init__(self, cfg: LocalConfig | None = None):
+        self.cfg = cfg or LocalConfig()
+        self.pki = PKI(self.cfg.pki_dir)
+        self.repo_root = _find_repo_root(self.cfg.state_dir.parent) or _find_repo_root(
+            Path(__file__).resolve()
+        )
+        self._bins: dict[str, str] = {}
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def pid_file(self, name: str) -> Path:
+        return self.cfg.run_dir / f"{name}.pid"
+
+    def log_file(self, name: str) -> Path:
+        return self.cfg.logs_dir / f"{name}.log"
+
+    def _admin_ssl(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca_crt))
+        ctx.load_cert_chain(str(self.pki.crt("admin")), str(self.pki.key("admin")))
+        return ctx
+
+    def api_get(self, path: str, timeout: float = 3) -> dict:
+        req = urllib.request.Request(self.cfg.apiserver_url + path)
+        with urllib.request.urlopen(req, context=self._admin_ssl(), timeout=timeout) as r:
+            body = r.read()
+        try:
+            return json.loads(body)
+        except ValueError:
+            return {"raw": body.decode(errors="replace")}
+
+    def _https_ok(self, port: int, path: str) -> bool:
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca_crt))
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", context=ctx, timeout=2) as r:
+            return r.status == 200
+
+    def _http_ok(self, url: str) -> bool:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+
+    def component_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.cfg.env())
+        return env
+
+    # ---- component definitions ---------------------------------------------------------------
+    def components(self) -> list[Component]:
+        c, p, pki = self.cfg, self.cfg.ports, self.pki
+        b = self._bins
+
+        def etcd() -> list[str]:
+            return [
+                b["etcd"], "--name", "kinetic", "--data-dir", str(c.etcd_dir),
+                "--listen-client-urls", f"http://127.0.0.1:{p.etcd_client}",
+                "--advertise-client-urls", f"http://127.0.0.1:{p.etcd_client}",
+                "--listen-peer-urls", f"http://127.0.0.1:{p.etcd_peer}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{p.etcd_peer}",
+                "--initial-cluster", f"kinetic=http://127.0.0.1:{p.etcd_peer}",
+                "--listen-metrics-urls", "", "--log-level", "warn", "--logger", "zap",
+                "--quota-backend-bytes", str(4 * 1024**3),
+            ]
+
+        def apiserver() -> list[str]:
+            return [
+                b["kube-apiserver"],
+                f"--etcd-servers=http://127.0.0.1:{p.etcd_client}",
+                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+                f"--secure-port={p.apiserver}", "--insecure-port=0",
+                f"--tls-cert-file={pki.crt('apiserver')}",
+                f"--tls-private-key-file={pki.key('apiserver')}",
+                f"--client-ca-file={pki.ca_crt}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--authorization-mode=Node,RBAC",
+                f"--service-account-key-file={pki.sa_pub}",
+                f"--service-account-signing-key-file={pki.sa_key}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--kubelet-client-certificate={pki.crt('apiserver-kubelet-client')}",
+                f"--kubelet-client-key={pki.key('apiserver-kubelet-client')}",
+                f"--kubelet-certificate-authority={pki.ca_crt}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                f"--feature-gates={FEATURE_GATES}",
+                "--allow-privileged=true",
+                "--max-requests-inflight=800", "--max-mutating-requests-inflight=400",
+                "--profiling=false", "--v=1",
+            ]
+
+        def kcm() -> list[str]:
+            kc = c.component_kubeconfig("controller-manager")
+            return [
+                b["kube-controller-manager"],
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+                "--bind-address=127.0.0.1", "--port=0", f"--secure-port={p.controller_manager}",
+                f"--tls-cert-file={pki.crt('controller-manager-serving')}",
+                f"--tls-private-key-file={pki.key('controller-manager-serving')}",
+                "--leader-elect=false",
+                f"--controllers={KCM_CONTROLLERS}",
+                f"--service-account-private-key-file={pki.sa_key}",
+                f"--root-ca-file={pki.ca_crt}",
+                "--use-service-account-credentials=true",
+                f"--cluster-signing-cert-file={pki.ca_crt}",
+                f"--cluster-signing-key-file={pki.key('ca')}",
+                f"--feature-gates={FEATURE_GATES}",
+                *API_QPS,
+                "--concurrent-gc-syncs=20",
+                "--profiling=false", "--v=1",
+            ]
+
+        def scheduler() -> list[str]:
+            kc = c.component_kubeconfig("scheduler")
+            return [
+                b["kube-scheduler"],
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+                "--bind-address=127.0.0.1", "--port=0", f"--secure-port={p.scheduler}",
+                f"--tls-cert-file={pki.crt('scheduler-serving')}",
+                f"--tls-private-key-file={pki.key('scheduler-serving')}",
+                "--leader-elect=false", *API_QPS, "--profiling=false", "--v=1",
+            ]
+
+        def node() -> list[str]:
+            return [
+                sys.executable, "-m", "kinetic.local.node",
+                "--kubeconfig", str(c.component_kubeconfig("node")),
+                "--name", c.node_name,
+                "--port", str(p.node),
+                "--state-dir", str(c.state_dir),
+                "--tls-cert", str(pki.crt("node-serving")),
+                "--tls-key", str(pki.key("node-serving")),
+                "--client-ca", str(pki.ca_crt),
+            ]
+
+        def gcs_argv() -> list[str]:
+            return gcs.argv(b["fake-gcs-server"], c)
+
+        return [
+            Component("etcd", p.etcd_client, etcd,
+                      lambda: self._http_ok(f"http://127.0.0.1:{p.etcd_client}/health"),
+                      30, "KINETIC_ETCD_PORT"),
+            Component("fake-gcs-server", p.gcs, gcs_argv, lambda: gcs.healthy(c), 30,
+                      "KINETIC_GCS_PORT"),
+            Component("kube-apiserver", p.apiserver, apiserver,
+                      lambda: self._https_ok(p.apiserver, "/readyz"), 90,
+                      "KINETIC_APISERVER_PORT"),
+            Component("kube-controller-manager", p.controller_manager, kcm,
+                      lambda: self._https_ok(p.controller_manager, "/healthz"), 60,
+                      "KINETIC_KCM_PORT"),
+            Component("kube-scheduler", p.scheduler, scheduler,
+                      lambda: self._https_ok(p.scheduler, "/healthz"), 60,
+                      "KINETIC_SCHEDULER_PORT"),
+            Component("node", p.node, node, self.node_ready, 60, "KINETIC_NODE_PORT"),
+        ]
+
+    # ---- readiness beyond "the process answers" -----------------------------------------------
+    def node_ready(self) -> bool:
+        node = self.api_get(f"/api/v1/nodes/{self.cfg.node_name}")
+        return node_is_ready(node)
+
+    def default_sa_ready(self) -> bool:
+        sa = self.api_get("/api/v1/namespaces/default/serviceaccounts/default")
+        # 1.20 admission refuses pods until the SA's token secret exists.
+        return bool(sa.get("secrets"))
+
+    # ---- files ---------------------------------------------------------------------------------
+    def write_kubeconfigs(self) -> None:
+        c, pki = self.cfg, self.pki
+        c.kubeconfig.write_text(
+            kubeconfig_yaml(c.apiserver_url, pki.ca_crt, pki.crt("admin"), pki.key("admin"), "admin")
+        )
+        os.chmod(c.kubeconfig, 0o600)
+        for comp, cert in (("controller-manager", "controller-manager"),
+                           ("scheduler", "scheduler"), ("node", "node")):
+            path = c.component_kubeconfig(comp)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(kubeconfig_yaml(c.apiserver_url, pki.ca_crt, pki.crt(cert),
+                                            pki.key(cert), comp))
+
+    def write_env(self) -> None:
+        lines = ["# Written by `kinetic local up`; source it: . .local/env"]
+        lines += [f"export {k}={v}" for k, v in self.cfg.env().items()]
+        self.cfg.env_file.write_text("\n".join(lines) + "\n")
+
+    # ---- commands --------------------------------------------------------------------------------
+    def _resolve_binaries(self) -> None:
+        self._bins["etcd"] = binaries.find_etcd()
+        binaries.find_kubectl()
+        self._bins["fake-gcs-server"] = binaries.find_fake_gcs_server()
+        self._bins.update(binaries.find_kube_binaries(self.repo_root))
+
+    def _check_port(self, comp: Component) -> None:
+        if port_in_use(comp.port):
+            owner = port_owner(comp.port)
+            raise ClusterError(
+                f"port {comp.port} needed by {comp.name} is already in use by another process"
+                f"{': ' + owner if owner else ''}; stop it, or choose another port with "
+                f"{comp.env_var}=<port>"
+            )
+
+    def up(self, out: Callable[[str], None] = print) -> float:
+        """Start whatever is not running; return the seconds it took."""
+        t0 = time.monotonic()
+        c = self.cfg
+        for d in (c.state_dir, c.logs_dir, c.run_dir, c.pods_dir, c.gcs_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self._resolve_binaries()
+        comps = self.components()
+        if self.pki.ensure(c.node_name):
+            # A new CA means every running component holds stale certs.
+            for comp in reversed(comps):
+                pid = read_live_pid(self.pid_file(comp.name))
+                if pid:
+                    stop_pid(pid)
+        self.write_kubeconfigs()
+        self.write_env()
+
+        started: list[str] = []
+        # etcd and fake-gcs-server first (independent), then the API server, then the rest in
+        # parallel: start them all, then wait for each.
+        waves = [comps[0:2], comps[2:3], comps[3:]]
+        for wave in waves:
+            pending: list[tuple[Component, int | None]] = []
+            for comp in wave:
+                pid = read_live_pid(self.pid_file(comp.name))
+                if pid is not None:
+                    try:
+                        wait_until(comp.ready, 5, comp.name, self.log_file(comp.name), pid)
+                        continue
+                    except ClusterError:
+                        out(f"{comp.name} (pid {pid}) is running but not ready; restarting it")
+                        stop_pid(pid)
+                self._check_port(comp)
+                pid = spawn(comp.argv(), self.log_file(comp.name), self.pid_file(comp.name),
+                            self.component_env())
+                started.append(comp.name)
+                pending.append((comp, pid))
+            for comp, pid in pending:
+                wait_until(comp.ready, comp.timeout, comp.name, self.log_file(comp.name), pid)
+        gcs.ensure_bucket(c)
+        wait_until(self.default_sa_ready, 60,
+                   "the default ServiceAccount and its token (kube-controller-manager)",
+                   self.log_file("kube-controller-manager"))
+        elapsed = time.monotonic() - t0
+        if started:
+            out(f"kinetic local cluster up in {elapsed:.1f}s (started: {', '.join(started)})")
+        else:
+            out(f"kinetic local cluster already up ({elapsed:.1f}s check)")
+        out(f"  API server   {c.apiserver_url}   node {c.node_name} Ready")
+        out(f"  gs:// root   {c.storage_root} at {c.storage_emulator_host}")
+        out(f"  logs         {c.logs_dir}/")
+        out(f"  environment  . {c.env_file}   (KUBECONFIG={c.kubeconfig})")
+        return elapsed
+
+    def down(self, out: Callable[[str], None] = print, purge: bool = False) -> None:
+        """Stop, in reverse order, every process whose pid file still names it."""
+        names = ["node", "kube-scheduler", "kube-controller-manager", "kube-apiserver",
+                 "fake-gcs-server", "etcd"]
+        extra = sorted(p.stem for p in self.cfg.run_dir.glob("*.pid") if p.stem not in names) \
+            if self.cfg.run_dir.exists() else []
+        stopped = []
+        for name in extra + names:
+            pf = self.pid_file(name)
+            pid = read_live_pid(pf)
+            if pid is not None:
+                stop_pid(pid, grace=20 if name == "node" else 10)
+                stopped.append(f"{name} ({pid})")
+            pf.unlink(missing_ok=True)
+        out("stopped: " + ", ".join(stopped) if stopped else "nothing was running")
+        if purge and self.cfg.state_dir.exists():
+            shutil.rmtree(self.cfg.state_dir)
+            out(f"removed {self.cfg.state_dir}")
+
+    def status(self) -> list[dict]:
+        rows = []
+        for comp in self.components_for_status():
+            pid = read_live_pid(self.pid_file(comp.name))
+            rows.append({
+                "component": comp.name,
+                "state": "running" if pid else "stopped",
+                "pid": pid,
+                "port": comp.port,
+                "log": str(self.log_file(comp.name)),
+            })
+        node = "unknown (API server not reachable)"
+        try:
+            n = self.api_get(f"/api/v1/nodes/{self.cfg.node_name}")
+            node = "Ready" if node_is_ready(n) else "NotReady"
+        except Exception:  # noqa: BLE001
+            pass
+        rows.append({"component": f"node/{self.cfg.node_name}", "state": node, "pid": None,
+                     "port": None, "log": ""})
+        return rows
+
+    def components_for_status(self) -> list[Component]:
+        # Binaries are not needed to report status; use placeholders.
+        self._bins = dict.fromkeys(
+            ["etcd", "fake-gcs-server", *binaries.KUBE_COMPONENTS], ""
+        )
+        return self.components()
+
+
+def node_is_ready(node: dict) -> bool:
+    """Ready=True and no not-ready taint left (the scheduler honours the taint)."""
+    conds = node.get("status", {}).get("conditions") or []
+    ready = any(cd.get("type") == "Ready" and cd.get("status") == "True" for cd in conds)
+    taints = node.get("spec", {}).get("taints") or []
+    return ready and not any(t.get("key") == "node.kubernetes.io/not-ready" for t in taints)

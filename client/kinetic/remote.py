@@ -1,0 +1,144 @@
+"""`@kinetic.run(...)`: turn a Python function into one that runs on the cluster.
+
+Calling the decorated function blocks and returns the remote value;
+`.run_async()` returns a `JobHandle` at once; `.run_async_map()` fans out over
+many inputs and returns a `BatchHandle`. The client only uploads payloads and
+creates resources: the operator does everything else.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from kinetic import payload, storage
+from kinetic import resources as r
+from kinetic.config import resolve
+from kinetic.jobs import JobHandle, new_job_id, submit_job
+
+if TYPE_CHECKING:
+    from kinetic.batches import BatchHandle
+
+
+class RemoteFunction:
+    """A function bound to how it should run remotely."""
+
+    def __init__(self, fn: Callable[..., Any], options: dict[str, Any]) -> None:
+        self.fn = fn
+        self.options = options
+        functools.update_wrapper(self, fn)
+
+    @property
+    def func_name(self) -> str:
+        return getattr(self.fn, "__qualname__", None) or getattr(self.fn, "__name__", "function")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run remotely and block until the value (or the remote exception) comes back."""
+        return self.run_async(*args, **kwargs).result()
+
+    def run_async(self, *args: Any, **kwargs: Any) -> JobHandle:
+        """Submit one call and return its handle without waiting."""
+        cfg = self._config()
+        job_id = new_job_id(self.fn.__name__ if hasattr(self.fn, "__name__") else "job")
+        artifacts = storage.join(cfg.storage_root, "jobs", job_id)
+        data = payload.build_call(self.fn, args, kwargs, env=self.captured_env())
+        payload_uri = storage.join(artifacts, "payload.pkl")
+        storage.write_bytes(payload_uri, data)
+        spec = self.job_spec(
+            cfg.storage_root,
+            job_id,
+            r.FunctionSpec(
+                payload_uri=payload_uri,
+                sha256=payload.sha256_hex(data),
+                result_uri=storage.join(artifacts, "result.pkl"),
+                name=self.func_name,
+            ),
+        )
+        return submit_job(cfg, spec, job_id)
+
+    def run_async_map(self, inputs: Iterable[Any], **kwargs: Any) -> BatchHandle:
+        """Fan out over `inputs`; see `kinetic.batches.submit_map` for the options."""
+        from kinetic.batches import submit_map
+
+        return submit_map(self, inputs, **kwargs)
+
+    # ----------------------------------------------------------------- helpers
+
+    def _config(self):
+        return resolve(namespace=self.options["namespace"], context=self.options["context"])
+
+    def captured_env(self) -> dict[str, str]:
+        """Variables named in capture_env_vars (a trailing * matches a prefix), plus env=."""
+        captured: dict[str, str] = {}
+        for pattern in self.options["capture_env_vars"] or []:
+            for name, value in os.environ.items():
+                if fnmatch.fnmatchcase(name, pattern):
+                    captured[name] = value
+        return captured
+
+    def job_spec(
+        self, root: str, job_id: str, function: r.FunctionSpec, retries: int | None = None
+    ) -> r.KineticJobSpec:
+        o = self.options
+        return r.KineticJobSpec(
+            function=function,
+            accelerator=o["accelerator"],
+            image=o["image"],
+            env=[r.EnvVar(name=k, value=str(v)) for k, v in (o["env"] or {}).items()],
+            spot=o["spot"],
+            output_dir=o["output_dir"] or storage.join(root, "outputs", job_id),
+            retries=o["retries"] if retries is None else retries,
+            deadline_seconds=o["deadline"],
+        )
+
+
+def run(
+    accelerator: str = "cpu",
+    image: str | None = None,
+    namespace: str | None = None,
+    context: str | None = None,
+    env: Mapping[str, str] | None = None,
+    capture_env_vars: list[str] | None = None,
+    retries: int = 0,
+    spot: bool = False,
+    output_dir: str | None = None,
+    deadline: int | None = None,
+) -> Callable[[Callable[..., Any]], RemoteFunction]:
+    """Decorator: run the function on the cluster.
+
+    `accelerator` is `cpu`, `gpu-l4`, `gpu-a100x8`, `tpu-v5e-1`, ...; `env` sets
+    variables in the job; `capture_env_vars` copies the named local variables
+    (a trailing `*` matches a prefix); `retries` are extra attempts after a
+    failure; `deadline` bounds each attempt in seconds.
+    """
+    if retries < 0:
+        raise ValueError(f"retries must be 0 or more, got {retries}")
+    options = dict(
+        accelerator=accelerator,
+        image=image,
+        namespace=namespace,
+        context=context,
+        env=dict(env or {}),
+        capture_env_vars=list(capture_env_vars or []),
+        retries=retries,
+        spot=spot,
+        output_dir=output_dir,
+        deadline=deadline,
+    )
+    # Validate what the API server would reject anyway, but here, before any upload.
+    r.KineticJobSpec(
+        container=r.ContainerSpec(command=["validate"]),
+        accelerator=accelerator,
+        env=[r.EnvVar(name=k, value=str(v)) for k, v in options["env"].items()],
+        retries=retries,
+        deadline_seconds=deadline,
+        output_dir=output_dir,
+    )
+
+    def wrap(fn: Callable[..., Any]) -> RemoteFunction:
+        return RemoteFunction(fn, options)
+
+    return wrap

@@ -1,0 +1,328 @@
+"""The KineticJob and KineticBatch resources, as pydantic models.
+
+These models are the single source of truth for the API: `kinetic.crdgen`
+turns them into the CRDs in `crds/`, the operator validates what it reads
+with them, and the client builds what it creates with them. Field names are
+snake_case in Python and camelCase on the wire, as Kubernetes expects.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "kinetic.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+JOB_KIND, JOB_PLURAL = "KineticJob", "kineticjobs"
+BATCH_KIND, BATCH_PLURAL = "KineticBatch", "kineticbatches"
+
+LABEL_JOB = "kinetic.dev/job"
+LABEL_ATTEMPT = "kinetic.dev/attempt"
+LABEL_BATCH = "kinetic.dev/batch"
+LABEL_INDEX = "kinetic.dev/index"
+
+ACCELERATOR_PATTERN = r"^(cpu|gpu-[a-z0-9]+(x[0-9]+)?|tpu-[a-z0-9]+-[0-9]+)$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+STORAGE_URI_PATTERN = r"^(gs|file)://.+"
+
+
+class Wire(BaseModel):
+    """Base for every API object: camelCase on the wire, strict about unknown keys."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=True,
+    )
+
+    def wire(self) -> dict[str, Any]:
+        """The object as Kubernetes stores it: camelCase keys, unset fields left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class Phase(str, Enum):
+    """Lifecycle of a job or a batch, as `kubectl get` shows it."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED)
+
+
+InputMode = Literal["auto", "single", "args", "kwargs"]
+
+
+# --------------------------------------------------------------------------- spec
+
+
+class EnvVar(Wire):
+    """One environment variable for the job's process."""
+
+    name: str = Field(pattern=ENV_NAME_PATTERN, description="Variable name, a shell identifier.")
+    value: str = Field("", description="Literal value.")
+
+
+class FunctionSpec(Wire):
+    """A pickled Python call that the runner downloads, verifies and executes."""
+
+    payload_uri: str = Field(
+        pattern=STORAGE_URI_PATTERN,
+        alias="payloadURI",
+        description="gs:// or file:// URI of the cloudpickled call (or a batch's function.pkl).",
+    )
+    sha256: str = Field(
+        pattern=SHA256_PATTERN,
+        description="Hex SHA-256 of the payload; the runner refuses to unpickle anything else.",
+    )
+    result_uri: str | None = Field(
+        None,
+        pattern=STORAGE_URI_PATTERN,
+        alias="resultURI",
+        description="Where the runner writes result.pkl. Defaults to <root>/jobs/<name>/result.pkl.",
+    )
+    name: str | None = Field(None, max_length=253, description="The function's name, for display.")
+    input_uri: str | None = Field(
+        None,
+        pattern=STORAGE_URI_PATTERN,
+        alias="inputURI",
+        description="Batch children: the pickled input this call receives.",
+    )
+    input_sha256: str | None = Field(
+        None,
+        pattern=SHA256_PATTERN,
+        alias="inputSHA256",
+        description="Batch children: hex SHA-256 of the pickled input.",
+    )
+    input_json: Any = Field(
+        None,
+        alias="inputJSON",
+        description="Batch children: an inline JSON input (from items or grid).",
+    )
+    input_mode: InputMode | None = Field(
+        None, description="How the input is passed: auto, single, args or kwargs."
+    )
+
+
+class ContainerSpec(Wire):
+    """A plain container command; its termination message becomes the job's result."""
+
+    image: str | None = Field(None, description="Container image. Defaults to the job's image.")
+    command: list[str] = Field(min_length=1, description="Command to run (the entrypoint).")
+    args: list[str] = Field(default_factory=list, description="Arguments to the command.")
+
+
+class ResourceOverrides(Wire):
+    """Resource requests for the job's container, on top of what the accelerator implies."""
+
+    cpu: str | None = Field(None, description="CPU request, e.g. '500m' or '2'.")
+    memory: str | None = Field(None, description="Memory request and limit, e.g. '4Gi'.")
+
+
+JOB_SPEC_ONE_OF = [{"required": ["function"]}, {"required": ["container"]}]
+
+
+class KineticJobSpec(Wire):
+    """What one job runs and how. Exactly one of `function` or `container` is set."""
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": JOB_SPEC_ONE_OF})
+
+    function: FunctionSpec | None = Field(
+        None, description="Run a pickled Python call with the kinetic runner."
+    )
+    container: ContainerSpec | None = Field(None, description="Run a container command.")
+    accelerator: str = Field(
+        "cpu",
+        pattern=ACCELERATOR_PATTERN,
+        description="cpu, gpu-<type>[x<count>] (gpu-l4, gpu-a100x8) or tpu-<type>-<chips> "
+        "(tpu-v5e-1). The operator's catalog maps it to resources and node selectors.",
+    )
+    image: str | None = Field(None, description="Container image. Defaults to the operator's.")
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables.")
+    spot: bool = Field(False, description="Schedule on spot (preemptible) capacity.")
+    output_dir: str | None = Field(
+        None,
+        pattern=STORAGE_URI_PATTERN,
+        description="Exported to the job as KINETIC_OUTPUT_DIR. Defaults to <root>/outputs/<name>.",
+    )
+    retries: int = Field(
+        0, ge=0, le=100, description="Extra attempts after an application failure."
+    )
+    deadline_seconds: int | None = Field(
+        None, ge=1, description="Wall-clock limit per attempt; exceeding it fails the attempt."
+    )
+    resources: ResourceOverrides | None = Field(
+        None, description="Resource requests on top of what the accelerator implies."
+    )
+    cancel: bool = Field(
+        False, description="Set to true to stop the job; it ends CANCELLED."
+    )
+
+
+class SubmissionFailure(Wire):
+    """An input the client could not package; it counts as a failure of the batch."""
+
+    index: int = Field(ge=0, description="Index of the input.")
+    message: str = Field(max_length=4096, description="Why it could not be submitted.")
+
+
+INPUTS_ONE_OF = [{"required": ["count"]}, {"required": ["items"]}, {"required": ["grid"]}]
+
+
+class BatchInputs(Wire):
+    """Where a batch's inputs come from. Exactly one of count, items or grid is set."""
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": INPUTS_ONE_OF})
+
+    count: int | None = Field(None, ge=0, description="Number of inputs pickled in storage.")
+    uri_prefix: str | None = Field(
+        None,
+        pattern=STORAGE_URI_PATTERN,
+        alias="uriPrefix",
+        description="With count: folder holding <index>.pkl for each input.",
+    )
+    sha256_uri: str | None = Field(
+        None,
+        pattern=STORAGE_URI_PATTERN,
+        alias="sha256URI",
+        description="With count: JSON list of each input's hex SHA-256.",
+    )
+    sha256: str | None = Field(
+        None, pattern=SHA256_PATTERN, description="With count: hex SHA-256 of sha256URI."
+    )
+    items: list[Any] | None = Field(
+        None, description="Inline JSON inputs, one child per item."
+    )
+    grid: dict[str, list[Any]] | None = Field(
+        None,
+        description="Named lists; one child per combination (cartesian product, "
+        "keys in the order given).",
+    )
+
+
+class KineticBatchSpec(Wire):
+    """A fan-out: one child KineticJob per input, orchestrated by the operator."""
+
+    template: KineticJobSpec = Field(description="The KineticJob spec every child starts from.")
+    inputs: BatchInputs = Field(description="The inputs, one child per input.")
+    input_mode: InputMode = Field(
+        "auto", description="How each input is passed to the function: auto, single, args, kwargs."
+    )
+    max_concurrent: int | None = Field(
+        64,
+        ge=1,
+        description="Most children active at once; null runs every child at once.",
+    )
+    retries: int = Field(0, ge=0, le=100, description="Extra attempts per input after a failure.")
+    fail_fast: bool = Field(False, description="Launch no new children after the first failure.")
+    cancel_running_on_fail: bool = Field(
+        False, description="With failFast: also cancel running children on the first failure."
+    )
+    cancel: bool = Field(False, description="Set to true to stop launching and cancel children.")
+    name: str | None = Field(None, max_length=253, description="A human-readable name.")
+    tags: dict[str, str] = Field(default_factory=dict, description="Free-form labels for the batch.")
+    submission_failures: list[SubmissionFailure] = Field(
+        default_factory=list, description="Inputs the client could not package."
+    )
+
+
+# --------------------------------------------------------------------------- status
+
+
+class Condition(Wire):
+    """A Kubernetes-style condition."""
+
+    type: str = Field(description="Condition type, e.g. Running, Complete, Failed.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str | None = Field(None, description="One CamelCase word saying why.")
+    message: str | None = Field(None, description="A sentence for people.")
+    last_transition_time: str | None = Field(None, description="When status last changed.")
+
+
+AttemptKind = Literal["failure", "disruption", "success", "cancelled", "running"]
+
+
+class AttemptRecord(Wire):
+    """One attempt of a job: the batch/v1 Job that ran it and how it ended."""
+
+    attempt: int = Field(ge=1, description="Attempt number, from 1.")
+    job: str = Field(description="Name of the batch/v1 Job.")
+    pod: str | None = Field(None, description="Name of the last pod of the attempt.")
+    start_time: str | None = Field(None, description="When the pod started.")
+    end_time: str | None = Field(None, description="When the attempt ended.")
+    exit_code: int | None = Field(None, description="Exit code of the main container.")
+    reason: str | None = Field(
+        None, description="Completed, Error, OOMKilled, DeadlineExceeded, Evicted, Deleted, ..."
+    )
+    message: str | None = Field(None, max_length=4096, description="What went wrong, briefly.")
+    outcome: AttemptKind = Field(
+        "running",
+        description="running, success, failure (uses a retry), disruption (does not) "
+        "or cancelled.",
+    )
+
+
+class KineticJobStatus(Wire):
+    """What the operator observed; written only by the operator."""
+
+    phase: Phase = Field(Phase.PENDING, description="PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED.")
+    attempt: int = Field(0, ge=0, description="Number of the current (or last) attempt.")
+    failures: int = Field(0, ge=0, description="Application failures so far (count against retries).")
+    disruptions: int = Field(0, ge=0, description="Disruptions so far (do not count against retries).")
+    attempts: list[AttemptRecord] = Field(
+        default_factory=list, description="The most recent attempts, oldest first (bounded)."
+    )
+    result_uri: str | None = Field(None, alias="resultURI", description="Where result.pkl is.")
+    result: str | None = Field(
+        None, max_length=4096, description="Container jobs: the termination message."
+    )
+    message: str | None = Field(None, description="A sentence about the current state.")
+    start_time: str | None = Field(None, description="When the first attempt started.")
+    completion_time: str | None = Field(None, description="When the job ended.")
+    conditions: list[Condition] = Field(default_factory=list, description="Running, Complete, Failed.")
+    observed_generation: int | None = Field(None, description="The spec generation last acted on.")
+
+
+class PhaseCounts(Wire):
+    """How many children are in each phase; `pending` includes inputs not launched yet."""
+
+    pending: int = Field(0, ge=0, description="Not launched yet, or launched and not running.")
+    running: int = Field(0, ge=0, description="Running now.")
+    succeeded: int = Field(0, ge=0, description="Succeeded.")
+    failed: int = Field(0, ge=0, description="Failed after their retries, or at submission.")
+    cancelled: int = Field(0, ge=0, description="Cancelled, or never launched after a stop.")
+
+
+class KineticBatchStatus(Wire):
+    """A batch's progress, compact at any size: counts and index ranges, not per-child lists."""
+
+    phase: Phase = Field(Phase.PENDING, description="PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED.")
+    total: int = Field(0, ge=0, description="Number of inputs.")
+    counts: PhaseCounts = Field(default_factory=PhaseCounts, description="Children per phase.")
+    progress: str | None = Field(None, description="succeeded/total, for kubectl get.")
+    launched: int = Field(
+        0, ge=0, description="High-water mark: every index below it has been launched."
+    )
+    active_indexes: str = Field("", description="Launched, not finished, as ranges ('0-4,7').")
+    succeeded_indexes: str = Field("", description="Succeeded inputs as ranges ('0-4,7,9-12').")
+    failed_indexes: str = Field("", description="Failed inputs as ranges.")
+    cancelled_indexes: str = Field("", description="Cancelled inputs as ranges.")
+    manifest_uri: str | None = Field(None, alias="manifestURI", description="The batch manifest.")
+    start_time: str | None = Field(None, description="When the first child was launched.")
+    completion_time: str | None = Field(None, description="When the batch ended.")
+    message: str | None = Field(None, description="A sentence about the current state.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Running, Complete, Failed, ManifestWritten."
+    )
+    observed_generation: int | None = Field(None, description="The spec generation last acted on.")

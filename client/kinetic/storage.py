@@ -1,0 +1,627 @@
+"""Object storage for Kinetic: ``gs://bucket/path`` and ``file:///abs/path``.
+
+Client, operator and runner exchange payloads, inputs, results and the batch
+manifest through object storage rather than through the API server, so large
+values never touch etcd. Everything here is a function over a URI; the scheme
+picks the backend:
+
+* ``gs://`` goes through google-cloud-storage. When ``STORAGE_EMULATOR_HOST``
+  is set (the local cluster sets it for fake-gcs-server) the client is
+  anonymous; otherwise it uses Application Default Credentials.
+* ``file://`` is for the local cluster and for clusters with a shared volume.
+  Writes are atomic (temp file + ``os.replace``) and conditional writes take an
+  ``fcntl`` lock so two writers can never both win.
+
+Conditional writes use *generations*: every write of an object yields a new
+positive integer, ``stat`` returns the current one (``None`` when absent), and
+``write_if_generation(uri, data, 0)`` means "only if the object is absent".
+This is what lets a runner record a result without ever overwriting a
+SUCCEEDED one.
+
+Object paths are used literally (no percent-encoding), and ``..`` segments
+are rejected so an id taken from a resource can never escape the root.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import functools
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # pragma: no cover - typing only; the import is heavy
+    from google.cloud.storage import Client
+
+__all__ = [
+    "SUPPORTED_SCHEMES",
+    "StorageError",
+    "NotFound",
+    "BucketNotFound",
+    "PreconditionFailed",
+    "StoragePermissionError",
+    "StorageUnavailable",
+    "read_bytes",
+    "write_bytes",
+    "write_if_generation",
+    "stat",
+    "exists",
+    "delete",
+    "delete_prefix",
+    "list_prefix",
+    "join",
+    "validate_uri",
+]
+
+SUPPORTED_SCHEMES = ("gs://", "file://")
+
+# Names the file backend uses for its own bookkeeping; never listed as objects.
+_FILE_INTERNAL_PREFIX = ".kinetic-"
+_FILE_LOCK_NAME = ".kinetic-lock"
+
+# Env var that bounds how long gs:// calls retry transient errors (seconds).
+RETRY_TIMEOUT_ENV = "KINETIC_STORAGE_RETRY_TIMEOUT"
+_DEFAULT_RETRY_TIMEOUT_S = 120.0
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class StorageError(Exception):
+    """Base class for every storage failure; ``uri`` names the object involved."""
+
+    def __init__(self, message: str, uri: str = "") -> None:
+        super().__init__(message)
+        self.uri = uri
+
+
+class NotFound(StorageError):
+    """The object does not exist."""
+
+
+class BucketNotFound(StorageError):
+    """The gs:// bucket does not exist (file:// roots are created on first write)."""
+
+
+class PreconditionFailed(StorageError):
+    """A conditional write lost: the object's generation was not the expected one."""
+
+
+class StoragePermissionError(StorageError):
+    """The caller's credentials may not perform the operation."""
+
+
+class StorageUnavailable(StorageError):
+    """Storage could not be reached or answered with a server error."""
+
+
+# --------------------------------------------------------------------------- URIs
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """A URI split into scheme, container (bucket; empty for file://) and key."""
+
+    scheme: str
+    bucket: str
+    key: str
+
+
+def _parse(uri: str) -> _Parsed:
+    """Split and validate ``uri``; raise ValueError naming what is accepted."""
+    if not isinstance(uri, str):
+        raise TypeError(f"storage URI must be a str, got {type(uri).__name__}")
+    if uri.startswith("gs://"):
+        rest = uri[len("gs://") :]
+        bucket, _, key = rest.partition("/")
+        if not bucket:
+            raise ValueError(f"invalid storage URI {uri!r}: expected gs://<bucket>/<path>")
+        _check_segments(uri, key)
+        return _Parsed("gs", bucket, key)
+    if uri.startswith("file://"):
+        rest = uri[len("file://") :]
+        if rest.startswith("localhost/"):
+            rest = rest[len("localhost") :]
+        if not rest.startswith("/"):
+            raise ValueError(
+                f"invalid storage URI {uri!r}: file URIs must hold an absolute path, "
+                "like file:///data/kinetic"
+            )
+        _check_segments(uri, rest)
+        return _Parsed("file", "", rest)
+    raise ValueError(
+        f"unsupported storage URI {uri!r}: use one of {', '.join(SUPPORTED_SCHEMES)} "
+        "(for example gs://my-bucket/kinetic or file:///shared/kinetic)"
+    )
+
+
+def _check_segments(uri: str, path: str) -> None:
+    """Reject ``.`` and ``..`` segments, which would let a name escape its root."""
+    if any(seg in (".", "..") for seg in path.split("/")):
+        raise ValueError(f"invalid storage URI {uri!r}: '.' and '..' path segments are not allowed")
+
+
+def validate_uri(uri: str) -> str:
+    """Return ``uri`` unchanged if it is a supported storage URI, else raise ValueError.
+
+    Lets configuration code reject a bad root (``s3://...``, a relative
+    ``file:`` path) at startup instead of at the first upload.
+    """
+    _parse(uri)
+    return uri
+
+
+def join(root: str, *parts: str) -> str:
+    """Join path parts onto a storage root with single slashes.
+
+    ``join("gs://b/kinetic", "jobs", job_id, "payload.pkl")``. A trailing
+    slash on the last part is kept so callers can build directory-like
+    prefixes (``join(root, "batches", gid, "inputs/")``). Empty, ``.`` and
+    ``..`` parts raise ValueError: they almost always mean a missing id.
+    """
+    _parse(root)
+    pieces = [root.rstrip("/") if root.rstrip("/") not in ("gs:", "file:") else root]
+    for i, part in enumerate(parts):
+        if not isinstance(part, str):
+            raise TypeError(f"join() part {i} must be a str, got {type(part).__name__}")
+        stripped = part.strip("/")
+        if not stripped or any(seg in ("", ".", "..") for seg in stripped.split("/")):
+            raise ValueError(f"invalid path part {part!r} for storage root {root!r}")
+        pieces.append(stripped)
+    joined = "/".join(pieces)
+    if parts and parts[-1].endswith("/"):
+        joined += "/"
+    return joined
+
+
+# --------------------------------------------------------------------------- backends
+
+
+class _Backend(Protocol):
+    def read(self, p: _Parsed, uri: str) -> bytes: ...
+    def write(self, p: _Parsed, uri: str, data: bytes, generation: int | None) -> int: ...
+    def stat(self, p: _Parsed, uri: str) -> int | None: ...
+    def delete(self, p: _Parsed, uri: str) -> bool: ...
+    def list(self, p: _Parsed, uri: str) -> list[str]: ...
+
+
+class _FileBackend:
+    """Local filesystem. Generations are mtimes in ns, forced to increase per write."""
+
+    def read(self, p: _Parsed, uri: str) -> bytes:
+        path = Path(p.key)
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            raise NotFound(f"no object at {uri}", uri) from None
+        except IsADirectoryError:
+            raise NotFound(f"no object at {uri} (it is a directory)", uri) from None
+        except PermissionError as e:
+            raise _file_permission(uri, "read", e) from None
+
+    def write(self, p: _Parsed, uri: str, data: bytes, generation: int | None) -> int:
+        path = Path(p.key)
+        if p.key.endswith("/"):
+            raise ValueError(f"cannot write an object at {uri}: the URI ends with '/'")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except PermissionError as e:
+            raise _file_permission(uri, "create the directory for", e) from None
+        except NotADirectoryError:
+            raise StorageError(
+                f"cannot write {uri}: a parent path is a file, not a directory", uri
+            ) from None
+        with _dir_lock(path.parent, uri):
+            current = _file_generation(path)
+            if generation is not None and (current or 0) != generation:
+                raise PreconditionFailed(_precondition_message(uri, generation, current), uri)
+            return _atomic_write(path, data, current, uri)
+
+    def stat(self, p: _Parsed, uri: str) -> int | None:
+        return _file_generation(Path(p.key))
+
+    def delete(self, p: _Parsed, uri: str) -> bool:
+        try:
+            os.unlink(p.key)
+            return True
+        except FileNotFoundError:
+            return False
+        except IsADirectoryError:
+            return False
+        except PermissionError as e:
+            raise _file_permission(uri, "delete", e) from None
+
+    def list(self, p: _Parsed, uri: str) -> list[str]:
+        prefix = p.key
+        base = Path(prefix if prefix.endswith("/") else os.path.dirname(prefix) or "/")
+        if not base.is_dir():
+            return []
+        found: list[str] = []
+        for dirpath, dirnames, filenames in os.walk(base):
+            # Only descend where the prefix can still match.
+            dirnames[:] = sorted(
+                d
+                for d in dirnames
+                if (os.path.join(dirpath, d) + "/").startswith(prefix)
+                or prefix.startswith(os.path.join(dirpath, d) + "/")
+            )
+            for name in sorted(filenames):
+                if name.startswith(_FILE_INTERNAL_PREFIX):
+                    continue
+                full = os.path.join(dirpath, name)
+                if full.startswith(prefix):
+                    found.append("file://" + full)
+        return sorted(found)
+
+
+def _file_generation(path: Path) -> int | None:
+    """The object's generation (mtime in ns), or None when absent."""
+    try:
+        st = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not path.is_file():
+        return None
+    return max(st.st_mtime_ns, 1)
+
+
+@contextmanager
+def _dir_lock(directory: Path, uri: str) -> Iterator[None]:
+    """Hold an exclusive fcntl lock on ``directory`` for one read-check-write.
+
+    A lock file (rather than the directory itself) keeps this working on NFS,
+    where flock is emulated with POSIX locks that need a writable descriptor.
+    """
+    lock_path = directory / _FILE_LOCK_NAME
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError as e:
+        raise _file_permission(uri, "lock the directory of", e) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _atomic_write(path: Path, data: bytes, previous: int | None, uri: str) -> int:
+    """Write via temp file + fsync + os.replace; return the new generation.
+
+    Readers see either the old or the new bytes, never a torn file. If the
+    clock did not move since the previous write, the mtime is bumped so the
+    generation still changes; that is what conditional writes rely on.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=_FILE_INTERNAL_PREFIX + "tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        new_gen = os.stat(tmp).st_mtime_ns
+        if previous is not None and new_gen <= previous:
+            new_gen = previous + 1
+            os.utime(tmp, ns=(new_gen, new_gen))
+        os.replace(tmp, path)
+    except PermissionError as e:
+        _remove_quietly(tmp)
+        raise _file_permission(uri, "write", e) from None
+    except OSError as e:
+        _remove_quietly(tmp)
+        if e.errno == errno.ENOSPC:
+            raise StorageError(f"cannot write {uri}: no space left on device", uri) from None
+        raise StorageError(f"cannot write {uri}: {e.strerror or e}", uri) from None
+    return max(new_gen, 1)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _file_permission(uri: str, action: str, e: OSError) -> StoragePermissionError:
+    return StoragePermissionError(
+        f"permission denied to {action} {uri} ({e.filename}): make the directory writable "
+        "by this user or choose another root with KINETIC_STORAGE_ROOT",
+        uri,
+    )
+
+
+def _precondition_message(uri: str, expected: int, current: int | None) -> str:
+    want = "absent" if expected == 0 else f"at generation {expected}"
+    have = "absent" if current is None else f"at generation {current}"
+    return f"conditional write to {uri} lost: expected the object {want}, but it is {have}"
+
+
+class _GcsBackend:
+    """Google Cloud Storage (or fake-gcs-server via STORAGE_EMULATOR_HOST)."""
+
+    def read(self, p: _Parsed, uri: str) -> bytes:
+        self._require_key(p, uri)
+        client = _gcs_client()
+        with _gcs_errors(uri, p.bucket):
+            try:
+                return client.bucket(p.bucket).blob(p.key).download_as_bytes(retry=_retry())
+            except _google_not_found():
+                pass
+        self._raise_missing(p, uri)
+
+    def write(self, p: _Parsed, uri: str, data: bytes, generation: int | None) -> int:
+        self._require_key(p, uri)
+        blob = _gcs_client().bucket(p.bucket).blob(p.key)
+        from google.api_core import exceptions as gexc
+
+        with _gcs_errors(uri, p.bucket):
+            try:
+                blob.upload_from_string(
+                    data,
+                    content_type="application/octet-stream",
+                    if_generation_match=generation,
+                    retry=_retry(),
+                )
+            except gexc.PreconditionFailed:
+                current = self.stat(p, uri)
+                raise PreconditionFailed(
+                    _precondition_message(uri, generation or 0, current), uri
+                ) from None
+            except gexc.NotFound:
+                raise _bucket_missing(uri, p.bucket) from None
+        return int(blob.generation or 0)
+
+    def stat(self, p: _Parsed, uri: str) -> int | None:
+        self._require_key(p, uri)
+        with _gcs_errors(uri, p.bucket):
+            blob = _gcs_client().bucket(p.bucket).get_blob(p.key, retry=_retry())
+        return None if blob is None else int(blob.generation)
+
+    def delete(self, p: _Parsed, uri: str) -> bool:
+        self._require_key(p, uri)
+        with _gcs_errors(uri, p.bucket):
+            try:
+                _gcs_client().bucket(p.bucket).blob(p.key).delete(retry=_retry())
+                return True
+            except _google_not_found():
+                return False
+
+    def list(self, p: _Parsed, uri: str) -> list[str]:
+        with _gcs_errors(uri, p.bucket):
+            try:
+                blobs = _gcs_client().list_blobs(p.bucket, prefix=p.key or None, retry=_retry())
+                return sorted(f"gs://{p.bucket}/{b.name}" for b in blobs)
+            except _google_not_found():
+                pass
+        raise _bucket_missing(uri, p.bucket)
+
+    @staticmethod
+    def _require_key(p: _Parsed, uri: str) -> None:
+        if not p.key or p.key.endswith("/"):
+            raise ValueError(f"{uri!r} names a bucket or folder, not an object")
+
+    def _raise_missing(self, p: _Parsed, uri: str) -> Any:
+        """Tell a missing object from a missing bucket: the fixes differ."""
+        with _gcs_errors(uri, p.bucket):
+            bucket_exists = _gcs_client().lookup_bucket(p.bucket, retry=_retry()) is not None
+        if not bucket_exists:
+            raise _bucket_missing(uri, p.bucket)
+        raise NotFound(f"no object at {uri}", uri)
+
+
+def _google_not_found() -> type[Exception]:
+    from google.api_core.exceptions import NotFound as GoogleNotFound
+
+    return GoogleNotFound
+
+
+def _bucket_missing(uri: str, bucket: str) -> BucketNotFound:
+    return BucketNotFound(
+        f"bucket {bucket!r} does not exist (needed for {uri}) — create it "
+        f"(gcloud storage buckets create gs://{bucket}) or set KINETIC_STORAGE_ROOT "
+        "to a bucket that exists",
+        uri,
+    )
+
+
+def _retry() -> Any:
+    """The library's default retry for transient errors, bounded by our timeout."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    raw = os.environ.get(RETRY_TIMEOUT_ENV, "")
+    try:
+        timeout = float(raw) if raw else _DEFAULT_RETRY_TIMEOUT_S
+    except ValueError:
+        raise ValueError(f"{RETRY_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+    return DEFAULT_RETRY.with_timeout(timeout)
+
+
+@contextmanager
+def _gcs_errors(uri: str, bucket: str) -> Iterator[None]:
+    """Translate google/requests exceptions into StorageError with a fix in the message."""
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_exc
+
+    try:
+        yield
+    except StorageError:
+        raise
+    except (gexc.Forbidden, gexc.Unauthorized) as e:
+        raise StoragePermissionError(
+            f"permission denied for {uri}: {_short(e)} — grant this identity "
+            f"roles/storage.objectAdmin on gs://{bucket}",
+            uri,
+        ) from None
+    except auth_exc.DefaultCredentialsError:
+        raise StoragePermissionError(
+            f"no Google Cloud credentials to access {uri} — run "
+            "`gcloud auth application-default login`, or set STORAGE_EMULATOR_HOST "
+            "to use a local fake-gcs-server",
+            uri,
+        ) from None
+    except gexc.RetryError as e:
+        raise StorageUnavailable(
+            f"gave up reaching storage for {uri} after retrying ({_short(e.cause or e)}) — "
+            f"check the network{_emulator_hint()}",
+            uri,
+        ) from None
+    except gexc.GoogleAPICallError as e:
+        if isinstance(e, gexc.ServerError):
+            raise StorageUnavailable(f"storage error for {uri}: {_short(e)}", uri) from None
+        raise StorageError(f"storage request for {uri} failed: {_short(e)}", uri) from None
+    except (OSError, auth_exc.TransportError) as e:
+        # requests' ConnectionError is an OSError.
+        raise StorageUnavailable(
+            f"cannot reach storage for {uri}: {_short(e)}{_emulator_hint()}", uri
+        ) from None
+
+
+def _emulator_hint() -> str:
+    host = os.environ.get("STORAGE_EMULATOR_HOST")
+    if host:
+        return f"; STORAGE_EMULATOR_HOST={host} — is fake-gcs-server running there?"
+    return ""
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return text[:300]
+
+
+def _gcs_client() -> Client:
+    """The cached storage client for the current emulator/project settings."""
+    return _cached_gcs_client(
+        os.environ.get("STORAGE_EMULATOR_HOST") or None,
+        os.environ.get("KINETIC_GCS_PROJECT") or os.environ.get("GOOGLE_CLOUD_PROJECT") or None,
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_gcs_client(emulator_host: str | None, project: str | None) -> Client:
+    """Build a client once per (emulator, project): creating one is slow.
+
+    Keyed on the settings so a process that changes STORAGE_EMULATOR_HOST
+    (tests, the local cluster) never talks to a stale endpoint.
+    """
+    from google.cloud import storage as gcs
+
+    if emulator_host:
+        from google.auth.credentials import AnonymousCredentials
+
+        return gcs.Client(project=project or "kinetic-local", credentials=AnonymousCredentials())
+    from google.auth import exceptions as auth_exc
+
+    try:
+        # project=None means "no project": object reads and writes don't need one.
+        return gcs.Client(project=project)
+    except auth_exc.DefaultCredentialsError:
+        raise StoragePermissionError(
+            "no Google Cloud credentials for gs:// storage — run "
+            "`gcloud auth application-default login`, or set STORAGE_EMULATOR_HOST "
+            "to use a local fake-gcs-server"
+        ) from None
+
+
+_BACKENDS: dict[str, _Backend] = {"gs": _GcsBackend(), "file": _FileBackend()}
+
+
+def _dispatch(uri: str) -> tuple[_Backend, _Parsed]:
+    p = _parse(uri)
+    return _BACKENDS[p.scheme], p
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def read_bytes(uri: str) -> bytes:
+    """Return the object's bytes; raise NotFound (or BucketNotFound) when missing."""
+    backend, p = _dispatch(uri)
+    return backend.read(p, uri)
+
+
+def write_bytes(uri: str, data: bytes) -> int:
+    """Write (create or replace) the object unconditionally; return its new generation."""
+    return write_if_generation(uri, data, None)
+
+
+def write_if_generation(uri: str, data: bytes, generation: int | None) -> int:
+    """Write only if the object is at ``generation``; return the new generation.
+
+    ``generation=0`` means "only if absent", ``None`` means unconditional.
+    Raises PreconditionFailed when another writer got there first, so exactly
+    one of several racing writers wins.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"write data for {uri} must be bytes, got {type(data).__name__}")
+    if generation is not None and (not isinstance(generation, int) or generation < 0):
+        raise ValueError(f"generation must be a non-negative int or None, got {generation!r}")
+    backend, p = _dispatch(uri)
+    return backend.write(p, uri, bytes(data), generation)
+
+
+def stat(uri: str) -> int | None:
+    """The object's current generation, or None when it does not exist."""
+    backend, p = _dispatch(uri)
+    return backend.stat(p, uri)
+
+
+def exists(uri: str) -> bool:
+    """Whether the object exists."""
+    return stat(uri) is not None
+
+
+def delete(uri: str) -> bool:
+    """Delete the object; a missing one is fine. Returns whether something was deleted."""
+    backend, p = _dispatch(uri)
+    return backend.delete(p, uri)
+
+
+def list_prefix(uri_prefix: str) -> list[str]:
+    """Full URIs of all objects whose path starts with ``uri_prefix``, sorted.
+
+    The prefix is a string prefix, as in GCS: end it with ``/`` to mean a
+    folder (``.../jobs/abc/`` does not match ``.../jobs/abcd/x``).
+    """
+    backend, p = _dispatch(uri_prefix)
+    return backend.list(p, uri_prefix)
+
+
+def delete_prefix(uri_prefix: str) -> int:
+    """Delete every object under ``uri_prefix``; return how many were deleted.
+
+    For file:// roots, directories left empty under the prefix are removed too.
+    An empty bucket prefix (``gs://bucket`` or ``gs://bucket/``) is refused so
+    a missing id can never wipe a whole bucket.
+    """
+    backend, p = _dispatch(uri_prefix)
+    if p.key.strip("/") == "":
+        raise ValueError(f"refusing to delete everything under {uri_prefix!r}: give a sub-path")
+    deleted = sum(1 for uri in backend.list(p, uri_prefix) if delete(uri))
+    if p.scheme == "file":
+        _prune_file_dirs(p.key)
+    return deleted
+
+
+def _prune_file_dirs(prefix: str) -> None:
+    """Remove directories under a file:// prefix that hold only our bookkeeping files."""
+    base = prefix if prefix.endswith("/") else os.path.dirname(prefix)
+    if not os.path.isdir(base):
+        return
+    for dirpath, _dirnames, _filenames in os.walk(base, topdown=False):
+        if not (dirpath + "/").startswith(prefix):
+            continue
+        try:
+            entries = os.listdir(dirpath)
+        except OSError:
+            continue
+        if all(e.startswith(_FILE_INTERNAL_PREFIX) for e in entries):
+            for e in entries:
+                _remove_quietly(os.path.join(dirpath, e))
+            try:
+                os.rmdir(dirpath)
+            except OSError:
+                pass

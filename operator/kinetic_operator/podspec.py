@@ -1,0 +1,231 @@
+"""One attempt of a KineticJob as a batch/v1 Job manifest. Pure: no API calls.
+
+Security is decided here and nowhere else. The pod always runs under the
+"restricted" Pod Security profile, as the operator's runner service account,
+without a token, host namespaces or host paths. A KineticJob chooses only
+the image, the command, the environment, resource requests and the
+accelerator; none of those can widen what the pod may do.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kinetic.resources import (
+    API_VERSION,
+    JOB_KIND,
+    LABEL_ATTEMPT,
+    LABEL_BATCH,
+    LABEL_INDEX,
+    LABEL_JOB,
+    KineticJobSpec,
+)
+from kinetic_operator.catalog import resolve
+from kinetic_operator.settings import OperatorSettings
+
+CONTAINER_NAME = "main"
+RUN_AS_USER = 65532  # the conventional "nonroot" user of distroless images
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+# Set by the operator; a KineticJob's `env` cannot override them.
+RESERVED_ENV = frozenset(
+    {
+        "KINETIC_PAYLOAD_URI",
+        "KINETIC_PAYLOAD_SHA256",
+        "KINETIC_RESULT_URI",
+        "KINETIC_OUTPUT_DIR",
+        "KINETIC_INPUT_URI",
+        "KINETIC_INPUT_SHA256",
+        "KINETIC_INPUT_JSON",
+        "KINETIC_INPUT_MODE",
+        "KINETIC_JOB_NAME",
+        "KINETIC_JOB_NAMESPACE",
+        "KINETIC_ATTEMPT",
+    }
+)
+
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS_USER,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "privileged": False,
+    "readOnlyRootFilesystem": False,
+}
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The KineticJob an attempt belongs to: enough to name, label and own the Job."""
+
+    name: str
+    namespace: str
+    uid: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def attempt_job_name(name: str, attempt: int) -> str:
+    """The deterministic name of attempt `attempt`: re-creating it is a no-op."""
+    return f"{name}-{attempt}"
+
+
+def result_uri(name: str, spec: KineticJobSpec, settings: OperatorSettings) -> str | None:
+    """Where a function job's result.pkl goes; None for container jobs or with no root."""
+    if spec.function is None:
+        return None
+    if spec.function.result_uri:
+        return spec.function.result_uri
+    if settings.storage_root:
+        return f"{settings.storage_root}/jobs/{name}/result.pkl"
+    return None
+
+
+def output_dir(name: str, spec: KineticJobSpec, settings: OperatorSettings) -> str | None:
+    """KINETIC_OUTPUT_DIR for the job: the spec's, else one under the storage root."""
+    if spec.output_dir:
+        return spec.output_dir
+    if settings.storage_root:
+        return f"{settings.storage_root}/outputs/{name}"
+    return None
+
+
+def build_job(
+    owner: Owner, spec: KineticJobSpec, settings: OperatorSettings, attempt: int
+) -> dict[str, Any]:
+    """The batch/v1 Job that runs attempt `attempt` of the KineticJob `owner`.
+
+    `backoffLimit: 0` because retries are the operator's decision (so that a
+    disruption does not spend one); no `ttlSecondsAfterFinished` because the
+    KineticJob owns the Job's lifetime through its ownerReference.
+    """
+    name = attempt_job_name(owner.name, attempt)
+    labels = {LABEL_JOB: owner.name, LABEL_ATTEMPT: str(attempt)}
+    for key in (LABEL_BATCH, LABEL_INDEX):
+        if key in owner.labels:
+            labels[key] = owner.labels[key]
+    placement = resolve(settings.accelerator_catalog, spec.accelerator, spec.spot)
+
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "serviceAccountName": settings.runner_service_account,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
+        "containers": [_container(owner, spec, settings, attempt, placement.limits)],
+    }
+    if placement.node_selector:
+        pod_spec["nodeSelector"] = placement.node_selector
+    if placement.tolerations:
+        pod_spec["tolerations"] = placement.tolerations
+
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "completions": 1,
+        "parallelism": 1,
+        "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
+    }
+    if spec.deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = spec.deadline_seconds
+
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": owner.namespace,
+            "labels": labels,
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": JOB_KIND,
+                    "name": owner.name,
+                    "uid": owner.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": job_spec,
+    }
+
+
+def _container(
+    owner: Owner,
+    spec: KineticJobSpec,
+    settings: OperatorSettings,
+    attempt: int,
+    limits: Mapping[str, str],
+) -> dict[str, Any]:
+    if spec.container is not None:
+        image = spec.container.image or spec.image or settings.default_image
+        command, args = list(spec.container.command), list(spec.container.args)
+    else:
+        image = spec.image or settings.default_image
+        command, args = list(settings.runner_command), []
+
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "command": command,
+        "env": _env(owner, spec, settings, attempt),
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
+    }
+    if args:
+        container["args"] = args
+    resources = _resources(spec, limits)
+    if resources:
+        container["resources"] = resources
+    return container
+
+
+def _env(
+    owner: Owner, spec: KineticJobSpec, settings: OperatorSettings, attempt: int
+) -> list[dict[str, str]]:
+    """The user's env first, then the operator's, which always wins."""
+    ours: dict[str, str] = {
+        "KINETIC_JOB_NAME": owner.name,
+        "KINETIC_JOB_NAMESPACE": owner.namespace,
+        "KINETIC_ATTEMPT": str(attempt),
+    }
+    if (out := output_dir(owner.name, spec, settings)) is not None:
+        ours["KINETIC_OUTPUT_DIR"] = out
+    if (fn := spec.function) is not None:
+        ours["KINETIC_PAYLOAD_URI"] = fn.payload_uri
+        ours["KINETIC_PAYLOAD_SHA256"] = fn.sha256
+        if (res := result_uri(owner.name, spec, settings)) is not None:
+            ours["KINETIC_RESULT_URI"] = res
+        if fn.input_uri is not None:
+            ours["KINETIC_INPUT_URI"] = fn.input_uri
+        if fn.input_sha256 is not None:
+            ours["KINETIC_INPUT_SHA256"] = fn.input_sha256
+        if "input_json" in fn.model_fields_set:
+            ours["KINETIC_INPUT_JSON"] = json.dumps(fn.input_json)
+        if fn.input_mode is not None:
+            ours["KINETIC_INPUT_MODE"] = fn.input_mode
+    user = [{"name": e.name, "value": e.value} for e in spec.env if e.name not in RESERVED_ENV]
+    return user + [{"name": k, "value": v} for k, v in ours.items()]
+
+
+def _resources(spec: KineticJobSpec, accelerator_limits: Mapping[str, str]) -> dict[str, Any]:
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = dict(accelerator_limits)
+    if spec.resources is not None:
+        if spec.resources.cpu:
+            requests["cpu"] = spec.resources.cpu
+        if spec.resources.memory:
+            requests["memory"] = limits["memory"] = spec.resources.memory
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out

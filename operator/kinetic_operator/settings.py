@@ -1,0 +1,96 @@
+"""The operator's configuration, from `KINETIC_*` environment variables.
+
+In a cluster the Helm chart renders these from its values (and its ConfigMap);
+on the local cluster they come from `.local/env`. Complex values (the
+accelerator catalog) accept JSON or YAML, so a chart can pass a block as is.
+"""
+
+from __future__ import annotations
+
+import shlex
+from functools import lru_cache
+from typing import Annotated, Any
+
+import yaml
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from kinetic_operator.catalog import Catalog, default_catalog
+
+
+class OperatorSettings(BaseSettings):
+    """Everything the operator needs to know that is not in a KineticJob."""
+
+    model_config = SettingsConfigDict(env_prefix="KINETIC_", extra="ignore")
+
+    storage_root: str | None = Field(
+        None,
+        description="gs:// or file:// root for payloads, results and outputs "
+        "(KINETIC_STORAGE_ROOT). Published to clients in the ConfigMap.",
+    )
+    default_image: str = Field(
+        "kinetic-runner:0.1.0",
+        description="Image for jobs that name none (KINETIC_DEFAULT_IMAGE).",
+    )
+    runner_command: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["python", "-m", "kinetic.runner"],
+        description="Entrypoint of function jobs, shell-split (KINETIC_RUNNER_COMMAND).",
+    )
+    runner_service_account: str = Field(
+        "default",
+        description="Service account every job pod runs as (KINETIC_RUNNER_SERVICE_ACCOUNT).",
+    )
+    accelerator_catalog: Annotated[Catalog, NoDecode] = Field(
+        default_factory=default_catalog,
+        description="Accelerator catalog as JSON or YAML (KINETIC_ACCELERATOR_CATALOG).",
+    )
+    namespaces: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Namespaces to watch, comma-separated; empty means all (KINETIC_NAMESPACES).",
+    )
+    operator_namespace: str = Field(
+        "kinetic-system",
+        description="Namespace of the operator and its ConfigMap (KINETIC_OPERATOR_NAMESPACE).",
+    )
+    config_map_name: str = Field(
+        "kinetic-config",
+        description="ConfigMap the operator publishes for clients (KINETIC_CONFIG_MAP_NAME).",
+    )
+    max_disruptions: int = Field(
+        3,
+        ge=0,
+        description="Disruptions retried per job without using its retries "
+        "(KINETIC_MAX_DISRUPTIONS).",
+    )
+    attempt_history: int = Field(
+        10, ge=1, description="Attempt records kept in status (KINETIC_ATTEMPT_HISTORY)."
+    )
+
+    @field_validator("runner_command", mode="before")
+    @classmethod
+    def _split_command(cls, value: Any) -> Any:
+        return shlex.split(value) if isinstance(value, str) else value
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _split_namespaces(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [ns.strip() for ns in value.split(",") if ns.strip()]
+        return value
+
+    @field_validator("accelerator_catalog", mode="before")
+    @classmethod
+    def _parse_catalog(cls, value: Any) -> Any:
+        # YAML is a superset of JSON, so one parser takes both.
+        return yaml.safe_load(value) if isinstance(value, str) else value
+
+    @field_validator("storage_root", mode="after")
+    @classmethod
+    def _strip_root(cls, value: str | None) -> str | None:
+        return value.rstrip("/") if value else None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> OperatorSettings:
+    """The process-wide settings, read once from the environment."""
+    return OperatorSettings()
