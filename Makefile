@@ -34,7 +34,7 @@ cluster-status: venv ## Show what is running in the local cluster
 
 .PHONY: crds
 crds: venv ## Regenerate crds/*.yaml from the pydantic models
-	$(PY) -m kinetic.crdgen crds
+	$(PY) -m kinetic.crdgen crds helm/kinetic/crds
 
 .PHONY: unit
 unit: venv ## Fast tests that need no cluster

@@ -78,7 +78,9 @@ def main() -> int:
     rates = [0.001, 0.01, 0.03, 0.1, 0.3, 0.6]
     step(f"A sweep over {len(rates)} learning rates with run_async_map (max 3 at once)")
     batch = fit.run_async_map(rates, max_concurrent=3, name="lr-sweep", tags={"demo": "yes"})
-    console.print(f"    batch id: [bold]{batch.group_id}[/bold] — also `kubectl get kb {batch.group_id}`")
+    console.print(
+        f"    batch id: [bold]{batch.group_id}[/bold] — also `kubectl get kb {batch.group_id}`"
+    )
     started = time.monotonic()
     losses = batch.results(progress=True)
     elapsed = time.monotonic() - started

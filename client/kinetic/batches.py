@@ -158,13 +158,13 @@ class BatchHandle:
         children = kube.list_(
             r.JOB_PLURAL, self.namespace, self.context, selector=f"{r.LABEL_BATCH}={self.group_id}"
         )
-        return {
-            int(c["metadata"]["labels"][r.LABEL_INDEX]): JobStatus.of(c) for c in children
-        }
+        return {int(c["metadata"]["labels"][r.LABEL_INDEX]): JobStatus.of(c) for c in children}
 
     def _watch(self, timeout: float | None) -> Iterator[dict]:
         """Yield the batch's status on every change until it is terminal."""
-        for obj in kube.watch_one(r.BATCH_PLURAL, self.namespace, self.group_id, timeout, self.context):
+        for obj in kube.watch_one(
+            r.BATCH_PLURAL, self.namespace, self.group_id, timeout, self.context
+        ):
             if obj is None:
                 raise LookupError(f"batch {self.group_id} was deleted while waiting for it")
             status = obj.get("status", {})
@@ -261,12 +261,16 @@ class BatchHandle:
 
     def cancel(self) -> None:
         """Stop launching and cancel every running child; the batch ends CANCELLED."""
-        kube.patch_spec(r.BATCH_PLURAL, self.namespace, self.group_id, {"cancel": True}, self.context)
+        kube.patch_spec(
+            r.BATCH_PLURAL, self.namespace, self.group_id, {"cancel": True}, self.context
+        )
 
     def cleanup(self, *, k8s: bool = True, gcs: bool = True) -> None:
         """Delete the batch and its children, and with gcs=True every artifact and the manifest."""
         if k8s and kube.delete(r.BATCH_PLURAL, self.namespace, self.group_id, self.context):
-            for obj in kube.watch_one(r.BATCH_PLURAL, self.namespace, self.group_id, 180, self.context):
+            for obj in kube.watch_one(
+                r.BATCH_PLURAL, self.namespace, self.group_id, 180, self.context
+            ):
                 if obj is None:
                     break
         if gcs:
@@ -322,7 +326,9 @@ class _Progress:
                 transient=False,
             )
             self._progress.start()
-            self._task = self._progress.add_task(self.batch.group_id, total=self.batch.total, detail="")
+            self._task = self._progress.add_task(
+                self.batch.group_id, total=self.batch.total, detail=""
+            )
         return self
 
     def update(self, status: dict) -> None:
@@ -370,7 +376,9 @@ def submit_map(
             f"max_concurrent must be a positive integer or None (no limit); got {max_concurrent!r}"
         )
     for i, item in enumerate(items):
-        payload.resolve_call(item, input_mode)  # TypeError for a wrong-typed item, before any upload
+        payload.resolve_call(
+            item, input_mode
+        )  # TypeError for a wrong-typed item, before any upload
     if max_concurrent is None and len(items) > _UNBOUNDED_WARNING_THRESHOLD:
         log.warning(
             "submitting %d inputs with max_concurrent=None starts them all at once; "
@@ -381,7 +389,7 @@ def submit_map(
     group_id = new_group_id()
     base = storage.join(cfg.storage_root, "batches", group_id)
 
-    function_bytes = payload.build_function(fn.fn, env=fn.captured_env())
+    function_bytes = payload.build_function_payload(fn.fn, env=fn.captured_env())
     function_uri = storage.join(base, "function.pkl")
     storage.write_bytes(function_uri, function_bytes)
 
@@ -395,7 +403,7 @@ def submit_map(
         group_id,
         r.FunctionSpec(
             payload_uri=function_uri,
-            sha256=payload.sha256_hex(function_bytes),
+            sha256=payload.sha256(function_bytes),
             name=fn.func_name,
         ),
         retries=0,
@@ -407,7 +415,7 @@ def submit_map(
             count=len(items),
             uri_prefix=storage.join(base, "inputs"),
             sha256_uri=hashes_uri,
-            sha256=payload.sha256_hex(hashes_bytes),
+            sha256=payload.sha256(hashes_bytes),
         ),
         input_mode=input_mode,
         max_concurrent=max_concurrent,
@@ -438,11 +446,11 @@ def _upload_inputs(base: str, items: list[Any]) -> tuple[list[str | None], dict[
 
     def one(i: int) -> tuple[int, str | None, str | None]:
         try:
-            data = payload.dump_input(items[i])
+            data = payload.build_input_payload(items[i])
         except Exception as e:  # an unpicklable input fails alone, as a submission failure
             return i, None, f"could not pickle input: {type(e).__name__}: {e}"
         storage.write_bytes(storage.join(base, "inputs", f"{i}.pkl"), data)
-        return i, payload.sha256_hex(data), None
+        return i, payload.sha256(data), None
 
     hashes: list[str | None] = [None] * len(items)
     failures: dict[int, str] = {}
@@ -454,7 +462,9 @@ def _upload_inputs(base: str, items: list[Any]) -> tuple[list[str | None], dict[
     return hashes, failures
 
 
-def attach_batch(group_id: str, namespace: str | None = None, context: str | None = None) -> BatchHandle:
+def attach_batch(
+    group_id: str, namespace: str | None = None, context: str | None = None
+) -> BatchHandle:
     """Pick up a batch from any process; index alignment and submission failures are kept."""
     cfg = resolve(namespace=namespace, context=context)
     obj = kube.get(r.BATCH_PLURAL, cfg.namespace, group_id, cfg.context)

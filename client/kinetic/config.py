@@ -38,11 +38,7 @@ def resolve(
     """Resolve the client configuration; raises ConfigError naming what is missing."""
     context = context or os.environ.get("KINETIC_CONTEXT") or None
     published = _published(context)
-    root = (
-        storage_root
-        or os.environ.get("KINETIC_STORAGE_ROOT")
-        or published.get("storageRoot")
-    )
+    root = storage_root or os.environ.get("KINETIC_STORAGE_ROOT") or published.get("storageRoot")
     if not root:
         raise ConfigError(
             "No storage root for payloads and results. Pass storage_root='gs://bucket/prefix', "

@@ -4,7 +4,7 @@ Kubernetes wants a *structural* OpenAPI v3 schema: every node typed, no
 `$ref`, `nullable` instead of `anyOf [X, null]`, and arbitrary JSON marked
 with `x-kubernetes-preserve-unknown-fields`. Pydantic emits JSON Schema, so
 this module translates one into the other. Run `python -m kinetic.crdgen crds`
-(or `make crds`) after changing a model; a test fails while the YAML is stale.
+(or `make crds`, which also fills the Helm chart's crds/) after changing a model; a test fails while the YAML is stale.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {"type": kind}
     for key in _KEPT:
-        if key in node and not (key == "default" and node[key] is None):
+        # An empty-string default is read back as null by 1.20's validation: leave it out.
+        if key in node and not (key == "default" and node[key] in (None, "")):
             out[key] = node[key]
 
     if kind == "object":
@@ -222,11 +223,13 @@ def rendered() -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[0] if argv else "crds")
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in rendered().items():
-        (out / name).write_text(text)
-        print(f"wrote {out / name}")
+    """Write the CRDs into every folder named (crds/ and the Helm chart's crds/)."""
+    for folder in argv or ["crds"]:
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in rendered().items():
+            (out / name).write_text(text)
+            print(f"wrote {out / name}")
     return 0
 
 

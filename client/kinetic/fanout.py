@@ -337,7 +337,7 @@ def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
         if failure.index >= total:
             problems.append(
                 f"spec.submissionFailures has index {failure.index}, but the batch has "
-                f"only {total} inputs"
+                f"only {total} input{'' if total == 1 else 's'}"
             )
         elif failure.index in seen:
             problems.append(f"spec.submissionFailures lists index {failure.index} twice")

@@ -15,7 +15,7 @@ import secrets
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from kinetic import kube, payload, storage
@@ -156,7 +156,7 @@ class JobHandle:
             raise JobFailed(f"job {self.job_id} {final.value}: {message}")
         if cleanup if cleanup is not None else outcome.ok:
             self.cleanup()
-        return payload.unwrap(outcome)
+        return payload.raise_remote(outcome)
 
     def _read_result(self) -> payload.Result | None:
         if not self.result_uri:
@@ -170,12 +170,19 @@ class JobHandle:
 
     def _pod(self) -> str | None:
         """The newest pod of the newest attempt, or None before one exists."""
-        pods = kube.core(self.context).list_namespaced_pod(
-            self.namespace, label_selector=f"{r.LABEL_JOB}={self.job_id}"
-        ).items
+        pods = (
+            kube.core(self.context)
+            .list_namespaced_pod(self.namespace, label_selector=f"{r.LABEL_JOB}={self.job_id}")
+            .items
+        )
         if not pods:
             return None
-        pods.sort(key=lambda p: (int(p.metadata.labels.get(r.LABEL_ATTEMPT, 0)), p.metadata.creation_timestamp))
+        pods.sort(
+            key=lambda p: (
+                int(p.metadata.labels.get(r.LABEL_ATTEMPT, 0)),
+                p.metadata.creation_timestamp,
+            )
+        )
         return pods[-1].metadata.name
 
     def tail(self, n: int = 100) -> str:
@@ -216,7 +223,12 @@ class JobHandle:
 
     def cancel(self, timeout: float = 180) -> JobStatus:
         """Ask the operator to stop the job and wait until it has (CANCELLED or already done)."""
-        if kube.patch_spec(r.JOB_PLURAL, self.namespace, self.job_id, {"cancel": True}, self.context) is None:
+        if (
+            kube.patch_spec(
+                r.JOB_PLURAL, self.namespace, self.job_id, {"cancel": True}, self.context
+            )
+            is None
+        ):
             return JobStatus.NOT_FOUND
         return self.wait(timeout=timeout)
 
@@ -226,7 +238,9 @@ class JobHandle:
         Anything the job wrote under KINETIC_OUTPUT_DIR is kept either way.
         """
         if k8s and kube.delete(r.JOB_PLURAL, self.namespace, self.job_id, self.context):
-            for obj in kube.watch_one(r.JOB_PLURAL, self.namespace, self.job_id, timeout, self.context):
+            for obj in kube.watch_one(
+                r.JOB_PLURAL, self.namespace, self.job_id, timeout, self.context
+            ):
                 if obj is None:
                     break
         if gcs and self.artifacts_uri:
@@ -246,7 +260,7 @@ def new_job_id(func_name: str) -> str:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def submit_job(

@@ -11,7 +11,6 @@ import os
 import time
 from collections.abc import Iterator
 from functools import lru_cache
-from typing import Any
 
 from kubernetes import client, config, watch
 from kubernetes.client import ApiException

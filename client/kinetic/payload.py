@@ -129,9 +129,9 @@ def sha256(data: bytes) -> str:
 def function_name(fn: Callable[..., Any]) -> str:
     """A readable name for progress lines and resource labels (``train``, ``<lambda>``)."""
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-    if name is None:
-        name = type(fn).__name__
-    return str(name)
+    if not isinstance(name, str):
+        return type(fn).__name__
+    return name.rpartition("<locals>.")[2]
 
 
 def capture_env(names: Iterable[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -153,7 +153,7 @@ def capture_env(names: Iterable[str], environ: Mapping[str, str] | None = None) 
 
 # --------------------------------------------------------------------------- pickle by value
 
-_BY_VALUE_LOCK = threading.Lock()
+_BY_VALUE_LOCK = threading.RLock()
 _NEVER_BY_VALUE = frozenset({"kinetic", "kinetic_operator", "cloudpickle", "__main__"})
 
 
@@ -421,12 +421,18 @@ def _qualified_type(exc: BaseException) -> str:
 
 def _format_traceback(exc: BaseException) -> str:
     """The exception's traceback, starting at the user's code rather than Kinetic's."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_KINETIC_DIR):
+    start = exc.__traceback__
+    tb = start
+    while tb is not None and tb.tb_next is not None:
+        if _is_kinetic_frame(tb) and not _is_kinetic_frame(tb.tb_next):
+            start = tb.tb_next  # the first user frame after kinetic's call into it
+            break
         tb = tb.tb_next
-    if tb is None:
-        tb = exc.__traceback__
-    return "".join(tb_module.format_exception(type(exc), exc, tb))
+    return "".join(tb_module.format_exception(type(exc), exc, start))
+
+
+def _is_kinetic_frame(tb: types.TracebackType) -> bool:
+    return tb.tb_frame.f_code.co_filename.startswith(_KINETIC_DIR)
 
 
 def success(value: Any) -> Result:

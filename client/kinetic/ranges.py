@@ -49,6 +49,9 @@ class IndexSet:
     """
 
     __slots__ = ("_starts", "_ends", "_len")
+    _starts: list[int]
+    _ends: list[int]
+    _len: int
 
     def __init__(self, indexes: Iterable[int] = ()) -> None:
         if isinstance(indexes, IndexSet):
@@ -150,8 +153,7 @@ class IndexSet:
 
     def __str__(self) -> str:
         return ",".join(
-            str(a) if a == b else f"{a}-{b}"
-            for a, b in zip(self._starts, self._ends, strict=True)
+            str(a) if a == b else f"{a}-{b}" for a, b in zip(self._starts, self._ends, strict=True)
         )
 
     @property

@@ -8,9 +8,7 @@ creates resources: the operator does everything else.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
-import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +31,7 @@ class RemoteFunction:
 
     @property
     def func_name(self) -> str:
-        return getattr(self.fn, "__qualname__", None) or getattr(self.fn, "__name__", "function")
+        return payload.function_name(self.fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run remotely and block until the value (or the remote exception) comes back."""
@@ -42,9 +40,9 @@ class RemoteFunction:
     def run_async(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Submit one call and return its handle without waiting."""
         cfg = self._config()
-        job_id = new_job_id(self.fn.__name__ if hasattr(self.fn, "__name__") else "job")
+        job_id = new_job_id(self.func_name)
         artifacts = storage.join(cfg.storage_root, "jobs", job_id)
-        data = payload.build_call(self.fn, args, kwargs, env=self.captured_env())
+        data = payload.build_job_payload(self.fn, args, kwargs, env=self.captured_env())
         payload_uri = storage.join(artifacts, "payload.pkl")
         storage.write_bytes(payload_uri, data)
         spec = self.job_spec(
@@ -52,7 +50,7 @@ class RemoteFunction:
             job_id,
             r.FunctionSpec(
                 payload_uri=payload_uri,
-                sha256=payload.sha256_hex(data),
+                sha256=payload.sha256(data),
                 result_uri=storage.join(artifacts, "result.pkl"),
                 name=self.func_name,
             ),
@@ -71,13 +69,8 @@ class RemoteFunction:
         return resolve(namespace=self.options["namespace"], context=self.options["context"])
 
     def captured_env(self) -> dict[str, str]:
-        """Variables named in capture_env_vars (a trailing * matches a prefix), plus env=."""
-        captured: dict[str, str] = {}
-        for pattern in self.options["capture_env_vars"] or []:
-            for name, value in os.environ.items():
-                if fnmatch.fnmatchcase(name, pattern):
-                    captured[name] = value
-        return captured
+        """The local variables named in capture_env_vars (a trailing * matches a prefix)."""
+        return payload.capture_env(self.options["capture_env_vars"])
 
     def job_spec(
         self, root: str, job_id: str, function: r.FunctionSpec, retries: int | None = None

@@ -165,9 +165,7 @@ class KineticJobSpec(Wire):
     resources: ResourceOverrides | None = Field(
         None, description="Resource requests on top of what the accelerator implies."
     )
-    cancel: bool = Field(
-        False, description="Set to true to stop the job; it ends CANCELLED."
-    )
+    cancel: bool = Field(False, description="Set to true to stop the job; it ends CANCELLED.")
 
 
 class SubmissionFailure(Wire):
@@ -201,9 +199,7 @@ class BatchInputs(Wire):
     sha256: str | None = Field(
         None, pattern=SHA256_PATTERN, description="With count: hex SHA-256 of sha256URI."
     )
-    items: list[Any] | None = Field(
-        None, description="Inline JSON inputs, one child per item."
-    )
+    items: list[Any] | None = Field(None, description="Inline JSON inputs, one child per item.")
     grid: dict[str, list[Any]] | None = Field(
         None,
         description="Named lists; one child per combination (cartesian product, "
@@ -231,7 +227,9 @@ class KineticBatchSpec(Wire):
     )
     cancel: bool = Field(False, description="Set to true to stop launching and cancel children.")
     name: str | None = Field(None, max_length=253, description="A human-readable name.")
-    tags: dict[str, str] = Field(default_factory=dict, description="Free-form labels for the batch.")
+    tags: dict[str, str] = Field(
+        default_factory=dict, description="Free-form labels for the batch."
+    )
     submission_failures: list[SubmissionFailure] = Field(
         default_factory=list, description="Inputs the client could not package."
     )
@@ -268,18 +266,23 @@ class AttemptRecord(Wire):
     message: str | None = Field(None, max_length=4096, description="What went wrong, briefly.")
     outcome: AttemptKind = Field(
         "running",
-        description="running, success, failure (uses a retry), disruption (does not) "
-        "or cancelled.",
+        description="running, success, failure (uses a retry), disruption (does not) or cancelled.",
     )
 
 
 class KineticJobStatus(Wire):
     """What the operator observed; written only by the operator."""
 
-    phase: Phase = Field(Phase.PENDING, description="PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED.")
+    phase: Phase = Field(
+        Phase.PENDING, description="PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED."
+    )
     attempt: int = Field(0, ge=0, description="Number of the current (or last) attempt.")
-    failures: int = Field(0, ge=0, description="Application failures so far (count against retries).")
-    disruptions: int = Field(0, ge=0, description="Disruptions so far (do not count against retries).")
+    failures: int = Field(
+        0, ge=0, description="Application failures so far (count against retries)."
+    )
+    disruptions: int = Field(
+        0, ge=0, description="Disruptions so far (do not count against retries)."
+    )
     attempts: list[AttemptRecord] = Field(
         default_factory=list, description="The most recent attempts, oldest first (bounded)."
     )
@@ -290,7 +293,9 @@ class KineticJobStatus(Wire):
     message: str | None = Field(None, description="A sentence about the current state.")
     start_time: str | None = Field(None, description="When the first attempt started.")
     completion_time: str | None = Field(None, description="When the job ended.")
-    conditions: list[Condition] = Field(default_factory=list, description="Running, Complete, Failed.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Running, Complete, Failed."
+    )
     observed_generation: int | None = Field(None, description="The spec generation last acted on.")
 
 
@@ -307,7 +312,9 @@ class PhaseCounts(Wire):
 class KineticBatchStatus(Wire):
     """A batch's progress, compact at any size: counts and index ranges, not per-child lists."""
 
-    phase: Phase = Field(Phase.PENDING, description="PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED.")
+    phase: Phase = Field(
+        Phase.PENDING, description="PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED."
+    )
     total: int = Field(0, ge=0, description="Number of inputs.")
     counts: PhaseCounts = Field(default_factory=PhaseCounts, description="Children per phase.")
     progress: str | None = Field(None, description="succeeded/total, for kubectl get.")

@@ -27,6 +27,7 @@ class JobView:
     complete: bool = False
     failed_reason: str | None = None
     failed_message: str | None = None
+    finished_time: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -90,7 +91,9 @@ def summarize_job(body: Mapping[str, Any]) -> JobView:
     meta = body.get("metadata") or {}
     status = body.get("status") or {}
     conditions = status.get("conditions")
-    complete = bool(_condition(conditions, "Complete") or _condition(conditions, "SuccessCriteriaMet"))
+    complete = bool(
+        _condition(conditions, "Complete") or _condition(conditions, "SuccessCriteriaMet")
+    )
     # FailureTarget comes before Failed: the Job controller sets it, then kills the pods.
     failed = _condition(conditions, "Failed") or _condition(conditions, "FailureTarget")
     return JobView(
@@ -101,6 +104,8 @@ def summarize_job(body: Mapping[str, Any]) -> JobView:
         complete=complete,
         failed_reason=(failed.get("reason") or "Failed") if failed else None,
         failed_message=_clip(failed.get("message")) if failed else None,
+        finished_time=status.get("completionTime")
+        or ((failed or {}).get("lastTransitionTime") if failed else None),
     )
 
 

@@ -24,6 +24,7 @@ from kinetic.resources import (
     LABEL_JOB,
     KineticJobSpec,
 )
+
 from kinetic_operator.catalog import resolve
 from kinetic_operator.settings import OperatorSettings
 

@@ -8,47 +8,16 @@ message, except under CI (``CI=true``), where that is an error.
 from __future__ import annotations
 
 import os
-import shlex
-import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kube_helpers import Kube, local_env, wait_for
 from kubernetes import client, config
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def local_env() -> dict[str, str]:
-    """The ``export`` lines of ``.local/env`` (``$KINETIC_LOCAL_DIR/env``) as a dict."""
-    state = Path(os.environ.get("KINETIC_LOCAL_DIR") or REPO / ".local")
-    env: dict[str, str] = {}
-    path = state / "env"
-    if path.exists():
-        for line in path.read_text().splitlines():
-            line = line.strip()
-            if line.startswith("export ") and "=" in line:
-                k, v = line[len("export "):].split("=", 1)
-                env[k] = shlex.split(v)[0] if v else ""
-    return env
-
-
-@dataclass
-class Kube:
-    """Handles to one cluster, and the kubeconfig for kubectl subprocesses."""
-
-    kubeconfig: str
-    api: client.ApiClient
-    core: client.CoreV1Api
-    batch: client.BatchV1Api
-    is_local: bool
-
-    def kubectl(self, *args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, *args],
-                              capture_output=True, text=True, timeout=timeout, check=check)
+__all__ = ["Kube", "wait_for"]
 
 
 def _in_ci() -> bool:
@@ -83,9 +52,13 @@ def kube(kube_env: dict[str, str]) -> Kube:
             pytest.fail(problem + " (CI=true: failing instead of skipping)", pytrace=False)
         pytest.skip(problem)
     local = local_env().get("KUBECONFIG")
-    return Kube(kubeconfig=kubeconfig, api=api, core=client.CoreV1Api(api),
-                batch=client.BatchV1Api(api),
-                is_local=bool(local) and Path(local).resolve() == Path(kubeconfig).resolve())
+    return Kube(
+        kubeconfig=kubeconfig,
+        api=api,
+        core=client.CoreV1Api(api),
+        batch=client.BatchV1Api(api),
+        is_local=bool(local) and Path(local).resolve() == Path(kubeconfig).resolve(),
+    )
 
 
 @pytest.fixture
@@ -120,20 +93,3 @@ def _needs_sa_secret(kube: Kube) -> bool:
         minor = client.VersionApi(kube.api).get_code().minor
         _sa_secret_cache["v"] = int("".join(ch for ch in minor if ch.isdigit()) or 99) < 24
     return _sa_secret_cache["v"]
-
-
-def wait_for(pred: Callable[[], object], timeout: float = 60, interval: float = 0.2,
-             what: str = "condition") -> object:
-    """Poll ``pred`` until truthy; returns its value; fails naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    last_exc: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            v = pred()
-            if v:
-                return v
-        except Exception as e:  # noqa: BLE001
-            last_exc = e
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}"
-                         + (f" (last error: {last_exc})" if last_exc else ""))

@@ -7,15 +7,16 @@ from typing import Any
 
 import pytest
 import yaml
-
 from kinetic import crdgen
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
+ROOT = Path(__file__).resolve().parents[2]
+CRD_DIRS = [ROOT / "crds", ROOT / "helm" / "kinetic" / "crds"]
 
 
+@pytest.mark.parametrize("folder", CRD_DIRS, ids=lambda p: str(p.relative_to(ROOT)))
 @pytest.mark.parametrize("name,text", sorted(crdgen.rendered().items()))
-def test_checked_in_crd_is_current(name: str, text: str) -> None:
-    path = CRD_DIR / name
+def test_checked_in_crd_is_current(folder: Path, name: str, text: str) -> None:
+    path = folder / name
     assert path.exists(), f"{path} is missing: run `make crds`"
     assert path.read_text() == text, f"{path} is stale: run `make crds` and commit the result"
 

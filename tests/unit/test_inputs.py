@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from kinetic.payload import INPUT_MODES, call_with_input, resolve_call
 
 

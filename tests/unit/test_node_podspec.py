@@ -4,34 +4,57 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
 from kinetic.local import podspec as ps
 
 
 def pod(**spec_overrides):
-    spec = {"containers": [{"name": "main", "image": "ignored", "command": ["sh", "-c"],
-                            "args": ["echo $(GREETING) $$(x)"]}],
-            "restartPolicy": "Never", "nodeName": "kinetic-node"}
+    spec = {
+        "containers": [
+            {
+                "name": "main",
+                "image": "ignored",
+                "command": ["sh", "-c"],
+                "args": ["echo $(GREETING) $$(x)"],
+            }
+        ],
+        "restartPolicy": "Never",
+        "nodeName": "kinetic-node",
+    }
     spec.update(spec_overrides)
-    return {"metadata": {"name": "p1", "namespace": "ns1", "uid": "0123456789abcdef",
-                         "labels": {"app": "demo"}, "annotations": {"a": "b"}},
-            "spec": spec}
+    return {
+        "metadata": {
+            "name": "p1",
+            "namespace": "ns1",
+            "uid": "0123456789abcdef",
+            "labels": {"app": "demo"},
+            "annotations": {"a": "b"},
+        },
+        "spec": spec,
+    }
 
 
 def test_process_spec_argv_env_cwd_and_path():
     p = pod()
-    c = dict(p["spec"]["containers"][0], env=[
-        {"name": "GREETING", "value": "hello"},
-        {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-        {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
-        {"name": "UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": "BOTH", "value": "$(GREETING)-$(POD)"},
-    ])
-    spec = ps.process_spec(p, c, node_name="kinetic-node", pod_dir=Path("/x/ns1_p1"),
-                           base_env={"PATH": "/usr/bin", "KUBECONFIG": "/secret", "HOME": "/root"},
-                           bin_dir="/venv/bin")
+    c = dict(
+        p["spec"]["containers"][0],
+        env=[
+            {"name": "GREETING", "value": "hello"},
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+            {"name": "UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "BOTH", "value": "$(GREETING)-$(POD)"},
+        ],
+    )
+    spec = ps.process_spec(
+        p,
+        c,
+        node_name="kinetic-node",
+        pod_dir=Path("/x/ns1_p1"),
+        base_env={"PATH": "/usr/bin", "KUBECONFIG": "/secret", "HOME": "/root"},
+        bin_dir="/venv/bin",
+    )
     assert spec.argv == ["sh", "-c", "echo hello $(x)"]
     assert spec.env["PATH"] == "/venv/bin:/usr/bin"
     assert "KUBECONFIG" not in spec.env
@@ -52,29 +75,41 @@ def test_working_dir_is_honoured():
 def test_missing_command_is_a_clear_error():
     p = pod()
     with pytest.raises(ps.PodConfigError, match="no command"):
-        ps.process_spec(p, {"name": "main", "image": "python:3.12"}, node_name="n",
-                        pod_dir=Path("/d"), base_env={})
+        ps.process_spec(
+            p,
+            {"name": "main", "image": "python:3.12"},
+            node_name="n",
+            pod_dir=Path("/d"),
+            base_env={},
+        )
 
 
 def test_unsupported_field_ref():
     p = pod()
-    c = dict(p["spec"]["containers"][0],
-             env=[{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "status.phase"}}}])
+    c = dict(
+        p["spec"]["containers"][0],
+        env=[{"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "status.phase"}}}],
+    )
     with pytest.raises(ps.PodConfigError, match="status.phase"):
         ps.process_spec(p, c, node_name="n", pod_dir=Path("/d"), base_env={})
 
 
 def test_secret_and_configmap_refs_use_lookup():
     p = pod()
-    c = dict(p["spec"]["containers"][0], env=[
-        {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
-        {"name": "O", "valueFrom": {"configMapKeyRef": {"name": "m", "key": "gone",
-                                                         "optional": True}}},
-    ], envFrom=[{"configMapRef": {"name": "m"}, "prefix": "CM_"}])
+    c = dict(
+        p["spec"]["containers"][0],
+        env=[
+            {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+            {
+                "name": "O",
+                "valueFrom": {"configMapKeyRef": {"name": "m", "key": "gone", "optional": True}},
+            },
+        ],
+        envFrom=[{"configMapRef": {"name": "m"}, "prefix": "CM_"}],
+    )
 
     def lookup(kind, ns, name, key):
-        data = {"secretKeyRef": {"k": "v"}, "configMapRef": {"a": "1"},
-                "configMapKeyRef": {}}[kind]
+        data = {"secretKeyRef": {"k": "v"}, "configMapRef": {"a": "1"}, "configMapKeyRef": {}}[kind]
         return data if key == "*" else data.get(key)
 
     env = ps.container_env(p, c, "n", lookup)
@@ -82,10 +117,13 @@ def test_secret_and_configmap_refs_use_lookup():
 
 
 def test_pod_requests_like_the_scheduler():
-    p = pod(containers=[
-        {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
-        {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
-    ], initContainers=[{"name": "i", "resources": {"requests": {"cpu": "2"}}}])
+    p = pod(
+        containers=[
+            {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+            {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+        ],
+        initContainers=[{"name": "i", "resources": {"requests": {"cpu": "2"}}}],
+    )
     r = ps.pod_requests(p)
     assert r["cpu"] == Decimal(2)
     assert r["memory"] == Decimal(1024**3)
@@ -126,7 +164,10 @@ def test_status_running_then_terminated():
     assert cs["state"]["running"]["startedAt"] == "1970-01-01T00:16:40Z"
     assert cs["ready"] is True
     assert {c["type"]: c["status"] for c in st["conditions"]} == {
-        "Initialized": "True", "Ready": "True", "ContainersReady": "True"}
+        "Initialized": "True",
+        "Ready": "True",
+        "ContainersReady": "True",
+    }
     assert st["podIP"] == "127.0.0.1"
 
     run.finished_at, run.exit_code, run.message = 1001.0, 3, "boom"

@@ -15,7 +15,9 @@ from kinetic.cli.jobs import CONTEXT, NAMESPACE
 from kinetic.cli.output import OUTPUT_OPTION, Format, console, emit, fail
 from kinetic.ranges import parse_ranges
 
-app = typer.Typer(no_args_is_help=True, help="Batches: list, status, watch, results, cancel, cleanup.")
+app = typer.Typer(
+    no_args_is_help=True, help="Batches: list, status, watch, results, cancel, cleanup."
+)
 
 
 def _handle(group_id: str, namespace: str | None, context: str | None) -> BatchHandle:
@@ -140,8 +142,12 @@ def watch(
 @app.command()
 def results(
     group_id: str,
-    timeout: float | None = typer.Option(None, help="Seconds to wait; the batch keeps running after."),
-    cleanup: bool = typer.Option(False, "--cleanup/--keep", help="Delete each child after reading it."),
+    timeout: float | None = typer.Option(
+        None, help="Seconds to wait; the batch keeps running after."
+    ),
+    cleanup: bool = typer.Option(
+        False, "--cleanup/--keep", help="Delete each child after reading it."
+    ),
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,
     output: Format = OUTPUT_OPTION,
@@ -160,7 +166,11 @@ def results(
         }
         for i, v in enumerate(values)
     ]
-    emit(rows if output is not Format.table else [{**r, "result": repr(r["result"])} for r in rows], output, title="results")
+    emit(
+        rows if output is not Format.table else [{**r, "result": repr(r["result"])} for r in rows],
+        output,
+        title="results",
+    )
     if any(not r["ok"] for r in rows):
         failed = sum(not r["ok"] for r in rows)
         raise fail(f"Batch {group_id}: {failed} of {len(rows)} jobs failed")
@@ -177,7 +187,9 @@ def cancel(group_id: str, namespace: str | None = NAMESPACE, context: str | None
 def cleanup(
     group_id: str,
     k8s: bool = typer.Option(True, "--k8s/--no-k8s", help="Delete the batch and its children."),
-    gcs: bool = typer.Option(True, "--storage/--no-storage", help="Delete artifacts and the manifest."),
+    gcs: bool = typer.Option(
+        True, "--storage/--no-storage", help="Delete artifacts and the manifest."
+    ),
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,
 ) -> None:

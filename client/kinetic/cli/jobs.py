@@ -10,7 +10,9 @@ from kinetic import kube
 from kinetic.cli.output import OUTPUT_OPTION, Format, console, emit, fail
 from kinetic.jobs import JobCancelled, JobFailed, JobHandle, JobStatus, attach, list_jobs
 
-app = typer.Typer(no_args_is_help=True, help="Single jobs: list, status, logs, result, cancel, cleanup.")
+app = typer.Typer(
+    no_args_is_help=True, help="Single jobs: list, status, logs, result, cancel, cleanup."
+)
 
 NAMESPACE = typer.Option(None, "--namespace", "-n", help="Namespace (default: the kubeconfig's).")
 CONTEXT = typer.Option(None, "--context", help="Kubeconfig context.")
@@ -104,7 +106,9 @@ def logs(
 @app.command()
 def result(
     job_id: str,
-    timeout: float | None = typer.Option(None, help="Seconds to wait; the job keeps running after."),
+    timeout: float | None = typer.Option(
+        None, help="Seconds to wait; the job keeps running after."
+    ),
     cleanup: bool = typer.Option(False, "--cleanup/--keep", help="Delete the job after a success."),
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,
@@ -136,8 +140,12 @@ def cancel(job_id: str, namespace: str | None = NAMESPACE, context: str | None =
 @app.command()
 def cleanup(
     job_id: str,
-    k8s: bool = typer.Option(True, "--k8s/--no-k8s", help="Delete the resource, its Jobs and Pods."),
-    gcs: bool = typer.Option(True, "--storage/--no-storage", help="Delete stored payload and result."),
+    k8s: bool = typer.Option(
+        True, "--k8s/--no-k8s", help="Delete the resource, its Jobs and Pods."
+    ),
+    gcs: bool = typer.Option(
+        True, "--storage/--no-storage", help="Delete stored payload and result."
+    ),
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,
 ) -> None:

@@ -25,7 +25,11 @@ def _cached_kube_dir() -> Path | None:
     if not root.is_dir():
         return None
     candidates = sorted(
-        (d / "bin" for d in root.iterdir() if all((d / "bin" / c).exists() for c in KUBE_COMPONENTS)),
+        (
+            d / "bin"
+            for d in root.iterdir()
+            if all((d / "bin" / c).exists() for c in KUBE_COMPONENTS)
+        ),
         key=lambda p: p.stat().st_mtime,
         reverse=True,
     )
@@ -87,9 +91,7 @@ def find_etcd() -> str:
     assets = os.environ.get("KUBEBUILDER_ASSETS")
     if assets and os.access(Path(assets) / "etcd", os.X_OK):
         return str(Path(assets) / "etcd")
-    path = shutil.which("etcd") or (
-        "/usr/bin/etcd" if os.access("/usr/bin/etcd", os.X_OK) else None
-    )
+    path = shutil.which("etcd")
     if not path:
         raise ClusterError(
             "etcd not found (KUBEBUILDER_ASSETS, PATH); install it with: "

@@ -104,22 +104,39 @@ class Cluster:
 
         def etcd() -> list[str]:
             return [
-                b["etcd"], "--name", "kinetic", "--data-dir", str(c.etcd_dir),
-                "--listen-client-urls", f"http://127.0.0.1:{p.etcd_client}",
-                "--advertise-client-urls", f"http://127.0.0.1:{p.etcd_client}",
-                "--listen-peer-urls", f"http://127.0.0.1:{p.etcd_peer}",
-                "--initial-advertise-peer-urls", f"http://127.0.0.1:{p.etcd_peer}",
-                "--initial-cluster", f"kinetic=http://127.0.0.1:{p.etcd_peer}",
-                "--listen-metrics-urls", "", "--log-level", "warn", "--logger", "zap",
-                "--quota-backend-bytes", str(4 * 1024**3),
+                b["etcd"],
+                "--name",
+                "kinetic",
+                "--data-dir",
+                str(c.etcd_dir),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{p.etcd_client}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{p.etcd_client}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{p.etcd_peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{p.etcd_peer}",
+                "--initial-cluster",
+                f"kinetic=http://127.0.0.1:{p.etcd_peer}",
+                "--listen-metrics-urls",
+                "",
+                "--log-level",
+                "warn",
+                "--logger",
+                "zap",
+                "--quota-backend-bytes",
+                str(4 * 1024**3),
             ]
 
         def apiserver() -> list[str]:
             return [
                 b["kube-apiserver"],
                 f"--etcd-servers=http://127.0.0.1:{p.etcd_client}",
-                "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-                f"--secure-port={p.apiserver}", "--insecure-port=0",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={p.apiserver}",
+                "--insecure-port=0",
                 f"--tls-cert-file={pki.crt('apiserver')}",
                 f"--tls-private-key-file={pki.key('apiserver')}",
                 f"--client-ca-file={pki.ca_crt}",
@@ -134,8 +151,10 @@ class Cluster:
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 f"--feature-gates={FEATURE_GATES}",
                 "--allow-privileged=true",
-                "--max-requests-inflight=800", "--max-mutating-requests-inflight=400",
-                "--profiling=false", "--v=1",
+                "--max-requests-inflight=800",
+                "--max-mutating-requests-inflight=400",
+                "--profiling=false",
+                "--v=1",
             ]
 
         def kcm() -> list[str]:
@@ -143,8 +162,11 @@ class Cluster:
             return [
                 b["kube-controller-manager"],
                 f"--kubeconfig={kc}",
-                f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-                "--bind-address=127.0.0.1", "--port=0", f"--secure-port={p.controller_manager}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                "--bind-address=127.0.0.1",
+                "--port=0",
+                f"--secure-port={p.controller_manager}",
                 f"--tls-cert-file={pki.crt('controller-manager-serving')}",
                 f"--tls-private-key-file={pki.key('controller-manager-serving')}",
                 "--leader-elect=false",
@@ -157,7 +179,8 @@ class Cluster:
                 f"--feature-gates={FEATURE_GATES}",
                 *API_QPS,
                 "--concurrent-gc-syncs=20",
-                "--profiling=false", "--v=1",
+                "--profiling=false",
+                "--v=1",
             ]
 
         def scheduler() -> list[str]:
@@ -165,48 +188,90 @@ class Cluster:
             return [
                 b["kube-scheduler"],
                 f"--kubeconfig={kc}",
-                f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-                "--bind-address=127.0.0.1", "--port=0", f"--secure-port={p.scheduler}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                "--bind-address=127.0.0.1",
+                "--port=0",
+                f"--secure-port={p.scheduler}",
                 f"--tls-cert-file={pki.crt('scheduler-serving')}",
                 f"--tls-private-key-file={pki.key('scheduler-serving')}",
-                "--leader-elect=false", *API_QPS, "--profiling=false", "--v=1",
+                "--leader-elect=false",
+                *API_QPS,
+                "--profiling=false",
+                "--v=1",
             ]
 
         def node() -> list[str]:
             return [
-                sys.executable, "-m", "kinetic.local.node",
-                "--kubeconfig", str(c.component_kubeconfig("node")),
-                "--name", c.node_name,
-                "--port", str(p.node),
-                "--state-dir", str(c.state_dir),
-                "--tls-cert", str(pki.crt("node-serving")),
-                "--tls-key", str(pki.key("node-serving")),
-                "--client-ca", str(pki.ca_crt),
+                sys.executable,
+                "-m",
+                "kinetic.local.node",
+                "--kubeconfig",
+                str(c.component_kubeconfig("node")),
+                "--name",
+                c.node_name,
+                "--port",
+                str(p.node),
+                "--state-dir",
+                str(c.state_dir),
+                "--tls-cert",
+                str(pki.crt("node-serving")),
+                "--tls-key",
+                str(pki.key("node-serving")),
+                "--client-ca",
+                str(pki.ca_crt),
             ]
 
         def gcs_argv() -> list[str]:
             return gcs.argv(b["fake-gcs-server"], c)
 
         return [
-            Component("etcd", p.etcd_client, etcd,
-                      lambda: self._http_ok(f"http://127.0.0.1:{p.etcd_client}/health"),
-                      30, "KINETIC_ETCD_PORT"),
-            Component("fake-gcs-server", p.gcs, gcs_argv, lambda: gcs.healthy(c), 30,
-                      "KINETIC_GCS_PORT"),
-            Component("kube-apiserver", p.apiserver, apiserver,
-                      lambda: self._https_ok(p.apiserver, "/readyz"), 90,
-                      "KINETIC_APISERVER_PORT"),
-            Component("kube-controller-manager", p.controller_manager, kcm,
-                      lambda: self._https_ok(p.controller_manager, "/healthz"), 60,
-                      "KINETIC_KCM_PORT"),
-            Component("kube-scheduler", p.scheduler, scheduler,
-                      lambda: self._https_ok(p.scheduler, "/healthz"), 60,
-                      "KINETIC_SCHEDULER_PORT"),
+            Component(
+                "etcd",
+                p.etcd_client,
+                etcd,
+                lambda: self._http_ok(f"http://127.0.0.1:{p.etcd_client}/health"),
+                30,
+                "KINETIC_ETCD_PORT",
+            ),
+            Component(
+                "fake-gcs-server", p.gcs, gcs_argv, lambda: gcs.healthy(c), 30, "KINETIC_GCS_PORT"
+            ),
+            Component(
+                "kube-apiserver",
+                p.apiserver,
+                apiserver,
+                lambda: self._https_ok(p.apiserver, "/readyz"),
+                90,
+                "KINETIC_APISERVER_PORT",
+            ),
+            Component(
+                "kube-controller-manager",
+                p.controller_manager,
+                kcm,
+                lambda: self._https_ok(p.controller_manager, "/healthz"),
+                60,
+                "KINETIC_KCM_PORT",
+            ),
+            Component(
+                "kube-scheduler",
+                p.scheduler,
+                scheduler,
+                lambda: self._https_ok(p.scheduler, "/healthz"),
+                60,
+                "KINETIC_SCHEDULER_PORT",
+            ),
             Component("node", p.node, node, self.node_ready, 60, "KINETIC_NODE_PORT"),
         ]
 
     # ---- readiness beyond "the process answers" -----------------------------------------------
     def node_ready(self) -> bool:
+        """The agent answers /healthz (registered, pods synced) and the Node is Ready."""
+        ctx = self._admin_ssl()
+        url = f"https://127.0.0.1:{self.cfg.ports.node}/healthz"
+        with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
+            if r.status != 200:
+                return False
         node = self.api_get(f"/api/v1/nodes/{self.cfg.node_name}")
         return node_is_ready(node)
 
@@ -219,15 +284,21 @@ class Cluster:
     def write_kubeconfigs(self) -> None:
         c, pki = self.cfg, self.pki
         c.kubeconfig.write_text(
-            kubeconfig_yaml(c.apiserver_url, pki.ca_crt, pki.crt("admin"), pki.key("admin"), "admin")
+            kubeconfig_yaml(
+                c.apiserver_url, pki.ca_crt, pki.crt("admin"), pki.key("admin"), "admin"
+            )
         )
         os.chmod(c.kubeconfig, 0o600)
-        for comp, cert in (("controller-manager", "controller-manager"),
-                           ("scheduler", "scheduler"), ("node", "node")):
+        for comp, cert in (
+            ("controller-manager", "controller-manager"),
+            ("scheduler", "scheduler"),
+            ("node", "node"),
+        ):
             path = c.component_kubeconfig(comp)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(kubeconfig_yaml(c.apiserver_url, pki.ca_crt, pki.crt(cert),
-                                            pki.key(cert), comp))
+            path.write_text(
+                kubeconfig_yaml(c.apiserver_url, pki.ca_crt, pki.crt(cert), pki.key(cert), comp)
+            )
 
     def write_env(self) -> None:
         lines = ["# Written by `kinetic local up`; source it: . .local/env"]
@@ -283,16 +354,23 @@ class Cluster:
                         out(f"{comp.name} (pid {pid}) is running but not ready; restarting it")
                         stop_pid(pid)
                 self._check_port(comp)
-                pid = spawn(comp.argv(), self.log_file(comp.name), self.pid_file(comp.name),
-                            self.component_env())
+                pid = spawn(
+                    comp.argv(),
+                    self.log_file(comp.name),
+                    self.pid_file(comp.name),
+                    self.component_env(),
+                )
                 started.append(comp.name)
                 pending.append((comp, pid))
             for comp, pid in pending:
                 wait_until(comp.ready, comp.timeout, comp.name, self.log_file(comp.name), pid)
         gcs.ensure_bucket(c)
-        wait_until(self.default_sa_ready, 60,
-                   "the default ServiceAccount and its token (kube-controller-manager)",
-                   self.log_file("kube-controller-manager"))
+        wait_until(
+            self.default_sa_ready,
+            60,
+            "the default ServiceAccount and its token (kube-controller-manager)",
+            self.log_file("kube-controller-manager"),
+        )
         elapsed = time.monotonic() - t0
         if started:
             out(f"kinetic local cluster up in {elapsed:.1f}s (started: {', '.join(started)})")
@@ -306,10 +384,19 @@ class Cluster:
 
     def down(self, out: Callable[[str], None] = print, purge: bool = False) -> None:
         """Stop, in reverse order, every process whose pid file still names it."""
-        names = ["node", "kube-scheduler", "kube-controller-manager", "kube-apiserver",
-                 "fake-gcs-server", "etcd"]
-        extra = sorted(p.stem for p in self.cfg.run_dir.glob("*.pid") if p.stem not in names) \
-            if self.cfg.run_dir.exists() else []
+        names = [
+            "node",
+            "kube-scheduler",
+            "kube-controller-manager",
+            "kube-apiserver",
+            "fake-gcs-server",
+            "etcd",
+        ]
+        extra = (
+            sorted(p.stem for p in self.cfg.run_dir.glob("*.pid") if p.stem not in names)
+            if self.cfg.run_dir.exists()
+            else []
+        )
         stopped = []
         for name in extra + names:
             pf = self.pid_file(name)
@@ -327,28 +414,35 @@ class Cluster:
         rows = []
         for comp in self.components_for_status():
             pid = read_live_pid(self.pid_file(comp.name))
-            rows.append({
-                "component": comp.name,
-                "state": "running" if pid else "stopped",
-                "pid": pid,
-                "port": comp.port,
-                "log": str(self.log_file(comp.name)),
-            })
+            rows.append(
+                {
+                    "component": comp.name,
+                    "state": "running" if pid else "stopped",
+                    "pid": pid,
+                    "port": comp.port,
+                    "log": str(self.log_file(comp.name)),
+                }
+            )
         node = "unknown (API server not reachable)"
         try:
             n = self.api_get(f"/api/v1/nodes/{self.cfg.node_name}")
             node = "Ready" if node_is_ready(n) else "NotReady"
         except Exception:  # noqa: BLE001
             pass
-        rows.append({"component": f"node/{self.cfg.node_name}", "state": node, "pid": None,
-                     "port": None, "log": ""})
+        rows.append(
+            {
+                "component": f"node/{self.cfg.node_name}",
+                "state": node,
+                "pid": None,
+                "port": None,
+                "log": "",
+            }
+        )
         return rows
 
     def components_for_status(self) -> list[Component]:
         # Binaries are not needed to report status; use placeholders.
-        self._bins = dict.fromkeys(
-            ["etcd", "fake-gcs-server", *binaries.KUBE_COMPONENTS], ""
-        )
+        self._bins = dict.fromkeys(["etcd", "fake-gcs-server", *binaries.KUBE_COMPONENTS], "")
         return self.components()
 
 

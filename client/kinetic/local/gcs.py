@@ -13,14 +13,22 @@ def argv(binary: str, cfg: LocalConfig) -> list[str]:
     """Plain HTTP on loopback with a filesystem backend, so objects survive restarts."""
     return [
         binary,
-        "-scheme", "http",
-        "-host", "127.0.0.1",
-        "-port", str(cfg.ports.gcs),
-        "-backend", "filesystem",
-        "-filesystem-root", str(cfg.gcs_dir),
-        "-public-host", f"127.0.0.1:{cfg.ports.gcs}",
-        "-external-url", cfg.storage_emulator_host,
-        "-log-level", "warn",
+        "-scheme",
+        "http",
+        "-host",
+        "127.0.0.1",
+        "-port",
+        str(cfg.ports.gcs),
+        "-backend",
+        "filesystem",
+        "-filesystem-root",
+        str(cfg.gcs_dir),
+        "-public-host",
+        f"127.0.0.1:{cfg.ports.gcs}",
+        "-external-url",
+        cfg.storage_emulator_host,
+        "-log-level",
+        "warn",
     ]
 
 

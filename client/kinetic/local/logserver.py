@@ -68,7 +68,8 @@ class _Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         parts = [urllib.parse.unquote(p) for p in url.path.split("/") if p]
         if parts[:1] == ["healthz"]:
-            self._text(200, "ok")
+            ok = self.server.healthy()
+            self._text(200 if ok else 503, "ok" if ok else "starting")
             return
         if len(parts) != 4 or parts[0] != "containerLogs":
             self._text(404, f"not supported by the kinetic process node: {url.path}")
@@ -76,7 +77,10 @@ class _Handler(BaseHTTPRequestHandler):
         _, ns, pod, container = parts
         q = urllib.parse.parse_qs(url.query)
         if q.get("previous", ["false"])[0] == "true":
-            self._text(400, "previous terminated container not found (the process node never restarts a container in place)")
+            self._text(
+                400,
+                "logs of a previous container instance are not kept by the kinetic process node",
+            )
             return
         found = self.server.resolver(ns, pod, container)
         if found is None:
@@ -94,8 +98,9 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
             pass
 
-    def _stream(self, path: Path, running: Callable[[], bool], follow: bool, tail: int,
-                limit: int | None) -> None:
+    def _stream(
+        self, path: Path, running: Callable[[], bool], follow: bool, tail: int, limit: int | None
+    ) -> None:
         # Wait briefly for the file: kubectl may ask the instant the container starts.
         for _ in range(50):
             if path.exists():
@@ -142,9 +147,18 @@ class _Handler(BaseHTTPRequestHandler):
 class LogServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, port: int, cert: str, key: str, client_ca: str | None, resolver: Resolver):
+    def __init__(
+        self,
+        port: int,
+        cert: str,
+        key: str,
+        client_ca: str | None,
+        resolver: Resolver,
+        healthy: Callable[[], bool] = lambda: True,
+    ):
         super().__init__(("127.0.0.1", port), _Handler)
         self.resolver = resolver
+        self.healthy = healthy
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(cert, key)
         if client_ca:
@@ -160,4 +174,3 @@ class LogServer(ThreadingHTTPServer):
         t = threading.Thread(target=self.serve_forever, name="log-server", daemon=True)
         t.start()
         return t
-

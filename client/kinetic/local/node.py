@@ -98,11 +98,20 @@ class PodWorker(threading.Thread):
         self.dir = agent.pods_dir / ps.pod_dir_name(pod)
         spec = pod["spec"]
         self.restart_policy = spec.get("restartPolicy") or "Always"
-        self.init_runs = [ps.ContainerRun(c["name"], c.get("image", ""), waiting_reason="PodInitializing")
-                          for c in spec.get("initContainers") or []]
-        self.app_runs = [ps.ContainerRun(c["name"], c.get("image", ""),
-                                         waiting_reason="PodInitializing" if spec.get("initContainers") else "ContainerCreating")
-                         for c in spec.get("containers") or []]
+        self.init_runs = [
+            ps.ContainerRun(c["name"], c.get("image", ""), waiting_reason="PodInitializing")
+            for c in spec.get("initContainers") or []
+        ]
+        self.app_runs = [
+            ps.ContainerRun(
+                c["name"],
+                c.get("image", ""),
+                waiting_reason="PodInitializing"
+                if spec.get("initContainers")
+                else "ContainerCreating",
+            )
+            for c in spec.get("containers") or []
+        ]
         self.procs: dict[str, object] = {}
         self.specs: dict[str, ps.ProcessSpec] = {}
         self.stop_event = threading.Event()
@@ -146,8 +155,12 @@ class PodWorker(threading.Thread):
         try:
             for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
                 self.specs[c["name"]] = ps.process_spec(
-                    self.pod, c, node_name=self.agent.name, pod_dir=self.dir,
-                    base_env=self.agent.base_env, bin_dir=self.agent.bin_dir,
+                    self.pod,
+                    c,
+                    node_name=self.agent.name,
+                    pod_dir=self.dir,
+                    base_env=self.agent.base_env,
+                    bin_dir=self.agent.bin_dir,
                     lookup=self.agent.lookup,
                 )
         except ps.PodConfigError as e:
@@ -197,7 +210,7 @@ class PodWorker(threading.Thread):
 
     def _backoff(self, run: ps.ContainerRun) -> bool:
         """Wait before a restart (10s doubling, max 5 min); False if stopped meanwhile."""
-        delay = min(10 * 2 ** run.restart_count, 300)
+        delay = min(10 * 2**run.restart_count, 300)
         run.reset_for_restart(f"back-off {delay}s restarting failed container")
         self._report()
         return not self._sleep(delay)
@@ -223,8 +236,14 @@ class PodWorker(threading.Thread):
         try:
             with open(spec.log_path, "ab") as out:
                 proc = subprocess.Popen(
-                    spec.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    env=spec.env, cwd=spec.cwd, start_new_session=True, close_fds=True,
+                    spec.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=spec.env,
+                    cwd=spec.cwd,
+                    start_new_session=True,
+                    close_fds=True,
                 )
         except OSError as e:
             run.finished_at = time.time()
@@ -238,15 +257,25 @@ class PodWorker(threading.Thread):
         run.pid = proc.pid
         self.procs[run.name] = proc
         write_pidfile(self.dir / f"{run.name}.pid", proc.pid)
-        log.info("pod %s/%s container %s started pid %d: %s", self.ns, self.pod_name, run.name,
-                 proc.pid, spec.argv)
+        log.info(
+            "pod %s/%s container %s started pid %d: %s",
+            self.ns,
+            self.pod_name,
+            run.name,
+            proc.pid,
+            spec.argv,
+        )
 
     def _collect(self, run: ps.ContainerRun, returncode: int) -> None:
         spec = self.specs[run.name]
         run.finished_at = time.time()
         run.exit_code = ps.exit_code_of(returncode)
         try:
-            text = Path(spec.termination_log).read_bytes()[: ps.TERMINATION_MESSAGE_LIMIT * 2].decode(errors="replace")
+            text = (
+                Path(spec.termination_log)
+                .read_bytes()[: ps.TERMINATION_MESSAGE_LIMIT * 2]
+                .decode(errors="replace")
+            )
         except OSError:
             text = ""
         tail = ""
@@ -259,7 +288,9 @@ class PodWorker(threading.Thread):
                 pass
         run.message = ps.termination_message(text, tail, run.exit_code, spec.fallback_to_logs)
         (self.dir / f"{run.name}.pid").unlink(missing_ok=True)
-        log.info("pod %s/%s container %s exited %d", self.ns, self.pod_name, run.name, run.exit_code)
+        log.info(
+            "pod %s/%s container %s exited %d", self.ns, self.pod_name, run.name, run.exit_code
+        )
 
     def _wait(self, runs: list[ps.ContainerRun], any_exit: bool = False) -> bool:
         """Wait for the runs to exit (any or all). False if stopped (deletion/deadline/shutdown)."""
@@ -310,8 +341,13 @@ class PodWorker(threading.Thread):
                 self._collect(run, rc)
 
     def _finish_stopped(self) -> None:
-        log.info("pod %s/%s: stopping (grace %.0fs, reason %s)", self.ns, self.pod_name,
-                 self.stop_grace, self.stop_reason or "deleted")
+        log.info(
+            "pod %s/%s: stopping (grace %.0fs, reason %s)",
+            self.ns,
+            self.pod_name,
+            self.stop_grace,
+            self.stop_reason or "deleted",
+        )
         self._kill_all(self.stop_grace)
         if self.stop_reason is None:  # deleted: remove the Pod as a kubelet does
             self.agent.delete_pod(self.ns, self.pod_name, self.uid)
@@ -319,13 +355,24 @@ class PodWorker(threading.Thread):
         if self.stop_reason == "DeadlineExceeded":
             self._report(phase="Failed", reason="DeadlineExceeded", message=DEADLINE_MESSAGE)
         else:
-            self._report(phase="Failed", reason=self.stop_reason,
-                         message="the kinetic process node shut down while this pod was running")
+            self._report(
+                phase="Failed",
+                reason=self.stop_reason,
+                message="the kinetic process node shut down while this pod was running",
+            )
 
-    def _report(self, phase: str | None = None, reason: str | None = None,
-                message: str | None = None) -> None:
-        status = ps.pod_status(self.init_runs, self.app_runs, self.restart_policy,
-                               self.start_time, reason=reason, message=message, phase=phase)
+    def _report(
+        self, phase: str | None = None, reason: str | None = None, message: str | None = None
+    ) -> None:
+        status = ps.pod_status(
+            self.init_runs,
+            self.app_runs,
+            self.restart_policy,
+            self.start_time,
+            reason=reason,
+            message=message,
+            phase=phase,
+        )
         self.agent.patch_status(self.ns, self.pod_name, status)
 
 
@@ -351,9 +398,13 @@ class Agent:
         self.finished: set[str] = set()  # uids this agent has settled (terminal/deleted)
         self.deleting: set[str] = set()
         self.stopping = threading.Event()
+        self.synced = threading.Event()  # /healthz: registered and first pod sync done
         self.bin_dir = os.path.dirname(sys.executable)
-        self.base_env = {k: v for k, v in os.environ.items()
-                         if k != "KUBECONFIG" and not k.startswith("KUBERNETES_")}
+        self.base_env = {
+            k: v
+            for k, v in os.environ.items()
+            if k != "KUBECONFIG" and not k.startswith("KUBERNETES_")
+        }
         self.base_env["VIRTUAL_ENV"] = str(Path(self.bin_dir).parent)
         self.version = "v0.0.0-kinetic"
 
@@ -379,14 +430,19 @@ class Agent:
         return None
 
     def patch_status(self, ns: str, name: str, status: dict) -> None:
-        self._retry(f"status of {ns}/{name}",
-                    lambda: self.core.patch_namespaced_pod_status(name, ns, {"status": status}))
+        self._retry(
+            f"status of {ns}/{name}",
+            lambda: self.core.patch_namespaced_pod_status(name, ns, {"status": status}),
+        )
 
     def delete_pod(self, ns: str, name: str, uid: str) -> None:
-        body = client.V1DeleteOptions(grace_period_seconds=0,
-                                      preconditions=client.V1Preconditions(uid=uid))
-        self._retry(f"delete {ns}/{name}",
-                    lambda: self.core.delete_namespaced_pod(name, ns, body=body, grace_period_seconds=0))
+        body = client.V1DeleteOptions(
+            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid)
+        )
+        self._retry(
+            f"delete {ns}/{name}",
+            lambda: self.core.delete_namespaced_pod(name, ns, body=body, grace_period_seconds=0),
+        )
 
     def lookup(self, kind: str, ns: str, name: str, key: str) -> str | dict | None:
         """configMap/secret values for env (the Node authorizer allows those its pods use)."""
@@ -411,10 +467,17 @@ class Agent:
         except Exception:  # noqa: BLE001
             pass
         node = {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": self.name, "labels": {
-                "kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64", "kinetic.dev/process-node": "true"}},
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.name,
+                "labels": {
+                    "kubernetes.io/hostname": self.name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    "kinetic.dev/process-node": "true",
+                },
+            },
         }
         try:
             self.core.create_node(node)
@@ -427,35 +490,57 @@ class Agent:
 
     def _node_status(self) -> dict:
         now = ps.now_iso()
-        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady",
-                 "message": "kinetic process node is posting ready status",
-                 "lastHeartbeatTime": now, "lastTransitionTime": now}
+        ready = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "kinetic process node is posting ready status",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
         conds = [ready] + [
-            {"type": t, "status": "False", "reason": r, "message": "ok",
-             "lastHeartbeatTime": now, "lastTransitionTime": now}
-            for t, r in (("MemoryPressure", "KubeletHasSufficientMemory"),
-                         ("DiskPressure", "KubeletHasNoDiskPressure"),
-                         ("PIDPressure", "KubeletHasSufficientPID"))
+            {
+                "type": t,
+                "status": "False",
+                "reason": r,
+                "message": "ok",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+            for t, r in (
+                ("MemoryPressure", "KubeletHasSufficientMemory"),
+                ("DiskPressure", "KubeletHasNoDiskPressure"),
+                ("PIDPressure", "KubeletHasSufficientPID"),
+            )
         ]
         return {
             "capacity": self.capacity,
             "allocatable": self.capacity,
             "conditions": conds,
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
-                          {"type": "Hostname", "address": self.name}],
+            "addresses": [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": self.name},
+            ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.args.port}},
             "nodeInfo": {
-                "machineID": "", "systemUUID": "", "bootID": "",
-                "kernelVersion": os.uname().release, "osImage": "kinetic process node",
-                "containerRuntimeVersion": "process://local", "kubeletVersion": self.version,
-                "kubeProxyVersion": self.version, "operatingSystem": "linux",
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+                "kernelVersion": os.uname().release,
+                "osImage": "kinetic process node",
+                "containerRuntimeVersion": "process://local",
+                "kubeletVersion": self.version,
+                "kubeProxyVersion": self.version,
+                "operatingSystem": "linux",
                 "architecture": "amd64",
             },
         }
 
     def heartbeat_status(self) -> None:
-        self._retry("node status", lambda: self.core.patch_node_status(
-            self.name, {"status": self._node_status()}))
+        self._retry(
+            "node status",
+            lambda: self.core.patch_node_status(self.name, {"status": self._node_status()}),
+        )
 
     def remove_not_ready_taint(self) -> None:
         node = self.core.read_node(self.name)
@@ -463,18 +548,32 @@ class Agent:
         keep = [t for t in taints if t.key != NOT_READY_TAINT]
         if len(keep) != len(taints):
             patch = [
-                {"op": "test", "path": "/metadata/resourceVersion",
-                 "value": node.metadata.resource_version},
-                {"op": "replace", "path": "/spec/taints",
-                 "value": [self.api.sanitize_for_serialization(t) for t in keep]},
+                {
+                    "op": "test",
+                    "path": "/metadata/resourceVersion",
+                    "value": node.metadata.resource_version,
+                },
+                {
+                    "op": "replace",
+                    "path": "/spec/taints",
+                    "value": [self.api.sanitize_for_serialization(t) for t in keep],
+                },
             ]
             self.core.patch_node(self.name, patch)
             log.info("removed taint %s", NOT_READY_TAINT)
 
     def renew_lease(self) -> None:
-        now = ps.now_iso().replace("Z", ".000000Z")
-        body = {"metadata": {"name": self.name, "namespace": LEASE_NS},
-                "spec": {"holderIdentity": self.name, "leaseDurationSeconds": 40, "renewTime": now}}
+        import datetime as dt
+
+        # MicroTime must carry microseconds; isoformat() drops them when they are 0.
+        now = dt.datetime.now(dt.UTC)
+        now = now.replace(microsecond=now.microsecond or 1)
+        body = client.V1Lease(
+            metadata=client.V1ObjectMeta(name=self.name, namespace=LEASE_NS),
+            spec=client.V1LeaseSpec(
+                holder_identity=self.name, lease_duration_seconds=40, renew_time=now
+            ),
+        )
         try:
             self.coord.patch_namespaced_lease(self.name, LEASE_NS, body)
         except ApiException as e:
@@ -521,14 +620,28 @@ class Agent:
             self._kill_leftovers(pod_dir)
         self.finished.add(md["uid"])
         now = time.time()
-        msg = ("the kinetic process node restarted while this pod was running; its processes "
-               "were stopped and cannot be resumed")
-        runs = [ps.ContainerRun(c["name"], c.get("image", ""), started_at=now, finished_at=now,
-                                exit_code=137, reason="NodeRestarted", message=msg)
-                for c in spec.get("containers") or []]
-        status = ps.pod_status([], runs, "Never", now, reason="NodeRestarted", message=msg,
-                               phase="Failed")
-        log.info("pod %s/%s orphaned by a node restart: marking Failed", md["namespace"], md["name"])
+        msg = (
+            "the kinetic process node restarted while this pod was running; its processes "
+            "were stopped and cannot be resumed"
+        )
+        runs = [
+            ps.ContainerRun(
+                c["name"],
+                c.get("image", ""),
+                started_at=now,
+                finished_at=now,
+                exit_code=137,
+                reason="NodeRestarted",
+                message=msg,
+            )
+            for c in spec.get("containers") or []
+        ]
+        status = ps.pod_status(
+            [], runs, "Never", now, reason="NodeRestarted", message=msg, phase="Failed"
+        )
+        log.info(
+            "pod %s/%s orphaned by a node restart: marking Failed", md["namespace"], md["name"]
+        )
         self.patch_status(md["namespace"], md["name"], status)
 
     def on_pod(self, etype: str, pod: dict) -> None:
@@ -544,7 +657,11 @@ class Agent:
             with self.lock:
                 self.finished.discard(uid)
                 self.deleting.discard(uid)
-                if self.by_name.get((ns, name)) is worker and worker is not None and worker.finished.is_set():
+                if (
+                    self.by_name.get((ns, name)) is worker
+                    and worker is not None
+                    and worker.finished.is_set()
+                ):
                     self.by_name.pop((ns, name), None)
             return
         if md.get("deletionTimestamp"):
@@ -585,8 +702,9 @@ class Agent:
             self.finished.add(md["uid"])
             log.warning("pod %s/%s rejected: %s", md["namespace"], md["name"], message)
             names = [c["name"] for c in pod["spec"].get("containers") or []]
-            self.patch_status(md["namespace"], md["name"],
-                              ps.failed_status(reason, message, names, time.time()))
+            self.patch_status(
+                md["namespace"], md["name"], ps.failed_status(reason, message, names, time.time())
+            )
             return
         worker.start()
 
@@ -628,13 +746,17 @@ class Agent:
 
     def watch_loop(self) -> None:
         rv = self.sync()
+        self.synced.set()
         while not self.stopping.is_set():
             w = watch.Watch()
             try:
-                for ev in w.stream(self.core.list_pod_for_all_namespaces,
-                                   field_selector=f"spec.nodeName={self.name}",
-                                   resource_version=rv, timeout_seconds=300,
-                                   allow_watch_bookmarks=True):
+                for ev in w.stream(
+                    self.core.list_pod_for_all_namespaces,
+                    field_selector=f"spec.nodeName={self.name}",
+                    resource_version=rv,
+                    timeout_seconds=300,
+                    allow_watch_bookmarks=True,
+                ):
                     obj = ev["object"]
                     if ev["type"] == "ERROR":
                         raise RuntimeError(f"watch error: {obj}")
@@ -676,16 +798,26 @@ class Agent:
 
     def run(self) -> None:
         self.register()
-        server = LogServer(self.args.port, self.args.tls_cert, self.args.tls_key,
-                           self.args.client_ca, self.log_target)
+        server = LogServer(
+            self.args.port,
+            self.args.tls_cert,
+            self.args.tls_key,
+            self.args.client_ca,
+            self.log_target,
+            healthy=self.synced.is_set,
+        )
         server.start()
         try:
             self.renew_lease()
         except Exception as e:  # noqa: BLE001
             log.warning("lease: %s", e)
         threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
-        log.info("process node %s ready: capacity %s, logs on https://127.0.0.1:%d",
-                 self.name, self.capacity, self.args.port)
+        log.info(
+            "process node %s ready: capacity %s, logs on https://127.0.0.1:%d",
+            self.name,
+            self.capacity,
+            self.args.port,
+        )
         try:
             self.watch_loop()
         except _Shutdown:
@@ -697,8 +829,11 @@ class Agent:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
-                        format="%(asctime)s %(levelname)s %(name)s %(threadName)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stdout,
+        format="%(asctime)s %(levelname)s %(name)s %(threadName)s: %(message)s",
+    )
     logging.getLogger("urllib3").setLevel(logging.ERROR)
 
     def on_signal(signum, frame):  # noqa: ANN001, ARG001

@@ -47,15 +47,40 @@ def leaf_specs(node_name: str) -> list[CertSpec]:
         "kubernetes.default.svc.cluster.local",
     )
     return [
-        CertSpec("apiserver", "kube-apiserver", dns=api_dns, ips=("127.0.0.1", "10.0.0.1"), server=True),
-        CertSpec("apiserver-kubelet-client", "kube-apiserver-kubelet-client", orgs=("system:masters",), client=True),
+        CertSpec(
+            "apiserver", "kube-apiserver", dns=api_dns, ips=("127.0.0.1", "10.0.0.1"), server=True
+        ),
+        CertSpec(
+            "apiserver-kubelet-client",
+            "kube-apiserver-kubelet-client",
+            orgs=("system:masters",),
+            client=True,
+        ),
         CertSpec("admin", "kinetic-admin", orgs=("system:masters",), client=True),
         CertSpec("controller-manager", "system:kube-controller-manager", client=True),
         CertSpec("scheduler", "system:kube-scheduler", client=True),
         CertSpec("node", f"system:node:{node_name}", orgs=("system:nodes",), client=True),
-        CertSpec("node-serving", f"system:node:{node_name}", dns=("localhost", node_name), ips=("127.0.0.1",), server=True),
-        CertSpec("controller-manager-serving", "kube-controller-manager", dns=("localhost",), ips=("127.0.0.1",), server=True),
-        CertSpec("scheduler-serving", "kube-scheduler", dns=("localhost",), ips=("127.0.0.1",), server=True),
+        CertSpec(
+            "node-serving",
+            f"system:node:{node_name}",
+            dns=("localhost", node_name),
+            ips=("127.0.0.1",),
+            server=True,
+        ),
+        CertSpec(
+            "controller-manager-serving",
+            "kube-controller-manager",
+            dns=("localhost",),
+            ips=("127.0.0.1",),
+            server=True,
+        ),
+        CertSpec(
+            "scheduler-serving",
+            "kube-scheduler",
+            dns=("localhost",),
+            ips=("127.0.0.1",),
+            server=True,
+        ),
     ]
 
 
@@ -139,7 +164,7 @@ class PKI:
 
     def _make_ca(self) -> None:
         key = ec.generate_private_key(ec.SECP256R1())
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         name = _name("kinetic-local-ca")
         cert = (
             x509.CertificateBuilder()
@@ -152,13 +177,21 @@ class PKI:
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, key_cert_sign=True, crl_sign=True,
-                    content_commitment=False, key_encipherment=False, data_encipherment=False,
-                    key_agreement=False, encipher_only=False, decipher_only=False,
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
                 ),
                 critical=True,
             )
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(
+                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+            )
             .sign(key, hashes.SHA256())
         )
         _write(self.key("ca"), _key_pem(key), private=True)
@@ -166,7 +199,7 @@ class PKI:
 
     def _make_leaf(self, spec: CertSpec, ca_cert: x509.Certificate, ca_key) -> None:
         key = ec.generate_private_key(ec.SECP256R1())
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         usages = []
         if spec.server:
             usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
@@ -183,9 +216,15 @@ class PKI:
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, key_encipherment=False, key_cert_sign=False,
-                    crl_sign=False, content_commitment=False, data_encipherment=False,
-                    key_agreement=False, encipher_only=False, decipher_only=False,
+                    digital_signature=True,
+                    key_encipherment=False,
+                    key_cert_sign=False,
+                    crl_sign=False,
+                    content_commitment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
                 ),
                 critical=True,
             )

@@ -166,11 +166,13 @@ def process_spec(
     if bin_dir:
         env["PATH"] = bin_dir + os.pathsep + path
     md = pod["metadata"]
-    env.update({
-        "HOSTNAME": md["name"],
-        "KINETIC_TERMINATION_LOG": term_log,
-        "KINETIC_POD_DIR": str(pod_dir),
-    })
+    env.update(
+        {
+            "HOSTNAME": md["name"],
+            "KINETIC_TERMINATION_LOG": term_log,
+            "KINETIC_POD_DIR": str(pod_dir),
+        }
+    )
     own = container_env(pod, container, node_name, lookup)
     env.update(own)
     argv = [expand(a, own) for a in command + args]
@@ -237,13 +239,13 @@ def add(a: Mapping[str, Decimal], b: Mapping[str, Decimal], sign: int = 1) -> di
     return out
 
 
-# ---- status ----------------------------------------------------------------------------------------
+# ---- status ----------------------------------------------------------------------------
 def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def iso(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def termination_message(file_text: str, log_tail: str, exit_code: int, fallback: bool) -> str:
@@ -346,8 +348,12 @@ def pod_phase(init: list[ContainerRun], app: list[ContainerRun], restart_policy:
 
 
 def _cond(ctype: str, status: bool, reason: str | None = None, msg: str | None = None) -> dict:
-    c = {"type": ctype, "status": "True" if status else "False", "lastTransitionTime": now_iso(),
-         "lastProbeTime": None}
+    c = {
+        "type": ctype,
+        "status": "True" if status else "False",
+        "lastTransitionTime": now_iso(),
+        "lastProbeTime": None,
+    }
     if reason:
         c["reason"] = reason
     if msg:
@@ -378,8 +384,11 @@ def pod_status(
         "startTime": iso(start_time),
         "qosClass": None,
         "conditions": [
-            _cond("Initialized", initialized or terminal,
-                  None if initialized or terminal else "ContainersNotInitialized"),
+            _cond(
+                "Initialized",
+                initialized or terminal,
+                None if initialized or terminal else "ContainersNotInitialized",
+            ),
             _cond("Ready", running, None if running else not_ready_reason),
             _cond("ContainersReady", running, None if running else not_ready_reason),
         ],
@@ -397,6 +406,8 @@ def pod_status(
 
 def failed_status(reason: str, message: str, containers: list[str], start_time: float) -> dict:
     """A Pod the node refuses or gave up on: Failed with a reason, containers never ran."""
-    runs = [ContainerRun(name=n, waiting_reason=reason, waiting_message=message) for n in containers]
+    runs = [
+        ContainerRun(name=n, waiting_reason=reason, waiting_message=message) for n in containers
+    ]
     st = pod_status([], runs, "Never", start_time, reason=reason, message=message, phase="Failed")
     return st

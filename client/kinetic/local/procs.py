@@ -84,7 +84,9 @@ def spawn(
     """Start a detached process (own session, so it survives us and is killed as a group)."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
-        log.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(argv)}\n".encode())
+        log.write(
+            f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(argv)}\n".encode()
+        )
         log.flush()
         proc = subprocess.Popen(
             list(argv),
@@ -167,9 +169,8 @@ def wait_until(
             pass
         if pid is not None and proc_start_time(pid) is None:
             _reap(pid)
-            raise ClusterError(
-                f"{what} exited during start-up; see {log_file}\n{log_tail(log_file) if log_file else ''}"
-            )
+            tail = log_tail(log_file) if log_file else ""
+            raise ClusterError(f"{what} exited during start-up; see {log_file}\n{tail}")
         if time.monotonic() > deadline:
             raise ClusterError(
                 f"timed out after {timeout:.0f}s waiting for {what}; see {log_file}\n"

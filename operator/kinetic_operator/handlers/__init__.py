@@ -1,0 +1,1 @@
+"""Kopf handlers, one module per resource. Importing a module registers its handlers."""

@@ -1,0 +1,229 @@
+"""KineticJob handlers: every event about a job, its Jobs or its Pods reconciles it.
+
+Level-triggered: a handler never looks at what changed. It names the
+KineticJob the event is about and calls `reconcile_job`, which reads the
+whole current state — the KineticJob from the API, its attempts' Jobs and
+Pods from Kopf's in-memory indexes — asks `job_logic.decide` what to do, and
+does it. No timers, no polling: the watches deliver every change, and on a
+restart Kopf lists every object again, which reconciles every job once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from kinetic.resources import GROUP, JOB_PLURAL, LABEL_JOB, VERSION, KineticJobStatus
+
+from kinetic_operator import job_logic, podspec
+from kinetic_operator.job_logic import CreateAttempt, DeleteAttempt, Event, InvalidSpec
+from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube
+from kinetic_operator.observed import JobView, PodView, job_key, summarize_job, summarize_pod
+from kinetic_operator.serial import Serializer
+from kinetic_operator.settings import OperatorSettings, get_settings
+
+log = logging.getLogger("kinetic.operator")
+
+LABELLED = {LABEL_JOB: kopf.PRESENT}
+CONFLICT_RETRIES = 5
+
+serializer = Serializer()
+
+
+# ----------------------------------------------------------------------- indexes
+
+
+@kopf.index("batch", "v1", "jobs", labels=LABELLED)
+def attempt_jobs(body: kopf.Body, **_: Any) -> dict[tuple[str, str], JobView]:
+    """Attempt Jobs by (namespace, KineticJob name), summarised."""
+    key = job_key(body)
+    return {key: summarize_job(body)} if key else {}
+
+
+@kopf.index("v1", "pods", labels=LABELLED)
+def attempt_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodView]:
+    """Attempt Pods by (namespace, KineticJob name), summarised."""
+    key = job_key(body)
+    return {key: summarize_pod(body)} if key else {}
+
+
+# ----------------------------------------------------------------------- triggers
+
+
+@kopf.on.event(GROUP, VERSION, JOB_PLURAL)
+async def kinetic_job_event(
+    namespace: str, name: str, attempt_jobs: kopf.Index, attempt_pods: kopf.Index, **_: Any
+) -> None:
+    """A KineticJob was created, changed or deleted: reconcile it."""
+    await reconcile_job(namespace, name, attempt_jobs, attempt_pods)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels=LABELLED)
+async def attempt_job_event(
+    namespace: str,
+    labels: kopf.Labels,
+    attempt_jobs: kopf.Index,
+    attempt_pods: kopf.Index,
+    **_: Any,
+) -> None:
+    """An attempt's Job changed or went away: reconcile the KineticJob that owns it."""
+    await reconcile_job(namespace, labels[LABEL_JOB], attempt_jobs, attempt_pods)
+
+
+@kopf.on.event("v1", "pods", labels=LABELLED)
+async def attempt_pod_event(
+    namespace: str,
+    labels: kopf.Labels,
+    attempt_jobs: kopf.Index,
+    attempt_pods: kopf.Index,
+    **_: Any,
+) -> None:
+    """An attempt's Pod changed or went away: reconcile the KineticJob that owns it."""
+    await reconcile_job(namespace, labels[LABEL_JOB], attempt_jobs, attempt_pods)
+
+
+@kopf.on.cleanup()
+def stop_retries(**_: Any) -> None:
+    """Pending retries die with the process; the next start re-lists everything."""
+    serializer.cancel_all()
+
+
+# ----------------------------------------------------------------------- reconcile
+
+
+async def reconcile_job(
+    namespace: str, name: str, attempt_jobs: kopf.Index, attempt_pods: kopf.Index
+) -> None:
+    """Bring KineticJob namespace/name one step closer to done; serialized per job.
+
+    The indexes are read on the event loop (where Kopf updates them) and
+    handed to a worker thread as immutable snapshots, because the API calls
+    are blocking.
+    """
+    key = (namespace, name)
+
+    async def work() -> None:
+        jobs = tuple(attempt_jobs.get(key, ()))
+        pods = tuple(attempt_pods.get(key, ()))
+        recheck = await asyncio.to_thread(
+            reconcile_job_sync, get_kube(), get_settings(), namespace, name, jobs, pods
+        )
+        if recheck is not None:
+            serializer.later(key, work, recheck)
+
+    await serializer.run(key, work)
+
+
+def reconcile_job_sync(
+    kube: Kube,
+    settings: OperatorSettings,
+    namespace: str,
+    name: str,
+    jobs: Iterable[JobView],
+    pods: Iterable[PodView],
+    now: datetime | None = None,
+) -> float | None:
+    """Read, decide, write status, act — redone from the top if someone wrote meanwhile.
+
+    Returns in how many seconds to look again, when the decision asked for it.
+    """
+    for _ in range(CONFLICT_RETRIES):
+        try:
+            return _reconcile_once(
+                kube, settings, namespace, name, jobs, pods, now or datetime.now(UTC)
+            )
+        except Conflict:
+            continue
+    raise Conflict(f"{namespace}/{name} kept changing; giving up this round")
+
+
+def _reconcile_once(
+    kube: Kube,
+    settings: OperatorSettings,
+    namespace: str,
+    name: str,
+    jobs: Iterable[JobView],
+    pods: Iterable[PodView],
+    now: datetime,
+) -> float | None:
+    body = kube.get_kinetic_job(namespace, name)
+    if body is None:
+        return None  # deleted; its Jobs go with it through ownerReferences
+    meta = body.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return None  # being deleted (e.g. foreground cascade): start nothing new
+
+    spec = job_logic.validate_spec(
+        name,
+        body.get("spec"),
+        settings.accelerator_catalog,
+        storage_root=settings.storage_root,
+        max_disruptions=settings.max_disruptions,
+    )
+    old = body.get("status") or {}
+    decision = job_logic.decide(
+        name=name,
+        spec=spec,
+        status=_parse_status(old, namespace, name),
+        jobs=jobs,
+        pods=pods,
+        now=now,
+        generation=meta.get("generation"),
+        bounds=job_logic.Bounds(settings.max_disruptions, settings.attempt_history),
+        result_uri=None
+        if isinstance(spec, InvalidSpec)
+        else podspec.result_uri(name, spec, settings),
+    )
+
+    # Status first, conditional on the version we read: if it moved, nothing
+    # below happens and we decide again from the fresh object.
+    new = decision.status.wire()
+    if new != old:
+        kube.patch_status(namespace, name, new, old, meta.get("resourceVersion"))
+
+    owner = podspec.Owner(name, namespace, meta.get("uid", ""), meta.get("labels") or {})
+    for action in decision.actions:
+        match action:
+            case CreateAttempt(attempt=n) if not isinstance(spec, InvalidSpec):
+                try:
+                    kube.create_job(podspec.build_job(owner, spec, settings, n))
+                except Rejected as exc:
+                    _reject(kube, body, decision.status, new, n, str(exc), now)
+                    return None
+            case DeleteAttempt(job=job):
+                kube.delete_job(namespace, job)
+            case Event(type=type_, reason=reason, message=message):
+                kube.post_event(body, type_, reason, message)
+    return decision.recheck_after
+
+
+def _reject(
+    kube: Kube,
+    body: dict[str, Any],
+    status: KineticJobStatus,
+    written: dict[str, Any],
+    attempt: int,
+    why: str,
+    now: datetime,
+) -> None:
+    """Kubernetes refused the attempt's Job (e.g. an invalid memory quantity): fail the job."""
+    meta = body["metadata"]
+    job = podspec.attempt_job_name(meta["name"], attempt)
+    message = f"Kubernetes rejected Job {job}: {why}"
+    failed = job_logic.rejected(status, message, now).wire()
+    # Our own patch above bumped the resourceVersion; this write follows it unconditionally.
+    kube.patch_status(meta["namespace"], meta["name"], failed, written, None)
+    kube.post_event(body, "Warning", "Rejected", message)
+
+
+def _parse_status(raw: dict[str, Any], namespace: str, name: str) -> KineticJobStatus:
+    """Our own last status; if someone else mangled it, start from what the Jobs show."""
+    try:
+        return KineticJobStatus.model_validate(raw)
+    except ValueError as exc:
+        log.warning("Ignoring unreadable status of %s/%s: %s", namespace, name, exc)
+        return KineticJobStatus()

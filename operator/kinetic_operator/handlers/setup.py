@@ -1,0 +1,98 @@
+"""Operator start-up: Kopf's settings, and the ConfigMap clients read.
+
+Kopf's defaults suit operators that keep state in annotations; ours keeps
+everything in status and uses only event handlers and indexes, so we turn
+off the things that would grow objects or flood the event log.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+from kinetic.resources import LABEL_JOB
+
+from kinetic_operator.kube import get_kube
+from kinetic_operator.settings import OperatorSettings, get_settings
+
+log = logging.getLogger("kinetic.operator")
+
+# Kopf's diff-base annotation would copy these into metadata (capped at 256 KiB,
+# kopf issue 1087). Event handlers store nothing; this guards any change
+# handler added later (e.g. for KineticBatch) from copying big fields.
+IGNORED_FIELDS = [
+    "status",
+    "spec.inputs",
+    "spec.template",
+    "spec.submissionFailures",
+    "spec.function.inputJSON",
+    "spec.env",
+]
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """Tune Kopf for one replica, small bookkeeping and few events."""
+    ours = get_settings()
+    # Our own Events say what happened; Kopf's per-handler INFO events would
+    # add one event per handler run per object.
+    settings.posting.level = logging.WARNING
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kinetic.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="kinetic.dev", key="last-handled-configuration", ignored_fields=IGNORED_FIELDS
+    )
+    # One replica: no peering objects, no freeze between equal-priority peers.
+    settings.peering.standalone = True
+    # Ask the server to end every watch after a few minutes and reconnect, so
+    # a silently dropped connection is noticed; inactivity catches the rest.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.watching.reconnect_backoff = 1.0
+    settings.networking.request_timeout = 60
+    settings.networking.connect_timeout = 10
+    # Only our Jobs and Pods, filtered by the API server, not in memory.
+    settings.watching.label_selectors["batch", "v1", "jobs"] = LABEL_JOB
+    settings.watching.label_selectors["v1", "pods"] = LABEL_JOB
+    log.info(
+        "Kinetic operator: storage root %s, default image %s, service account %s, namespaces %s",
+        ours.storage_root or "(none)",
+        ours.default_image,
+        ours.runner_service_account,
+        ", ".join(ours.namespaces) or "(all)",
+    )
+
+
+@kopf.on.startup()
+def publish_config(logger: kopf.Logger, **_: Any) -> None:
+    """Publish what clients need (storage root, default image) so they need no setup.
+
+    A missing namespace or a forbidden write is logged, not fatal: jobs
+    still run; clients can be configured with KINETIC_* instead.
+    """
+    ours = get_settings()
+    try:
+        get_kube().publish_config_map(
+            ours.operator_namespace, ours.config_map_name, client_config(ours)
+        )
+    except Exception as exc:  # noqa: BLE001
+        logger.warning(
+            "Could not publish ConfigMap %s/%s (clients will need KINETIC_STORAGE_ROOT): %s",
+            ours.operator_namespace,
+            ours.config_map_name,
+            exc,
+        )
+    else:
+        logger.info("Published ConfigMap %s/%s", ours.operator_namespace, ours.config_map_name)
+
+
+def client_config(settings: OperatorSettings) -> dict[str, str]:
+    """The ConfigMap's data: camelCase keys, like the CRDs."""
+    data = {
+        "defaultImage": settings.default_image,
+        "accelerators": ",".join(settings.accelerator_catalog.names()),
+    }
+    if settings.storage_root:
+        data["storageRoot"] = settings.storage_root
+    return data

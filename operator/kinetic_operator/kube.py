@@ -1,0 +1,220 @@
+"""The few Kubernetes API calls the operator makes, each idempotent.
+
+Everything here is a thin wrapper over the sync `kubernetes` client (Kopf
+runs our blocking calls in threads). The wrappers turn the answers that mean
+"already done" into success — AlreadyExists on create, NotFound on delete —
+so a handler that runs twice does no harm.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import uuid
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+from kinetic.resources import GROUP, JOB_KIND, JOB_PLURAL, VERSION
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+log = logging.getLogger("kinetic.operator")
+
+COMPONENT = "kinetic-operator"
+MERGE_PATCH = "application/merge-patch+json"
+REQUEST_TIMEOUT = 30  # seconds; a hung call must not hold a KineticJob's lock forever
+
+
+class Conflict(Exception):
+    """The object changed since it was read; read it again and redo the decision."""
+
+
+class Rejected(Exception):
+    """The API server refused the object itself (400/422): retrying will not help."""
+
+
+def load_config() -> client.ApiClient:
+    """In a pod, the service account; elsewhere, KUBECONFIG or ~/.kube/config."""
+    try:
+        config.load_incluster_config()
+    except ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+class Kube:
+    """The operator's API calls."""
+
+    def __init__(self, api: client.ApiClient | None = None) -> None:
+        self.api = api or load_config()
+        self.batch = client.BatchV1Api(self.api)
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.instance = os.environ.get("HOSTNAME") or socket.gethostname()
+
+    # ------------------------------------------------------------------ KineticJobs
+
+    def get_kinetic_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The KineticJob as stored now, or None if it is gone."""
+        try:
+            return self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, JOB_PLURAL, name, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def patch_status(
+        self,
+        namespace: str,
+        name: str,
+        new: dict[str, Any],
+        old: dict[str, Any],
+        resource_version: str | None,
+    ) -> None:
+        """Write the status subresource, only if nobody wrote since we read it.
+
+        A merge patch carrying metadata.resourceVersion is a compare-and-swap:
+        the API server answers 409 if the object moved on, and we raise
+        Conflict so the caller re-reads and decides again. Keys that were set
+        and are now absent are sent as null so they are removed.
+        """
+        status: dict[str, Any] = {key: None for key in old if key not in new}
+        status.update(new)
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                JOB_PLURAL,
+                name,
+                body,
+                _content_type=MERGE_PATCH,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                raise Conflict(f"{namespace}/{name} changed while reconciling") from exc
+            if exc.status == 404:
+                return  # deleted meanwhile: nothing left to report on
+            raise
+
+    # ------------------------------------------------------------------ attempt Jobs
+
+    def create_job(self, manifest: dict[str, Any]) -> None:
+        """Create an attempt's Job; if it exists already, that is the same attempt."""
+        meta = manifest["metadata"]
+        try:
+            self.batch.create_namespaced_job(
+                meta["namespace"],
+                client.V1Job.from_dict(manifest),
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            log.info("Created Job %s/%s", meta["namespace"], meta["name"])
+        except ApiException as exc:
+            if exc.status == 409:
+                return
+            if exc.status in (400, 422):
+                raise Rejected(_api_message(exc)) from exc
+            raise
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        """Delete an attempt's Job; its pods go with it (Background propagation)."""
+        try:
+            self.batch.delete_namespaced_job(
+                name,
+                namespace,
+                propagation_policy="Background",
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            log.info("Deleted Job %s/%s", namespace, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    # ------------------------------------------------------------------ events
+
+    def post_event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event on the KineticJob, so `kubectl describe kj` shows it.
+
+        Events are for people; failing to post one is logged, never retried,
+        so that it cannot block or repeat the decision it reports.
+        """
+        meta = owner.get("metadata") or {}
+        now = datetime.now(UTC)
+        event = {
+            "metadata": {
+                "name": f"{meta.get('name')}.{uuid.uuid4().hex[:16]}",
+                "namespace": meta.get("namespace"),
+            },
+            "involvedObject": {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": JOB_KIND,
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(
+                meta.get("namespace"),
+                client.CoreV1Event.from_dict(event),
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except Exception as exc:  # noqa: BLE001 — best effort by design
+            log.warning("Could not post event %s on %s: %s", reason, meta.get("name"), exc)
+
+    # ------------------------------------------------------------------ configuration
+
+    def publish_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
+        """Create or replace the ConfigMap from which clients learn the storage root."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/managed-by": COMPONENT},
+            },
+            "data": data,
+        }
+        cm = client.V1ConfigMap.from_dict(body)
+        try:
+            self.core.create_namespaced_config_map(namespace, cm, _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            self.core.replace_namespaced_config_map(
+                name, namespace, cm, _request_timeout=REQUEST_TIMEOUT
+            )
+
+
+def _api_message(exc: ApiException) -> str:
+    """The API server's own sentence from an error response, else the HTTP reason."""
+    try:
+        return json.loads(exc.body or "{}").get("message") or str(exc.reason)
+    except (ValueError, AttributeError):
+        return str(exc.reason)
+
+
+@lru_cache(maxsize=1)
+def get_kube() -> Kube:
+    """The process-wide API wrapper, created on first use (after Kopf has started)."""
+    return Kube()

@@ -1,0 +1,12 @@
+"""What `kopf run` loads. Importing it registers every handler.
+
+Start the operator (one replica; namespaces come from kopf's own flags):
+
+    kopf run --standalone --all-namespaces -m kinetic_operator.main
+    kopf run --standalone --namespace team-a --namespace team-b -m kinetic_operator.main
+
+or `python -m kinetic_operator`, which takes the namespaces from
+KINETIC_NAMESPACES (comma-separated; empty means all).
+"""
+
+from kinetic_operator.handlers import jobs, setup  # noqa: F401 — registers handlers

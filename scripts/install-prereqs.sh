@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Install what a fresh Debian machine lacks to run the local cluster and the tests:
+# etcd (etcd-server), kubectl (kubernetes-client as a fallback), make, procps,
+# the Python venv module, and the Kubernetes control-plane binaries (built once
+# from Debian's source package by build-kube.sh, cached under ~/.cache/kinetic).
+# Idempotent: a fast no-op when everything is present.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+export DEBIAN_FRONTEND=noninteractive
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+need=()
+have etcd || [ -x /usr/bin/etcd ] || need+=(etcd-server)
+have kubectl || need+=(kubernetes-client)
+have make || need+=(make)
+have pgrep || need+=(procps)
+have ss || need+=(iproute2)
+have curl || need+=(curl)
+have git || need+=(git)
+# The Makefile prefers pyenv's 3.12; the system python3 needs the venv module otherwise.
+if ! ls -d "$HOME"/.pyenv/versions/3.12*/bin/python3.12 >/dev/null 2>&1 && ! have python3.12; then
+  python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv python3-pip)
+fi
+
+if [ "${#need[@]}" -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "install-prereqs: missing ${need[*]}; run as root: sudo $0" >&2
+    exit 1
+  fi
+  echo "install-prereqs: apt-get install ${need[*]}"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# Debian's etcd-server package may start a system etcd on 2379; ours uses 12379, so
+# it does not clash, but do not leave an unused daemon behind on CI machines.
+if [ "${CI:-}" = "true" ] && have systemctl && systemctl is-active --quiet etcd 2>/dev/null; then
+  systemctl disable --now etcd >/dev/null 2>&1 || true
+fi
+
+kube_ok=false
+if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ]; then
+  kube_ok=true
+elif have kube-apiserver && have kube-controller-manager && have kube-scheduler; then
+  kube_ok=true
+fi
+if ! $kube_ok; then
+  start=$(date +%s)
+  bin_dir=$(bash "$here/build-kube.sh" | tail -n 1)
+  echo "install-prereqs: Kubernetes control-plane binaries in $bin_dir ($(( $(date +%s) - start ))s)"
+fi
+echo "install-prereqs: ok (etcd $(command -v etcd || echo /usr/bin/etcd), kubectl $(command -v kubectl))"

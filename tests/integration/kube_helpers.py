@@ -1,0 +1,74 @@
+"""Helpers shared by the integration tests (import: `from kube_helpers import ...`).
+
+A plain module rather than conftest, so test files can import it unambiguously.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def local_env() -> dict[str, str]:
+    """The ``export`` lines of ``.local/env`` (``$KINETIC_LOCAL_DIR/env``) as a dict."""
+    state = Path(os.environ.get("KINETIC_LOCAL_DIR") or REPO / ".local")
+    env: dict[str, str] = {}
+    path = state / "env"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            line = line.strip()
+            if line.startswith("export ") and "=" in line:
+                k, v = line[len("export ") :].split("=", 1)
+                env[k] = shlex.split(v)[0] if v else ""
+    return env
+
+
+@dataclass
+class Kube:
+    """Handles to one cluster, and the kubeconfig for kubectl subprocesses."""
+
+    kubeconfig: str
+    api: client.ApiClient
+    core: client.CoreV1Api
+    batch: client.BatchV1Api
+    is_local: bool
+
+    def kubectl(
+        self, *args: str, timeout: float = 60, check: bool = True
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["kubectl", "--kubeconfig", self.kubeconfig, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=check,
+        )
+
+
+def wait_for(
+    pred: Callable[[], object], timeout: float = 60, interval: float = 0.2, what: str = "condition"
+) -> object:
+    """Poll ``pred`` until truthy; returns its value; fails naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            v = pred()
+            if v:
+                return v
+        except Exception as e:  # noqa: BLE001
+            last_exc = e
+        time.sleep(interval)
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}"
+        + (f" (last error: {last_exc})" if last_exc else "")
+    )

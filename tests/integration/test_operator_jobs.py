@@ -1,0 +1,367 @@
+"""The operator runs KineticJobs on a real cluster: results, retries, disruptions, cancel.
+
+Uses the operator that `make cluster-up` started (`.local/run/operator.pid`)
+or, if none runs, starts one for the session with `kopf run`, as a cluster
+would. KINETIC_TEST_OPERATOR=external forces the former (e.g. on kind with
+the Helm chart installed). Tests that share files with the job's process
+(counters, pid files) need the process node and are skipped elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kinetic.resources import GROUP, JOB_PLURAL, VERSION
+from kube_helpers import REPO, Kube, local_env, wait_for
+from kubernetes import client, watch
+
+pytestmark = pytest.mark.integration
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+TERM_LOG = '"${KINETIC_TERMINATION_LOG:-/dev/termination-log}"'
+
+
+# ----------------------------------------------------------------------- fixtures
+
+
+def _alive(pid_file: Path) -> bool:
+    try:
+        os.kill(int(pid_file.read_text().strip()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def operator(kube: Kube, kube_env: dict[str, str], tmp_path_factory) -> Iterator[None]:
+    """CRDs installed and an operator serving every namespace."""
+    applied = kube.kubectl("apply", "-f", str(REPO / "crds"), check=False)
+    if applied.returncode != 0:
+        present = kube.kubectl("get", "crd", f"{JOB_PLURAL}.{GROUP}", check=False)
+        if present.returncode != 0:
+            pytest.fail(f"cannot install the CRDs: {applied.stderr}", pytrace=False)
+    wait_for(
+        lambda: kube.kubectl("get", JOB_PLURAL, "-A", check=False).returncode == 0,
+        what="the KineticJob API to be served",
+    )
+
+    state = Path(os.environ.get("KINETIC_LOCAL_DIR") or REPO / ".local")
+    external = os.environ.get("KINETIC_TEST_OPERATOR") == "external"
+    if external or _alive(state / "run" / "operator.pid"):
+        yield
+        return
+
+    log_path = tmp_path_factory.mktemp("operator") / "operator.log"
+    env = {**os.environ, **local_env(), **kube_env}
+    env.setdefault("KINETIC_RUNNER_COMMAND", f"{sys.executable} -m kinetic.runner")
+    kopf = Path(sys.executable).with_name("kopf")
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [str(kopf), "run", "--standalone", "--all-namespaces", "-m", "kinetic_operator.main"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    try:
+        wait_for(
+            lambda: (
+                proc.poll() is None
+                and "Initial authentication has finished" in log_path.read_text()
+            ),
+            timeout=60,
+            what=f"the operator to start (log: {log_path})",
+        )
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        print(f"operator log: {log_path}", file=sys.stderr)
+
+
+@pytest.fixture
+def ns(operator: None, namespace: str) -> str:
+    return namespace
+
+
+@pytest.fixture
+def shared_dir(kube: Kube, tmp_path: Path) -> Path:
+    """A directory both the test and the job's process see (process node only)."""
+    if not kube.is_local:
+        pytest.skip("needs the process node: the job's process shares files with the test")
+    tmp_path.chmod(0o777)
+    return tmp_path
+
+
+# ----------------------------------------------------------------------- helpers
+
+
+def custom(kube: Kube) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(kube.api)
+
+
+def apply(kube: Kube, ns: str, name: str, spec: dict[str, Any]) -> subprocess.CompletedProcess:
+    """`kubectl apply` a KineticJob, as a user would."""
+    manifest = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "KineticJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", kube.kubeconfig, "apply", "-f", "-"],
+        input=yaml.safe_dump(manifest),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def sh(script: str, **extra: Any) -> dict[str, Any]:
+    """A container spec running a shell script."""
+    return {"container": {"command": ["sh", "-c", textwrap.dedent(script).strip()]}, **extra}
+
+
+def get(kube: Kube, ns: str, name: str) -> dict[str, Any]:
+    return custom(kube).get_namespaced_custom_object(GROUP, VERSION, ns, JOB_PLURAL, name)
+
+
+def wait_status(kube: Kube, ns: str, name: str, until, timeout: float = 90, what: str = "") -> dict:
+    """Watch the KineticJob until `until(status)` holds; returns that status."""
+    obj = get(kube, ns, name)
+    if until(obj.get("status") or {}):
+        return obj["status"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stream = watch.Watch().stream(
+            custom(kube).list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            ns,
+            JOB_PLURAL,
+            field_selector=f"metadata.name={name}",
+            resource_version=obj["metadata"]["resourceVersion"],
+            timeout_seconds=max(1, int(deadline - time.monotonic())),
+        )
+        for event in stream:
+            obj = event["object"]
+            if until(obj.get("status") or {}):
+                return obj["status"]
+    status = get(kube, ns, name).get("status")
+    raise AssertionError(
+        f"{ns}/{name}: timed out waiting for {what or until}; "
+        f"status: {json.dumps(status, indent=1)}"
+    )
+
+
+def wait_phase(kube: Kube, ns: str, name: str, *phases: str, timeout: float = 90) -> dict:
+    return wait_status(
+        kube, ns, name, lambda s: s.get("phase") in phases, timeout, f"phase in {phases}"
+    )
+
+
+def events(kube: Kube, ns: str, name: str) -> list[tuple[str, str]]:
+    items = kube.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    items.sort(key=lambda e: (e.last_timestamp or e.event_time or 0, e.metadata.creation_timestamp))
+    return [(e.type, e.reason) for e in items]
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie awaiting its reaper has finished too.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
+# ----------------------------------------------------------------------- tests
+
+
+def test_container_job_result_lands_in_status(kube: Kube, ns: str):
+    run = apply(kube, ns, "hello", sh(f"echo working; printf 'the answer is 42' > {TERM_LOG}"))
+    assert run.returncode == 0, run.stderr
+    status = wait_phase(kube, ns, "hello", *TERMINAL)
+    assert status["phase"] == "SUCCEEDED", status
+    assert status["result"] == "the answer is 42"
+    assert status["attempt"] == 1
+    (rec,) = status["attempts"]
+    assert (rec["job"], rec["outcome"], rec["exitCode"]) == ("hello-1", "success", 0)
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions == {"Running": "False", "Complete": "True", "Failed": "False"}
+    assert status["observedGeneration"] == 1 and status["completionTime"]
+
+    job = kube.batch.read_namespaced_job("hello-1", ns)
+    assert job.spec.backoff_limit == 0
+    assert job.metadata.owner_references[0].kind == "KineticJob"
+    assert job.metadata.labels == {"kinetic.dev/job": "hello", "kinetic.dev/attempt": "1"}
+    pod_spec = job.spec.template.spec
+    assert pod_spec.security_context.run_as_non_root is True
+    assert pod_spec.automount_service_account_token is False
+
+    wait_for(lambda: ("Normal", "Succeeded") in events(kube, ns, "hello"), what="events")
+    # Ours only: Kopf posts no event per handler run, and keeps no copy of the spec.
+    assert sorted(events(kube, ns, "hello")) == [("Normal", "Started"), ("Normal", "Succeeded")]
+    annotations = get(kube, ns, "hello")["metadata"].get("annotations") or {}
+    assert not [k for k in annotations if "kopf" in k or k.startswith("kinetic.dev/")]
+
+
+def test_kubectl_shows_phase_attempt_accelerator_and_status_is_a_subresource(kube: Kube, ns: str):
+    assert apply(kube, ns, "cols", sh("true")).returncode == 0
+    wait_phase(kube, ns, "cols", "SUCCEEDED")
+    table = kube.kubectl("get", "kj", "-n", ns).stdout.splitlines()
+    assert table[0].split()[:4] == ["NAME", "PHASE", "ATTEMPT", "ACCELERATOR"]
+    assert table[1].split()[:4] == ["cols", "SUCCEEDED", "1", "cpu"]
+    # Writing status through the main resource is ignored: status is a subresource.
+    kube.kubectl(
+        "patch", "kj", "cols", "-n", ns, "--type", "merge", "-p", '{"status":{"phase":"FAILED"}}'
+    )
+    assert get(kube, ns, "cols")["status"]["phase"] == "SUCCEEDED"
+
+
+def test_failing_command_with_two_retries_ends_failed_at_attempt_three(kube: Kube, ns: str):
+    spec = sh(f"echo nope >&2; printf 'bad input' > {TERM_LOG}; exit 3", retries=2)
+    assert apply(kube, ns, "fails", spec).returncode == 0
+    status = wait_phase(kube, ns, "fails", *TERMINAL)
+    assert status["phase"] == "FAILED"
+    assert (status["attempt"], status["failures"], status["disruptions"]) == (3, 3, 0)
+    assert [(r["attempt"], r["outcome"], r["exitCode"]) for r in status["attempts"]] == [
+        (1, "failure", 3),
+        (2, "failure", 3),
+        (3, "failure", 3),
+    ]
+    assert "exit code 3" in status["message"] and "bad input" in status["message"]
+    assert {j.metadata.name for j in kube.batch.list_namespaced_job(ns).items} == {
+        "fails-1",
+        "fails-2",
+        "fails-3",
+    }
+    wait_for(lambda: ("Warning", "Failed") in events(kube, ns, "fails"), what="Failed event")
+    reasons = [r for _, r in events(kube, ns, "fails")]
+    assert reasons.count("AttemptFailed") == 2 and reasons.count("Retrying") == 2
+
+
+def test_fails_twice_then_succeeds(kube: Kube, ns: str, shared_dir: Path):
+    counter = shared_dir / "count"
+    script = f"""
+        n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}
+        [ $n -ge 3 ] || exit 1
+        printf "ok after $n" > {TERM_LOG}
+    """
+    assert apply(kube, ns, "flaky", sh(script, retries=2)).returncode == 0
+    status = wait_phase(kube, ns, "flaky", *TERMINAL)
+    assert status["phase"] == "SUCCEEDED", status
+    assert (status["attempt"], status["failures"]) == (3, 2)
+    assert status["result"] == "ok after 3"
+    assert [r["outcome"] for r in status["attempts"]] == ["failure", "failure", "success"]
+
+
+def test_pod_deleted_mid_run_is_retried_without_using_retries(
+    kube: Kube, ns: str, shared_dir: Path
+):
+    counter = shared_dir / "count"
+    script = f"""
+        n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}
+        if [ $n -eq 1 ]; then exec sleep 300; fi
+        printf "second run" > {TERM_LOG}
+    """
+    assert apply(kube, ns, "victim", sh(script)).returncode == 0  # retries: 0
+    status = wait_phase(kube, ns, "victim", "RUNNING")
+    pod = status["attempts"][0]["pod"]
+    kube.core.delete_namespaced_pod(pod, ns)
+
+    status = wait_phase(kube, ns, "victim", *TERMINAL)
+    assert status["phase"] == "SUCCEEDED", status
+    assert (status["attempt"], status["failures"], status["disruptions"]) == (2, 0, 1)
+    first, second = status["attempts"]
+    assert (first["outcome"], first["reason"], first["pod"]) == ("disruption", "PodDeleted", pod)
+    assert second["outcome"] == "success" and status["result"] == "second run"
+    wait_for(lambda: ("Warning", "AttemptDisrupted") in events(kube, ns, "victim"), what="event")
+
+
+def test_cancel_ends_cancelled_and_the_process_is_gone(kube: Kube, ns: str, shared_dir: Path):
+    pid_file = shared_dir / "pid"
+    # `$$$$` is the shell's `$$`: Kubernetes expands `$(VAR)` in commands and `$$` escapes `$`.
+    assert apply(kube, ns, "long", sh(f"echo $$$$ > {pid_file}; exec sleep 300")).returncode == 0
+    wait_phase(kube, ns, "long", "RUNNING")
+    pid = int(wait_for(lambda: pid_file.read_text().strip(), what="the job's pid"))
+    assert not process_gone(pid)
+
+    kube.kubectl(
+        "patch", "kj", "long", "-n", ns, "--type", "merge", "-p", '{"spec":{"cancel":true}}'
+    )
+    status = wait_phase(kube, ns, "long", *TERMINAL)
+    assert status["phase"] == "CANCELLED"
+    assert status["attempts"][0]["outcome"] == "cancelled"
+    wait_for(lambda: process_gone(pid), timeout=60, what=f"process {pid} to end")
+    wait_for(lambda: not kube.batch.list_namespaced_job(ns).items, what="the Job to be deleted")
+    # Sticky: nothing is launched again.
+    assert get(kube, ns, "long")["status"]["phase"] == "CANCELLED"
+    assert not kube.batch.list_namespaced_job(ns).items
+
+
+def test_invalid_jobs_are_refused_or_failed_naming_the_field(kube: Kube, ns: str):
+    # The schema refuses these at admission, naming the field.
+    no_command = apply(kube, ns, "nocmd", {"container": {"image": "busybox"}})
+    assert no_command.returncode != 0
+    assert "spec.container" in no_command.stderr and "command" in no_command.stderr
+    empty_command = apply(kube, ns, "emptycmd", {"container": {"command": []}})
+    assert empty_command.returncode != 0
+    assert "spec.container.command" in empty_command.stderr
+
+    # These pass the schema; the operator fails them with a message naming the field.
+    assert apply(kube, ns, "gpu", sh("true", accelerator="gpu-v100")).returncode == 0
+    status = wait_phase(kube, ns, "gpu", *TERMINAL)
+    assert status["phase"] == "FAILED"
+    assert status["message"].startswith("spec.accelerator: unknown accelerator 'gpu-v100'")
+    assert "gpu-l4" in status["message"] and "tpu-v5e-1" in status["message"]
+    assert status["attempt"] == 0 and not kube.batch.list_namespaced_job(ns).items
+
+    assert apply(kube, ns, "gpu3", sh("true", accelerator="gpu-l4x3")).returncode == 0
+    assert wait_phase(kube, ns, "gpu3", *TERMINAL)["message"].startswith("spec.accelerator:")
+
+    bad_memory = sh("true", resources={"memory": "lots"})
+    assert apply(kube, ns, "mem", bad_memory).returncode == 0
+    status = wait_phase(kube, ns, "mem", *TERMINAL)
+    assert status["phase"] == "FAILED" and "rejected" in status["message"], status
+
+    wait_for(lambda: ("Warning", "InvalidSpec") in events(kube, ns, "gpu"), what="event")
+
+    # ... and the operator is still serving.
+    assert apply(kube, ns, "after", sh(f"printf fine > {TERM_LOG}")).returncode == 0
+    status = wait_phase(kube, ns, "after", *TERMINAL)
+    assert (status["phase"], status["result"]) == ("SUCCEEDED", "fine")
+
+
+def test_deleting_a_kineticjob_cascades_to_its_jobs(kube: Kube, ns: str):
+    assert apply(kube, ns, "gone", sh("exec sleep 300")).returncode == 0
+    wait_phase(kube, ns, "gone", "RUNNING")
+    assert kube.batch.list_namespaced_job(ns).items
+    kube.kubectl("delete", "kj", "gone", "-n", ns, "--wait=true", timeout=60)
+    wait_for(lambda: not kube.batch.list_namespaced_job(ns).items, what="the Jobs to be collected")
+    wait_for(lambda: not kube.core.list_namespaced_pod(ns).items, what="the pods to be collected")
+
+
+def test_config_map_for_clients(kube: Kube, operator: None):
+    cm = kube.core.read_namespaced_config_map("kinetic-config", "kinetic-system")
+    assert cm.data["defaultImage"]
+    assert "cpu" in cm.data["accelerators"].split(",")
+    if local_env().get("KINETIC_STORAGE_ROOT") and kube.is_local:
+        assert cm.data["storageRoot"] == local_env()["KINETIC_STORAGE_ROOT"]

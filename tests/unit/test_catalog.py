@@ -1,0 +1,133 @@
+"""The accelerator catalog: names to resources, node selectors and tolerations."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kinetic_operator.catalog import (
+    Catalog,
+    GpuType,
+    UnknownAccelerator,
+    default_catalog,
+    resolve,
+)
+from kinetic_operator.settings import OperatorSettings
+
+CATALOG = default_catalog()
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
+SPOT_TOLERATION = {
+    "key": "cloud.google.com/gke-spot",
+    "operator": "Equal",
+    "value": "true",
+    "effect": "NoSchedule",
+}
+
+
+def test_cpu_adds_nothing():
+    p = resolve(CATALOG, "cpu")
+    assert (p.limits, p.node_selector, p.tolerations) == ({}, {}, [])
+
+
+@pytest.mark.parametrize(
+    "name, count, label",
+    [
+        ("gpu-l4", "1", "nvidia-l4"),
+        ("gpu-l4x1", "1", "nvidia-l4"),
+        ("gpu-t4x4", "4", "nvidia-tesla-t4"),
+        ("gpu-a100x8", "8", "nvidia-tesla-a100"),
+        ("gpu-h100x2", "2", "nvidia-h100-80gb"),
+    ],
+)
+def test_gpus_get_count_selector_and_toleration(name, count, label):
+    p = resolve(CATALOG, name)
+    assert p.limits == {"nvidia.com/gpu": count}
+    assert p.node_selector == {"cloud.google.com/gke-accelerator": label}
+    assert p.tolerations == [GPU_TOLERATION]
+
+
+@pytest.mark.parametrize(
+    "name, chips, label, topology",
+    [
+        ("tpu-v5e-1", "1", "tpu-v5-lite-podslice", "1x1"),
+        ("tpu-v6e-4", "4", "tpu-v6e-slice", "2x2"),
+        ("tpu-v5p-8", "4", "tpu-v5p-slice", "2x2x1"),
+    ],
+)
+def test_tpu_slices_get_chips_and_topology(name, chips, label, topology):
+    p = resolve(CATALOG, name)
+    assert p.limits == {"google.com/tpu": chips}
+    assert p.node_selector == {
+        "cloud.google.com/gke-tpu-accelerator": label,
+        "cloud.google.com/gke-tpu-topology": topology,
+    }
+    assert p.tolerations == [TPU_TOLERATION]
+
+
+def test_spot_adds_selector_and_toleration():
+    p = resolve(CATALOG, "gpu-l4", spot=True)
+    assert p.node_selector["cloud.google.com/gke-spot"] == "true"
+    assert p.tolerations == [GPU_TOLERATION, SPOT_TOLERATION]
+    assert resolve(CATALOG, "cpu", spot=True).tolerations == [SPOT_TOLERATION]
+
+
+def test_resolve_does_not_mutate_the_catalog():
+    resolve(CATALOG, "gpu-l4", spot=True)
+    assert resolve(CATALOG, "gpu-l4").tolerations == [GPU_TOLERATION]
+
+
+@pytest.mark.parametrize("name", ["gpu-v100", "tpu-v9-4", "tpu-v5e-3", "quantum", "gpu-"])
+def test_unknown_accelerator_names_the_field_and_the_known_ones(name):
+    with pytest.raises(UnknownAccelerator) as err:
+        resolve(CATALOG, name)
+    text = str(err.value)
+    assert text.startswith("spec.accelerator:")
+    assert repr(name) in text
+    for known in ("cpu", "gpu-l4", "gpu-a100x8", "tpu-v5e-1", "tpu-v6e-4"):
+        assert known in text
+
+
+def test_unsupported_gpu_count_says_which_counts_exist():
+    with pytest.raises(UnknownAccelerator, match=r"gpu-l4x3.*offer 1, 2, 4, 8"):
+        resolve(CATALOG, "gpu-l4x3")
+
+
+def test_names_are_sorted_and_complete():
+    names = CATALOG.names()
+    assert names[0] == "cpu"
+    assert {"gpu-l4", "gpu-l4x8", "gpu-t4", "gpu-a100x16", "gpu-h100x8"} <= set(names)
+    assert names.index("tpu-v5e-4") < names.index("tpu-v5e-8")
+
+
+def test_catalog_from_env_accepts_yaml_and_json(monkeypatch):
+    monkeypatch.setenv(
+        "KINETIC_ACCELERATOR_CATALOG",
+        "gpus:\n  v100:\n    node_label: nvidia-tesla-v100\n    counts: [1, 2]\n",
+    )
+    s = OperatorSettings()
+    assert s.accelerator_catalog.names() == ["cpu", "gpu-v100", "gpu-v100x2"]
+    assert resolve(s.accelerator_catalog, "gpu-v100x2").limits == {"nvidia.com/gpu": "2"}
+
+    custom = Catalog(gpus={"x1": GpuType(node_label="x", counts=[1])})
+    monkeypatch.setenv("KINETIC_ACCELERATOR_CATALOG", json.dumps(custom.model_dump()))
+    assert OperatorSettings().accelerator_catalog == custom
+
+
+def test_settings_defaults_and_lists(monkeypatch):
+    for var in ("KINETIC_NAMESPACES", "KINETIC_RUNNER_COMMAND", "KINETIC_STORAGE_ROOT"):
+        monkeypatch.delenv(var, raising=False)
+    s = OperatorSettings()
+    assert s.operator_namespace == "kinetic-system"
+    assert s.config_map_name == "kinetic-config"
+    assert s.runner_service_account == "default"
+    assert (s.max_disruptions, s.attempt_history) == (3, 10)
+    assert s.namespaces == []
+    assert s.runner_command == ["python", "-m", "kinetic.runner"]
+    monkeypatch.setenv("KINETIC_NAMESPACES", "a, b,,c")
+    monkeypatch.setenv("KINETIC_RUNNER_COMMAND", "/opt/venv/bin/python -m kinetic.runner")
+    monkeypatch.setenv("KINETIC_STORAGE_ROOT", "gs://bucket/root/")
+    s = OperatorSettings()
+    assert s.namespaces == ["a", "b", "c"]
+    assert s.runner_command == ["/opt/venv/bin/python", "-m", "kinetic.runner"]
+    assert s.storage_root == "gs://bucket/root"

@@ -1,0 +1,313 @@
+"""The batch/v1 Job built for an attempt, and what a KineticJob can never change in it."""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+from typing import Any
+
+import pytest
+from kinetic.resources import KineticJobSpec
+from kinetic_operator.catalog import default_catalog
+from kinetic_operator.job_logic import InvalidSpec, validate_spec
+from kinetic_operator.podspec import (
+    CONTAINER_SECURITY_CONTEXT,
+    POD_SECURITY_CONTEXT,
+    RESERVED_ENV,
+    Owner,
+    build_job,
+)
+from kinetic_operator.settings import OperatorSettings
+
+SHA = "ab" * 32
+SETTINGS = OperatorSettings(
+    storage_root="gs://kinetic/root",
+    default_image="runner:1",
+    runner_service_account="kinetic-runner",
+    runner_command=["python", "-m", "kinetic.runner"],
+)
+OWNER = Owner(name="kj", namespace="ns", uid="uid-1")
+
+
+def container_spec(**extra: Any) -> KineticJobSpec:
+    return KineticJobSpec.model_validate(
+        {"container": {"image": "busybox", "command": ["sh", "-c"], "args": ["echo hi"]}, **extra}
+    )
+
+
+def function_spec(**fn: Any) -> KineticJobSpec:
+    return KineticJobSpec.model_validate(
+        {"function": {"payloadURI": "gs://kinetic/root/jobs/kj/payload.pkl", "sha256": SHA, **fn}}
+    )
+
+
+def env_of(manifest: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in main_container(manifest)["env"]}
+
+
+def main_container(manifest: dict[str, Any]) -> dict[str, Any]:
+    (container,) = manifest["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def test_container_job_manifest():
+    m = build_job(OWNER, container_spec(deadlineSeconds=30), SETTINGS, 2)
+    assert m["apiVersion"] == "batch/v1" and m["kind"] == "Job"
+    assert m["metadata"]["name"] == "kj-2"
+    assert m["metadata"]["namespace"] == "ns"
+    assert m["metadata"]["labels"] == {"kinetic.dev/job": "kj", "kinetic.dev/attempt": "2"}
+    assert m["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "kinetic.dev/v1alpha1",
+            "kind": "KineticJob",
+            "name": "kj",
+            "uid": "uid-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    spec = m["spec"]
+    assert spec["backoffLimit"] == 0
+    assert spec["activeDeadlineSeconds"] == 30
+    assert "ttlSecondsAfterFinished" not in spec
+    assert spec["template"]["metadata"]["labels"] == m["metadata"]["labels"]
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    c = main_container(m)
+    assert c["image"] == "busybox"
+    assert c["command"] == ["sh", "-c"] and c["args"] == ["echo hi"]
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert env_of(m)["KINETIC_OUTPUT_DIR"] == "gs://kinetic/root/outputs/kj"
+    assert "resources" not in c and "nodeSelector" not in pod
+
+
+def test_no_deadline_means_no_active_deadline():
+    assert "activeDeadlineSeconds" not in build_job(OWNER, container_spec(), SETTINGS, 1)["spec"]
+
+
+def test_image_precedence():
+    spec = KineticJobSpec.model_validate({"container": {"command": ["true"]}})
+    assert main_container(build_job(OWNER, spec, SETTINGS, 1))["image"] == "runner:1"
+    spec = KineticJobSpec.model_validate({"container": {"command": ["true"]}, "image": "img:2"})
+    assert main_container(build_job(OWNER, spec, SETTINGS, 1))["image"] == "img:2"
+    assert main_container(build_job(OWNER, function_spec(), SETTINGS, 1))["image"] == "runner:1"
+
+
+def test_function_job_runs_the_runner_with_the_contract_env():
+    m = build_job(OWNER, function_spec(), SETTINGS, 1)
+    c = main_container(m)
+    assert c["command"] == ["python", "-m", "kinetic.runner"] and "args" not in c
+    env = env_of(m)
+    assert env["KINETIC_PAYLOAD_URI"] == "gs://kinetic/root/jobs/kj/payload.pkl"
+    assert env["KINETIC_PAYLOAD_SHA256"] == SHA
+    assert env["KINETIC_RESULT_URI"] == "gs://kinetic/root/jobs/kj/result.pkl"
+    assert env["KINETIC_OUTPUT_DIR"] == "gs://kinetic/root/outputs/kj"
+    assert env["KINETIC_ATTEMPT"] == "1"
+    assert not any(k.startswith("KINETIC_INPUT") for k in env)
+
+
+def test_explicit_result_uri_and_output_dir_win():
+    spec = function_spec(resultURI="file:///r/result.pkl")
+    spec.output_dir = "file:///out"
+    env = env_of(build_job(OWNER, spec, SETTINGS, 1))
+    assert env["KINETIC_RESULT_URI"] == "file:///r/result.pkl"
+    assert env["KINETIC_OUTPUT_DIR"] == "file:///out"
+
+
+def test_batch_child_inputs_and_labels():
+    owner = Owner(
+        "grp-1-3", "ns", "u", {"kinetic.dev/batch": "grp-1", "kinetic.dev/index": "3", "x": "y"}
+    )
+    spec = function_spec(inputJSON={"a": [1, 2]}, inputMode="kwargs")
+    m = build_job(owner, spec, SETTINGS, 1)
+    env = env_of(m)
+    assert json.loads(env["KINETIC_INPUT_JSON"]) == {"a": [1, 2]}
+    assert env["KINETIC_INPUT_MODE"] == "kwargs"
+    for labels in (m["metadata"]["labels"], m["spec"]["template"]["metadata"]["labels"]):
+        assert labels == {
+            "kinetic.dev/job": "grp-1-3",
+            "kinetic.dev/attempt": "1",
+            "kinetic.dev/batch": "grp-1",
+            "kinetic.dev/index": "3",
+        }
+    spec = function_spec(inputURI="gs://b/in/3.pkl", inputSHA256=SHA)
+    env = env_of(build_job(owner, spec, SETTINGS, 1))
+    assert env["KINETIC_INPUT_URI"] == "gs://b/in/3.pkl" and env["KINETIC_INPUT_SHA256"] == SHA
+    # An explicit JSON null is still an input.
+    assert (
+        env_of(build_job(owner, function_spec(inputJSON=None), SETTINGS, 1))["KINETIC_INPUT_JSON"]
+        == "null"
+    )
+
+
+def test_user_env_comes_first_and_cannot_override_the_contract():
+    spec = function_spec()
+    spec = KineticJobSpec.model_validate(
+        {
+            **spec.wire(),
+            "env": [
+                {"name": "A", "value": "1"},
+                {"name": "KINETIC_RESULT_URI", "value": "gs://evil/x"},
+            ],
+        }
+    )
+    c = main_container(build_job(OWNER, spec, SETTINGS, 1))
+    names = [e["name"] for e in c["env"]]
+    assert names[0] == "A"
+    assert names.count("KINETIC_RESULT_URI") == 1
+    assert env_of(build_job(OWNER, spec, SETTINGS, 1))["KINETIC_RESULT_URI"].startswith(
+        "gs://kinetic/"
+    )
+
+
+def test_accelerator_resources_and_overrides():
+    spec = container_spec(
+        accelerator="gpu-a100x8", spot=True, resources={"cpu": "4", "memory": "16Gi"}
+    )
+    m = build_job(OWNER, spec, SETTINGS, 1)
+    pod = m["spec"]["template"]["spec"]
+    assert main_container(m)["resources"] == {
+        "requests": {"cpu": "4", "memory": "16Gi"},
+        "limits": {"nvidia.com/gpu": "8", "memory": "16Gi"},
+    }
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": "nvidia-tesla-a100",
+        "cloud.google.com/gke-spot": "true",
+    }
+    assert {t["key"] for t in pod["tolerations"]} == {"nvidia.com/gpu", "cloud.google.com/gke-spot"}
+    tpu = build_job(OWNER, container_spec(accelerator="tpu-v6e-4"), SETTINGS, 1)
+    assert main_container(tpu)["resources"] == {"limits": {"google.com/tpu": "4"}}
+
+
+# ---------------------------------------------------------------- security invariants
+
+
+def assert_restricted(m: dict[str, Any], settings: OperatorSettings = SETTINGS) -> None:
+    pod = m["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert pod["serviceAccountName"] == settings.runner_service_account
+    assert pod["automountServiceAccountToken"] is False
+    for forbidden in (
+        "hostNetwork",
+        "hostPID",
+        "hostIPC",
+        "volumes",
+        "serviceAccount",
+        "initContainers",
+        "ephemeralContainers",
+        "hostAliases",
+        "nodeName",
+    ):
+        assert forbidden not in pod
+    for c in pod["containers"]:
+        assert c["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "privileged": False,
+            "readOnlyRootFilesystem": False,
+        }
+        for forbidden in ("volumeMounts", "volumeDevices", "ports", "envFrom"):
+            assert forbidden not in c
+        assert all(set(e) == {"name", "value"} for e in c["env"])
+    assert len(pod["containers"]) == 1
+
+
+def test_the_shared_security_dicts_are_never_mutated():
+    m = build_job(OWNER, container_spec(), SETTINGS, 1)
+    m["spec"]["template"]["spec"]["securityContext"]["seccompProfile"]["type"] = "Unconfined"
+    main_container(m)["securityContext"]["capabilities"]["drop"].clear()
+    assert POD_SECURITY_CONTEXT["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert CONTAINER_SECURITY_CONTEXT["capabilities"] == {"drop": ["ALL"]}
+    assert_restricted(build_job(OWNER, container_spec(), SETTINGS, 1))
+
+
+@pytest.mark.parametrize(
+    "escape",
+    [
+        {"privileged": True},
+        {"hostNetwork": True},
+        {"hostPID": True},
+        {"serviceAccountName": "admin"},
+        {"securityContext": {"privileged": True}},
+        {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]},
+        {"container": {"command": ["sh"], "securityContext": {"privileged": True}}},
+        {"container": {"command": ["sh"], "volumeMounts": [{"name": "r", "mountPath": "/h"}]}},
+        {"container": {"command": ["sh"], "serviceAccountName": "admin"}},
+        {"env": [{"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+        {"resources": {"cpu": "1", "limits": {"nvidia.com/gpu": "8"}}},
+        {"podTemplate": {"spec": {"hostNetwork": True}}},
+    ],
+)
+def test_no_field_of_a_kineticjob_can_ask_for_more_privilege(escape):
+    raw = {"container": {"command": ["sh"]}}
+    for key, value in escape.items():
+        raw[key] = value if key != "container" else value
+    result = validate_spec("kj", raw, default_catalog(), storage_root="gs://b", max_disruptions=3)
+    assert isinstance(result, InvalidSpec), result
+    assert result.message.startswith("spec")
+
+
+def _random_text(rng: random.Random) -> str:
+    alphabet = string.ascii_letters + string.digits + "-_/.:=$;&|`'\" \n{}"
+    return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 20)))
+
+
+def _random_spec(rng: random.Random) -> dict[str, Any]:
+    raw: dict[str, Any] = {}
+    if rng.random() < 0.5:
+        raw["container"] = {
+            "command": [_random_text(rng) or "x" for _ in range(rng.randint(1, 3))],
+            "args": [_random_text(rng) for _ in range(rng.randint(0, 3))],
+        }
+        if rng.random() < 0.5:
+            raw["container"]["image"] = _random_text(rng) or "img"
+    else:
+        raw["function"] = {"payloadURI": "gs://b/" + (_random_text(rng) or "p"), "sha256": SHA}
+        if rng.random() < 0.5:
+            raw["function"]["inputJSON"] = {_random_text(rng): [_random_text(rng)]}
+    raw["accelerator"] = rng.choice(default_catalog().names())
+    raw["spot"] = rng.random() < 0.5
+    raw["env"] = [
+        {
+            "name": rng.choice(sorted(RESERVED_ENV) + ["A", "PATH", "LD_PRELOAD"]),
+            "value": _random_text(rng),
+        }
+        for _ in range(rng.randint(0, 4))
+    ]
+    if rng.random() < 0.5:
+        raw["resources"] = {"cpu": rng.choice(["1", "500m"]), "memory": rng.choice(["1Gi", "64Mi"])}
+    if rng.random() < 0.5:
+        raw["deadlineSeconds"] = rng.randint(1, 10**6)
+    if rng.random() < 0.5:
+        raw["image"] = _random_text(rng) or "img"
+    raw["retries"] = rng.randint(0, 100)
+    return raw
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_every_valid_kineticjob_yields_a_restricted_pod(seed):
+    rng = random.Random(seed)
+    raw = _random_spec(rng)
+    spec = validate_spec(
+        "kj", raw, SETTINGS.accelerator_catalog, storage_root="gs://b", max_disruptions=3
+    )
+    assert isinstance(spec, KineticJobSpec), spec
+    attempt = rng.randint(1, 100)
+    m = build_job(OWNER, spec, SETTINGS, attempt)
+    assert_restricted(m)
+    # The runner contract is the operator's alone: each reserved name once, with our value.
+    names = [e["name"] for e in main_container(m)["env"]]
+    assert all(names.count(n) <= 1 for n in RESERVED_ENV)
+    env = env_of(m)
+    assert env["KINETIC_ATTEMPT"] == str(attempt) and env["KINETIC_JOB_NAME"] == "kj"
+
+
+def test_another_service_account_comes_only_from_the_operator():
+    other = SETTINGS.model_copy(update={"runner_service_account": "sa-from-helm"})
+    m = build_job(OWNER, container_spec(), other, 1)
+    assert_restricted(m, other)
