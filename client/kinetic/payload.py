@@ -24,7 +24,9 @@ because the pod's image does not have the user's source tree.
 from __future__ import annotations
 
 import hashlib
+import io
 import keyword
+import linecache
 import os
 import pickle
 import platform
@@ -34,6 +36,7 @@ import sysconfig
 import threading
 import traceback as tb_module
 import types
+from collections import ChainMap
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -213,13 +216,69 @@ def _local_modules_by_value() -> Iterator[None]:
                     pass
 
 
-def _dumps(obj: Any, what: str) -> bytes:
-    """cloudpickle ``obj`` with local modules by value; explain failures."""
-    with _local_modules_by_value():
+_MAX_SOURCE_BYTES = 1_000_000
+
+
+def _code_reduce_keeping_filename(code: types.CodeType) -> Any:
+    """cloudpickle's code reducer, minus its renaming of every file to "<dynamic-code>".
+
+    Keeping the real filename (plus the shipped source, see ``_install_sources``)
+    is what makes a remote traceback show the user's own lines.
+    """
+    ctor, args = cloudpickle.cloudpickle._code_reduce(code)
+    return ctor, tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle, recording the source files of the code it pickles by value."""
+
+    if hasattr(cloudpickle.cloudpickle, "_code_reduce"):  # private API: degrade gracefully
+        dispatch_table = ChainMap(
+            {types.CodeType: _code_reduce_keeping_filename}, cloudpickle.Pickler.dispatch_table
+        )
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.filenames: set[str] = set()
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, types.CodeType):
+            self.filenames.add(obj.co_filename)
+        return super().reducer_override(obj)
+
+
+def _dumps_with_sources(obj: Any, what: str) -> tuple[bytes, dict[str, str]]:
+    """cloudpickle ``obj`` with local modules by value; return the bytes and the
+    source text of every file whose code went by value. Raises PayloadError."""
+    with _local_modules_by_value(), io.BytesIO() as buf:
+        pickler = _Pickler(buf)
         try:
-            return cloudpickle.dumps(obj)
+            pickler.dump(obj)
         except Exception as e:
             raise PayloadError(f"could not pickle {what}: {type(e).__name__}: {e}") from e
+        data = buf.getvalue()
+    sources: dict[str, str] = {}
+    for filename in sorted(pickler.filenames):
+        text = "".join(linecache.getlines(filename))  # also knows notebook cells
+        if text and len(text) <= _MAX_SOURCE_BYTES:
+            sources[filename] = text
+    return data, sources
+
+
+def _dumps(obj: Any, what: str) -> bytes:
+    return _dumps_with_sources(obj, what)[0]
+
+
+def _install_sources(sources: Mapping[str, str]) -> None:
+    """Make shipped sources visible to ``traceback`` without touching the disk.
+
+    linecache entries with no mtime are never invalidated, and files that
+    exist here are left to linecache's own loading.
+    """
+    for filename, text in sources.items():
+        if not os.path.exists(filename):
+            lines = text.splitlines(keepends=True)
+            linecache.cache[filename] = (len(text), None, lines, filename)
 
 
 # --------------------------------------------------------------------------- call payloads
@@ -268,7 +327,9 @@ def _envelope(
         raise TypeError(f"expected a callable, got {type(fn).__name__}")
     env_dict = {str(k): str(v) for k, v in (env or {}).items()}
     name = function_name(fn)
-    body = _dumps({"fn": fn, "args": args, "kwargs": kwargs}, f"function {name!r} and its arguments")
+    body, sources = _dumps_with_sources(
+        {"fn": fn, "args": args, "kwargs": kwargs}, f"function {name!r} and its arguments"
+    )
     envelope = {
         "kinetic_payload": PAYLOAD_FORMAT,
         "kind": kind,
@@ -277,6 +338,7 @@ def _envelope(
         "python": platform.python_version(),
         "cloudpickle": cloudpickle.__version__,
         "body": body,
+        "sources": sources,
     }
     return pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -302,6 +364,7 @@ def load_call_payload(data: bytes) -> CallPayload:
         body = pickle.loads(envelope["body"])
     except Exception as e:
         raise PayloadError(_unpickle_hint(e, str(envelope.get("python", "")), "payload")) from e
+    _install_sources(envelope.get("sources") or {})
     return CallPayload(
         fn=body["fn"],
         args=tuple(body.get("args", ())),
@@ -416,7 +479,9 @@ def _roundtrip_pickle(exc: BaseException) -> bytes | None:
 def _qualified_type(exc: BaseException) -> str:
     cls = type(exc)
     module = cls.__module__
-    return cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
+    return (
+        cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
+    )
 
 
 def _format_traceback(exc: BaseException) -> str:
@@ -488,7 +553,9 @@ def dump_result(result: Result) -> bytes:
 
 def _qualified_type_of(value: Any) -> str:
     cls = type(value)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
 
 
 def load_result(data: bytes) -> Result:

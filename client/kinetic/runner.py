@@ -50,6 +50,7 @@ __all__ = [
     "ConfigError",
     "execute",
     "record_result",
+    "run",
     "main",
 ]
 
@@ -105,8 +106,10 @@ class RunnerConfig:
             return value or None
 
         problems: list[str] = []
-        required = {n: get(n) for n in ("KINETIC_PAYLOAD_URI", "KINETIC_PAYLOAD_SHA256",
-                                        "KINETIC_RESULT_URI")}
+        required = {
+            n: get(n)
+            for n in ("KINETIC_PAYLOAD_URI", "KINETIC_PAYLOAD_SHA256", "KINETIC_RESULT_URI")
+        }
         problems += [f"{n} is not set" for n, v in required.items() if v is None]
         for name in ("KINETIC_PAYLOAD_URI", "KINETIC_RESULT_URI", "KINETIC_INPUT_URI"):
             value = get(name)
@@ -122,8 +125,9 @@ class RunnerConfig:
             problems.append("KINETIC_INPUT_SHA256 is not set (required with KINETIC_INPUT_URI)")
         mode = get("KINETIC_INPUT_MODE") or "auto"
         if mode not in INPUT_MODES:
-            problems.append(f"KINETIC_INPUT_MODE must be one of {', '.join(INPUT_MODES)}; "
-                            f"got {mode!r}")
+            problems.append(
+                f"KINETIC_INPUT_MODE must be one of {', '.join(INPUT_MODES)}; got {mode!r}"
+            )
         if problems:
             raise ConfigError("; ".join(problems))
         return cls(
@@ -242,8 +246,10 @@ def _call(call: CallPayload, cfg: RunnerConfig, item: Any) -> Result:
         result = payload.user_failure(e)
         log(f"{call.name or 'function'} raised after {elapsed:.1f}s: {result.summary()}")
         return result
-    log(f"{call.name or 'function'} returned {type(value).__name__} "
-        f"in {time.monotonic() - start:.1f}s")
+    log(
+        f"{call.name or 'function'} returned {type(value).__name__} "
+        f"in {time.monotonic() - start:.1f}s"
+    )
     return payload.success(value)
 
 

@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; the import is heavy
     from google.cloud.storage import Client
@@ -212,7 +212,7 @@ class _FileBackend:
             path.parent.mkdir(parents=True, exist_ok=True)
         except PermissionError as e:
             raise _file_permission(uri, "create the directory for", e) from None
-        except NotADirectoryError:
+        except (NotADirectoryError, FileExistsError):
             raise StorageError(
                 f"cannot write {uri}: a parent path is a file, not a directory", uri
             ) from None
@@ -404,7 +404,7 @@ class _GcsBackend:
         if not p.key or p.key.endswith("/"):
             raise ValueError(f"{uri!r} names a bucket or folder, not an object")
 
-    def _raise_missing(self, p: _Parsed, uri: str) -> Any:
+    def _raise_missing(self, p: _Parsed, uri: str) -> NoReturn:
         """Tell a missing object from a missing bucket: the fixes differ."""
         with _gcs_errors(uri, p.bucket):
             bucket_exists = _gcs_client().lookup_bucket(p.bucket, retry=_retry()) is not None

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_storage import gcs_bucket, gcs_server  # noqa: F401  (fixtures)
-
 from kinetic import payload, storage
 from kinetic.payload import RemoteError, Result, RunnerError
 from kinetic.runner import EXIT_OK, EXIT_RUNNER_ERROR, EXIT_USER_ERROR
+from test_storage import gcs_bucket, gcs_server  # noqa: F401  (fixtures)
 
 # --------------------------------------------------------------------------- harness
 
@@ -72,8 +71,9 @@ class Job:
     def call(self, fn: Any, *args: Any, env: dict[str, str] | None = None, **kwargs: Any) -> None:
         self.upload_payload(payload.build_job_payload(fn, args, kwargs, env))
 
-    def upload_input(self, value: Any = None, *, data: bytes | None = None,
-                     sha: str | None = None) -> None:
+    def upload_input(
+        self, value: Any = None, *, data: bytes | None = None, sha: str | None = None
+    ) -> None:
         data = payload.build_input_payload(value) if data is None else data
         uri = storage.join(self.root, "inputs", "0.pkl")
         storage.write_bytes(uri, data)
@@ -87,12 +87,21 @@ class Job:
         env.update(extra)
         proc = subprocess.run(
             [sys.executable, "-m", "kinetic.runner"],
-            env=env, cwd=self.tmp_path, capture_output=True, text=True, timeout=120,
+            env=env,
+            cwd=self.tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         log_path = Path(env.get("KINETIC_TERMINATION_LOG", "/nonexistent"))
         termination = log_path.read_text() if log_path.exists() else ""
-        return Run(proc.returncode, proc.stdout, proc.stderr, termination,
-                   env.get("KINETIC_RESULT_URI", ""))
+        return Run(
+            proc.returncode,
+            proc.stdout,
+            proc.stderr,
+            termination,
+            env.get("KINETIC_RESULT_URI", ""),
+        )
 
 
 @pytest.fixture
@@ -146,7 +155,10 @@ def test_success_records_the_value_and_says_so(job: Job, tmp_path: Path) -> None
     run = job.run(KINETIC_OUTPUT_DIR=out_dir)
     assert run.code == EXIT_OK, run.stdout + run.stderr
     assert payload.raise_remote(run.result()) == {
-        "score": 2.0, "tag": "a", "output_dir": out_dir, "wandb": "offline",
+        "score": 2.0,
+        "tag": "a",
+        "output_dir": out_dir,
+        "wandb": "offline",
     }
     assert run.termination == "ok"
     lines = run.stdout.splitlines()
@@ -168,7 +180,8 @@ def test_user_exception_is_recorded_with_its_traceback(job: Job) -> None:
     note = info.value.__notes__[0]
     assert note.startswith("Remote traceback:")
     assert "in fail" in note and 'raise ValueError(f"bad lr {lr}")' in note
-    assert "runner.py" not in note
+    assert 'test_runner.py", line' in note  # the user's real file, not "<dynamic-code>"
+    assert "kinetic/runner.py" not in note
 
 
 def test_tampered_payload_is_never_unpickled(job: Job, tmp_path: Path) -> None:
@@ -306,7 +319,7 @@ def test_bad_inline_json_and_bad_mode_are_runner_failures(job: Job) -> None:
     assert "KINETIC_INPUT_MODE must be one of auto, single, args, kwargs" in run.result().message
 
 
-# --------------------------------------------------------------------------- never overwrite success
+# ------------------------------------------------------------------- never overwrite success
 
 
 def test_second_run_after_success_keeps_the_first_result(job: Job) -> None:

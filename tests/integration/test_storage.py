@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from kinetic import storage
 
 _WRAPPER_BINARY = "vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64"
@@ -53,9 +52,23 @@ def _start_fake_gcs(log_path: Path) -> tuple[str, subprocess.Popen[bytes]]:
     port = _free_port()
     log = open(log_path, "wb")
     proc = subprocess.Popen(
-        [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-         "-backend", "memory", "-public-host", f"127.0.0.1:{port}", "-log-level", "warn"],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            str(binary),
+            "-scheme",
+            "http",
+            "-host",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-backend",
+            "memory",
+            "-public-host",
+            f"127.0.0.1:{port}",
+            "-log-level",
+            "warn",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     endpoint = f"http://127.0.0.1:{port}"
     try:
@@ -229,8 +242,13 @@ def test_conditional_write_rejects_bad_arguments(root: str) -> None:
 
 
 def test_list_and_delete_prefix(root: str) -> None:
-    names = ["batches/g1/function.pkl", "batches/g1/inputs/0.pkl", "batches/g1/inputs/1.pkl",
-             "batches/g10/function.pkl", "jobs/j1/payload.pkl"]
+    names = [
+        "batches/g1/function.pkl",
+        "batches/g1/inputs/0.pkl",
+        "batches/g1/inputs/1.pkl",
+        "batches/g10/function.pkl",
+        "jobs/j1/payload.pkl",
+    ]
     for n in names:
         storage.write_bytes(storage.join(root, n), n.encode())
     g1 = storage.join(root, "batches", "g1/")
@@ -299,20 +317,25 @@ def test_file_conditional_writes_across_processes(tmp_path: Path) -> None:
         "try:\n    storage.write_if_generation(sys.argv[1], sys.argv[2].encode(), 0)\n"
         "    print('won')\nexcept storage.PreconditionFailed:\n    print('lost')\n"
     )
-    procs = [subprocess.Popen([sys.executable, "-c", code, uri, f"p{i}"], stdout=subprocess.PIPE,
-                              text=True) for i in range(6)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, uri, f"p{i}"], stdout=subprocess.PIPE, text=True
+        )
+        for i in range(6)
+    ]
     outcomes = [p.communicate(timeout=60)[0].strip() for p in procs]
     assert sorted(outcomes) == ["lost"] * 5 + ["won"]
     assert storage.read_bytes(uri) == f"p{outcomes.index('won')}".encode()
 
 
-def test_file_permission_error_names_the_fix(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root ignores directory permissions")
-    locked = tmp_path / "locked"
-    locked.mkdir(mode=0o500)
-    with pytest.raises(storage.StoragePermissionError, match="KINETIC_STORAGE_ROOT"):
-        storage.write_bytes(f"file://{locked}/x", b"1")
+def test_file_path_through_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "blocker").write_text("i am a file")
+    uri = f"file://{tmp_path}/blocker/x.pkl"
+    with pytest.raises(storage.StorageError, match="a parent path is a file, not a directory"):
+        storage.write_bytes(uri, b"1")
+    with pytest.raises(storage.NotFound):
+        storage.read_bytes(uri)
+    assert storage.stat(uri) is None
 
 
 # --------------------------------------------------------------------------- URIs and errors
@@ -339,8 +362,12 @@ def test_unknown_schemes_name_the_supported_ones(uri: str) -> None:
 
 @pytest.mark.parametrize(
     ("uri", "fragment"),
-    [("file://relative/x", "absolute path"), ("gs:///x", "gs://<bucket>/<path>"),
-     ("gs://b/a/../x", "'..'"), ("file:///a/./b", "'..'")],
+    [
+        ("file://relative/x", "absolute path"),
+        ("gs:///x", "gs://<bucket>/<path>"),
+        ("gs://b/a/../x", "'..'"),
+        ("file:///a/./b", "'..'"),
+    ],
 )
 def test_malformed_uris_are_rejected(uri: str, fragment: str) -> None:
     with pytest.raises(ValueError) as info:
@@ -351,8 +378,11 @@ def test_malformed_uris_are_rejected(uri: str, fragment: str) -> None:
 @pytest.mark.integration
 def test_missing_bucket_names_the_bucket_and_the_fix(gcs_server: str) -> None:
     uri = f"gs://no-such-bucket-{uuid.uuid4().hex[:8]}/jobs/j1/result.pkl"
-    for op in (lambda: storage.read_bytes(uri), lambda: storage.write_bytes(uri, b"x"),
-               lambda: storage.list_prefix(uri)):
+    for op in (
+        lambda: storage.read_bytes(uri),
+        lambda: storage.write_bytes(uri, b"x"),
+        lambda: storage.list_prefix(uri),
+    ):
         with pytest.raises(storage.BucketNotFound) as info:
             op()
         msg = str(info.value)

@@ -112,6 +112,7 @@ def local_module(tmp_path: Path) -> Iterator[Path]:
         "from userpkg_kinetic_test.helpers import scale\n"
         "class Config:\n    def __init__(self, n):\n        self.n = n\n"
         "def train(cfg):\n    return scale(cfg.n)\n"
+        "def explode():\n    raise RuntimeError('kaboom in user code')\n"
     )
     sys.path.insert(0, str(tmp_path))
     try:
@@ -122,14 +123,20 @@ def local_module(tmp_path: Path) -> Iterator[Path]:
             del sys.modules[name]
 
 
-def _run_in_fresh_python(code: str, data: bytes, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def _run_in_fresh_python(
+    code: str, data: bytes, tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
     """Load ``data`` in a new interpreter that cannot import the user's modules."""
     blob = tmp_path / "blob.pkl"
     blob.write_bytes(data)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
         [sys.executable, "-c", code, str(blob)],
-        capture_output=True, text=True, cwd="/", env=env, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env=env,
+        timeout=60,
     )
 
 
@@ -219,7 +226,9 @@ def test_python_version_mismatch_is_pointed_out() -> None:
 def test_capture_env_takes_names_and_star_prefixes() -> None:
     environ = {"WANDB_KEY": "k", "WANDB_MODE": "m", "HF_TOKEN": "t", "HOME": "/h"}
     assert capture_env(["WANDB_*", "HF_TOKEN", "UNSET"], environ) == {
-        "WANDB_KEY": "k", "WANDB_MODE": "m", "HF_TOKEN": "t",
+        "WANDB_KEY": "k",
+        "WANDB_MODE": "m",
+        "HF_TOKEN": "t",
     }
     assert capture_env([], environ) == {}
 
@@ -309,7 +318,10 @@ def test_system_exit_from_user_code_is_a_user_failure() -> None:
 def test_runner_failure_raises_runner_error_naming_the_phase() -> None:
     result = roundtrip(runner_failure("verify", "payload hash mismatch: expected a, got b"))
     assert result.is_runner_failure
-    assert result.summary() == "runner failed in phase verify: payload hash mismatch: expected a, got b"
+    assert (
+        result.summary()
+        == "runner failed in phase verify: payload hash mismatch: expected a, got b"
+    )
     with pytest.raises(RunnerError) as info:
         raise_remote(result)
     assert info.value.phase == "verify"
@@ -344,3 +356,25 @@ def test_load_result_rejects_garbage_and_foreign_pickles() -> None:
         load_result(b"\x80\x05garbage")
     with pytest.raises(PayloadError, match="not a Kinetic result"):
         load_result(pickle.dumps({"ok": True}))
+
+
+def test_remote_tracebacks_show_the_users_source_even_without_the_file(
+    local_module: Path,
+) -> None:
+    from userpkg_kinetic_test import model  # type: ignore[import-not-found]
+
+    data = build_job_payload(model.explode)
+    # the pod has no copy of the user's tree: the source travels in the payload
+    moved = local_module.rename(local_module.parent / (local_module.name + "-gone"))
+    proc = _run_in_fresh_python(
+        "import sys\n"
+        "from kinetic.payload import load_call_payload, user_failure\n"
+        "call = load_call_payload(open(sys.argv[1], 'rb').read())\n"
+        "try:\n    call.fn()\nexcept Exception as e:\n    print(user_failure(e).traceback)\n",
+        data,
+        moved,
+    )
+    local_module.mkdir()  # let the fixture clean up as usual
+    assert proc.returncode == 0, proc.stderr
+    assert f'{local_module}/userpkg_kinetic_test/model.py", line 8, in explode' in proc.stdout
+    assert "raise RuntimeError('kaboom in user code')" in proc.stdout
