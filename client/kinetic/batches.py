@@ -205,38 +205,51 @@ class BatchHandle:
     ) -> list[Any]:
         """Every input's result, in input order (or completion order with ordered=False).
 
-        With cleanup=True each successful child is deleted (resource and
-        artifacts) once its result is read; the manifest stays, so
-        `attach_batch()` still works. Failed children are kept for their logs.
-        A TimeoutError leaves the batch running.
+        Follows the batch status on a watch and reads each input's result as
+        soon as the operator records it finished. With cleanup=True each
+        successful child is deleted (resource and artifacts) once its result
+        is read — only after its outcome is in the batch status, so the
+        operator never relaunches it; the manifest stays, so `attach_batch()`
+        still works. Failed children are kept for their logs. A TimeoutError
+        leaves the batch running.
         """
         values: dict[int, Any] = {}
         errors: dict[int, Exception] = dict(self._submission_failures)
         order: list[int] = sorted(self._submission_failures)
+        failed: set[int] = set()
         with _Progress(self, progress) as bar:
             for status in self._watch(timeout):
                 bar.update(status)
+                failed_now = set(parse_ranges(status.get("failedIndexes", "")))
+                cancelled_now = set(parse_ranges(status.get("cancelledIndexes", "")))
                 for i in _finished(status):
                     if i in values or i in errors:
                         continue
                     order.append(i)
+                    if i in cancelled_now:
+                        errors[i] = JobCancelled(f"input {i} of {self.group_id} was cancelled")
+                        continue
+                    if i in failed_now:
+                        failed.add(i)
                     try:
-                        values[i] = self._collect(i, cleanup)
+                        values[i] = self._collect(i, cleanup and i not in failed_now)
                     except Exception as e:  # the child's remote exception, or why it has none
                         errors[i] = e
-        missing = [i for i in range(self.total) if i not in values and i not in errors]
-        for i in missing:  # never launched after a stop: cancelled
-            errors[i] = JobCancelled(f"input {i} of {self.group_id} was never run")
-            order.append(i)
-        failed = [self.child(i) for i in sorted(errors) if i not in self._submission_failures]
-        self._cached_failures = failed
+        for i in range(self.total):  # never launched after a stop: cancelled
+            if i not in values and i not in errors:
+                errors[i] = JobCancelled(f"input {i} of {self.group_id} was never run")
+                order.append(i)
+        self._cached_failures = [self.child(i) for i in sorted(failed)]
         index_order = range(self.total) if ordered else order
         if errors and not return_exceptions:
             partial = [values.get(i) for i in range(self.total)]
-            raise BatchError(self.group_id, failed, partial, self._submission_failures)
+            raise BatchError(
+                self.group_id, self._cached_failures, partial, self._submission_failures
+            )
         return [values[i] if i in values else errors[i] for i in index_order]
 
     def _collect(self, index: int, cleanup: bool) -> Any:
+        """One finished child's value, or raise its exception (JobFailed if it left none)."""
         handle = self.child(index)
         if self.container:
             obj = handle._get()
@@ -248,14 +261,18 @@ class BatchHandle:
                     handle.cleanup(gcs=False)
                 return value
             raise _failure_for(handle, phase, status)
-        value = handle.result(timeout=60, cleanup=cleanup)
-        return value
+        return handle.result(timeout=60, cleanup=cleanup)
 
     def failures(self) -> list[JobHandle]:
-        """Children that FAILED (cached after `results()`, so cleanup does not hide them)."""
+        """Children that FAILED (cached after `results()`, so cleanup does not hide them).
+
+        Submission failures are not here (they never had a job): see
+        `submission_failures`.
+        """
         if self._cached_failures is not None:
             return list(self._cached_failures)
-        return [self.child(i) for i, st in self._child_phases().items() if st is JobStatus.FAILED]
+        failed = parse_ranges(self.status().get("failedIndexes", ""))
+        return [self.child(i) for i in failed if i not in self._submission_failures]
 
     # ----------------------------------------------------------------- acting
 
@@ -375,10 +392,11 @@ def submit_map(
         raise ValueError(
             f"max_concurrent must be a positive integer or None (no limit); got {max_concurrent!r}"
         )
-    for i, item in enumerate(items):
-        payload.resolve_call(
-            item, input_mode
-        )  # TypeError for a wrong-typed item, before any upload
+    for i, item in enumerate(items):  # a wrong-typed item fails here, before any upload
+        try:
+            payload.resolve_call(item, input_mode)
+        except TypeError as e:
+            raise TypeError(f"input {i}: {e}") from None
     if max_concurrent is None and len(items) > _UNBOUNDED_WARNING_THRESHOLD:
         log.warning(
             "submitting %d inputs with max_concurrent=None starts them all at once; "

@@ -12,9 +12,12 @@ inputs. This module answers, without any I/O:
 * whether a spec makes sense before anything is launched
   (`validate_batch_spec`).
 
-Grid order is ``itertools.product`` order over the keys as given: the last
-key varies fastest. ``{"lr": [1, 2], "bs": [8, 16]}`` is
-``(1, 8), (1, 16), (2, 8), (2, 16)``.
+Grid order is ``itertools.product`` order over the keys *sorted*: the last
+key in sorted order varies fastest. ``{"lr": [1, 2], "bs": [8, 16]}`` is
+``bs=8,lr=1; bs=8,lr=2; bs=16,lr=1; bs=16,lr=2``. Sorted, not "as given",
+because a grid is a JSON object stored by the API server, which does not
+keep key order (it returns keys sorted): an index must mean the same point
+whoever reads the spec.
 
 How a child receives its input
 ------------------------------
@@ -110,13 +113,13 @@ def input_count(inputs: BatchInputs) -> int:
 
 
 def grid_point(grid: Mapping[str, list[Any]], index: int) -> dict[str, Any]:
-    """Point ``index`` of the cartesian product of ``grid``, keys in the given order.
+    """Point ``index`` of the cartesian product of ``grid``, over the keys sorted.
 
-    Mixed-radix decoding: the last key is the fastest-moving digit, so this
-    matches ``list(itertools.product(*grid.values()))[index]`` without
-    building the product.
+    Mixed-radix decoding: the last sorted key is the fastest-moving digit,
+    so this matches ``list(itertools.product(*(grid[k] for k in sorted(grid))))[index]``
+    without building the product. The point's keys come in sorted order too.
     """
-    keys = list(grid)
+    keys = sorted(grid)
     total = 1
     for key in keys:
         total *= len(grid[key])
@@ -248,12 +251,16 @@ def _with_input_env(base: list[EnvVar], index: int, item: Any) -> list[EnvVar]:
 # --------------------------------------------------------------------------- hashes
 
 
-def parse_sha256_list(data: bytes, *, expected_sha256: str | None, count: int) -> list[str]:
+def parse_sha256_list(
+    data: bytes, *, expected_sha256: str | None, count: int
+) -> list[str | None]:
     """Read the ``inputs.sha256URI`` object: a JSON list of ``count`` hex SHA-256s.
 
     ``expected_sha256`` is ``inputs.sha256`` from the spec; when given, the
     list itself must hash to it, so a tampered list is refused before any
-    of its hashes is trusted. Raises `ValueError` with a readable reason.
+    of its hashes is trusted. An entry may be ``null``: the client writes
+    that for an input it could not pickle (a submission failure, never
+    launched). Raises `ValueError` with a readable reason.
     """
     if expected_sha256 is not None:
         actual = hashlib.sha256(data).hexdigest()
@@ -270,7 +277,7 @@ def parse_sha256_list(data: bytes, *, expected_sha256: str | None, count: int) -
         got = f"{len(hashes)} entries" if isinstance(hashes, list) else type(hashes).__name__
         raise ValueError(f"the input hash list must be a list of {count} hashes, got {got}")
     for i, h in enumerate(hashes):
-        if not isinstance(h, str) or not _SHA256.match(h):
+        if h is not None and (not isinstance(h, str) or not _SHA256.match(h)):
             raise ValueError(f"the input hash list entry {i} is not a hex SHA-256: {h!r}")
     return hashes
 

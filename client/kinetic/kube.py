@@ -32,13 +32,18 @@ def api_client(context: str | None = None) -> client.ApiClient:
         config.load_incluster_config()
         return client.ApiClient()
     try:
-        return config.new_client_from_config(context=context)
+        # The library reads KUBECONFIG once, at import; read it now instead.
+        return config.new_client_from_config(config_file=_kubeconfig(), context=context)
     except (ConfigException, FileNotFoundError) as e:
         where = os.environ.get("KUBECONFIG", "~/.kube/config")
         raise ClusterUnreachable(
             f"No usable kubeconfig ({where}): {e}. Point KUBECONFIG at your cluster, "
             "or start the local one with `kinetic local up` and `source .local/env`."
         ) from e
+
+
+def _kubeconfig() -> str:
+    return os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
 
 
 def core(context: str | None = None) -> client.CoreV1Api:
@@ -55,7 +60,7 @@ def current_namespace(context: str | None = None) -> str:
         with open(_IN_CLUSTER_NS) as f:
             return f.read().strip()
     try:
-        contexts, active = config.list_kube_config_contexts()
+        contexts, active = config.list_kube_config_contexts(config_file=_kubeconfig())
     except (ConfigException, FileNotFoundError):
         return "default"
     chosen = next((c for c in contexts if c["name"] == context), active) if context else active

@@ -203,7 +203,7 @@ class BatchInputs(Wire):
     grid: dict[str, list[Any]] | None = Field(
         None,
         description="Named lists; one child per combination (cartesian product, "
-        "keys in the order given).",
+        "last key in sorted order varies fastest).",
     )
 
 

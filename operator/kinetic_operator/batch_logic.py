@@ -98,8 +98,10 @@ __all__ = [
     "WriteManifest",
     "decide_batch",
     "immutable_change",
+    "invalid_batch",
     "merge_mutable",
     "observe_child",
+    "with_condition",
 ]
 
 COND_RUNNING, COND_COMPLETE, COND_FAILED = "Running", "Complete", "Failed"
@@ -114,6 +116,7 @@ R_ALL_SUCCEEDED = "AllSucceeded"
 R_INPUTS_FAILED = "InputsFailed"
 R_CANCELLED = "Cancelled"
 R_CHILDREN_CANCELLED = "ChildrenCancelled"
+R_INVALID_SPEC = "InvalidSpec"
 
 
 # --------------------------------------------------------------------------- inputs
@@ -665,6 +668,78 @@ def _timestamp(now: datetime) -> str:
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware (UTC)")
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --------------------------------------------------------------------------- other outcomes
+
+
+def invalid_batch(
+    status: KineticBatchStatus | None,
+    problems: list[str],
+    now: datetime,
+    *,
+    generation: int | None = None,
+) -> BatchDecision:
+    """A batch whose spec cannot run ends FAILED at once, launching nothing.
+
+    A batch that already ended keeps its outcome: a spec that became
+    unreadable later (someone edited it) must not rewrite history.
+    """
+    old = status if status is not None else KineticBatchStatus.model_validate({})
+    if Phase(old.phase).terminal:
+        return _settled(old, {}, generation)
+    stamp = _timestamp(now)
+    message = "Invalid batch: " + "; ".join(problems)
+    new = old.model_copy(
+        update={
+            "phase": Phase.FAILED.value,
+            "message": message,
+            "completion_time": old.completion_time or stamp,
+            "conditions": _conditions(
+                old.conditions, Phase.FAILED, R_INVALID_SPEC, R_INVALID_SPEC, message, stamp
+            ),
+            "observed_generation": generation
+            if generation is not None
+            else old.observed_generation,
+        },
+        deep=True,
+    )
+    return BatchDecision(
+        status=new,
+        actions=(Event("Warning", R_INVALID_SPEC, message),),
+        write_status=True,
+    )
+
+
+def with_condition(
+    status: KineticBatchStatus,
+    type_: str,
+    value: Literal["True", "False", "Unknown"],
+    reason: str,
+    message: str,
+    now: datetime,
+) -> KineticBatchStatus:
+    """``status`` with one condition set (others untouched).
+
+    ``lastTransitionTime`` moves only when the condition's value flips, so
+    setting the same condition on every reconcile changes nothing.
+    """
+    prev = next((c for c in status.conditions if c.type == type_), None)
+    moved = prev is None or prev.status != value
+    cond = Condition(
+        type=type_,
+        status=value,
+        reason=reason,
+        message=message,
+        last_transition_time=_timestamp(now) if moved else prev.last_transition_time,  # type: ignore[union-attr]
+    )
+    if prev is not None and prev.wire() == cond.wire():
+        return status
+    if prev is None:
+        conditions = [*status.conditions, cond]
+    else:
+        conditions = [cond if c.type == type_ else c for c in status.conditions]
+    return status.model_copy(update={"conditions": conditions}, deep=True)
 
 
 # --------------------------------------------------------------------------- immutability

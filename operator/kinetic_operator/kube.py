@@ -17,7 +17,15 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from kinetic.resources import GROUP, JOB_KIND, JOB_PLURAL, VERSION
+from kinetic.resources import (
+    BATCH_PLURAL,
+    GROUP,
+    JOB_KIND,
+    JOB_PLURAL,
+    LABEL_BATCH,
+    LABEL_JOB,
+    VERSION,
+)
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
@@ -76,13 +84,16 @@ class Kube:
         new: dict[str, Any],
         old: dict[str, Any],
         resource_version: str | None,
-    ) -> None:
+        *,
+        plural: str = JOB_PLURAL,
+    ) -> dict[str, Any] | None:
         """Write the status subresource, only if nobody wrote since we read it.
 
         A merge patch carrying metadata.resourceVersion is a compare-and-swap:
         the API server answers 409 if the object moved on, and we raise
         Conflict so the caller re-reads and decides again. Keys that were set
-        and are now absent are sent as null so they are removed.
+        and are now absent are sent as null so they are removed. Returns the
+        object as written (its new resourceVersion), or None if it is gone.
         """
         status: dict[str, Any] = {key: None for key in old if key not in new}
         status.update(new)
@@ -90,11 +101,11 @@ class Kube:
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
-            self.custom.patch_namespaced_custom_object_status(
+            return self.custom.patch_namespaced_custom_object_status(
                 GROUP,
                 VERSION,
                 namespace,
-                JOB_PLURAL,
+                plural,
                 name,
                 body,
                 _content_type=MERGE_PATCH,
@@ -104,8 +115,71 @@ class Kube:
             if exc.status == 409:
                 raise Conflict(f"{namespace}/{name} changed while reconciling") from exc
             if exc.status == 404:
-                return  # deleted meanwhile: nothing left to report on
+                return None  # deleted meanwhile: nothing left to report on
             raise
+
+    # ------------------------------------------------------------------ KineticBatches
+
+    def get_kinetic_batch(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The KineticBatch as stored now, or None if it is gone."""
+        try:
+            return self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, BATCH_PLURAL, name, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list_batch_children(self, namespace: str, batch: str) -> list[dict[str, Any]]:
+        """A batch's child KineticJobs as stored now (a live read, not the index)."""
+        found = self.custom.list_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            JOB_PLURAL,
+            label_selector=f"{LABEL_BATCH}={batch}",
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+        return list(found.get("items") or [])
+
+    def create_kinetic_job(self, manifest: dict[str, Any]) -> None:
+        """Create a batch's child; if it exists already, it is the same child (same name)."""
+        meta = manifest["metadata"]
+        try:
+            self.custom.create_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                meta["namespace"],
+                JOB_PLURAL,
+                manifest,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            log.info("Created KineticJob %s/%s", meta["namespace"], meta["name"])
+        except ApiException as exc:
+            if exc.status == 409:
+                return
+            if exc.status in (400, 422):
+                raise Rejected(_api_message(exc)) from exc
+            raise
+
+    def cancel_kinetic_job(self, namespace: str, name: str) -> None:
+        """Set spec.cancel on a KineticJob; one that is gone needs no cancelling."""
+        try:
+            self.custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                JOB_PLURAL,
+                name,
+                {"spec": {"cancel": True}},
+                _content_type=MERGE_PATCH,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            log.info("Cancelled KineticJob %s/%s", namespace, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
     # ------------------------------------------------------------------ attempt Jobs
 
@@ -140,10 +214,28 @@ class Kube:
             if exc.status != 404:
                 raise
 
+    def read_attempts(
+        self, namespace: str, kinetic_job: str
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The attempt Jobs and Pods of one KineticJob, read live (not from the indexes).
+
+        Used only to confirm an absence before acting on it: the Job and Pod
+        indexes are fed by separate watches, so one can lag the other.
+        """
+        selector = f"{LABEL_JOB}={kinetic_job}"
+        jobs = self.batch.list_namespaced_job(
+            namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT
+        )
+        pods = self.core.list_namespaced_pod(
+            namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT
+        )
+        plain = self.api.sanitize_for_serialization
+        return [plain(j) for j in jobs.items], [plain(p) for p in pods.items]
+
     # ------------------------------------------------------------------ events
 
     def post_event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """A core/v1 Event on the KineticJob, so `kubectl describe kj` shows it.
+        """A core/v1 Event on a KineticJob or KineticBatch, so `kubectl describe` shows it.
 
         Events are for people; failing to post one is logged, never retried,
         so that it cannot block or repeat the decision it reports.
@@ -157,7 +249,7 @@ class Kube:
             },
             "involvedObject": {
                 "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": JOB_KIND,
+                "kind": owner.get("kind") or JOB_KIND,
                 "name": meta.get("name"),
                 "namespace": meta.get("namespace"),
                 "uid": meta.get("uid"),

@@ -9,4 +9,4 @@ or `python -m kinetic_operator`, which takes the namespaces from
 KINETIC_NAMESPACES (comma-separated; empty means all).
 """
 
-from kinetic_operator.handlers import jobs, setup  # noqa: F401 — registers handlers
+from kinetic_operator.handlers import batches, jobs, setup  # noqa: F401 — registers handlers

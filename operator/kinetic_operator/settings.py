@@ -81,8 +81,22 @@ class OperatorSettings(BaseSettings):
     @field_validator("accelerator_catalog", mode="before")
     @classmethod
     def _parse_catalog(cls, value: Any) -> Any:
+        """Entries given here extend (or replace by name) the built-in catalog.
+
+        A platform team adds its own GPU types or TPU slices without having to
+        repeat the ones Kinetic already knows; an empty value keeps the built-in.
+        """
         # YAML is a superset of JSON, so one parser takes both.
-        return yaml.safe_load(value) if isinstance(value, str) else value
+        extra = yaml.safe_load(value) if isinstance(value, str) else value
+        if not isinstance(extra, dict):
+            return default_catalog() if extra is None else extra
+        merged = default_catalog().model_dump()
+        for key, entry in extra.items():
+            if key in ("gpus", "tpus") and isinstance(entry, dict):
+                merged[key] = {**merged[key], **entry}
+            else:
+                merged[key] = entry
+        return merged
 
     @field_validator("storage_root", mode="after")
     @classmethod

@@ -8,13 +8,17 @@ message, except under CI (``CI=true``), where that is an error.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kube_helpers import Kube, local_env, wait_for
+from kinetic.resources import GROUP, JOB_PLURAL
+from kube_helpers import REPO, Kube, local_env, wait_for
 from kubernetes import client, config
 
 __all__ = ["Kube", "wait_for"]
@@ -93,3 +97,79 @@ def _needs_sa_secret(kube: Kube) -> bool:
         minor = client.VersionApi(kube.api).get_code().minor
         _sa_secret_cache["v"] = int("".join(ch for ch in minor if ch.isdigit()) or 99) < 24
     return _sa_secret_cache["v"]
+
+
+# ----------------------------------------------------------------------- the operator
+
+
+def _alive(pid_file: Path) -> bool:
+    """Whether the pid in `kinetic local up`'s pid file ("<pid> <start time>") is running."""
+    try:
+        os.kill(int(pid_file.read_text().split()[0]), 0)
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def operator(kube: Kube, kube_env: dict[str, str], tmp_path_factory) -> Iterator[None]:
+    """CRDs installed and an operator serving every namespace."""
+    applied = kube.kubectl("apply", "-f", str(REPO / "crds"), check=False)
+    if applied.returncode != 0:
+        present = kube.kubectl("get", "crd", f"{JOB_PLURAL}.{GROUP}", check=False)
+        if present.returncode != 0:
+            pytest.fail(f"cannot install the CRDs: {applied.stderr}", pytrace=False)
+    wait_for(
+        lambda: kube.kubectl("get", JOB_PLURAL, "-A", check=False).returncode == 0,
+        what="the KineticJob API to be served",
+    )
+
+    state = Path(os.environ.get("KINETIC_LOCAL_DIR") or REPO / ".local")
+    external = os.environ.get("KINETIC_TEST_OPERATOR") == "external"
+    if external or _alive(state / "run" / "operator.pid"):
+        yield
+        return
+
+    log_path = tmp_path_factory.mktemp("operator") / "operator.log"
+    env = {**os.environ, **local_env(), **kube_env}
+    env.setdefault("KINETIC_RUNNER_COMMAND", f"{sys.executable} -m kinetic.runner")
+    kopf = Path(sys.executable).with_name("kopf")
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [str(kopf), "run", "--standalone", "--all-namespaces", "-m", "kinetic_operator.main"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+    try:
+        wait_for(
+            lambda: (
+                proc.poll() is None
+                and "Initial authentication has finished" in log_path.read_text()
+            ),
+            timeout=60,
+            what=f"the operator to start (log: {log_path})",
+        )
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        print(f"operator log: {log_path}", file=sys.stderr)
+
+
+
+
+@pytest.fixture(scope="session")
+def client_env(kube: Kube, kube_env: dict[str, str], operator: None) -> Iterator[dict[str, str]]:
+    """os.environ set up for the in-process kinetic client, as a user's shell would be."""
+    saved = dict(os.environ)
+    os.environ.update({**local_env(), **kube_env})
+    try:
+        yield dict(os.environ)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)

@@ -872,3 +872,36 @@ def test_status_of_100k_inputs_stays_small():
     size = len(json.dumps(status.wire()))
     assert size < 4096, size
     assert biggest < 4096, biggest
+
+
+# --------------------------------------------------------------------------- invalid specs, conditions
+
+
+def test_invalid_batch_fails_at_once_and_launches_nothing():
+    from kinetic_operator.batch_logic import invalid_batch
+
+    now = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    d = invalid_batch(None, ["spec.inputs needs exactly one of count, items or grid"], now)
+    assert d.write_status and d.status.phase == "FAILED"
+    assert d.status.message.startswith("Invalid batch: spec.inputs needs")
+    failed = next(c for c in d.status.conditions if c.type == "Failed")
+    assert failed.status == "True" and failed.reason == "InvalidSpec"
+    assert [type(a).__name__ for a in d.actions] == ["Event"]
+    again = invalid_batch(d.status, ["other"], now)  # an ended batch keeps its outcome
+    assert not again.write_status and again.status.message == d.status.message
+
+
+def test_with_condition_moves_transition_time_only_on_flips():
+    from kinetic_operator.batch_logic import with_condition
+
+    t0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    t1 = datetime(2024, 5, 1, 12, 5, tzinfo=UTC)
+    s0 = KineticBatchStatus()
+    s1 = with_condition(s0, "ManifestWritten", "False", "WriteFailed", "boom", t0)
+    assert s1.conditions[-1].last_transition_time == "2024-05-01T12:00:00Z"
+    assert with_condition(s1, "ManifestWritten", "False", "WriteFailed", "boom", t1) is s1
+    s2 = with_condition(s1, "ManifestWritten", "False", "WriteFailed", "again", t1)
+    assert s2.conditions[-1].last_transition_time == "2024-05-01T12:00:00Z"
+    s3 = with_condition(s2, "ManifestWritten", "True", "Written", "ok", t1)
+    assert s3.conditions[-1].last_transition_time == "2024-05-01T12:05:00Z"
+    assert len(s3.conditions) == 1

@@ -106,12 +106,13 @@ def test_catalog_from_env_accepts_yaml_and_json(monkeypatch):
         "gpus:\n  v100:\n    node_label: nvidia-tesla-v100\n    counts: [1, 2]\n",
     )
     s = OperatorSettings()
-    assert s.accelerator_catalog.names() == ["cpu", "gpu-v100", "gpu-v100x2"]
+    assert {"gpu-v100", "gpu-v100x2", "gpu-l4"} <= set(s.accelerator_catalog.names())
     assert resolve(s.accelerator_catalog, "gpu-v100x2").limits == {"nvidia.com/gpu": "2"}
 
     custom = Catalog(gpus={"x1": GpuType(node_label="x", counts=[1])})
     monkeypatch.setenv("KINETIC_ACCELERATOR_CATALOG", json.dumps(custom.model_dump()))
-    assert OperatorSettings().accelerator_catalog == custom
+    catalog = OperatorSettings().accelerator_catalog
+    assert catalog.gpus["x1"] == custom.gpus["x1"] and "l4" in catalog.gpus
 
 
 def test_settings_defaults_and_lists(monkeypatch):
@@ -131,3 +132,21 @@ def test_settings_defaults_and_lists(monkeypatch):
     assert s.namespaces == ["a", "b", "c"]
     assert s.runner_command == ["/opt/venv/bin/python", "-m", "kinetic.runner"]
     assert s.storage_root == "gs://bucket/root"
+
+
+def test_catalog_setting_extends_the_built_in_one(monkeypatch) -> None:
+    from kinetic_operator.settings import OperatorSettings
+
+    monkeypatch.setenv(
+        "KINETIC_ACCELERATOR_CATALOG",
+        '{"gpus": {"b200": {"node_label": "nvidia-b200", "counts": [1, 8]}}}',
+    )
+    names = OperatorSettings().accelerator_catalog.names()
+    assert "gpu-b200x8" in names and "gpu-l4" in names and "tpu-v5e-1" in names
+
+
+def test_empty_catalog_setting_keeps_the_built_in_one(monkeypatch) -> None:
+    from kinetic_operator.settings import OperatorSettings
+
+    monkeypatch.setenv("KINETIC_ACCELERATOR_CATALOG", "{}")
+    assert OperatorSettings().accelerator_catalog.names() == default_catalog().names()

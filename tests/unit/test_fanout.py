@@ -84,19 +84,25 @@ GRIDS = [
 
 @pytest.mark.parametrize("grid", GRIDS)
 def test_grid_matches_itertools_product(grid):
-    expected = [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values())]
+    keys = sorted(grid)  # the API server does not keep JSON key order, so neither do we
+    expected = [
+        dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))
+    ]
     got = [grid_point(grid, i) for i in range(len(expected))]
     assert got == expected
-    # keys keep the given order
-    assert all(list(p) == list(grid) for p in got)
+    assert all(list(p) == keys for p in got)
+    reordered = dict(reversed(list(grid.items())))
+    assert [grid_point(reordered, i) for i in range(len(expected))] == expected
     assert list(iter_inputs(BatchInputs(grid=grid))) == expected
 
 
 def test_grid_point_without_materialising_a_huge_product():
-    grid = {f"k{i}": list(range(10)) for i in range(12)}  # 10^12 points
-    assert grid_point(grid, 0) == {f"k{i}": 0 for i in range(12)}
-    assert grid_point(grid, 10**12 - 1) == {f"k{i}": 9 for i in range(12)}
-    assert grid_point(grid, 123456789012) == {f"k{i}": int(d) for i, d in enumerate("123456789012")}
+    grid = {f"k{i:02}": list(range(10)) for i in range(12)}  # 10^12 points
+    assert grid_point(grid, 0) == {f"k{i:02}": 0 for i in range(12)}
+    assert grid_point(grid, 10**12 - 1) == {f"k{i:02}": 9 for i in range(12)}
+    assert grid_point(grid, 123456789012) == {
+        f"k{i:02}": int(d) for i, d in enumerate("123456789012")
+    }
 
 
 def test_grid_point_out_of_range():
@@ -156,7 +162,7 @@ def test_function_child_for_items_and_grid():
     assert child_spec("g", spec, 2, ROOT).function.input_uri is None
     grid = batch({"grid": {"lr": [0.1, 0.01], "bs": [8, 16]}}, inputMode="kwargs")
     c = child_spec("g", grid, 1, ROOT)
-    assert c.function.input_json == {"lr": 0.1, "bs": 16}
+    assert c.function.input_json == {"bs": 8, "lr": 0.01}  # keys sorted: lr varies fastest
     assert c.function.input_mode == "kwargs"
     with pytest.raises(IndexError):
         child_spec("g", grid, 4, ROOT)
@@ -240,6 +246,12 @@ def test_parse_sha256_list():
         parse_sha256_list(json.dumps([hashes[0], "XYZ"]).encode(), expected_sha256=None, count=2)
     with pytest.raises(ValueError, match="got dict"):
         parse_sha256_list(b"{}", expected_sha256=None, count=1)
+
+
+def test_parse_sha256_list_allows_null_for_inputs_that_failed_at_submission():
+    """The client writes null where it could not pickle an input; that input never launches."""
+    data = json.dumps([SHA, None]).encode()
+    assert parse_sha256_list(data, expected_sha256=None, count=2) == [SHA, None]
 
 
 # --------------------------------------------------------------------------- validation

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kinetic.local import binaries, gcs
+from kinetic.local import operator as kinetic_operator
 from kinetic.local.config import LocalConfig, _find_repo_root
 from kinetic.local.pki import PKI, kubeconfig_yaml
 from kinetic.local.procs import (
@@ -51,6 +52,7 @@ class Component:
     ready: Callable[[], bool]
     timeout: float
     env_var: str  # the variable that overrides its port, for the "port in use" message
+    env: Callable[[dict[str, str]], dict[str, str]] | None = None  # adjusts the shared env
 
 
 class Cluster:
@@ -264,6 +266,18 @@ class Cluster:
             Component("node", p.node, node, self.node_ready, 60, "KINETIC_NODE_PORT"),
         ]
 
+    def operator_component(self) -> Component:
+        """The operator, last: it needs the chart's RBAC, the node and the bucket."""
+        return Component(
+            "operator",
+            kinetic_operator.health_port(),
+            kinetic_operator.argv,
+            kinetic_operator.ready,
+            60,
+            "KINETIC_OPERATOR_PORT",
+            env=lambda base: kinetic_operator.env(self.cfg, base),
+        )
+
     # ---- readiness beyond "the process answers" -----------------------------------------------
     def node_ready(self) -> bool:
         """The agent answers /healthz (registered, pods synced) and the Node is Ready."""
@@ -341,29 +355,8 @@ class Cluster:
         started: list[str] = []
         # etcd and fake-gcs-server first (independent), then the API server, then the rest in
         # parallel: start them all, then wait for each.
-        waves = [comps[0:2], comps[2:3], comps[3:]]
-        for wave in waves:
-            pending: list[tuple[Component, int | None]] = []
-            for comp in wave:
-                pid = read_live_pid(self.pid_file(comp.name))
-                if pid is not None:
-                    try:
-                        wait_until(comp.ready, 5, comp.name, self.log_file(comp.name), pid)
-                        continue
-                    except ClusterError:
-                        out(f"{comp.name} (pid {pid}) is running but not ready; restarting it")
-                        stop_pid(pid)
-                self._check_port(comp)
-                pid = spawn(
-                    comp.argv(),
-                    self.log_file(comp.name),
-                    self.pid_file(comp.name),
-                    self.component_env(),
-                )
-                started.append(comp.name)
-                pending.append((comp, pid))
-            for comp, pid in pending:
-                wait_until(comp.ready, comp.timeout, comp.name, self.log_file(comp.name), pid)
+        for wave in (comps[0:2], comps[2:3], comps[3:]):
+            self._start_wave(wave, started, out)
         gcs.ensure_bucket(c)
         wait_until(
             self.default_sa_ready,
@@ -371,6 +364,18 @@ class Cluster:
             "the default ServiceAccount and its token (kube-controller-manager)",
             self.log_file("kube-controller-manager"),
         )
+        if self.repo_root is not None and kinetic_operator.chart_dir(self.repo_root).exists():
+            if kinetic_operator.install_chart(c, self.repo_root):
+                started.append("helm chart")
+            wait_until(
+                lambda: bool(kinetic_operator.write_kubeconfig(c)),
+                60,
+                "the operator ServiceAccount's token (kube-controller-manager)",
+                self.log_file("kube-controller-manager"),
+            )
+            self._start_wave([self.operator_component()], started, out)
+        else:
+            out("no Helm chart next to this install: the operator was not started")
         elapsed = time.monotonic() - t0
         if started:
             out(f"kinetic local cluster up in {elapsed:.1f}s (started: {', '.join(started)})")
@@ -382,9 +387,37 @@ class Cluster:
         out(f"  environment  . {c.env_file}   (KUBECONFIG={c.kubeconfig})")
         return elapsed
 
+    def _start_wave(
+        self, wave: list[Component], started: list[str], out: Callable[[str], None]
+    ) -> None:
+        """Start every component of the wave that is not running and ready, then wait for all."""
+        pending: list[tuple[Component, int | None]] = []
+        for comp in wave:
+            pid = read_live_pid(self.pid_file(comp.name))
+            if pid is not None:
+                try:
+                    wait_until(comp.ready, 5, comp.name, self.log_file(comp.name), pid)
+                    continue
+                except ClusterError:
+                    out(f"{comp.name} (pid {pid}) is running but not ready; restarting it")
+                    stop_pid(pid)
+            self._check_port(comp)
+            env = self.component_env()
+            pid = spawn(
+                comp.argv(),
+                self.log_file(comp.name),
+                self.pid_file(comp.name),
+                comp.env(env) if comp.env else env,
+            )
+            started.append(comp.name)
+            pending.append((comp, pid))
+        for comp, pid in pending:
+            wait_until(comp.ready, comp.timeout, comp.name, self.log_file(comp.name), pid)
+
     def down(self, out: Callable[[str], None] = print, purge: bool = False) -> None:
         """Stop, in reverse order, every process whose pid file still names it."""
         names = [
+            "operator",
             "node",
             "kube-scheduler",
             "kube-controller-manager",
@@ -443,7 +476,7 @@ class Cluster:
     def components_for_status(self) -> list[Component]:
         # Binaries are not needed to report status; use placeholders.
         self._bins = dict.fromkeys(["etcd", "fake-gcs-server", *binaries.KUBE_COMPONENTS], "")
-        return self.components()
+        return [*self.components(), self.operator_component()]
 
 
 def node_is_ready(node: dict) -> bool:

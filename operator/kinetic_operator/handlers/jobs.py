@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from kinetic.resources import GROUP, JOB_PLURAL, LABEL_JOB, VERSION, KineticJobStatus
+from kinetic.resources import GROUP, JOB_PLURAL, LABEL_JOB, VERSION, KineticJobStatus, Phase
 
 from kinetic_operator import job_logic, podspec
 from kinetic_operator.job_logic import CreateAttempt, DeleteAttempt, Event, InvalidSpec
@@ -165,10 +165,15 @@ def _reconcile_once(
         max_disruptions=settings.max_disruptions,
     )
     old = body.get("status") or {}
+    status = _parse_status(old, namespace, name)
+    if _index_may_lag(status, jobs, pods):
+        live_jobs, live_pods = kube.read_attempts(namespace, name)
+        jobs = [summarize_job(j) for j in live_jobs]
+        pods = [summarize_pod(p) for p in live_pods]
     decision = job_logic.decide(
         name=name,
         spec=spec,
-        status=_parse_status(old, namespace, name),
+        status=status,
         jobs=jobs,
         pods=pods,
         now=now,
@@ -218,6 +223,23 @@ def _reject(
     # Our own patch above bumped the resourceVersion; this write follows it unconditionally.
     kube.patch_status(meta["namespace"], meta["name"], failed, written, None)
     kube.post_event(body, "Warning", "Rejected", message)
+
+
+def _index_may_lag(
+    status: KineticJobStatus, jobs: Iterable[JobView], pods: Iterable[PodView]
+) -> bool:
+    """True when the indexes miss something the status says exists.
+
+    The Job and Pod indexes come from separate watches, and our own status
+    write can overtake both; an absence seen only in the indexes is not yet a
+    deletion. A live read settles it — rarely, so this is no polling loop.
+    """
+    if not status.attempts or Phase(status.phase).terminal:
+        return False
+    current = status.attempts[-1]
+    if all(j.name != current.job for j in jobs):
+        return True
+    return current.pod is not None and all(p.name != current.pod for p in pods)
 
 
 def _parse_status(raw: dict[str, Any], namespace: str, name: str) -> KineticJobStatus:

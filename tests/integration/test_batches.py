@@ -1,0 +1,652 @@
+"""KineticBatch end to end: run_async_map, BatchHandle, attach_batch, kubectl, the operator.
+
+Every behaviour of the upstream batch page, run against the real operator
+on a real cluster. Functions defined here are pickled by value, like a
+user's. Side effects that must be counted (how many times an input ran)
+go to storage objects, which both the test and the pods can reach.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import kinetic
+import pytest
+from kinetic import kube as kinetic_kube
+from kinetic import resources as r
+from kinetic import storage
+from kinetic.batches import BatchError, SubmissionError
+from kinetic.config import resolve
+from kinetic.jobs import JobCancelled, JobStatus
+from kube_helpers import REPO, Kube, wait_for
+from kubernetes import client, watch
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 240
+
+
+@pytest.fixture
+def ns(client_env: dict[str, str], namespace: str) -> str:
+    return namespace
+
+
+def _scratch() -> str:
+    """A storage folder both the test and the jobs' processes can reach."""
+    return storage.join(resolve().storage_root, "test-counters", uuid.uuid4().hex)
+
+
+def _batch(ns: str, group_id: str) -> dict:
+    obj = kinetic_kube.get(r.BATCH_PLURAL, ns, group_id)
+    assert obj is not None, f"batch {group_id} is gone"
+    return obj
+
+
+def _children(ns: str, group_id: str) -> list[dict]:
+    return kinetic_kube.list_(r.JOB_PLURAL, ns, selector=f"{r.LABEL_BATCH}={group_id}")
+
+
+def _record_run(prefix: str, index: int) -> None:
+    """In a pod: leave one storage object per execution of an input."""
+    import os as o
+
+    from kinetic import storage as s
+
+    attempt = o.environ.get("KINETIC_ATTEMPT", "?")
+    s.write_if_generation(f"{prefix}/{index}/{attempt}-{o.getpid()}-{o.urandom(4).hex()}", b"", 0)
+
+
+def _runs(prefix: str) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for uri in storage.list_prefix(prefix + "/"):
+        index = int(uri[len(prefix) + 1 :].split("/")[0])
+        counts[index] = counts.get(index, 0) + 1
+    return counts
+
+
+# --------------------------------------------------------------------------- results
+
+
+def test_results_in_input_order_and_in_completion_order(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def slow_square(i: int) -> int:
+        import time as t
+
+        t.sleep((3 - i) * 1.5)  # input 0 finishes last
+        return i * i
+
+    batch = slow_square.run_async_map(range(4), max_concurrent=None)
+    assert batch.group_id.startswith("grp-") and len(batch.group_id) == 12
+    by_completion = batch.results(ordered=False, cleanup=False, timeout=TIMEOUT)
+    assert sorted(by_completion) == [0, 1, 4, 9]
+    assert by_completion[-1] == 0 and by_completion != [0, 1, 4, 9]
+    assert batch.results(timeout=TIMEOUT) == [0, 1, 4, 9]  # input order; then cleaned up
+    assert _children(ns, batch.group_id) == []
+    assert batch.status_counts() == {"NOT_FOUND": 4}  # cleaned up, not failed
+    assert batch.failures() == []
+
+
+def _fail_fast_step(i: int) -> int:
+    import time as t
+
+    if i == 0:
+        raise ValueError("input 0 is bad")
+    if i == 1:
+        t.sleep(8)  # still running when input 0 fails
+    return i
+
+
+@pytest.mark.parametrize(
+    ("fail_fast", "cancel_running"),
+    [(False, False), (True, False), (True, True), (False, True)],
+    ids=["continue", "fail-fast", "fail-fast-cancel-running", "cancel-running-alone"],
+)
+def test_fail_fast_rows(ns: str, fail_fast: bool, cancel_running: bool) -> None:
+    """The four rows of the upstream table, with input 0 failing while input 1 runs."""
+    step = kinetic.run(namespace=ns)(_fail_fast_step)
+    batch = step.run_async_map(
+        range(5), max_concurrent=2, fail_fast=fail_fast, cancel_running_on_fail=cancel_running
+    )
+    with pytest.raises(BatchError) as info:
+        batch.results(timeout=TIMEOUT)
+    err = info.value
+    status = _batch(ns, batch.group_id)["status"]
+    counts = status["counts"]
+    assert err.group_id == batch.group_id
+    assert [job.group_index for job in err.failures] == [0]
+    assert str(err) == f"Batch {batch.group_id}: 1 of 5 jobs failed"
+    assert status["phase"] == "FAILED"
+    if not fail_fast:  # everything continues
+        assert err.partial_results == [None, 1, 2, 3, 4]
+        assert counts["succeeded"] == 4 and counts["failed"] == 1 and status["launched"] == 5
+    elif not cancel_running:  # no new launches; input 1 runs to the end
+        assert err.partial_results == [None, 1, None, None, None]
+        assert (counts["succeeded"], counts["failed"], counts["cancelled"]) == (1, 1, 3)
+        assert status["launched"] == 2
+    else:  # no new launches; input 1 is cancelled
+        assert err.partial_results == [None] * 5
+        assert (counts["succeeded"], counts["failed"], counts["cancelled"]) == (0, 1, 4)
+        assert status["launched"] == 2
+    mine = batch.results(return_exceptions=True, timeout=30)
+    assert isinstance(mine[0], ValueError) and "input 0 is bad" in str(mine[0])
+
+
+def test_return_exceptions_and_failures(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def invert(x: float) -> float:
+        return 1 / x
+
+    batch = invert.run_async_map([1, 0, 4])
+    values = batch.results(return_exceptions=True, timeout=TIMEOUT)
+    assert values[0] == 1.0 and values[2] == 0.25
+    assert isinstance(values[1], ZeroDivisionError)
+    assert [job.job_id for job in batch.failures()] == [f"{batch.group_id}-1"]
+    assert batch.failures()[0].status() is JobStatus.FAILED  # kept for its logs
+
+
+def test_an_input_that_fails_twice_then_succeeds_with_retries_2(ns: str) -> None:
+    scratch = _scratch()
+
+    @kinetic.run(namespace=ns)
+    def flaky(i: int, prefix: str) -> str:
+        from kinetic import storage as s
+
+        tries = len(s.list_prefix(f"{prefix}/{i}/"))
+        s.write_bytes(f"{prefix}/{i}/{tries}", b"")
+        if i == 1 and tries < 2:
+            raise RuntimeError(f"transient failure {tries + 1}")
+        return f"{i} after {tries + 1}"
+
+    batch = flaky.run_async_map([[0, scratch], [1, scratch]], retries=2)
+    assert batch.results(timeout=TIMEOUT, cleanup=False) == ["0 after 1", "1 after 3"]
+    child = kinetic_kube.get(r.JOB_PLURAL, ns, f"{batch.group_id}-1")
+    assert child["spec"]["retries"] == 2 and child["status"]["attempt"] == 3
+    wait_for(
+        lambda: (
+            json.loads(storage.read_bytes(manifest_uri(ns, batch.group_id)))["phase"] == "SUCCEEDED"
+        ),
+        timeout=30,
+        what="the final manifest",
+    )
+    manifest = json.loads(storage.read_bytes(manifest_uri(ns, batch.group_id)))
+    assert manifest["children"]["1"]["attempts"] == 3
+    assert manifest["children"]["0"]["attempts"] == 1
+    batch.cleanup()
+    storage.delete_prefix(scratch + "/")
+
+
+def manifest_uri(ns: str, group_id: str) -> str:
+    return _batch(ns, group_id)["status"]["manifestURI"]
+
+
+# --------------------------------------------------------------------------- concurrency
+
+
+class ActiveChildren:
+    """Watch a batch's children and remember the most that were non-terminal at once."""
+
+    def __init__(self, kube: Kube, ns: str) -> None:
+        self.kube, self.ns = kube, ns
+        self.phase: dict[str, str] = {}
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ActiveChildren:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=70)
+
+    def _run(self) -> None:
+        api = client.CustomObjectsApi(self.kube.api)
+        while not self._stop.is_set():
+            w = watch.Watch()
+            for event in w.stream(
+                api.list_namespaced_custom_object,
+                r.GROUP,
+                r.VERSION,
+                self.ns,
+                r.JOB_PLURAL,
+                label_selector=r.LABEL_BATCH,
+                timeout_seconds=2,
+            ):
+                name = event["object"]["metadata"]["name"]
+                if event["type"] == "DELETED":
+                    self.phase.pop(name, None)
+                else:
+                    self.phase[name] = (event["object"].get("status") or {}).get("phase", "")
+                active = sum(
+                    1 for p in self.phase.values() if p not in ("SUCCEEDED", "FAILED", "CANCELLED")
+                )
+                self.most = max(self.most, active)
+
+
+def test_max_concurrent_is_never_exceeded(ns: str, kube: Kube) -> None:
+    @kinetic.run(namespace=ns)
+    def nap(i: int) -> int:
+        import time as t
+
+        t.sleep(1.5)
+        return i
+
+    with ActiveChildren(kube, ns) as sampler:
+        batch = nap.run_async_map(range(8), max_concurrent=3)
+        assert batch.results(timeout=TIMEOUT) == list(range(8))
+    assert sampler.most == 3
+
+
+def test_max_concurrent_none_launches_everything_at_once(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def nap(i: int) -> int:
+        import time as t
+
+        t.sleep(6)
+        return i
+
+    batch = nap.run_async_map(range(5), max_concurrent=None)
+    status = wait_for(
+        lambda: (s := _batch(ns, batch.group_id).get("status", {})).get("launched") == 5 and s,
+        timeout=30,
+        what="all five children to be launched",
+    )
+    assert status["counts"]["succeeded"] == 0  # launched before any finished
+    assert len(_children(ns, batch.group_id)) == 5
+    assert batch.results(timeout=TIMEOUT) == list(range(5))
+
+
+def test_bad_max_concurrent_is_a_value_error(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def ident(x: int) -> int:
+        return x
+
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="max_concurrent"):
+            ident.run_async_map([1], max_concurrent=bad)
+
+
+# --------------------------------------------------------------------------- waiting, cancelling
+
+
+def test_a_timeout_does_not_cancel(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def nap(i: int) -> int:
+        import time as t
+
+        t.sleep(5)
+        return i
+
+    batch = nap.run_async_map(range(2))
+    with pytest.raises(TimeoutError):
+        batch.results(timeout=1)
+    assert _batch(ns, batch.group_id)["spec"]["cancel"] is False
+    assert batch.results(timeout=TIMEOUT) == [0, 1]
+
+
+def test_cancel_stops_launching_and_cancels_running_children(ns: str, kube: Kube) -> None:
+    scratch = _scratch()
+
+    @kinetic.run(namespace=ns)
+    def forever(i: int, prefix: str) -> None:
+        import os as o
+        import time as t
+
+        from kinetic import storage as s
+
+        s.write_bytes(f"{prefix}/{i}", str(o.getpid()).encode())
+        t.sleep(3600)
+
+    batch = forever.run_async_map([[i, scratch] for i in range(4)], max_concurrent=2)
+    wait_for(lambda: len(storage.list_prefix(scratch + "/")) == 2, timeout=120, what="2 to start")
+    batch.cancel()
+    batch.wait(timeout=120)
+    status = _batch(ns, batch.group_id)["status"]
+    assert status["phase"] == "CANCELLED" and status["counts"]["cancelled"] == 4
+    assert status["launched"] == 2
+    values = batch.results(return_exceptions=True, timeout=30)
+    assert all(isinstance(v, JobCancelled) for v in values)
+    if kube.is_local:
+        pids = [int(storage.read_bytes(u)) for u in storage.list_prefix(scratch + "/")]
+        wait_for(
+            lambda: not any(Path(f"/proc/{p}").exists() for p in pids),
+            timeout=60,
+            what="the cancelled processes to exit",
+        )
+    storage.delete_prefix(scratch + "/")
+
+
+# --------------------------------------------------------------------------- cleanup
+
+
+def test_results_cleanup_keeps_the_manifest_then_full_cleanup(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def double(x: int) -> int:
+        return 2 * x
+
+    batch = double.run_async_map([1, 2, 3], name="doubles", tags={"team": "ml"})
+    assert batch.results(timeout=TIMEOUT) == [2, 4, 6]
+    root = resolve().storage_root
+    assert _children(ns, batch.group_id) == []
+    assert storage.list_prefix(storage.join(root, "jobs", batch.group_id) + "-") == []
+    uri = storage.join(root, "batches", batch.group_id, "manifest.json")
+    wait_for(
+        lambda: json.loads(storage.read_bytes(uri))["phase"] == "SUCCEEDED",
+        timeout=30,
+        what="the final manifest",
+    )
+    manifest = json.loads(storage.read_bytes(uri))
+    assert manifest["groupId"] == batch.group_id and manifest["total"] == 3
+    assert manifest["name"] == "doubles" and manifest["tags"] == {"team": "ml"}
+    assert manifest["functionName"] == "double"
+    assert {k: v["outcome"] for k, v in manifest["children"].items()} == {
+        "0": "SUCCEEDED",
+        "1": "SUCCEEDED",
+        "2": "SUCCEEDED",
+    }
+    again = kinetic.attach_batch(batch.group_id, namespace=ns)
+    assert again.name == "doubles" and again.total == 3
+
+    batch.cleanup()
+    assert kinetic_kube.get(r.BATCH_PLURAL, ns, batch.group_id) is None
+    assert not storage.exists(uri)
+    assert storage.list_prefix(storage.join(root, "batches", batch.group_id) + "/") == []
+    with pytest.raises(LookupError, match=batch.group_id):
+        kinetic.attach_batch(batch.group_id, namespace=ns)
+
+
+# --------------------------------------------------------------------------- other processes
+
+
+def test_attach_batch_from_another_process_mid_batch(ns: str, client_env: dict) -> None:
+    @kinetic.run(namespace=ns)
+    def nap(x: object) -> str:
+        import time as t
+
+        t.sleep(2)
+        return f"ok {x}"
+
+    batch = nap.run_async_map([1, threading.Lock(), 3, 4], max_concurrent=1)
+    assert list(batch.submission_failures) == [1]
+    assert "could not pickle" in str(batch.submission_failures[1])
+    script = textwrap.dedent(
+        f"""
+        import json, kinetic
+        b = kinetic.attach_batch({batch.group_id!r}, namespace={ns!r})
+        slots = [None if j is None else j.group_index for j in b.jobs]
+        values = b.results(return_exceptions=True, timeout={TIMEOUT})
+        print(json.dumps({{
+            "total": b.total, "first_slots": slots,
+            "submission": sorted(b.submission_failures),
+            "values": [v if isinstance(v, str) else type(v).__name__ for v in values],
+            "slots": [None if j is None else j.group_index for j in b.jobs],
+        }}))
+        """
+    )
+    wait_for(lambda: _batch(ns, batch.group_id).get("status", {}).get("launched"), timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env=client_env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT + 60,
+    )
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["total"] == 4 and seen["submission"] == [1]
+    assert len(seen["first_slots"]) == 4 and seen["first_slots"][1] is None
+    assert seen["first_slots"][3] is None  # not launched yet (one at a time, 2 s each)
+    assert seen["values"] == ["ok 1", "SubmissionError", "ok 3", "ok 4"]
+    assert seen["slots"] == [0, None, 2, 3]
+
+
+def test_submitter_killed_right_after_submission(ns: str, client_env: dict) -> None:
+    script = textwrap.dedent(
+        f"""
+        import os, signal, kinetic
+
+        @kinetic.run(namespace={ns!r})
+        def cube(x):
+            return x ** 3
+
+        batch = cube.run_async_map(range(5), max_concurrent=2)
+        print(batch.group_id, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=client_env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    group_id = out.stdout.strip().splitlines()[-1]
+    batch = kinetic.attach_batch(group_id, namespace=ns)
+    assert batch.results(timeout=TIMEOUT) == [0, 1, 8, 27, 64]
+
+
+def _operator_pid() -> int | None:
+    state = Path(os.environ.get("KINETIC_LOCAL_DIR") or REPO / ".local")
+    try:
+        return int((state / "run" / "operator.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _restart_operator() -> None:
+    up = subprocess.run(
+        [str(Path(sys.executable).with_name("kinetic")), "local", "up"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert up.returncode == 0, up.stderr
+
+
+def test_operator_killed_mid_batch_loses_nothing_and_runs_nothing_twice(
+    ns: str, kube: Kube
+) -> None:
+    if not kube.is_local or _operator_pid() is None:
+        pytest.skip("needs the local cluster's operator, which this test kills and restarts")
+    scratch = _scratch()
+
+    @kinetic.run(namespace=ns)
+    def counted(i: int, prefix: str) -> int:
+        import time as t
+
+        from kinetic import storage as s
+
+        _record_run(prefix, i)
+        t.sleep(1.0 + (i % 3) * 0.5)
+        if i == 5 and len(s.list_prefix(f"{prefix}/{i}/")) < 2:
+            raise RuntimeError("input 5 fails its first attempt")
+        return i
+
+    total = 14
+    batch = counted.run_async_map([[i, scratch] for i in range(total)], max_concurrent=4, retries=1)
+    try:
+        for _ in range(3):
+            wait_for(
+                lambda: len(storage.list_prefix(scratch + "/")) > 0, timeout=120, what="progress"
+            )
+            time.sleep(2.0)
+            pid = _operator_pid()
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(1.5)  # children finish while nobody is watching
+            _restart_operator()
+    finally:
+        if _operator_pid() is None or not Path(f"/proc/{_operator_pid()}").exists():
+            _restart_operator()
+    assert batch.results(timeout=TIMEOUT) == list(range(total))
+    runs = _runs(scratch)
+    assert runs == {i: 2 if i == 5 else 1 for i in range(total)}
+    storage.delete_prefix(scratch + "/")
+
+
+# --------------------------------------------------------------------------- kubectl
+
+
+def _apply(kube: Kube, ns: str, body: dict) -> None:
+    out = subprocess.run(
+        ["kubectl", "--kubeconfig", kube.kubeconfig, "apply", "-n", ns, "-f", "-"],
+        input=json.dumps(body),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def _container_batch(name: str, inputs: dict, command: list[str], **spec: object) -> dict:
+    return {
+        "apiVersion": r.API_VERSION,
+        "kind": r.BATCH_KIND,
+        "metadata": {"name": name},
+        "spec": {"template": {"container": {"command": command}}, "inputs": inputs, **spec},
+    }
+
+
+def test_kubectl_grid_batch_runs_and_kubectl_wait_works(ns: str, kube: Kube) -> None:
+    body = _container_batch(
+        "sweep",
+        {"grid": {"lr": [0.1, 0.01], "layers": [2, 4]}},
+        [
+            "sh",
+            "-c",
+            'printf "%s" "lr=$KINETIC_PARAM_LR layers=$(KINETIC_PARAM_LAYERS)" '
+            '> "$KINETIC_TERMINATION_LOG"',
+        ],
+        maxConcurrent=2,
+    )
+    _apply(kube, ns, body)
+    kube.kubectl(
+        "wait", "-n", ns, "--for=condition=Complete", "kb/sweep", "--timeout=180s", timeout=200
+    )
+    table = kube.kubectl("get", "kb", "-n", ns).stdout
+    assert "SUCCEEDED" in table and "4/4" in table
+    results = {
+        c["metadata"]["labels"][r.LABEL_INDEX]: c["status"]["result"]
+        for c in _children(ns, "sweep")
+    }
+    assert results == {
+        "0": "lr=0.1 layers=2",
+        "1": "lr=0.1 layers=4",
+        "2": "lr=0.01 layers=2",
+        "3": "lr=0.01 layers=4",
+    }
+    described = kube.kubectl("describe", "kb", "sweep", "-n", ns).stdout
+    assert "Launching" in described and "Succeeded" in described
+    handle = kinetic.attach_batch("sweep", namespace=ns)  # containers: termination messages
+    assert handle.results(timeout=30) == [results[str(i)] for i in range(4)]
+
+
+def test_changing_inputs_of_a_running_batch_is_refused(ns: str, kube: Kube) -> None:
+    body = _container_batch(
+        "steady", {"items": [1, 2, 3]}, ["sh", "-c", "sleep 2"], maxConcurrent=1
+    )
+    _apply(kube, ns, body)
+    wait_for(lambda: _batch(ns, "steady").get("status", {}).get("launched"), timeout=60)
+    kinetic_kube.patch_spec(r.BATCH_PLURAL, ns, "steady", {"inputs": {"items": [1, 2, 3, 4, 5]}})
+    kinetic_kube.patch_spec(r.BATCH_PLURAL, ns, "steady", {"maxConcurrent": 3})  # allowed
+
+    def refused() -> str | None:
+        conds = _batch(ns, "steady").get("status", {}).get("conditions", [])
+        spec = next((c for c in conds if c["type"] == "SpecAccepted"), None)
+        return spec and spec["status"] == "False" and spec["message"]
+
+    message = wait_for(refused, timeout=60, what="the change to be refused")
+    assert "spec.inputs cannot change on an existing batch" in message
+    kube.kubectl(
+        "wait", "-n", ns, "--for=condition=Complete", "kb/steady", "--timeout=120s", timeout=140
+    )
+    status = _batch(ns, "steady")["status"]
+    assert status["total"] == 3 and status["counts"]["succeeded"] == 3  # the accepted inputs
+    events = kube.kubectl("get", "events", "-n", ns, "-o", "json").stdout
+    assert "SpecChangeRefused" in events
+
+
+def test_invalid_batch_fails_with_a_readable_message(ns: str, kube: Kube) -> None:
+    body = _container_batch("clash", {"grid": {"a-b": [1], "a_b": [2]}}, ["true"])
+    _apply(kube, ns, body)
+    kube.kubectl(
+        "wait", "-n", ns, "--for=condition=Failed", "kb/clash", "--timeout=60s", timeout=80
+    )
+    status = _batch(ns, "clash")["status"]
+    assert "would both be exported as KINETIC_PARAM_A_B" in status["message"]
+    assert _children(ns, "clash") == []
+
+
+def test_a_1000_input_batch_keeps_a_small_status(ns: str, kube: Kube, record_property) -> None:
+    total = 1000
+    body = _container_batch("wide", {"items": list(range(total))}, ["true"], maxConcurrent=100)
+    _apply(kube, ns, body)
+    biggest = 0
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        status = _batch(ns, "wide").get("status", {})
+        biggest = max(biggest, len(json.dumps(status)))
+        if status.get("phase") in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            break
+        time.sleep(2)
+    assert status.get("phase") == "SUCCEEDED", status
+    size = len(json.dumps(status))
+    record_property("status_bytes_final", size)
+    record_property("status_bytes_max", biggest)
+    print(f"\n1000-input batch: status {size} bytes at the end, at most {biggest} bytes")
+    assert status["succeededIndexes"] == f"0-{total - 1}"
+    assert biggest < 4096
+
+
+# --------------------------------------------------------------------------- input modes
+
+
+def test_input_modes(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def show(*args: object, **kwargs: object) -> list:
+        return [list(args), kwargs]
+
+    auto = show.run_async_map(
+        [{"lr": 0.1, "wd": 1}, [1, 2], 3, {"not-an-id": 1}, {"class": 2}, "text"],
+        max_concurrent=None,
+    )
+    single = show.run_async_map([[1, 2], {"a": 1}], input_mode="single")
+    args = show.run_async_map([(1, 2)], input_mode="args")
+    kwargs = show.run_async_map([{"a": 1}], input_mode="kwargs")
+    assert auto.results(timeout=TIMEOUT) == [
+        [[], {"lr": 0.1, "wd": 1}],
+        [[1, 2], {}],
+        [[3], {}],
+        [[{"not-an-id": 1}], {}],
+        [[{"class": 2}], {}],
+        [["text"], {}],
+    ]
+    assert single.results(timeout=TIMEOUT) == [[[[1, 2]], {}], [[{"a": 1}], {}]]
+    assert args.results(timeout=TIMEOUT) == [[[1, 2], {}]]
+    assert kwargs.results(timeout=TIMEOUT) == [[[], {"a": 1}]]
+    with pytest.raises(TypeError, match="input 1: input_mode='kwargs' needs a dict"):
+        show.run_async_map([{"a": 1}, [1]], input_mode="kwargs")
+    with pytest.raises(TypeError, match="input_mode='args' needs a list or tuple"):
+        show.run_async_map([3], input_mode="args")
+
+
+def test_submission_failures_count_as_failures(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def ident(x: object) -> object:
+        return x
+
+    batch = ident.run_async_map([1, threading.Lock(), 3])
+    with pytest.raises(BatchError) as info:
+        batch.results(timeout=TIMEOUT)
+    assert info.value.partial_results == [1, None, 3]
+    assert isinstance(info.value.submission_failures[1], SubmissionError)
+    assert info.value.failures == [] and "1 of 3 jobs failed" in str(info.value)
+    assert batch.jobs[1] is None

@@ -1,0 +1,354 @@
+"""The Python client end to end: @kinetic.run, JobHandle, attach, list_jobs, the CLI.
+
+Runs against the operator on a real cluster with real storage (fake-gcs-server
+on the local cluster). Functions here are defined in a test module, so they
+are pickled by value like a user's own code.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from kube_helpers import Kube, wait_for
+
+import kinetic
+from kinetic import kube as kinetic_kube
+from kinetic import payload, storage
+from kinetic import resources as r
+from kinetic.config import resolve
+from kinetic.jobs import JobFailed, JobStatus, new_job_id, submit_job
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def ns(client_env: dict[str, str], namespace: str) -> str:
+    return namespace
+
+
+def _counter_uri() -> str:
+    """A storage object both the test and the job's process can reach."""
+    return storage.join(resolve().storage_root, "test-counters", uuid.uuid4().hex)
+
+
+# --------------------------------------------------------------------------- values
+
+
+def test_sync_call_returns_the_value(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def scale(xs: list[int], by: int = 2) -> list[int]:
+        return [x * by for x in xs]
+
+    assert scale([1, 2, 3], by=10) == [10, 20, 30]
+
+
+def test_lambda_and_closure_run_by_value(ns: str) -> None:
+    offset = 41
+    add_offset = kinetic.run(namespace=ns)(lambda x: x + offset)
+    assert add_offset(1) == 42
+
+
+def test_user_exception_is_reraised_with_the_remote_traceback(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def validate(lr: float) -> None:
+        raise ValueError(f"learning rate {lr} is out of range")
+
+    with pytest.raises(ValueError, match="learning rate 5 is out of range") as info:
+        validate(5)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert notes.startswith("Remote traceback:")
+    assert "in validate" in notes and "out of range" in notes
+
+
+def test_unpicklable_return_value_is_reported_as_such(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def make_lock():
+        return threading.Lock()
+
+    job = make_lock.run_async()
+    with pytest.raises(payload.RunnerError, match="could not be pickled"):
+        job.result(timeout=120)
+    assert job.status() is JobStatus.FAILED  # failed jobs are kept for their logs
+
+
+# --------------------------------------------------------------------------- retries
+
+
+def test_fails_twice_then_succeeds_with_retries_2(ns: str) -> None:
+    counter = _counter_uri()
+
+    @kinetic.run(namespace=ns, retries=2)
+    def flaky(uri: str) -> str:
+        from kinetic import storage as s
+
+        try:
+            n = int(s.read_bytes(uri))
+        except s.NotFound:
+            n = 0
+        s.write_bytes(uri, str(n + 1).encode())
+        if n < 2:
+            raise RuntimeError(f"transient failure {n + 1}")
+        return "third time lucky"
+
+    job = flaky.run_async(counter)
+    assert job.result(timeout=180, cleanup=False) == "third time lucky"
+    status = job.describe()
+    assert status["phase"] == "SUCCEEDED" and status["attempt"] == 3
+    outcomes = [a["outcome"] for a in status["attempts"]]
+    assert outcomes == ["failure", "failure", "success"]
+    job.cleanup()
+    storage.delete(counter)
+
+
+def test_exhausted_retries_end_failed(ns: str) -> None:
+    @kinetic.run(namespace=ns, retries=1)
+    def always_fails() -> None:
+        raise KeyError("missing-shard")
+
+    job = always_fails.run_async()
+    with pytest.raises(KeyError, match="missing-shard"):
+        job.result(timeout=180)
+    status = job.describe()
+    assert status["phase"] == "FAILED" and status["attempt"] == 2
+    assert [a["outcome"] for a in status["attempts"]] == ["failure", "failure"]
+
+
+def test_pod_deleted_mid_run_is_retried_without_using_retries(ns: str, kube: Kube) -> None:
+    marker = _counter_uri()
+
+    @kinetic.run(namespace=ns, retries=0)
+    def slow_once(uri: str) -> str:
+        import time as t
+
+        from kinetic import storage as s
+
+        if not s.exists(uri):
+            s.write_bytes(uri, b"started")
+            t.sleep(600)  # the first pod is deleted while it sleeps
+        return "second pod finished"
+
+    job = slow_once.run_async(marker)
+    wait_for(lambda: storage.exists(marker), timeout=120, what="the first attempt to start")
+    pod = job._pod()
+    kube.core.delete_namespaced_pod(pod, ns)
+    assert job.result(timeout=180, cleanup=False) == "second pod finished"
+    status = job.describe()
+    assert status["failures"] == 0 and status["disruptions"] >= 1
+    assert status["attempts"][0]["outcome"] == "disruption"
+    job.cleanup()
+    storage.delete(marker)
+
+
+# --------------------------------------------------------------------------- waiting
+
+
+def test_result_timeout_leaves_the_job_running(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def nap(seconds: float) -> str:
+        import time as t
+
+        t.sleep(seconds)
+        return "rested"
+
+    job = nap.run_async(8)
+    with pytest.raises(TimeoutError):
+        job.result(timeout=1)
+    assert job.status() in (JobStatus.PENDING, JobStatus.RUNNING)
+    seen: list[JobStatus] = []
+    assert job.result(timeout=120, on_status_change=seen.append) == "rested"
+    assert seen[-1] is JobStatus.SUCCEEDED
+
+
+def test_cancel_ends_cancelled_and_stops_the_process(ns: str, kube: Kube) -> None:
+    marker = _counter_uri()
+
+    @kinetic.run(namespace=ns)
+    def forever(uri: str) -> None:
+        import os
+        import time as t
+
+        from kinetic import storage as s
+
+        s.write_bytes(uri, str(os.getpid()).encode())
+        t.sleep(3600)
+
+    job = forever.run_async(marker)
+    wait_for(lambda: storage.exists(marker), timeout=120, what="the job to start")
+    assert job.cancel(timeout=120) is JobStatus.CANCELLED
+    with pytest.raises(kinetic.JobCancelled):
+        job.result(timeout=30)
+    if kube.is_local:  # the process node runs pods as local processes we can look for
+        pid = int(storage.read_bytes(marker))
+        wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=60, what="the process to exit")
+    wait_for(
+        lambda: (
+            not kube.core.list_namespaced_pod(
+                ns, label_selector=f"kinetic.dev/job={job.job_id}"
+            ).items
+        ),
+        timeout=60,
+        what="the cancelled job's pod to be deleted",
+    )
+    storage.delete(marker)
+
+
+# --------------------------------------------------------------------------- cleanup
+
+
+def test_successful_result_cleans_up_by_default(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def one() -> int:
+        return 1
+
+    job = one.run_async()
+    payload_uri = storage.join(job.artifacts_uri, "payload.pkl")
+    assert storage.exists(payload_uri)
+    assert job.result(timeout=120) == 1
+    assert job.status() is JobStatus.NOT_FOUND
+    assert not storage.exists(payload_uri) and not storage.exists(job.result_uri)
+
+
+def test_cleanup_can_keep_artifacts_and_result_still_reads_them(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def two() -> int:
+        return 2
+
+    job = two.run_async()
+    job.wait(timeout=120)
+    job.cleanup(k8s=True, gcs=False)
+    assert job.status() is JobStatus.NOT_FOUND
+    again = kinetic.attach(job.job_id, namespace=ns)  # from storage alone
+    assert again.result(timeout=10) == 2
+
+
+# --------------------------------------------------------------------------- other processes
+
+
+def test_attach_and_list_from_a_separate_process(ns: str, client_env: dict[str, str]) -> None:
+    @kinetic.run(namespace=ns)
+    def square(x: int) -> int:
+        return x * x
+
+    job = square.run_async(12)
+    script = textwrap.dedent(
+        f"""
+        import json, kinetic
+        job = kinetic.attach({job.job_id!r}, namespace={ns!r})
+        listed = [h.job_id for h in kinetic.list_jobs(namespace={ns!r})]
+        print(json.dumps({{"value": job.result(timeout=120), "listed": listed}}))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=client_env, capture_output=True, text=True, timeout=180
+    )
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {"value": 144, "listed": [job.job_id]}
+
+
+def test_logs_and_tail_go_through_the_api_server(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def chatty(n: int) -> int:
+        for i in range(n):
+            print(f"line {i}", flush=True)
+        return n
+
+    job = chatty.run_async(30)
+    job.wait(timeout=120)
+    assert "line 0" in job.logs() and "line 29" in job.logs()
+    tail = job.tail(3).splitlines()
+    assert len(tail) == 3 and tail[-1].startswith("kinetic runner")  # the runner's last word
+    assert "line 29" in job.tail(10)
+    job.cleanup()
+
+
+def test_cli_lists_shows_and_collects(ns: str, client_env: dict[str, str]) -> None:
+    @kinetic.run(namespace=ns)
+    def greet(name: str) -> str:
+        print(f"hello {name}")
+        return f"hi {name}"
+
+    job = greet.run_async("cli")
+    job.wait(timeout=120)
+    cli = [str(Path(sys.executable).with_name("kinetic")), "jobs"]
+
+    def run(*args: str) -> str:
+        out = subprocess.run(
+            [*cli, *args], env=client_env, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    listed = json.loads(run("list", "-n", ns, "-o", "json"))
+    assert [row["job_id"] for row in listed] == [job.job_id]
+    assert listed[0]["phase"] == "SUCCEEDED"
+    status = json.loads(run("status", job.job_id, "-n", ns, "-o", "json"))
+    assert status["attempts"][0]["outcome"] == "success", (status, run("get", "events", "-n", ns) if False else subprocess.run(["kubectl", "get", "events", "-n", ns], capture_output=True, text=True, env=client_env).stdout)
+    assert "hello cli" in run("logs", job.job_id, "-n", ns, "--tail", "20")
+    assert json.loads(run("result", job.job_id, "-n", ns, "-o", "json")) == {"result": "hi cli"}
+    run("cleanup", job.job_id, "-n", ns)
+    assert job.status() is JobStatus.NOT_FOUND
+
+    missing = subprocess.run(
+        [*cli, "status", "no-such-job", "-n", ns], env=client_env, capture_output=True, text=True
+    )
+    assert missing.returncode == 1 and "No KineticJob 'no-such-job'" in missing.stderr
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_tampered_payload_fails_and_is_never_unpickled(ns: str) -> None:
+    """A payload whose bytes do not match the spec's hash never reaches pickle.loads."""
+    cfg = resolve(namespace=ns)
+    job_id = new_job_id("tampered")
+    artifacts = storage.join(cfg.storage_root, "jobs", job_id)
+    marker = _counter_uri()
+
+    class Trap:
+        def __reduce__(self):
+            return (storage.write_bytes, (marker, b"unpickled!"))
+
+    import cloudpickle
+
+    evil = cloudpickle.dumps(Trap())
+    storage.write_bytes(storage.join(artifacts, "payload.pkl"), evil)
+    spec = r.KineticJobSpec(
+        function=r.FunctionSpec(
+            payload_uri=storage.join(artifacts, "payload.pkl"),
+            sha256=payload.sha256(b"what the client signed"),
+            result_uri=storage.join(artifacts, "result.pkl"),
+            name="tampered",
+        )
+    )
+    job = submit_job(cfg, spec, job_id)
+    with pytest.raises(payload.RunnerError, match="payload hash mismatch"):
+        job.result(timeout=120)
+    assert job.status() is JobStatus.FAILED
+    assert "payload hash mismatch" in job.describe()["message"]
+    assert not storage.exists(marker)
+
+
+def test_bad_arguments_are_refused_before_anything_is_uploaded() -> None:
+    with pytest.raises(Exception, match="accelerator"):
+        kinetic.run(accelerator="quantum-9000")
+    with pytest.raises(ValueError, match="retries"):
+        kinetic.run(retries=-1)
+
+
+def test_a_job_that_died_without_a_result_says_why(ns: str) -> None:
+    cfg = resolve(namespace=ns)
+    job_id = new_job_id("container")
+    spec = r.KineticJobSpec(container=r.ContainerSpec(command=["sh", "-c", "echo dying; exit 7"]))
+    job = submit_job(cfg, spec, job_id)
+    with pytest.raises(JobFailed, match="FAILED"):
+        job.result(timeout=120)
+    assert job.describe()["attempts"][-1]["exitCode"] == 7
+    assert kinetic_kube.get(r.JOB_PLURAL, ns, job_id) is not None  # kept for debugging
