@@ -411,6 +411,16 @@ def _advance(
     state = assess(rec, jobs.get(st.attempt), pods.get(st.attempt, []), spec, w.now)
 
     if isinstance(state, Ended) and state.outcome == "success":
+        if rec.pod and state.pod is not None and rec.pod != state.pod.name:
+            # The Job controller replaced a pod that vanished and the replacement
+            # finished before we looked: still a disruption, and the count says so.
+            st.disruptions += 1
+            w.event(
+                "Warning",
+                "AttemptDisrupted",
+                f"Attempt {st.attempt}: pod {rec.pod} was deleted; "
+                f"its Job's replacement pod {state.pod.name} finished the attempt.",
+            )
         _end_attempt(rec, state, w.now)
         st.result = _clip(state.message) if spec.container is not None else None
         done = f"Succeeded on attempt {st.attempt}."

@@ -537,10 +537,10 @@ def test_kubectl_grid_batch_runs_and_kubectl_wait_works(ns: str, kube: Kube) -> 
         c["metadata"]["labels"][r.LABEL_INDEX]: c["status"]["result"]
         for c in _children(ns, "sweep")
     }
-    assert results == {
+    assert results == {  # keys sorted (layers, lr): the last one varies fastest
         "0": "lr=0.1 layers=2",
-        "1": "lr=0.1 layers=4",
-        "2": "lr=0.01 layers=2",
+        "1": "lr=0.01 layers=2",
+        "2": "lr=0.1 layers=4",
         "3": "lr=0.01 layers=4",
     }
     described = kube.kubectl("describe", "kb", "sweep", "-n", ns).stdout

@@ -140,8 +140,10 @@ def test_pod_deleted_mid_run_is_retried_without_using_retries(ns: str, kube: Kub
     kube.core.delete_namespaced_pod(pod, ns)
     assert job.result(timeout=180, cleanup=False) == "second pod finished"
     status = job.describe()
+    # Either the operator started attempt 2, or the Job's own replacement pod finished
+    # attempt 1 first; both are disruptions, and neither spends a retry.
     assert status["failures"] == 0 and status["disruptions"] >= 1
-    assert status["attempts"][0]["outcome"] == "disruption"
+    assert [a["outcome"] for a in status["attempts"]][-1] == "success"
     job.cleanup()
     storage.delete(marker)
 

@@ -775,3 +775,17 @@ def test_running_job_whose_job_finished_first_stays_running_while_catching_up():
     assert d.recheck_after is not None and d.status.phase == "PENDING"
     d = run(status=d.status, jobs=[j], pods=[ok_pod(message="m")])
     assert d.status.phase == "SUCCEEDED" and d.status.result == "m"
+
+
+def test_pod_replaced_by_the_job_controller_and_finished_still_counts_a_disruption():
+    """We saw pod a running; it was deleted and the Job's pod b finished before we looked."""
+    d = run(
+        status=running(),
+        jobs=[job(complete=True)],
+        pods=[ok_pod(suffix="b", message="done")],
+    )
+    st = d.status
+    assert st.phase == "SUCCEEDED" and st.attempt == 1
+    assert (st.disruptions, st.failures) == (1, 0)
+    assert st.attempts[0].pod == "kj-1-b"
+    assert ("Warning", "AttemptDisrupted") in events(d)

@@ -42,6 +42,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="kinetic.dev", key="last-handled-configuration", ignored_fields=IGNORED_FIELDS
     )
+    # Kopf logs a line per handler run per object at INFO; at thousands of
+    # children that drowns what matters. Our own logger stays at INFO.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # One replica: no peering objects, no freeze between equal-priority peers.
     settings.peering.standalone = True
     # Ask the server to end every watch after a few minutes and reconnect, so
