@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import uuid
@@ -27,20 +26,11 @@ from pathlib import Path
 import kinetic
 from kinetic import kube
 from kinetic import resources as r
+from kinetic.local import use_local_cluster
 from kubernetes import client, watch
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COMMAND = ["sh", "-c", "echo task; sleep 0.2"]
-
-
-def load_local_env() -> None:
-    env_file = Path(__file__).resolve().parents[1] / ".local" / "env"
-    if "KUBECONFIG" in os.environ or not env_file.exists():
-        return
-    for line in env_file.read_text().splitlines():
-        if line.startswith("export "):
-            key, _, value = line[len("export ") :].partition("=")
-            os.environ.setdefault(key, value.strip("'\""))
 
 
 def ensure_namespace(name: str) -> None:
@@ -167,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespace", default="kinetic-bench")
     parser.add_argument("--only", choices=["job", "container", "function"], action="append")
     args = parser.parse_args(argv)
-    load_local_env()
+    use_local_cluster()
     ensure_namespace(args.namespace)
 
     runners = {

@@ -7,32 +7,19 @@ they are not up) or, against any cluster with the operator installed,
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from pathlib import Path
-
-from rich.console import Console
-from rich.table import Table
 
 import kinetic
+from kinetic.local import use_local_cluster
+from rich.console import Console
+from rich.table import Table
 
 console = Console()
 
 
 def step(text: str) -> None:
     console.print(f"\n[bold cyan]==>[/bold cyan] {text}")
-
-
-def load_local_env() -> None:
-    """Use the local cluster's settings when they exist and nothing else is configured."""
-    env_file = Path(__file__).resolve().parents[1] / ".local" / "env"
-    if "KUBECONFIG" in os.environ or not env_file.exists():
-        return
-    for line in env_file.read_text().splitlines():
-        if line.startswith("export "):
-            key, _, value = line[len("export ") :].partition("=")
-            os.environ.setdefault(key, value.strip("'\""))
 
 
 @kinetic.run(accelerator="cpu")
@@ -45,16 +32,16 @@ def fit(lr: float, epochs: int = 200) -> float:
     ys = [3.0 * x + 0.5 + rng.gauss(0, 0.05) for x in xs]
     w = b = 0.0
     for epoch in range(epochs):
-        gw = sum(2 * (w * x + b - y) * x for x, y in zip(xs, ys)) / len(xs)
-        gb = sum(2 * (w * x + b - y) for x, y in zip(xs, ys)) / len(xs)
+        gw = sum(2 * (w * x + b - y) * x for x, y in zip(xs, ys, strict=True)) / len(xs)
+        gb = sum(2 * (w * x + b - y) for x, y in zip(xs, ys, strict=True)) / len(xs)
         w, b = w - lr * gw, b - lr * gb
         if epoch % 50 == 0:
             print(f"lr={lr} epoch={epoch} w={w:.3f} b={b:.3f}", flush=True)
-    return sum((w * x + b - y) ** 2 for x, y in zip(xs, ys)) / len(xs)
+    return sum((w * x + b - y) ** 2 for x, y in zip(xs, ys, strict=True)) / len(xs)
 
 
 def main() -> int:
-    load_local_env()
+    use_local_cluster()
 
     step("Submitting one job: fit(lr=0.1) — the client uploads a payload and creates a KineticJob")
     job = fit.run_async(0.1)
@@ -89,7 +76,7 @@ def main() -> int:
     table.add_column("lr", justify="right")
     table.add_column("final loss", justify="right")
     best = min(range(len(rates)), key=lambda i: losses[i])
-    for i, (lr, value) in enumerate(zip(rates, losses)):
+    for i, (lr, value) in enumerate(zip(rates, losses, strict=True)):
         style = "bold green" if i == best else ""
         table.add_row(f"{lr:g}", f"{value:.5f}", style=style)
     console.print(table)

@@ -37,7 +37,21 @@ _EXPORTS = {
     "ConfigError": "kinetic.config",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "BatchError",
+    "BatchHandle",
+    "ConfigError",
+    "JobCancelled",
+    "JobFailed",
+    "JobHandle",
+    "JobStatus",
+    "RemoteFunction",
+    "attach",
+    "attach_batch",
+    "list_batches",
+    "list_jobs",
+    "run",
+]
 
 if TYPE_CHECKING:
     from kinetic.batches import BatchError, BatchHandle, attach_batch, list_batches

@@ -4,7 +4,8 @@ Kubernetes wants a *structural* OpenAPI v3 schema: every node typed, no
 `$ref`, `nullable` instead of `anyOf [X, null]`, and arbitrary JSON marked
 with `x-kubernetes-preserve-unknown-fields`. Pydantic emits JSON Schema, so
 this module translates one into the other. Run `python -m kinetic.crdgen crds`
-(or `make crds`, which also fills the Helm chart's crds/) after changing a model; a test fails while the YAML is stale.
+(or `make crds`, which also fills the Helm chart's crds/) after changing a
+model; a test fails while the YAML is stale.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ snake_case in Python and camelCase on the wire, as Kubernetes expects.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -47,7 +47,7 @@ class Wire(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     """Lifecycle of a job or a batch, as `kubectl get` shows it."""
 
     PENDING = "PENDING"
@@ -90,7 +90,8 @@ class FunctionSpec(Wire):
         None,
         pattern=STORAGE_URI_PATTERN,
         alias="resultURI",
-        description="Where the runner writes result.pkl. Defaults to <root>/jobs/<name>/result.pkl.",
+        description="Where the runner writes result.pkl. "
+        "Defaults to <root>/jobs/<name>/result.pkl.",
     )
     name: str | None = Field(None, max_length=253, description="The function's name, for display.")
     input_uri: str | None = Field(

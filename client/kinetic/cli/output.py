@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 
-class Format(str, enum.Enum):
+class Format(enum.StrEnum):
     table = "table"
     json = "json"
     yaml = "yaml"

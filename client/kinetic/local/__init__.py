@@ -7,6 +7,23 @@ process) and the real fake-gcs-server, all under ``<repo>/.local`` (or
 STORAGE_EMULATOR_HOST and KINETIC_STORAGE_ROOT.
 """
 
+import os
+
 from kinetic.local.config import LocalConfig
 
-__all__ = ["LocalConfig"]
+__all__ = ["LocalConfig", "use_local_cluster"]
+
+
+def use_local_cluster() -> bool:
+    """Point this process at the local cluster, unless KUBECONFIG already names one.
+
+    For examples and benchmarks that should run against `make cluster-up`
+    with no setup. Returns False (and changes nothing) when there is no
+    local cluster or the user chose another.
+    """
+    cfg = LocalConfig()
+    if "KUBECONFIG" in os.environ or not cfg.env_file.exists():
+        return False
+    for key, value in cfg.env().items():
+        os.environ.setdefault(key, value)
+    return True
