@@ -251,9 +251,7 @@ def _with_input_env(base: list[EnvVar], index: int, item: Any) -> list[EnvVar]:
 # --------------------------------------------------------------------------- hashes
 
 
-def parse_sha256_list(
-    data: bytes, *, expected_sha256: str | None, count: int
-) -> list[str | None]:
+def parse_sha256_list(data: bytes, *, expected_sha256: str | None, count: int) -> list[str | None]:
     """Read the ``inputs.sha256URI`` object: a JSON list of ``count`` hex SHA-256s.
 
     ``expected_sha256`` is ``inputs.sha256`` from the spec; when given, the

@@ -874,7 +874,7 @@ def test_status_of_100k_inputs_stays_small():
     assert biggest < 4096, biggest
 
 
-# --------------------------------------------------------------------------- invalid specs, conditions
+# ------------------------------------------------------------------- invalid specs, conditions
 
 
 def test_invalid_batch_fails_at_once_and_launches_nothing():
