@@ -99,6 +99,27 @@ class BatchHandle:
             _submission_failures=failures,
         )
 
+    @classmethod
+    def from_manifest(
+        cls, manifest: dict, namespace: str, storage_root: str, context: str | None
+    ) -> BatchHandle:
+        """A handle for a batch whose resource is gone but whose manifest remains."""
+        failures = {
+            f["index"]: SubmissionError(f["index"], f["message"])
+            for f in manifest.get("submissionFailures", [])
+        }
+        return cls(
+            group_id=manifest["groupId"],
+            namespace=namespace,
+            name=manifest.get("name"),
+            tags=dict(manifest.get("tags") or {}),
+            total=manifest.get("total", 0),
+            storage_root=storage_root,
+            context=context,
+            container=manifest.get("kind") == "container",
+            _submission_failures=failures,
+        )
+
     def child(self, index: int) -> JobHandle:
         """The handle of the child for `index` (whether or not it exists right now)."""
         job_id = f"{self.group_id}-{index}"
@@ -120,9 +141,15 @@ class BatchHandle:
         return kube.get(r.BATCH_PLURAL, self.namespace, self.group_id, self.context)
 
     def status(self) -> dict[str, Any]:
-        """The batch's status block as the operator wrote it ({} once deleted)."""
+        """The batch's status as the operator wrote it; from the manifest once deleted."""
         obj = self._get()
-        return {} if obj is None else obj.get("status", {})
+        if obj is not None:
+            return obj.get("status", {})
+        return _status_from_manifest(self._manifest() or {})
+
+    def _manifest(self) -> dict[str, Any] | None:
+        """The manifest the operator keeps in storage, or None when it is gone too."""
+        return read_manifest(self.storage_root, self.group_id)
 
     @property
     def submission_failures(self) -> dict[int, Exception]:
@@ -166,7 +193,12 @@ class BatchHandle:
             r.BATCH_PLURAL, self.namespace, self.group_id, timeout, self.context
         ):
             if obj is None:
-                raise LookupError(f"batch {self.group_id} was deleted while waiting for it")
+                # Deleted: what the manifest recorded is all there will ever be.
+                manifest = self._manifest()
+                if manifest is None:
+                    raise LookupError(f"batch {self.group_id} was deleted while waiting for it")
+                yield _status_from_manifest(manifest)
+                return
             status = obj.get("status", {})
             yield status
             if r.Phase(status.get("phase", "PENDING")).terminal:
@@ -486,18 +518,40 @@ def attach_batch(
     """Pick up a batch from any process; index alignment and submission failures are kept."""
     cfg = resolve(namespace=namespace, context=context)
     obj = kube.get(r.BATCH_PLURAL, cfg.namespace, group_id, cfg.context)
-    if obj is None:
-        raise LookupError(
-            f"No KineticBatch {group_id!r} in namespace {cfg.namespace!r}. "
-            "Check the id and namespace (`kinetic batches list -n NAMESPACE`)."
-        )
-    handle = BatchHandle.from_resource(obj, cfg.storage_root, cfg.context)
-    launched = obj.get("status", {}).get("launched", 0)
-    if launched < handle.total and r.Phase(obj.get("status", {}).get("phase", "PENDING")).terminal:
+    if obj is not None:
+        handle = BatchHandle.from_resource(obj, cfg.storage_root, cfg.context)
+        status = obj.get("status", {})
+    else:
+        manifest = read_manifest(cfg.storage_root, group_id)
+        if manifest is None:
+            raise LookupError(
+                f"No KineticBatch {group_id!r} in namespace {cfg.namespace!r} and no manifest "
+                f"under {storage.join(cfg.storage_root, 'batches', group_id)}. Check the id and "
+                "namespace (`kinetic batches list -n NAMESPACE`)."
+            )
+        handle = BatchHandle.from_manifest(manifest, cfg.namespace, cfg.storage_root, cfg.context)
+        status = _status_from_manifest(manifest)
+    launched = status.get("launched", 0)
+    if launched < handle.total and r.Phase(status.get("phase", "PENDING")).terminal:
         log.warning(
             "batch %s launched %d of %d inputs before it ended", group_id, launched, handle.total
         )
     return handle
+
+
+def read_manifest(storage_root: str, group_id: str) -> dict[str, Any] | None:
+    """The batch manifest (see kinetic_operator.manifest for its schema), or None."""
+    uri = storage.join(storage_root, "batches", group_id, "manifest.json")
+    try:
+        return json.loads(storage.read_bytes(uri))
+    except storage.NotFound:
+        return None
+
+
+def _status_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a batch status the manifest also records."""
+    keys = ("phase", "total", "launched", "succeededIndexes", "failedIndexes", "cancelledIndexes")
+    return {k: manifest[k] for k in keys if k in manifest}
 
 
 def list_batches(namespace: str | None = None, context: str | None = None) -> list[dict[str, Any]]:

@@ -365,6 +365,33 @@ def test_results_cleanup_keeps_the_manifest_then_full_cleanup(ns: str) -> None:
         kinetic.attach_batch(batch.group_id, namespace=ns)
 
 
+def test_attach_batch_after_the_resource_is_deleted_reads_the_manifest(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def triple(x: int) -> int:
+        return 3 * x
+
+    batch = triple.run_async_map([1, 2, 3, {"bad": threading.Lock()}], name="triples")
+    batch.wait(timeout=TIMEOUT)
+    manifest = storage.join(resolve().storage_root, "batches", batch.group_id, "manifest.json")
+    wait_for(
+        lambda: json.loads(storage.read_bytes(manifest))["phase"] == "FAILED",
+        timeout=30,
+        what="the final manifest",
+    )
+    batch.cleanup(k8s=True, gcs=False)  # resources gone, results and manifest kept
+    assert kinetic_kube.get(r.BATCH_PLURAL, ns, batch.group_id) is None
+
+    again = kinetic.attach_batch(batch.group_id, namespace=ns)
+    assert (again.name, again.total) == ("triples", 4)
+    assert [j is not None for j in again.jobs] == [True, True, True, False]
+    assert list(again.submission_failures) == [3]
+    values = again.results(timeout=60, cleanup=False, return_exceptions=True)
+    assert values[:3] == [3, 6, 9] and isinstance(values[3], SubmissionError)
+    again.cleanup()
+    with pytest.raises(LookupError, match="no manifest"):
+        kinetic.attach_batch(batch.group_id, namespace=ns)
+
+
 # --------------------------------------------------------------------------- other processes
 
 
