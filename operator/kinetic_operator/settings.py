@@ -66,6 +66,28 @@ class OperatorSettings(BaseSettings):
         10, ge=1, description="Attempt records kept in status (KINETIC_ATTEMPT_HISTORY)."
     )
 
+    webhook_enabled: bool = Field(
+        True,
+        description="Serve the admission webhook that rejects changes to a batch's "
+        "immutable fields at `kubectl apply` time (KINETIC_WEBHOOK_ENABLED).",
+    )
+    webhook_host: str | None = Field(
+        None,
+        description="Host name the API server uses to reach the webhook, e.g. the "
+        "operator Service's DNS name (KINETIC_WEBHOOK_HOST). Empty: the listening address.",
+    )
+    webhook_addr: str = Field(
+        "0.0.0.0",
+        description="Address the webhook server listens on (KINETIC_WEBHOOK_ADDR).",
+    )
+    webhook_port: int = Field(
+        9443,
+        ge=1,
+        le=65535,
+        description="Port the webhook server listens on; the API server calls this same "
+        "port on the webhook host (KINETIC_WEBHOOK_PORT).",
+    )
+
     @field_validator("runner_command", mode="before")
     @classmethod
     def _split_command(cls, value: Any) -> Any:

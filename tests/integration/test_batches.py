@@ -576,29 +576,60 @@ def test_kubectl_grid_batch_runs_and_kubectl_wait_works(ns: str, kube: Kube) -> 
     assert handle.results(timeout=30) == [results[str(i)] for i in range(4)]
 
 
+def _webhook_on(kube: Kube) -> bool:
+    """The operator's admission webhook is configured (KINETIC_WEBHOOK_ENABLED, the default)."""
+    got = kube.kubectl(
+        "get", "validatingwebhookconfiguration", "kinetic.dev", "-o", "json", check=False
+    )
+    return got.returncode == 0 and bool(json.loads(got.stdout).get("webhooks"))
+
+
 def test_changing_inputs_of_a_running_batch_is_refused(ns: str, kube: Kube) -> None:
     body = _container_batch(
         "steady", {"items": [1, 2, 3]}, ["sh", "-c", "sleep 2"], maxConcurrent=1
     )
     _apply(kube, ns, body)
     wait_for(lambda: _batch(ns, "steady").get("status", {}).get("launched"), timeout=60)
-    kinetic_kube.patch_spec(r.BATCH_PLURAL, ns, "steady", {"inputs": {"items": [1, 2, 3, 4, 5]}})
-    kinetic_kube.patch_spec(r.BATCH_PLURAL, ns, "steady", {"maxConcurrent": 3})  # allowed
+    accepted = _batch(ns, "steady")["spec"]
+    change = json.dumps({"spec": {"inputs": {"items": [1, 2, 3, 4, 5]}}})
+    if _webhook_on(kube):
+        # Refused at admission: the user's kubectl fails and says why.
+        patch = ["patch", "kb", "steady", "-n", ns, "--type", "merge"]
+        refused = kube.kubectl(*patch, "-p", change, check=False)
+        assert refused.returncode != 0
+        assert "spec.inputs cannot change on an existing batch" in refused.stderr
+        assert "create a new batch instead" in refused.stderr
+        edited = {**body, "spec": {**body["spec"], "inputs": {"items": [1, 2]}}}
+        applied = subprocess.run(
+            ["kubectl", "--kubeconfig", kube.kubeconfig, "apply", "-n", ns, "-f", "-"],
+            input=json.dumps(edited),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert applied.returncode != 0 and "spec.inputs cannot change" in applied.stderr
+        assert _batch(ns, "steady")["spec"] == accepted  # nothing stored
+        kube.kubectl(*patch, "-p", json.dumps({"spec": {"maxConcurrent": 3}}))  # allowed
+        assert _batch(ns, "steady")["spec"]["maxConcurrent"] == 3
+    else:
+        # KINETIC_WEBHOOK_ENABLED=false: the operator refuses after the fact.
+        kinetic_kube.patch_spec(r.BATCH_PLURAL, ns, "steady", json.loads(change)["spec"])
+        kinetic_kube.patch_spec(r.BATCH_PLURAL, ns, "steady", {"maxConcurrent": 3})  # allowed
 
-    def refused() -> str | None:
-        conds = _batch(ns, "steady").get("status", {}).get("conditions", [])
-        spec = next((c for c in conds if c["type"] == "SpecAccepted"), None)
-        return spec and spec["status"] == "False" and spec["message"]
+        def refused_by_operator() -> str | None:
+            conds = _batch(ns, "steady").get("status", {}).get("conditions", [])
+            spec = next((c for c in conds if c["type"] == "SpecAccepted"), None)
+            return spec and spec["status"] == "False" and spec["message"]
 
-    message = wait_for(refused, timeout=60, what="the change to be refused")
-    assert "spec.inputs cannot change on an existing batch" in message
+        message = wait_for(refused_by_operator, timeout=60, what="the change to be refused")
+        assert "spec.inputs cannot change on an existing batch" in message
+        events = kube.kubectl("get", "events", "-n", ns, "-o", "json").stdout
+        assert "SpecChangeRefused" in events
     kube.kubectl(
         "wait", "-n", ns, "--for=condition=Complete", "kb/steady", "--timeout=120s", timeout=140
     )
     status = _batch(ns, "steady")["status"]
     assert status["total"] == 3 and status["counts"]["succeeded"] == 3  # the accepted inputs
-    events = kube.kubectl("get", "events", "-n", ns, "-o", "json").stdout
-    assert "SpecChangeRefused" in events
 
 
 def test_invalid_batch_fails_with_a_readable_message(ns: str, kube: Kube) -> None:

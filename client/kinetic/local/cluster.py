@@ -53,6 +53,7 @@ class Component:
     timeout: float
     env_var: str  # the variable that overrides its port, for the "port in use" message
     env: Callable[[dict[str, str]], dict[str, str]] | None = None  # adjusts the shared env
+    more_ports: tuple[tuple[int, str], ...] = ()  # other (port, overriding variable) it listens on
 
 
 class Cluster:
@@ -272,10 +273,11 @@ class Cluster:
             "operator",
             kinetic_operator.health_port(),
             kinetic_operator.argv,
-            kinetic_operator.ready,
+            lambda: kinetic_operator.ready(self.cfg),
             60,
             "KINETIC_OPERATOR_PORT",
             env=lambda base: kinetic_operator.env(self.cfg, base),
+            more_ports=((kinetic_operator.webhook_port(), "KINETIC_WEBHOOK_PORT"),),
         )
 
     # ---- readiness beyond "the process answers" -----------------------------------------------
@@ -327,13 +329,14 @@ class Cluster:
         self._bins.update(binaries.find_kube_binaries(self.repo_root))
 
     def _check_port(self, comp: Component) -> None:
-        if port_in_use(comp.port):
-            owner = port_owner(comp.port)
-            raise ClusterError(
-                f"port {comp.port} needed by {comp.name} is already in use by another process"
-                f"{': ' + owner if owner else ''}; stop it, or choose another port with "
-                f"{comp.env_var}=<port>"
-            )
+        for port, env_var in ((comp.port, comp.env_var), *comp.more_ports):
+            if port_in_use(port):
+                owner = port_owner(port)
+                raise ClusterError(
+                    f"port {port} needed by {comp.name} is already in use by another process"
+                    f"{': ' + owner if owner else ''}; stop it, or choose another port with "
+                    f"{env_var}=<port>"
+                )
 
     def up(self, out: Callable[[str], None] = print) -> float:
         """Start whatever is not running; return the seconds it took."""

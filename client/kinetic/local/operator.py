@@ -16,6 +16,8 @@ import base64
 import hashlib
 import json
 import os
+import socket
+import ssl
 import subprocess
 import sys
 import urllib.request
@@ -28,10 +30,24 @@ RELEASE = "kinetic"
 NAMESPACE = "kinetic-system"
 SERVICE_ACCOUNT = "kinetic-operator"
 SETTINGS_CONFIGMAP = "kinetic-operator-settings"
+WEBHOOK_CONFIG = "kinetic.dev"  # the ValidatingWebhookConfiguration the operator manages
 
 
 def health_port() -> int:
     return int(os.environ.get("KINETIC_OPERATOR_PORT", 18080))
+
+
+def webhook_port() -> int:
+    """Where the local operator serves its admission webhook (the API server calls it here)."""
+    return int(os.environ.get("KINETIC_WEBHOOK_PORT", 18443))
+
+
+def webhook_enabled(settings: dict[str, str] | None = None) -> bool:
+    """KINETIC_WEBHOOK_ENABLED from the environment, else the chart's settings, else on."""
+    value = os.environ.get("KINETIC_WEBHOOK_ENABLED")
+    if value is None:
+        value = (settings or {}).get("KINETIC_WEBHOOK_ENABLED", "true")
+    return value.strip().lower() not in ("0", "false", "no", "off", "")
 
 
 def chart_dir(repo_root: Path) -> Path:
@@ -117,10 +133,15 @@ def write_kubeconfig(cfg: LocalConfig) -> Path:
 
 def env(cfg: LocalConfig, base: dict[str, str]) -> dict[str, str]:
     """The operator's environment: the chart's settings, as the Deployment would get them."""
-    settings = _get_json(cfg, "get", "configmap", SETTINGS_CONFIGMAP, "-n", NAMESPACE)
+    data = _settings_data(cfg)
     return {
         **base,
-        **(settings.get("data") or {}),
+        **data,
+        # The API server runs on this machine: it calls the webhook on loopback.
+        "KINETIC_WEBHOOK_ENABLED": "true" if webhook_enabled(data) else "false",
+        "KINETIC_WEBHOOK_HOST": "127.0.0.1",
+        "KINETIC_WEBHOOK_ADDR": "127.0.0.1",
+        "KINETIC_WEBHOOK_PORT": str(webhook_port()),
         "KUBECONFIG": str(cfg.component_kubeconfig("operator")),
         "STORAGE_EMULATOR_HOST": cfg.storage_emulator_host,
         "PYTHONUNBUFFERED": "1",
@@ -140,11 +161,52 @@ def argv() -> list[str]:
     ]
 
 
-def ready() -> bool:
-    """Kopf's liveness endpoint answers once the operator has started watching."""
+def ready(cfg: LocalConfig) -> bool:
+    """Kopf's liveness endpoint answers once the operator has started watching.
+
+    With the admission webhook on, the operator is also ready only once the
+    webhook configuration in the cluster trusts the certificate this very
+    process serves: before that, `kubectl apply` would skip the webhook (a
+    stale one from a previous run fails open).
+    """
     url = f"http://127.0.0.1:{health_port()}/healthz"
     with urllib.request.urlopen(url, timeout=2) as r:
-        return r.status == 200
+        if r.status != 200:
+            return False
+    if not webhook_enabled(_settings_data(cfg)):
+        return True
+    return webhook_ready(cfg)
+
+
+def webhook_ready(cfg: LocalConfig) -> bool:
+    """The webhook answers TLS on its port and the cluster's configuration points at it."""
+    served = _served_certificate("127.0.0.1", webhook_port())
+    out = _kubectl(cfg, "get", "validatingwebhookconfiguration", WEBHOOK_CONFIG, "-o", "json")
+    for hook in json.loads(out).get("webhooks") or []:
+        client = hook.get("clientConfig") or {}
+        if f":{webhook_port()}/" not in client.get("url", ""):
+            continue
+        bundle = base64.b64decode(client.get("caBundle") or "").decode(errors="replace")
+        if ssl.PEM_cert_to_DER_cert(bundle) == served:
+            return True
+    return False
+
+
+def _served_certificate(host: str, port: int) -> bytes:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with socket.create_connection((host, port), timeout=2) as sock:
+        with ctx.wrap_socket(sock, server_hostname=host) as tls:
+            der = tls.getpeercert(binary_form=True)
+    if not der:
+        raise ClusterError(f"the webhook on {host}:{port} presented no certificate")
+    return der
+
+
+def _settings_data(cfg: LocalConfig) -> dict[str, str]:
+    settings = _get_json(cfg, "get", "configmap", SETTINGS_CONFIGMAP, "-n", NAMESPACE)
+    return settings.get("data") or {}
 
 
 def _release_exists(cfg: LocalConfig) -> bool:

@@ -189,6 +189,49 @@ def stop_batch_retries(**_: Any) -> None:
     serializer.cancel_all()
 
 
+# ----------------------------------------------------------------------- admission
+
+
+def check_spec_update(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+    """Raise `kopf.AdmissionError` (422) if an update changes an immutable field of a batch.
+
+    Only maxConcurrent and cancel may change on an existing batch. Updates
+    this cannot judge are allowed: an old spec that does not parse (the
+    operator never accepted it either), or a new one that does not (the
+    operator fails the batch with a readable message). The operator-side
+    refusal (`_accept`) stays in place for updates that bypass the webhook.
+    """
+    try:
+        before = KineticBatchSpec.model_validate((old or {}).get("spec") or {})
+        after = KineticBatchSpec.model_validate((new or {}).get("spec") or {})
+    except ValidationError:
+        return
+    message = immutable_change(before, after)
+    if message is not None:
+        raise kopf.AdmissionError(message, code=422)
+
+
+def validate_batch_update(old: kopf.Body | None, body: kopf.Body, **_: Any) -> None:
+    """The validating webhook for UPDATE of a KineticBatch (main resource, not status)."""
+    check_spec_update(dict(old) if old is not None else None, dict(body))
+
+
+if get_settings().webhook_enabled:
+    # Fail open (failurePolicy Ignore): with the operator down, updates pass and
+    # the reconcile's refusal still applies. Not persistent: Kopf removes the
+    # webhook from the configuration when the operator stops cleanly.
+    kopf.on.validate(
+        GROUP,
+        VERSION,
+        BATCH_PLURAL,
+        id="batch-immutable-spec",
+        operations=["UPDATE"],
+        side_effects=False,
+        ignore_failures=True,
+        persistent=False,
+    )(validate_batch_update)
+
+
 # ----------------------------------------------------------------------- reconcile
 
 

@@ -15,6 +15,7 @@ from kinetic.resources import LABEL_JOB
 
 from kinetic_operator.kube import get_kube
 from kinetic_operator.settings import OperatorSettings, get_settings
+from kinetic_operator.webhook import configure_admission
 
 log = logging.getLogger("kinetic.operator")
 
@@ -58,6 +59,10 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Only our Jobs and Pods, filtered by the API server, not in memory.
     settings.watching.label_selectors["batch", "v1", "jobs"] = LABEL_JOB
     settings.watching.label_selectors["v1", "pods"] = LABEL_JOB
+    # Admission: refuse changes to a batch's immutable fields at `kubectl apply`
+    # time. The webhook fails open (failurePolicy Ignore); the batch handler's
+    # own refusal (SpecAccepted=False) stays behind it.
+    configure_admission(settings, ours)
     log.info(
         "Kinetic operator: storage root %s, default image %s, service account %s, namespaces %s",
         ours.storage_root or "(none)",
@@ -65,6 +70,13 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         ours.runner_service_account,
         ", ".join(ours.namespaces) or "(all)",
     )
+    if ours.webhook_enabled:
+        log.info(
+            "Admission webhook on %s:%d, reached as %s",
+            ours.webhook_addr or "*",
+            ours.webhook_port,
+            ours.webhook_host or "(the listening address)",
+        )
 
 
 @kopf.on.startup()

@@ -1,0 +1,145 @@
+"""Changing a running batch: the admission webhook refuses, the reconcile refuses too."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+import pytest
+from kinetic.resources import KineticBatchSpec, KineticBatchStatus
+from kinetic_operator.handlers import batches
+from kinetic_operator.handlers.batches import Memory, check_spec_update, validate_batch_update
+from kinetic_operator.settings import OperatorSettings
+from kinetic_operator.webhook import WEBHOOK_CONFIG, configure_admission, self_signed_certificate
+
+SHA = "0" * 64
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def spec(**extra: Any) -> dict[str, Any]:
+    return {
+        "template": {"function": {"payloadURI": "gs://b/f.pkl", "sha256": SHA}},
+        "inputs": {"items": [1, 2, 3]},
+        "maxConcurrent": 1,
+        **extra,
+    }
+
+
+def body(s: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "steady", "namespace": "ns", **meta}, "spec": s}
+
+
+def test_mutable_fields_and_metadata_may_change():
+    old = body(spec())
+    check_spec_update(old, body(spec(maxConcurrent=3)))
+    check_spec_update(old, body(spec(maxConcurrent=None)))
+    check_spec_update(old, body(spec(cancel=True)))
+    check_spec_update(old, body(spec(), labels={"a": "b"}, finalizers=["x"]))
+
+
+def test_changing_inputs_is_rejected_with_the_reason():
+    with pytest.raises(kopf.AdmissionError) as err:
+        check_spec_update(body(spec()), body(spec(inputs={"items": [1, 2, 3, 4]})))
+    assert err.value.code == 422
+    assert str(err.value) == (
+        "spec.inputs cannot change on an existing batch (only spec.maxConcurrent and "
+        "spec.cancel can): create a new batch instead"
+    )
+
+
+def test_changing_the_template_and_more_names_every_field():
+    new = spec(template={"function": {"payloadURI": "gs://b/g.pkl", "sha256": SHA}}, retries=2)
+    with pytest.raises(kopf.AdmissionError, match=r"^spec.template, spec.retries cannot change"):
+        check_spec_update(body(spec()), body(new))
+
+
+def test_updates_it_cannot_judge_are_allowed():
+    check_spec_update(body({"template": "not a template"}), body(spec()))  # old unparsable
+    check_spec_update(body(spec()), body({"inputs": {}}))  # new unparsable: the operator fails it
+    check_spec_update(None, body(spec()))
+
+
+def test_the_kopf_handler_takes_old_and_body():
+    with pytest.raises(kopf.AdmissionError):
+        validate_batch_update(
+            old=kopf.Body(body(spec())), body=kopf.Body(body(spec(inputs={"items": [9]})))
+        )
+    validate_batch_update(old=kopf.Body(body(spec())), body=kopf.Body(body(spec(cancel=True))))
+
+
+def test_the_webhook_is_registered_for_batch_updates_only_and_fails_open():
+    registry = kopf.get_default_registry()
+    handlers = [h for h in registry._webhooks.get_all_handlers() if h.fn is validate_batch_update]
+    assert len(handlers) == 1
+    h = handlers[0]
+    assert list(h.operations) == ["UPDATE"]
+    assert h.ignore_failures is True and h.side_effects is False and h.persistent is False
+    assert h.subresource is None
+    from kopf._core.engines.admission import build_webhooks
+    from kopf._cogs.structs.references import Resource
+
+    resources = [
+        Resource("kinetic.dev", "v1alpha1", "kineticbatches"),
+        Resource("kinetic.dev", "v1alpha1", "kineticjobs"),
+        Resource("", "v1", "pods"),
+        Resource("batch", "v1", "jobs"),
+    ]
+    [webhook] = build_webhooks(
+        [h], resources=resources, name_suffix=WEBHOOK_CONFIG, client_config={"url": "https://x"}
+    )
+    assert webhook["failurePolicy"] == "Ignore"
+    assert webhook["sideEffects"] == "None"
+    assert webhook["rules"] == [
+        {
+            "apiGroups": ["kinetic.dev"],
+            "apiVersions": ["v1alpha1"],
+            "resources": ["kineticbatches"],
+            "operations": ["UPDATE"],
+            "scope": "*",
+        }
+    ]
+
+
+def test_admission_settings():
+    settings = kopf.OperatorSettings()
+    configure_admission(settings, OperatorSettings(webhook_enabled=False))
+    assert settings.admission.server is None and settings.admission.managed is None
+    ours = OperatorSettings(webhook_host="kinetic-operator.kinetic-system.svc", webhook_port=9443)
+    configure_admission(settings, ours)
+    assert settings.admission.managed == WEBHOOK_CONFIG
+    server = settings.admission.server
+    assert isinstance(server, kopf.WebhookServer)
+    assert (server.host, server.port, server.addr) == (
+        "kinetic-operator.kinetic-system.svc",
+        9443,
+        "0.0.0.0",
+    )
+
+
+def test_self_signed_certificate_names_every_host():
+    from cryptography import x509
+
+    cert_pem, key_pem = self_signed_certificate(["kinetic-operator.ns.svc", "0.0.0.0", "127.0.0.1"])
+    assert b"PRIVATE KEY" in key_pem
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["kinetic-operator.ns.svc"]
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+
+
+def test_the_reconcile_still_refuses_what_bypasses_the_webhook(tmp_path):
+    """Defense in depth: the accepted spec wins, SpecAccepted=False, one Warning event."""
+    mem = Memory(uid="u")
+    root = f"file://{tmp_path}"
+    accepted = KineticBatchSpec.model_validate(spec())
+    first, refused = batches._accept(mem, root, "steady", "u", accepted)
+    assert first == accepted and refused is None
+    edited = KineticBatchSpec.model_validate(spec(inputs={"items": [1, 2, 3, 4, 5]}, cancel=True))
+    acted_on, refused = batches._accept(Memory(uid="u"), root, "steady", "u", edited)  # restart
+    assert acted_on.inputs == accepted.inputs and acted_on.cancel is True
+    assert refused is not None and refused.startswith("spec.inputs cannot change")
+    status, events = batches._spec_condition(KineticBatchStatus(), refused, NOW)
+    cond = next(c for c in status.conditions if c.type == "SpecAccepted")
+    assert cond.status == "False" and "create a new batch" in cond.message
+    assert [(e.type, e.reason) for e in events] == [("Warning", "SpecChangeRefused")]
