@@ -49,7 +49,8 @@ def main() -> int:
 
     step("Listing jobs, as `kinetic jobs list` does")
     for h in kinetic.list_jobs(namespace=job.namespace):
-        console.print(f"    {h.job_id:32} {h.func_name:10} {h.status().value}")
+        name = h.func_name if len(h.func_name) <= 24 else h.func_name[:23] + "…"
+        console.print(f"    {h.job_id:28} {name:24} {h.status().value}")
 
     step("Waiting for it on a watch; the operator moves it through its phases")
     job.wait(on_status_change=lambda s: console.print(f"    status: {s.value}"))

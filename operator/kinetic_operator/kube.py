@@ -13,6 +13,8 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -45,13 +47,20 @@ class Rejected(Exception):
     """The API server refused the object itself (400/422): retrying will not help."""
 
 
+# Reconciles run in Kopf's thread pool, many at once; a pool smaller than that
+# throws connections away and pays a TLS handshake for each new one.
+CONNECTION_POOL_SIZE = 64
+
+
 def load_config() -> client.ApiClient:
     """In a pod, the service account; elsewhere, KUBECONFIG or ~/.kube/config."""
+    configuration = client.Configuration()
     try:
-        config.load_incluster_config()
+        config.load_incluster_config(client_configuration=configuration)
     except ConfigException:
-        config.load_kube_config()
-    return client.ApiClient()
+        config.load_kube_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    return client.ApiClient(configuration)
 
 
 class Kube:
@@ -68,9 +77,12 @@ class Kube:
 
     def get_kinetic_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The KineticJob as stored now, or None if it is gone."""
+        return self._get_custom(JOB_PLURAL, namespace, name)
+
+    def _get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, JOB_PLURAL, name, _request_timeout=REQUEST_TIMEOUT
+                GROUP, VERSION, namespace, plural, name, _request_timeout=REQUEST_TIMEOUT
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -122,14 +134,7 @@ class Kube:
 
     def get_kinetic_batch(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The KineticBatch as stored now, or None if it is gone."""
-        try:
-            return self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, BATCH_PLURAL, name, _request_timeout=REQUEST_TIMEOUT
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self._get_custom(BATCH_PLURAL, namespace, name)
 
     def list_batch_children(self, namespace: str, batch: str) -> list[dict[str, Any]]:
         """A batch's child KineticJobs as stored now (a live read, not the index)."""
@@ -146,7 +151,7 @@ class Kube:
     def create_kinetic_job(self, manifest: dict[str, Any]) -> None:
         """Create a batch's child; if it exists already, it is the same child (same name)."""
         meta = manifest["metadata"]
-        try:
+        with _creating():
             self.custom.create_namespaced_custom_object(
                 GROUP,
                 VERSION,
@@ -156,16 +161,10 @@ class Kube:
                 _request_timeout=REQUEST_TIMEOUT,
             )
             log.info("Created KineticJob %s/%s", meta["namespace"], meta["name"])
-        except ApiException as exc:
-            if exc.status == 409:
-                return
-            if exc.status in (400, 422):
-                raise Rejected(_api_message(exc)) from exc
-            raise
 
     def cancel_kinetic_job(self, namespace: str, name: str) -> None:
         """Set spec.cancel on a KineticJob; one that is gone needs no cancelling."""
-        try:
+        with _unless_gone():
             self.custom.patch_namespaced_custom_object(
                 GROUP,
                 VERSION,
@@ -177,32 +176,23 @@ class Kube:
                 _request_timeout=REQUEST_TIMEOUT,
             )
             log.info("Cancelled KineticJob %s/%s", namespace, name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
 
     # ------------------------------------------------------------------ attempt Jobs
 
     def create_job(self, manifest: dict[str, Any]) -> None:
         """Create an attempt's Job; if it exists already, that is the same attempt."""
         meta = manifest["metadata"]
-        try:
+        with _creating():
             self.batch.create_namespaced_job(
                 meta["namespace"],
                 client.V1Job.from_dict(manifest),
                 _request_timeout=REQUEST_TIMEOUT,
             )
             log.info("Created Job %s/%s", meta["namespace"], meta["name"])
-        except ApiException as exc:
-            if exc.status == 409:
-                return
-            if exc.status in (400, 422):
-                raise Rejected(_api_message(exc)) from exc
-            raise
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Delete an attempt's Job; its pods go with it (Background propagation)."""
-        try:
+        with _unless_gone():
             self.batch.delete_namespaced_job(
                 name,
                 namespace,
@@ -210,9 +200,6 @@ class Kube:
                 _request_timeout=REQUEST_TIMEOUT,
             )
             log.info("Deleted Job %s/%s", namespace, name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
 
     def read_attempts(
         self, namespace: str, kinetic_job: str
@@ -296,6 +283,29 @@ class Kube:
             self.core.replace_namespaced_config_map(
                 name, namespace, cm, _request_timeout=REQUEST_TIMEOUT
             )
+
+
+@contextmanager
+def _creating() -> Iterator[None]:
+    """Create something: AlreadyExists means an earlier run made it; a refusal is Rejected."""
+    try:
+        yield
+    except ApiException as exc:
+        if exc.status == 409:
+            return
+        if exc.status in (400, 422):
+            raise Rejected(_api_message(exc)) from exc
+        raise
+
+
+@contextmanager
+def _unless_gone() -> Iterator[None]:
+    """Delete or change something that may already be gone: NotFound is success."""
+    try:
+        yield
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
 
 
 def _api_message(exc: ApiException) -> str:

@@ -38,3 +38,14 @@ def test_operator_cannot_create_pods_or_escalate() -> None:
         assert not ({"pods"} & resources and {"create", "update", "patch"} & verbs), rule
         assert not {"roles", "rolebindings", "clusterroles", "clusterrolebindings"} & resources
         assert not {"secrets", "serviceaccounts", "nodes"} & resources, rule
+
+
+def test_every_setting_the_chart_passes_is_one_the_operator_reads() -> None:
+    import re
+
+    from kinetic_operator.settings import OperatorSettings
+
+    text = (CHART / "templates" / "configmap.yaml").read_text()
+    passed = set(re.findall(r"^\s+(KINETIC_\w+):", text, re.M))
+    read = {f"KINETIC_{name.upper()}" for name in OperatorSettings.model_fields}
+    assert passed and passed <= read, f"the operator ignores {sorted(passed - read)}"

@@ -11,6 +11,7 @@ restart Kopf lists every object again, which reconciles every job once.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -44,6 +45,18 @@ def attempt_jobs(body: kopf.Body, **_: Any) -> dict[tuple[str, str], JobView]:
     return {key: summarize_job(body)} if key else {}
 
 
+@kopf.index(GROUP, VERSION, JOB_PLURAL)
+def kinetic_jobs(
+    body: kopf.Body, namespace: str, name: str, **_: Any
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The last seen copy of each KineticJob, so a reconcile starts without a GET.
+
+    A copy may be behind the API server; that is safe because every action
+    follows a status write conditional on the copy's resourceVersion.
+    """
+    return {(namespace, name): copy.deepcopy(dict(body))}
+
+
 @kopf.index("v1", "pods", labels=LABELLED)
 def attempt_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodView]:
     """Attempt Pods by (namespace, KineticJob name), summarised."""
@@ -56,10 +69,15 @@ def attempt_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodView]:
 
 @kopf.on.event(GROUP, VERSION, JOB_PLURAL)
 async def kinetic_job_event(
-    namespace: str, name: str, attempt_jobs: kopf.Index, attempt_pods: kopf.Index, **_: Any
+    namespace: str,
+    name: str,
+    attempt_jobs: kopf.Index,
+    attempt_pods: kopf.Index,
+    kinetic_jobs: kopf.Index,
+    **_: Any,
 ) -> None:
     """A KineticJob was created, changed or deleted: reconcile it."""
-    await reconcile_job(namespace, name, attempt_jobs, attempt_pods)
+    await reconcile_job(namespace, name, attempt_jobs, attempt_pods, kinetic_jobs)
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=LABELLED)
@@ -68,10 +86,11 @@ async def attempt_job_event(
     labels: kopf.Labels,
     attempt_jobs: kopf.Index,
     attempt_pods: kopf.Index,
+    kinetic_jobs: kopf.Index,
     **_: Any,
 ) -> None:
     """An attempt's Job changed or went away: reconcile the KineticJob that owns it."""
-    await reconcile_job(namespace, labels[LABEL_JOB], attempt_jobs, attempt_pods)
+    await reconcile_job(namespace, labels[LABEL_JOB], attempt_jobs, attempt_pods, kinetic_jobs)
 
 
 @kopf.on.event("v1", "pods", labels=LABELLED)
@@ -80,10 +99,11 @@ async def attempt_pod_event(
     labels: kopf.Labels,
     attempt_jobs: kopf.Index,
     attempt_pods: kopf.Index,
+    kinetic_jobs: kopf.Index,
     **_: Any,
 ) -> None:
     """An attempt's Pod changed or went away: reconcile the KineticJob that owns it."""
-    await reconcile_job(namespace, labels[LABEL_JOB], attempt_jobs, attempt_pods)
+    await reconcile_job(namespace, labels[LABEL_JOB], attempt_jobs, attempt_pods, kinetic_jobs)
 
 
 @kopf.on.cleanup()
@@ -96,7 +116,11 @@ def stop_retries(**_: Any) -> None:
 
 
 async def reconcile_job(
-    namespace: str, name: str, attempt_jobs: kopf.Index, attempt_pods: kopf.Index
+    namespace: str,
+    name: str,
+    attempt_jobs: kopf.Index,
+    attempt_pods: kopf.Index,
+    kinetic_jobs: kopf.Index,
 ) -> None:
     """Bring KineticJob namespace/name one step closer to done; serialized per job.
 
@@ -109,8 +133,9 @@ async def reconcile_job(
     async def work() -> None:
         jobs = tuple(attempt_jobs.get(key, ()))
         pods = tuple(attempt_pods.get(key, ()))
+        seen = next(iter(kinetic_jobs.get(key, ())), None)
         recheck = await asyncio.to_thread(
-            reconcile_job_sync, get_kube(), get_settings(), namespace, name, jobs, pods
+            reconcile_job_sync, get_kube(), get_settings(), namespace, name, jobs, pods, seen=seen
         )
         if recheck is not None:
             serializer.later(key, work, recheck)
@@ -126,15 +151,21 @@ def reconcile_job_sync(
     jobs: Iterable[JobView],
     pods: Iterable[PodView],
     now: datetime | None = None,
+    *,
+    seen: dict[str, Any] | None = None,
 ) -> float | None:
     """Read, decide, write status, act — redone from the top if someone wrote meanwhile.
 
-    Returns in how many seconds to look again, when the decision asked for it.
+    The first round may start from `seen`, the copy the watch delivered; after
+    a conflict every round reads the object afresh. Returns in how many
+    seconds to look again, when the decision asked for it.
     """
     for _ in range(CONFLICT_RETRIES):
+        fresh = seen is None
+        body, seen = seen or kube.get_kinetic_job(namespace, name), None
         try:
             return _reconcile_once(
-                kube, settings, namespace, name, jobs, pods, now or datetime.now(UTC)
+                kube, settings, namespace, name, body, fresh, jobs, pods, now or datetime.now(UTC)
             )
         except Conflict:
             continue
@@ -146,11 +177,12 @@ def _reconcile_once(
     settings: OperatorSettings,
     namespace: str,
     name: str,
+    body: dict[str, Any] | None,
+    fresh: bool,
     jobs: Iterable[JobView],
     pods: Iterable[PodView],
     now: datetime,
 ) -> float | None:
-    body = kube.get_kinetic_job(namespace, name)
     if body is None:
         return None  # deleted; its Jobs go with it through ownerReferences
     meta = body.get("metadata") or {}
@@ -185,10 +217,14 @@ def _reconcile_once(
     )
 
     # Status first, conditional on the version we read: if it moved, nothing
-    # below happens and we decide again from the fresh object.
+    # below happens and we decide again from the fresh object. A decision that
+    # acts without changing status has no such check, so it must come from a
+    # fresh read, not from the watch's copy (which may predate a cancel).
     new = decision.status.wire()
     if new != old:
         kube.patch_status(namespace, name, new, old, meta.get("resourceVersion"))
+    elif not fresh and any(not isinstance(a, Event) for a in decision.actions):
+        raise Conflict("acting on the watch's copy: read it afresh first")
 
     owner = podspec.Owner(name, namespace, meta.get("uid", ""), meta.get("labels") or {})
     for action in decision.actions:
