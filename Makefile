@@ -20,8 +20,12 @@ $(VENV)/.installed: pyproject.toml
 .PHONY: venv
 venv: $(VENV)/.installed ## Create .venv with the client, operator and test tools
 
+.PHONY: prereqs
+prereqs: ## Install what a fresh machine lacks: Debian packages, the control-plane build (cached)
+	@bash scripts/install-prereqs.sh
+
 .PHONY: cluster-up
-cluster-up: venv ## Start the local cluster (etcd, control plane, process node, fake-gcs-server, operator)
+cluster-up: prereqs venv ## Start the local cluster (etcd, control plane, process node, fake-gcs-server, operator)
 	$(VENV)/bin/kinetic local up
 
 .PHONY: cluster-down

@@ -81,20 +81,8 @@ async def kinetic_job_event(
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=LABELLED)
-async def attempt_job_event(
-    namespace: str,
-    labels: kopf.Labels,
-    attempt_jobs: kopf.Index,
-    attempt_pods: kopf.Index,
-    kinetic_jobs: kopf.Index,
-    **_: Any,
-) -> None:
-    """An attempt's Job changed or went away: reconcile the KineticJob that owns it."""
-    await reconcile_job(namespace, labels[LABEL_JOB], attempt_jobs, attempt_pods, kinetic_jobs)
-
-
 @kopf.on.event("v1", "pods", labels=LABELLED)
-async def attempt_pod_event(
+async def attempt_event(
     namespace: str,
     labels: kopf.Labels,
     attempt_jobs: kopf.Index,
@@ -102,7 +90,7 @@ async def attempt_pod_event(
     kinetic_jobs: kopf.Index,
     **_: Any,
 ) -> None:
-    """An attempt's Pod changed or went away: reconcile the KineticJob that owns it."""
+    """An attempt's Job or Pod changed or went away: reconcile the KineticJob that owns it."""
     await reconcile_job(namespace, labels[LABEL_JOB], attempt_jobs, attempt_pods, kinetic_jobs)
 
 
