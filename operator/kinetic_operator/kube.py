@@ -13,11 +13,11 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 from kinetic.resources import (
     BATCH_PLURAL,
@@ -33,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 log = logging.getLogger("kinetic.operator")
+T = TypeVar("T")
 
 COMPONENT = "kinetic-operator"
 MERGE_PATCH = "application/merge-patch+json"
@@ -45,6 +46,23 @@ class Conflict(Exception):
 
 class Rejected(Exception):
     """The API server refused the object itself (400/422): retrying will not help."""
+
+
+CONFLICT_RETRIES = 5
+
+
+def until_settled(attempt: Callable[[int], T], what: str, tries: int = CONFLICT_RETRIES) -> T:
+    """Run `attempt(round)` again while it hits a Conflict (the object moved under us).
+
+    Each round re-reads and decides afresh, so this is optimistic concurrency,
+    not blind retrying; after `tries` rounds the caller's backoff takes over.
+    """
+    for round_ in range(tries):
+        try:
+            return attempt(round_)
+        except Conflict:
+            continue
+    raise Conflict(f"{what} kept changing; giving up this round")
 
 
 # Reconciles run in Kopf's thread pool, many at once; a pool smaller than that

@@ -66,7 +66,7 @@ from kinetic_operator.batch_logic import (
     observe_child,
     with_condition,
 )
-from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube
+from kinetic_operator.kube import Kube, Rejected, get_kube, until_settled
 from kinetic_operator.manifest import Debouncer, build_manifest, encode_manifest, manifest_uri
 from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings, get_settings
@@ -74,7 +74,6 @@ from kinetic_operator.settings import OperatorSettings, get_settings
 log = logging.getLogger("kinetic.operator")
 
 LABELLED = {LABEL_BATCH: kopf.PRESENT}
-CONFLICT_RETRIES = 5
 MAX_LAUNCHES = 200  # children created per reconcile; more follow at once (maxConcurrent: null)
 MANIFEST_INTERVAL = 10.0  # seconds between routine manifest writes of one batch
 LIVE_GETS = 20  # above this many children to double-check, one LIST instead of GETs
@@ -289,14 +288,12 @@ def reconcile_batch_sync(
     Returns in how many seconds to look again (manifest debounce, more
     launches), or None.
     """
-    for _ in range(CONFLICT_RETRIES):
-        try:
-            return _reconcile_once(
-                kube, settings, mem, namespace, name, view, now or datetime.now(UTC)
-            )
-        except Conflict:
-            continue
-    raise Conflict(f"{namespace}/{name} kept changing; giving up this round")
+    return until_settled(
+        lambda _: _reconcile_once(
+            kube, settings, mem, namespace, name, view, now or datetime.now(UTC)
+        ),
+        f"{namespace}/{name}",
+    )
 
 
 def _reconcile_once(

@@ -22,7 +22,7 @@ from kinetic.resources import GROUP, JOB_PLURAL, LABEL_JOB, VERSION, KineticJobS
 
 from kinetic_operator import job_logic, podspec
 from kinetic_operator.job_logic import CreateAttempt, DeleteAttempt, Event, InvalidSpec
-from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube
+from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube, until_settled
 from kinetic_operator.observed import JobView, PodView, job_key, summarize_job, summarize_pod
 from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings, get_settings
@@ -30,7 +30,6 @@ from kinetic_operator.settings import OperatorSettings, get_settings
 log = logging.getLogger("kinetic.operator")
 
 LABELLED = {LABEL_JOB: kopf.PRESENT}
-CONFLICT_RETRIES = 5
 
 serializer = Serializer()
 
@@ -148,16 +147,14 @@ def reconcile_job_sync(
     a conflict every round reads the object afresh. Returns in how many
     seconds to look again, when the decision asked for it.
     """
-    for _ in range(CONFLICT_RETRIES):
-        fresh = seen is None
-        body, seen = seen or kube.get_kinetic_job(namespace, name), None
-        try:
-            return _reconcile_once(
-                kube, settings, namespace, name, body, fresh, jobs, pods, now or datetime.now(UTC)
-            )
-        except Conflict:
-            continue
-    raise Conflict(f"{namespace}/{name} kept changing; giving up this round")
+
+    def one_round(round_: int) -> float | None:
+        copy_ok = round_ == 0 and seen is not None
+        body = seen if copy_ok else kube.get_kinetic_job(namespace, name)
+        when = now or datetime.now(UTC)
+        return _reconcile_once(kube, settings, namespace, name, body, not copy_ok, jobs, pods, when)
+
+    return until_settled(one_round, f"{namespace}/{name}")
 
 
 def _reconcile_once(
