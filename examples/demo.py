@@ -11,6 +11,7 @@ import sys
 import time
 
 import kinetic
+from kinetic.jobs import list_jobs_with_status
 from kinetic.local import use_local_cluster
 from rich.console import Console
 from rich.table import Table
@@ -48,9 +49,9 @@ def main() -> int:
     console.print(f"    job id: [bold]{job.job_id}[/bold] (namespace {job.namespace})")
 
     step("Listing jobs, as `kinetic jobs list` does")
-    for h in kinetic.list_jobs(namespace=job.namespace):
+    for h, status in list_jobs_with_status(namespace=job.namespace):
         name = h.func_name if len(h.func_name) <= 24 else h.func_name[:23] + "…"
-        console.print(f"    {h.job_id:28} {name:24} {h.status().value}")
+        console.print(f"    {h.job_id:28} {name:24} {status.get('phase', 'PENDING')}")
 
     step("Waiting for it on a watch; the operator moves it through its phases")
     job.wait(on_status_change=lambda s: console.print(f"    status: {s.value}"))

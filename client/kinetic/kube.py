@@ -175,5 +175,3 @@ def watch_one(
                 raise
             finally:
                 w.stop()
-            if version is None:
-                break

@@ -8,7 +8,14 @@ import typer
 
 from kinetic import kube
 from kinetic.cli.output import OUTPUT_OPTION, Format, console, emit, fail
-from kinetic.jobs import JobCancelled, JobFailed, JobHandle, JobStatus, attach, list_jobs
+from kinetic.jobs import (
+    JobCancelled,
+    JobFailed,
+    JobHandle,
+    JobStatus,
+    attach,
+    list_jobs_with_status,
+)
 
 app = typer.Typer(
     no_args_is_help=True, help="Single jobs: list, status, logs, result, cancel, cleanup."
@@ -46,10 +53,10 @@ def list_(
 ) -> None:
     """List the jobs in a namespace."""
     try:
-        handles = list_jobs(namespace=namespace, context=context, include_batch_children=all_)
+        listed = list_jobs_with_status(namespace, context, include_batch_children=all_)
     except kube.ClusterUnreachable as e:
         raise fail(str(e)) from None
-    emit([_row(h, h.describe()) for h in handles], output, title="jobs")
+    emit([_row(h, status) for h, status in listed], output, title="jobs")
 
 
 @app.command()
