@@ -52,6 +52,17 @@ test: cluster-up ## The whole suite: unit tests, then integration tests on the l
 demo: cluster-up ## Run the main example on the local cluster
 	$(PY) examples/demo.py
 
+# make bench N=300 P=30 CHUNK=10; make bench-scale SCALE_N=10000 SCALE_P=100
+N ?= 300
+P ?= 30
+CHUNK ?= 10
+SCALE_N ?= 10000
+SCALE_P ?= 100
+
 .PHONY: bench
-bench: cluster-up ## Benchmarks: Kinetic vs a plain batch/v1 Job on the same cluster
-	$(PY) bench/run.py
+bench: cluster-up ## Benchmark N tasks, P at once: plain Job vs container, function, chunked batches
+	$(PY) bench/run.py --tasks $(N) --parallel $(P) --chunk-size $(CHUNK)
+
+.PHONY: bench-scale
+bench-scale: cluster-up ## A SCALE_N-input batch: operator RSS, status size, a probe job's start latency
+	$(PY) bench/scale.py --inputs $(SCALE_N) --parallel $(SCALE_P)

@@ -84,7 +84,21 @@ def main() -> int:
     console.print(table)
     console.print(f"    best learning rate: [bold]{rates[best]:g}[/bold]")
 
-    step("Cleaning up the batch (its children, artifacts and manifest)")
+    step("One input of the batch: its own handle, backed by the batch, its Pods and storage")
+    one = batch.jobs[best]
+    console.print(
+        f"    {one.job_id} (also `kinetic.attach({one.job_id!r})`, "
+        f"`kinetic jobs logs {one.job_id}`): {one.status().value}"
+    )
+    for attempt in one.attempts():
+        console.print(
+            f"    attempt {attempt['attempt']}: Pod {attempt['pod']}, {attempt['outcome']}"
+        )
+    for line in one.tail(2).splitlines():
+        console.print(f"    | {line}")
+    console.print(f"    every input: {batch.status_counts()}")
+
+    step("Cleaning up the batch (its Pods, artifacts, logs and manifest)")
     batch.cleanup()
     console.print("    done.")
     return 0

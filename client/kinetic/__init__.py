@@ -9,6 +9,8 @@
     train(0.01)                                  # blocks, returns the value
     job = train.run_async(0.01)                  # a JobHandle, at once
     batch = train.run_async_map([0.001, 0.01])   # a BatchHandle, at once
+    batch.jobs[1].tail()                         # one input's handle: status, result, logs
+    kinetic.attach(f"{batch.group_id}-1")        # the same input, from any process
 
 Names are imported on first use, so the pod-side runner (`python -m
 kinetic.runner`) does not pay for the Kubernetes client it never needs.
@@ -32,6 +34,8 @@ _EXPORTS = {
     "list_jobs": "kinetic.jobs",
     "BatchHandle": "kinetic.batches",
     "BatchError": "kinetic.batches",
+    "InputHandle": "kinetic.batches",
+    "SubmissionError": "kinetic.batches",
     "attach_batch": "kinetic.batches",
     "list_batches": "kinetic.batches",
     "ConfigError": "kinetic.config",
@@ -41,11 +45,13 @@ __all__ = [
     "BatchError",
     "BatchHandle",
     "ConfigError",
+    "InputHandle",
     "JobCancelled",
     "JobFailed",
     "JobHandle",
     "JobStatus",
     "RemoteFunction",
+    "SubmissionError",
     "attach",
     "attach_batch",
     "list_batches",
@@ -54,7 +60,14 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from kinetic.batches import BatchError, BatchHandle, attach_batch, list_batches
+    from kinetic.batches import (
+        BatchError,
+        BatchHandle,
+        InputHandle,
+        SubmissionError,
+        attach_batch,
+        list_batches,
+    )
     from kinetic.config import ConfigError
     from kinetic.jobs import JobCancelled, JobFailed, JobHandle, JobStatus, attach, list_jobs
     from kinetic.remote import RemoteFunction, run

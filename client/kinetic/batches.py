@@ -1,14 +1,28 @@
-"""Fan-out: `run_async_map()` and the `BatchHandle` that watches a KineticBatch.
+"""Fan-out: `run_async_map()`, the `BatchHandle` that watches a KineticBatch, and input handles.
 
 The client packages the function once and the inputs in parallel, creates one
 KineticBatch and returns. Concurrency, retries, fail-fast and the manifest
 are the operator's job, so the submitting process may exit at once and any
 process can pick the batch up again with `attach_batch()`.
 
-A handle keeps no state of its own beyond what it was created with: every
-answer is read from the batch's status (counts and index ranges) or from the
-children, so a handle from `attach_batch()` in another process is as good as
-the original.
+There is no Kubernetes object per input. What the client knows of input
+``i`` comes from three places, in this order of authority:
+
+1. the batch status: counts and index ranges. An input recorded there as
+   succeeded, failed or cancelled never changes again. When the ranges were
+   cut at the status size cap (``status.truncated``), the manifest header
+   holds them complete;
+2. the Pods of the input's unit (``kinetic.dev/batch=<grp>``,
+   ``kinetic.dev/index=<unit start>``), while it is not recorded: the newest
+   attempt's phase says PENDING or RUNNING. Finished Pods are deleted by the
+   operator after a TTL, their logs archived first;
+3. the manifest shard holding the input: its attempt history, a container
+   input's result (termination message) and what went wrong. It outlives the
+   Pods and the batch itself.
+
+Handles keep no state beyond what they were created with, so a handle from
+`attach_batch()` or `kinetic.attach("<grp>-<i>")` in another process is as
+good as the original.
 """
 
 from __future__ import annotations
@@ -17,32 +31,58 @@ import json
 import logging
 import secrets
 import sys
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kinetic import kube, payload, storage
+from kinetic import kube, layout, names, payload, storage
 from kinetic import resources as r
-from kinetic.config import resolve
-from kinetic.jobs import JobCancelled, JobFailed, JobHandle, JobStatus
-from kinetic.ranges import parse_ranges
+from kinetic.config import ClientConfig, resolve
+from kinetic.inputs import (
+    InputHandle,
+    RecordedOutcomes,
+    SubmissionError,
+    add_cancel_indexes,
+    input_total,
+    live_phase,
+    read_manifest,
+    read_shard,
+    status_from_header,
+    terminated_state,
+)
+from kinetic.jobs import (
+    JobCancelled,
+    JobFailed,
+    JobHandle,
+    JobStatus,
+    sort_by_attempt,
+)
+from kinetic.manifest import (
+    ManifestHeader,
+)
+from kinetic.ranges import IndexSet
 
 if TYPE_CHECKING:
+    from kubernetes.client import V1Pod
+
     from kinetic.remote import RemoteFunction
 
 log = logging.getLogger("kinetic")
 
 INPUT_MODES = ("auto", "single", "args", "kwargs")
 _UNBOUNDED_WARNING_THRESHOLD = 100
-
-
-class SubmissionError(RuntimeError):
-    """An input that could not be packaged, so it never ran."""
-
-    def __init__(self, index: int, message: str) -> None:
-        super().__init__(f"input {index} was not submitted: {message}")
-        self.index = index
+_HEADER_READ_INTERVAL = 2.0  # seconds between manifest header reads while a status is truncated
+_RECORD_WAIT = 30.0  # how long to wait for the manifest to catch up (it is <= ~10 s behind)
+_READERS = 16  # parallel storage reads when collecting results
+_RECORDED = ("SUCCEEDED", "FAILED", "CANCELLED")  # outcomes a manifest record keeps for good
+_UNENDED = ("pending", "running")  # attempt outcomes that may still change
+_ATTEMPT_OUTCOME = {
+    JobStatus.SUCCEEDED: "success",
+    JobStatus.FAILED: "failure",
+    JobStatus.CANCELLED: "cancelled",
+}
 
 
 class BatchError(Exception):
@@ -63,6 +103,9 @@ class BatchError(Exception):
         super().__init__(f"Batch {group_id}: {failed} of {len(partial_results)} jobs failed")
 
 
+# --------------------------------------------------------------------------- the batch
+
+
 @dataclass
 class BatchHandle:
     """One KineticBatch, seen from the client."""
@@ -75,6 +118,10 @@ class BatchHandle:
     storage_root: str
     context: str | None = None
     container: bool = False
+    chunk_size: int = 1
+    func_name: str = ""
+    created_at: str = ""
+    accelerator: str = "cpu"
     _submission_failures: dict[int, Exception] = field(default_factory=dict, repr=False)
     _cached_failures: list[JobHandle] | None = field(default=None, repr=False)
 
@@ -83,6 +130,7 @@ class BatchHandle:
     @classmethod
     def from_resource(cls, obj: dict, storage_root: str, context: str | None) -> BatchHandle:
         spec = obj["spec"]
+        template = spec.get("template", {})
         failures = {
             f["index"]: SubmissionError(f["index"], f["message"])
             for f in spec.get("submissionFailures", [])
@@ -92,47 +140,59 @@ class BatchHandle:
             namespace=obj["metadata"]["namespace"],
             name=spec.get("name"),
             tags=dict(spec.get("tags") or {}),
-            total=obj.get("status", {}).get("total") or _count(spec["inputs"]),
+            total=obj.get("status", {}).get("total") or input_total(spec["inputs"]),
             storage_root=storage_root,
             context=context,
-            container="container" in spec.get("template", {}),
+            container="container" in template,
+            chunk_size=spec.get("chunkSize") or 1,
+            func_name=(template.get("function") or {}).get("name")
+            or " ".join((template.get("container") or {}).get("command", [])),
+            created_at=obj["metadata"].get("creationTimestamp", ""),
+            accelerator=template.get("accelerator", "cpu"),
             _submission_failures=failures,
         )
 
     @classmethod
     def from_manifest(
-        cls, manifest: dict, namespace: str, storage_root: str, context: str | None
+        cls, header: ManifestHeader, namespace: str, storage_root: str, context: str | None
     ) -> BatchHandle:
         """A handle for a batch whose resource is gone but whose manifest remains."""
         failures = {
-            f["index"]: SubmissionError(f["index"], f["message"])
-            for f in manifest.get("submissionFailures", [])
+            f.index: SubmissionError(f.index, f.message) for f in header.submission_failures
         }
         return cls(
-            group_id=manifest["groupId"],
+            group_id=header.group_id,
             namespace=namespace,
-            name=manifest.get("name"),
-            tags=dict(manifest.get("tags") or {}),
-            total=manifest.get("total", 0),
+            name=header.name,
+            tags=dict(header.tags),
+            total=header.total,
             storage_root=storage_root,
             context=context,
-            container=manifest.get("kind") == "container",
+            container=header.kind == "container",
+            chunk_size=header.chunk_size,
+            func_name=header.function_name or "",
+            created_at=header.created_at or "",
             _submission_failures=failures,
         )
 
-    def child(self, index: int) -> JobHandle:
-        """The handle of the child for `index` (whether or not it exists right now)."""
-        job_id = f"{self.group_id}-{index}"
-        artifacts = storage.join(self.storage_root, "jobs", job_id)
-        return JobHandle(
-            job_id=job_id,
+    def child(self, index: int) -> InputHandle:
+        """The handle of input `index` (whether or not it has run)."""
+        return InputHandle(
+            job_id=names.input_id(self.group_id, index),
             namespace=self.namespace,
-            func_name=self.name or "",
-            result_uri=None if self.container else storage.join(artifacts, "result.pkl"),
-            artifacts_uri=artifacts,
+            func_name=self.func_name or self.name or "",
+            created_at=self.created_at,
+            accelerator=self.accelerator,
+            result_uri=None
+            if self.container
+            else layout.input_result_uri(self.storage_root, self.group_id, index),
+            artifacts_uri=layout.input_dir(self.storage_root, self.group_id, index),
             context=self.context,
             group_id=self.group_id,
             group_index=index,
+            storage_root=self.storage_root,
+            container=self.container,
+            chunk_size=self.chunk_size,
         )
 
     # ----------------------------------------------------------------- observing
@@ -140,16 +200,17 @@ class BatchHandle:
     def _get(self) -> dict | None:
         return kube.get(r.BATCH_PLURAL, self.namespace, self.group_id, self.context)
 
+    def _manifest(self) -> ManifestHeader | None:
+        """The manifest header the operator keeps in storage, or None when it is gone too."""
+        return read_manifest(self.storage_root, self.group_id)
+
     def status(self) -> dict[str, Any]:
         """The batch's status as the operator wrote it; from the manifest once deleted."""
         obj = self._get()
         if obj is not None:
             return obj.get("status", {})
-        return _status_from_manifest(self._manifest() or {})
-
-    def _manifest(self) -> dict[str, Any] | None:
-        """The manifest the operator keeps in storage, or None when it is gone too."""
-        return read_manifest(self.storage_root, self.group_id)
+        header = self._manifest()
+        return {} if header is None else status_from_header(header)
 
     @property
     def submission_failures(self) -> dict[int, Exception]:
@@ -166,14 +227,50 @@ class BatchHandle:
         ]
 
     def statuses(self) -> list[tuple[int, JobStatus]]:
-        """(index, status) for every launched input; cleaned-up children are NOT_FOUND."""
-        launched = self.status().get("launched", 0)
-        phases = self._child_phases()
+        """(index, status) for every launched input, from one read of the batch and its Pods.
+
+        Recorded outcomes come from the batch status (or the manifest once the
+        batch is deleted); the rest from each unit's newest Pod. Inputs of a
+        deleted batch that never ended are NOT_FOUND.
+        """
+        obj = self._get()
+        outcomes = RecordedOutcomes(self._manifest)
+        live: Callable[[int], JobStatus]
+        if obj is None:
+            header = self._manifest()
+            if header is None:
+                return []
+            status = status_from_header(header)
+            outcomes.update(status)
+
+            def live(_: int) -> JobStatus:
+                return JobStatus.NOT_FOUND
+        else:
+            status = obj.get("status", {})
+            outcomes.update(status, final=r.Phase(status.get("phase", "PENDING")).terminal)
+            launched = IndexSet.range(0, min(status.get("launched", 0), self.total))
+            unended = launched - outcomes.done() - IndexSet(self._submission_failures)
+            newest = self._newest_pods() if unended else {}
+
+            def live(i: int) -> JobStatus:
+                return live_phase(newest.get(names.unit_start(i, self.chunk_size)))
+
+        launched = status.get("launched", 0)
         return [
-            (i, phases.get(i, JobStatus.NOT_FOUND))
-            for i in range(launched)
+            (i, outcomes.of(i) or live(i))
+            for i in range(min(launched, self.total))
             if i not in self._submission_failures
         ]
+
+    def _newest_pods(self) -> dict[int, V1Pod]:
+        """The newest attempt's Pod of every unit that has one (one LIST)."""
+        pods = kube.list_pods(self.namespace, f"{names.LABEL_BATCH}={self.group_id}", self.context)
+        newest: dict[int, V1Pod] = {}
+        for pod in sort_by_attempt(pods):
+            index = (pod.metadata.labels or {}).get(names.LABEL_INDEX)
+            if index is not None:
+                newest[int(index)] = pod
+        return newest
 
     def status_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -181,23 +278,17 @@ class BatchHandle:
             counts[st.value] = counts.get(st.value, 0) + 1
         return counts
 
-    def _child_phases(self) -> dict[int, JobStatus]:
-        children = kube.list_(
-            r.JOB_PLURAL, self.namespace, self.context, selector=f"{r.LABEL_BATCH}={self.group_id}"
-        )
-        return {int(c["metadata"]["labels"][r.LABEL_INDEX]): JobStatus.of(c) for c in children}
-
     def _watch(self, timeout: float | None) -> Iterator[dict]:
-        """Yield the batch's status on every change until it is terminal."""
+        """Yield the batch's status on every change until it is terminal (or deleted)."""
         for obj in kube.watch_one(
             r.BATCH_PLURAL, self.namespace, self.group_id, timeout, self.context
         ):
             if obj is None:
                 # Deleted: what the manifest recorded is all there will ever be.
-                manifest = self._manifest()
-                if manifest is None:
+                header = self._manifest()
+                if header is None:
                     raise LookupError(f"batch {self.group_id} was deleted while waiting for it")
-                yield _status_from_manifest(manifest)
+                yield status_from_header(header) | {"deleted": True}
                 return
             status = obj.get("status", {})
             yield status
@@ -210,21 +301,28 @@ class BatchHandle:
             for status in self._watch(timeout):
                 bar.update(status)
 
+    def _newly_done(self, outcomes: RecordedOutcomes, status: dict, seen: IndexSet) -> IndexSet:
+        """Launched inputs recorded terminal and not handled yet (submission failures aside)."""
+        outcomes.update(status, final=_final(status))
+        launched = IndexSet.range(0, min(status.get("launched", 0), self.total))
+        return (outcomes.done() & launched) - seen - IndexSet(self._submission_failures)
+
     def as_completed(
         self, *, poll_interval: float = 5.0, timeout: float | None = None
     ) -> Iterator[JobHandle]:
-        """Yield children as they finish, in completion order, while others still launch.
+        """Yield inputs' handles as they finish, in completion order, while others still run.
 
         Driven by a watch on the batch; `poll_interval` is kept for compatibility
-        and bounds how long one watch request stays open.
+        and has no effect.
         """
         del poll_interval
-        seen: set[int] = set()
+        outcomes = RecordedOutcomes(self._manifest)
+        seen = IndexSet()
         for status in self._watch(timeout):
-            for i in _finished(status):
-                if i not in seen and i not in self._submission_failures:
-                    seen.add(i)
-                    yield self.child(i)
+            new = self._newly_done(outcomes, status, seen)
+            seen = seen | new
+            for i in new:
+                yield self.child(i)
 
     def results(
         self,
@@ -238,38 +336,38 @@ class BatchHandle:
         """Every input's result, in input order (or completion order with ordered=False).
 
         Follows the batch status on a watch and reads each input's result as
-        soon as the operator records it finished. With cleanup=True each
-        successful child is deleted (resource and artifacts) once its result
-        is read — only after its outcome is in the batch status, so the
-        operator never relaunches it; the manifest stays, so `attach_batch()`
-        still works. Failed children are kept for their logs. A TimeoutError
+        soon as the operator records it ended, several at a time. With
+        cleanup=True each successful input's stored result is deleted once
+        read (only after its outcome is recorded, so it is never re-run); the
+        manifest stays, so `attach_batch()` still works, and Pods go after the
+        operator's TTL. Failed inputs are kept for their logs. A TimeoutError
         leaves the batch running.
         """
         values: dict[int, Any] = {}
         errors: dict[int, Exception] = dict(self._submission_failures)
         order: list[int] = sorted(self._submission_failures)
         failed: set[int] = set()
-        with _Progress(self, progress) as bar:
+        outcomes = RecordedOutcomes(self._manifest)
+        seen = IndexSet()
+        deleted, launched = False, 0
+        with _Progress(self, progress) as bar, ThreadPoolExecutor(_READERS) as pool:
             for status in self._watch(timeout):
                 bar.update(status)
-                failed_now = set(parse_ranges(status.get("failedIndexes", "")))
-                cancelled_now = set(parse_ranges(status.get("cancelledIndexes", "")))
-                for i in _finished(status):
-                    if i in values or i in errors:
-                        continue
-                    order.append(i)
-                    if i in cancelled_now:
-                        errors[i] = JobCancelled(f"input {i} of {self.group_id} was cancelled")
-                        continue
-                    if i in failed_now:
-                        failed.add(i)
-                    try:
-                        values[i] = self._collect(i, cleanup and i not in failed_now)
-                    except Exception as e:  # the child's remote exception, or why it has none
-                        errors[i] = e
-        for i in range(self.total):  # never launched after a stop: cancelled
+                deleted = deleted or bool(status.get("deleted"))
+                launched = max(launched, status.get("launched", 0))
+                new = self._newly_done(outcomes, status, seen)
+                seen = seen | new
+                order.extend(new)
+                failed.update(i for i in new if i in outcomes.failed)
+                for i, ok, value in self._collect(list(new), outcomes, cleanup, pool):
+                    (values if ok else errors)[i] = value
+        for i in range(self.total):
             if i not in values and i not in errors:
-                errors[i] = JobCancelled(f"input {i} of {self.group_id} was never run")
+                errors[i] = (
+                    JobFailed(f"input {i} of {self.group_id} did not end: its batch was deleted")
+                    if deleted and i < launched
+                    else JobCancelled(f"input {i} of {self.group_id} was never run")
+                )
                 order.append(i)
         self._cached_failures = [self.child(i) for i in sorted(failed)]
         index_order = range(self.total) if ordered else order
@@ -280,42 +378,104 @@ class BatchHandle:
             )
         return [values[i] if i in values else errors[i] for i in index_order]
 
-    def _collect(self, index: int, cleanup: bool) -> Any:
-        """One finished child's value, or raise its exception (JobFailed if it left none)."""
-        handle = self.child(index)
+    def _collect(
+        self,
+        indexes: list[int],
+        outcomes: RecordedOutcomes,
+        cleanup: bool,
+        pool: ThreadPoolExecutor,
+    ) -> list[tuple[int, bool, Any]]:
+        """(index, ok, value or exception) for inputs recorded terminal."""
+        if not indexes:
+            return []
+        out: list[tuple[int, bool, Any]] = []
+        rest: list[int] = []
+        for i in indexes:
+            if i in outcomes.cancelled:
+                out.append((i, False, JobCancelled(f"input {i} of {self.group_id} was cancelled")))
+            else:
+                rest.append(i)
         if self.container:
-            obj = handle._get()
-            status = (obj or {}).get("status", {})
-            phase = JobStatus.of(obj)
-            if phase is JobStatus.SUCCEEDED:
-                value = status.get("result")
-                if cleanup:
-                    handle.cleanup(gcs=False)
-                return value
-            raise _failure_for(handle, phase, status)
-        return handle.result(timeout=60, cleanup=cleanup)
+            messages = self._container_results([i for i in rest if i in outcomes.succeeded])
+        else:
+            messages = {}
+
+        def one(i: int) -> tuple[int, bool, Any]:
+            final = outcomes.of(i) or JobStatus.NOT_FOUND
+            handle = self.child(i)
+            try:
+                if self.container and final is JobStatus.SUCCEEDED:
+                    return i, True, messages.get(i)
+                return i, True, handle._value(final, cleanup and final is JobStatus.SUCCEEDED)
+            except Exception as e:  # the input's remote exception, or why it has none
+                return i, False, e
+
+        out.extend(pool.map(one, rest))
+        return out
+
+    def _container_results(self, indexes: list[int]) -> dict[int, str | None]:
+        """Termination messages of succeeded container inputs: live Pods first, then shards.
+
+        One LIST of the batch's Pods and one read per shard, not a read per
+        input. A Pod missing from the LIST was deleted after its shard was
+        written, so the shards read next have it.
+        """
+        found: dict[int, str | None] = {}
+        if not indexes:
+            return found
+        wanted = set(indexes)
+        pods = kube.list_pods(self.namespace, f"{names.LABEL_BATCH}={self.group_id}", self.context)
+        for pod in sort_by_attempt(pods):
+            index = int((pod.metadata.labels or {}).get(names.LABEL_INDEX, -1))
+            ended = terminated_state(pod)
+            if index in wanted and pod.status.phase == "Succeeded" and ended is not None:
+                found[index] = ended.message
+        deadline = time.monotonic() + _RECORD_WAIT
+        while True:
+            missing = wanted - set(found)
+            for shard_no in sorted({layout.shard_of(i) for i in missing}):
+                shard = read_shard(self.storage_root, self.group_id, shard_no)
+                for i in missing:
+                    record = shard.inputs.get(str(i)) if shard is not None else None
+                    if record is not None and record.outcome == "SUCCEEDED":
+                        found[i] = record.result
+            if wanted <= set(found) or time.monotonic() > deadline:
+                return found
+            time.sleep(1.0)
 
     def failures(self) -> list[JobHandle]:
-        """Children that FAILED (cached after `results()`, so cleanup does not hide them).
+        """Inputs that FAILED (cached after `results()`).
 
-        Submission failures are not here (they never had a job): see
+        Submission failures are not here (they never ran): see
         `submission_failures`.
         """
         if self._cached_failures is not None:
             return list(self._cached_failures)
-        failed = parse_ranges(self.status().get("failedIndexes", ""))
-        return [self.child(i) for i in failed if i not in self._submission_failures]
+        status = self.status()
+        outcomes = RecordedOutcomes(self._manifest)
+        outcomes.update(status, final=_final(status))
+        return [self.child(i) for i in outcomes.failed if i not in self._submission_failures]
 
     # ----------------------------------------------------------------- acting
 
     def cancel(self) -> None:
-        """Stop launching and cancel every running child; the batch ends CANCELLED."""
+        """Stop launching and cancel every running input; the batch ends CANCELLED."""
         kube.patch_spec(
             r.BATCH_PLURAL, self.namespace, self.group_id, {"cancel": True}, self.context
         )
 
+    def cancel_inputs(self, indexes: Iterable[int]) -> None:
+        """Cancel some inputs only (added to spec.cancelIndexes); the others carry on.
+
+        Returns at once; `jobs[i].wait()` or `statuses()` show when they ended.
+        """
+        add_cancel_indexes(self.namespace, self.group_id, indexes, self.context)
+
     def cleanup(self, *, k8s: bool = True, gcs: bool = True) -> None:
-        """Delete the batch and its children, and with gcs=True every artifact and the manifest."""
+        """Delete the batch and its Pods, and with gcs=True every artifact, log and the manifest.
+
+        Outputs under KINETIC_OUTPUT_DIR are kept.
+        """
         if k8s and kube.delete(r.BATCH_PLURAL, self.namespace, self.group_id, self.context):
             for obj in kube.watch_one(
                 r.BATCH_PLURAL, self.namespace, self.group_id, 180, self.context
@@ -323,34 +483,13 @@ class BatchHandle:
                 if obj is None:
                     break
         if gcs:
-            storage.delete_prefix(storage.join(self.storage_root, "jobs", self.group_id) + "-")
-            storage.delete_prefix(storage.join(self.storage_root, "batches", self.group_id) + "/")
+            storage.delete_prefix(layout.inputs_dir_prefix(self.storage_root, self.group_id))
+            storage.delete_prefix(layout.batch_dir(self.storage_root, self.group_id) + "/")
 
 
-def _finished(status: dict) -> list[int]:
-    """Indexes the operator has recorded as terminal, launched ones only, ascending."""
-    launched = status.get("launched", 0)
-    done: set[int] = set()
-    for key in ("succeededIndexes", "failedIndexes", "cancelledIndexes"):
-        done.update(i for i in parse_ranges(status.get(key, "")) if i < launched)
-    return sorted(done)
-
-
-def _failure_for(handle: JobHandle, phase: JobStatus, status: dict) -> Exception:
-    if phase is JobStatus.CANCELLED:
-        return JobCancelled(f"job {handle.job_id} was cancelled")
-    return JobFailed(f"job {handle.job_id} {phase.value}: {status.get('message') or 'no message'}")
-
-
-def _count(inputs: dict) -> int:
-    if "count" in inputs:
-        return inputs["count"]
-    if "items" in inputs:
-        return len(inputs["items"])
-    total = 1
-    for values in inputs.get("grid", {}).values():
-        total *= len(values)
-    return total
+def _final(status: dict) -> bool:
+    """Whether no more outcomes can be recorded: the batch ended, or was deleted."""
+    return bool(status.get("deleted")) or r.Phase(status.get("phase", "PENDING")).terminal
 
 
 class _Progress:
@@ -400,6 +539,20 @@ def new_group_id() -> str:
     return f"grp-{secrets.token_hex(4)}"
 
 
+def _check_chunk_size(chunk_size: object) -> int:
+    if (
+        isinstance(chunk_size, bool)
+        or not isinstance(chunk_size, int)
+        or not 1 <= chunk_size <= r.MAX_CHUNK_SIZE
+    ):
+        raise ValueError(
+            f"chunk_size must be an integer from 1 to {r.MAX_CHUNK_SIZE} (consecutive inputs "
+            f"run by one Pod); got {chunk_size!r}. Use chunk_size=1 for one input per Pod, or "
+            f"at most {r.MAX_CHUNK_SIZE} to group very short calls."
+        )
+    return chunk_size
+
+
 def submit_map(
     fn: RemoteFunction,
     inputs: Iterable[Any],
@@ -410,12 +563,16 @@ def submit_map(
     cancel_running_on_fail: bool = False,
     name: str | None = None,
     tags: dict[str, str] | None = None,
+    chunk_size: int = 1,
 ) -> BatchHandle:
     """Package the function once and every input, create one KineticBatch, return its handle.
 
     Inputs that cannot be pickled are recorded in the batch as submission
     failures (they count as failures for fail-fast) rather than raising, so
-    one bad input never loses the others.
+    one bad input never loses the others. `chunk_size=k` runs k consecutive
+    inputs in each Pod, for very short functions whose Pod start would cost
+    more than the call; each input is still recorded, retried and reported
+    on its own.
     """
     items = list(inputs)
     if input_mode not in INPUT_MODES:
@@ -424,6 +581,7 @@ def submit_map(
         raise ValueError(
             f"max_concurrent must be a positive integer or None (no limit); got {max_concurrent!r}"
         )
+    chunk_size = _check_chunk_size(chunk_size)
     for i, item in enumerate(items):  # a wrong-typed item fails here, before any upload
         try:
             payload.resolve_call(item, input_mode)
@@ -437,19 +595,20 @@ def submit_map(
         )
     cfg = fn._config()
     group_id = new_group_id()
-    base = storage.join(cfg.storage_root, "batches", group_id)
+    root = cfg.storage_root
 
     function_bytes = payload.build_function_payload(fn.fn, env=fn.captured_env())
-    function_uri = storage.join(base, "function.pkl")
+    function_uri = layout.batch_function_uri(root, group_id)
     storage.write_bytes(function_uri, function_bytes)
 
-    hashes, failures = _upload_inputs(base, items)
+    inputs_prefix = layout.batch_inputs_prefix(root, group_id)
+    hashes, failures = _upload_inputs(inputs_prefix, items)
     hashes_bytes = json.dumps(hashes).encode()
-    hashes_uri = storage.join(base, "inputs", "sha256.json")
+    hashes_uri = layout.batch_hashes_uri(root, group_id)
     storage.write_bytes(hashes_uri, hashes_bytes)
 
     template = fn.job_spec(
-        cfg.storage_root,
+        root,
         group_id,
         r.FunctionSpec(
             payload_uri=function_uri,
@@ -458,17 +617,18 @@ def submit_map(
         ),
         retries=0,
     )
-    template.output_dir = fn.options["output_dir"]  # children default to outputs/<child id>
+    template.output_dir = fn.options["output_dir"]  # inputs default to outputs/<grp>/<i>
     spec = r.KineticBatchSpec(
         template=template,
         inputs=r.BatchInputs(
             count=len(items),
-            uri_prefix=storage.join(base, "inputs"),
+            uri_prefix=inputs_prefix,
             sha256_uri=hashes_uri,
             sha256=payload.sha256(hashes_bytes),
         ),
         input_mode=input_mode,
         max_concurrent=max_concurrent,
+        chunk_size=chunk_size,
         retries=fn.options["retries"] if retries is None else retries,
         fail_fast=fail_fast,
         cancel_running_on_fail=cancel_running_on_fail,
@@ -482,16 +642,23 @@ def submit_map(
         "metadata": {
             "name": group_id,
             "namespace": cfg.namespace,
-            "labels": {"app.kubernetes.io/managed-by": "kinetic"},
+            "labels": {names.LABEL_MANAGED_BY: names.MANAGED_BY},
         },
-        "spec": spec.model_dump(by_alias=True, exclude_none=True, mode="json")
-        | {"maxConcurrent": max_concurrent},
+        "spec": _spec_body(spec) | {"maxConcurrent": max_concurrent},
     }
     created = kube.create(r.BATCH_PLURAL, cfg.namespace, body, cfg.context)
-    return BatchHandle.from_resource(created, cfg.storage_root, cfg.context)
+    return BatchHandle.from_resource(created, root, cfg.context)
 
 
-def _upload_inputs(base: str, items: list[Any]) -> tuple[list[str | None], dict[int, str]]:
+def _spec_body(spec: r.KineticBatchSpec) -> dict[str, Any]:
+    """The spec as sent; an empty cancelIndexes is left out, as the API server may refuse it."""
+    body = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    if not body.get("cancelIndexes"):
+        body.pop("cancelIndexes", None)
+    return body
+
+
+def _upload_inputs(inputs_prefix: str, items: list[Any]) -> tuple[list[str | None], dict[int, str]]:
     """Pickle and upload every input in parallel; returns hashes and per-index failures."""
 
     def one(i: int) -> tuple[int, str | None, str | None]:
@@ -499,7 +666,7 @@ def _upload_inputs(base: str, items: list[Any]) -> tuple[list[str | None], dict[
             data = payload.build_input_payload(items[i])
         except Exception as e:  # an unpicklable input fails alone, as a submission failure
             return i, None, f"could not pickle input: {type(e).__name__}: {e}"
-        storage.write_bytes(storage.join(base, "inputs", f"{i}.pkl"), data)
+        storage.write_bytes(layout.batch_input_uri(inputs_prefix, i), data)
         return i, payload.sha256(data), None
 
     hashes: list[str | None] = [None] * len(items)
@@ -512,25 +679,28 @@ def _upload_inputs(base: str, items: list[Any]) -> tuple[list[str | None], dict[
     return hashes, failures
 
 
+def _attach(group_id: str, cfg: ClientConfig) -> tuple[BatchHandle, dict[str, Any]]:
+    """The batch's handle and status, from its resource or, once deleted, its manifest."""
+    obj = kube.get(r.BATCH_PLURAL, cfg.namespace, group_id, cfg.context)
+    if obj is not None:
+        return BatchHandle.from_resource(obj, cfg.storage_root, cfg.context), obj.get("status", {})
+    header = read_manifest(cfg.storage_root, group_id)
+    if header is None:
+        raise LookupError(
+            f"No KineticBatch {group_id!r} in namespace {cfg.namespace!r} and no manifest "
+            f"under {layout.batch_dir(cfg.storage_root, group_id)}. Check the id and "
+            "namespace (`kinetic batches list -n NAMESPACE`)."
+        )
+    handle = BatchHandle.from_manifest(header, cfg.namespace, cfg.storage_root, cfg.context)
+    return handle, status_from_header(header)
+
+
 def attach_batch(
     group_id: str, namespace: str | None = None, context: str | None = None
 ) -> BatchHandle:
     """Pick up a batch from any process; index alignment and submission failures are kept."""
     cfg = resolve(namespace=namespace, context=context)
-    obj = kube.get(r.BATCH_PLURAL, cfg.namespace, group_id, cfg.context)
-    if obj is not None:
-        handle = BatchHandle.from_resource(obj, cfg.storage_root, cfg.context)
-        status = obj.get("status", {})
-    else:
-        manifest = read_manifest(cfg.storage_root, group_id)
-        if manifest is None:
-            raise LookupError(
-                f"No KineticBatch {group_id!r} in namespace {cfg.namespace!r} and no manifest "
-                f"under {storage.join(cfg.storage_root, 'batches', group_id)}. Check the id and "
-                "namespace (`kinetic batches list -n NAMESPACE`)."
-            )
-        handle = BatchHandle.from_manifest(manifest, cfg.namespace, cfg.storage_root, cfg.context)
-        status = _status_from_manifest(manifest)
+    handle, status = _attach(group_id, cfg)
     launched = status.get("launched", 0)
     if launched < handle.total and r.Phase(status.get("phase", "PENDING")).terminal:
         log.warning(
@@ -539,19 +709,15 @@ def attach_batch(
     return handle
 
 
-def read_manifest(storage_root: str, group_id: str) -> dict[str, Any] | None:
-    """The batch manifest (see kinetic_operator.manifest for its schema), or None."""
-    uri = storage.join(storage_root, "batches", group_id, "manifest.json")
-    try:
-        return json.loads(storage.read_bytes(uri))
-    except storage.NotFound:
-        return None
-
-
-def _status_from_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a batch status the manifest also records."""
-    keys = ("phase", "total", "launched", "succeededIndexes", "failedIndexes", "cancelledIndexes")
-    return {k: manifest[k] for k in keys if k in manifest}
+def attach_input(group_id: str, index: int, cfg: ClientConfig) -> InputHandle:
+    """The handle of input `index` of a batch (`kinetic.attach("<group>-<index>")`)."""
+    batch, _ = _attach(group_id, cfg)
+    if not 0 <= index < batch.total:
+        raise LookupError(
+            f"Batch {group_id} has {batch.total} inputs (indexes 0 to {batch.total - 1}); "
+            f"there is no input {index}. Check the index (`kinetic batches status {group_id}`)."
+        )
+    return batch.child(index)
 
 
 def list_batches(namespace: str | None = None, context: str | None = None) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ inputs. This module answers, without any I/O:
 * how many inputs there are (`input_count`);
 * what input ``i`` is (`input_at`, `grid_point`) — a grid is decoded in mixed
   radix, never materialised, so a 10^6-point sweep costs nothing;
-* what child ``i`` looks like (`child_name`, `child_labels`, `child_spec`);
+* what input ``i`` runs with (`child_spec`: the template plus this input);
 * whether a spec makes sense before anything is launched
   (`validate_batch_spec`).
 
@@ -19,17 +19,17 @@ because a grid is a JSON object stored by the API server, which does not
 keep key order (it returns keys sorted): an index must mean the same point
 whoever reads the spec.
 
-How a child receives its input
-------------------------------
+How an input reaches its Pod
+----------------------------
 
 Function templates (the Python client, or YAML pointing at a pickled
-function): the child's ``function`` is the template's, plus
+function): the input's ``function`` is the template's, plus
 
 * ``inputURI = <uriPrefix>/<i>.pkl`` (and ``inputSHA256`` when the operator
   has the batch's hash list) for ``count`` inputs, or
 * ``inputJSON = <the item>`` for ``items`` / ``grid`` (a grid point is a dict,
   so ``inputMode: auto`` calls ``fn(**point)``);
-* ``inputMode`` from the batch, and ``resultURI = <root>/jobs/<child>/result.pkl``.
+* ``inputMode`` from the batch, and ``resultURI = <root>/jobs/<grp>-<i>/result.pkl``.
 
 Container templates (kubectl users): the input arrives in the environment,
 
@@ -55,9 +55,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from kinetic import layout
 from kinetic.resources import (
-    LABEL_BATCH,
-    LABEL_INDEX,
     SHA256_PATTERN,
     BatchInputs,
     EnvVar,
@@ -69,8 +68,6 @@ __all__ = [
     "ENV_INDEX",
     "ENV_INPUT",
     "ENV_PARAM_PREFIX",
-    "child_labels",
-    "child_name",
     "child_spec",
     "env_value",
     "grid_point",
@@ -94,7 +91,7 @@ _SHA256 = re.compile(SHA256_PATTERN)
 
 
 def input_count(inputs: BatchInputs) -> int:
-    """How many inputs (and so children) a batch has.
+    """How many inputs a batch has.
 
     A grid with an empty list has no points; a grid with no keys has exactly
     one (the empty point), as ``itertools.product()`` does — but
@@ -155,17 +152,7 @@ def iter_inputs(inputs: BatchInputs) -> Iterator[Any]:
         yield input_at(inputs, i)
 
 
-# --------------------------------------------------------------------------- children
-
-
-def child_name(batch_name: str, index: int) -> str:
-    """The child KineticJob's name: ``<batch>-<index>``."""
-    return f"{batch_name}-{index}"
-
-
-def child_labels(batch_name: str, index: int) -> dict[str, str]:
-    """Labels every child carries, so the operator can index children by batch."""
-    return {LABEL_BATCH: batch_name, LABEL_INDEX: str(index)}
+# --------------------------------------------------------------------------- per-input specs
 
 
 def param_env_name(key: str) -> str:
@@ -188,7 +175,7 @@ def child_spec(
     *,
     input_sha256: str | None = None,
 ) -> KineticJobSpec:
-    """The spec of child ``index``: the template plus this input, retries and result URI.
+    """The job spec input ``index`` runs with: the template plus this input, retries, result URI.
 
     ``storage_root`` is the operator's storage root (``gs://bucket/prefix``
     or ``file:///path``). ``input_sha256`` is this input's hash from the
@@ -196,29 +183,30 @@ def child_spec(
     `parse_sha256_list`); the runner then verifies the input before
     unpickling it.
 
-    The batch's ``retries`` is what the child gets; the template's own
+    The batch's ``retries`` is what every input gets; the template's own
     ``retries`` and ``cancel`` are not used (`validate_batch_spec` rejects a
     template that sets them differently). A template ``outputDir`` gets
-    ``/<index>`` appended so children never write over each other.
+    ``/<index>`` appended so inputs never write over each other.
     """
     total = input_count(spec.inputs)
     if not 0 <= index < total:
         raise IndexError(f"input index {index} is out of range: the batch has {total} inputs")
-    name = child_name(batch_name, index)
     template = spec.template
-    update: dict[str, Any] = {"retries": spec.retries, "cancel": False}
-    if template.output_dir:
-        update["output_dir"] = f"{template.output_dir.rstrip('/')}/{index}"
+    update: dict[str, Any] = {
+        "retries": spec.retries,
+        "cancel": False,
+        "output_dir": layout.input_output_dir(template.output_dir, storage_root, batch_name, index),
+    }
 
     if template.function is not None:
         fn_update: dict[str, Any] = {
             "input_mode": spec.input_mode,
-            "result_uri": f"{storage_root.rstrip('/')}/jobs/{name}/result.pkl",
+            "result_uri": layout.input_result_uri(storage_root, batch_name, index),
         }
         if spec.inputs.count is not None:
             if not spec.inputs.uri_prefix:
                 raise ValueError("spec.inputs.uriPrefix is required with spec.inputs.count")
-            fn_update["input_uri"] = f"{spec.inputs.uri_prefix.rstrip('/')}/{index}.pkl"
+            fn_update["input_uri"] = layout.batch_input_uri(spec.inputs.uri_prefix, index)
             fn_update["input_sha256"] = input_sha256
         else:
             fn_update["input_json"] = input_at(spec.inputs, index)
@@ -351,10 +339,15 @@ def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
     if template.retries not in (0, spec.retries):
         problems.append(
             f"spec.template.retries ({template.retries}) differs from spec.retries "
-            f"({spec.retries}); set spec.retries, which is what every child gets"
+            f"({spec.retries}); set spec.retries, which is what every input gets"
         )
     if template.cancel:
         problems.append("spec.template.cancel must be false; set spec.cancel to stop the batch")
+    if spec.chunk_size > 1 and template.function is None:
+        problems.append(
+            f"spec.chunkSize is {spec.chunk_size}, but only function templates run several "
+            "inputs per Pod: set spec.chunkSize to 1 for a container template"
+        )
     return problems
 
 

@@ -4,6 +4,15 @@ A handle is a small, JSON-serialisable description of one KineticJob. It holds
 no live state: every question (status, result, logs) goes to the API server
 or to storage, so a handle rebuilt in another process by `attach()` is as
 good as the original.
+
+Each attempt of a job is one Pod (`kinetic.names.job_pod_name`). The operator
+deletes finished Pods after a TTL, archiving each one's log first, so logs
+are read from the live Pod while it exists and from the archive after.
+
+The inputs of a batch are not KineticJobs; their handles
+(`kinetic.inputs.InputHandle`, a subclass) answer the same questions from
+the batch's status, its Pods and its manifest. `attach("<grp>-<i>")` returns
+one.
 """
 
 from __future__ import annotations
@@ -16,11 +25,14 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kinetic import kube, payload, storage
+from kinetic import kube, layout, names, payload, storage
 from kinetic import resources as r
 from kinetic.config import ClientConfig, resolve
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1Pod
 
 log = logging.getLogger("kinetic")
 
@@ -68,16 +80,17 @@ class JobHandle:
     context: str | None = None
     group_id: str | None = None
     group_index: int | None = None
+    storage_root: str | None = None
 
     # ----------------------------------------------------------------- building
 
     @classmethod
-    def from_resource(cls, obj: dict, context: str | None = None) -> JobHandle:
+    def from_resource(
+        cls, obj: dict, context: str | None = None, storage_root: str | None = None
+    ) -> JobHandle:
         meta, spec = obj["metadata"], obj.get("spec", {})
         fn = spec.get("function") or {}
-        labels = meta.get("labels") or {}
         result_uri = fn.get("resultURI") or obj.get("status", {}).get("resultURI")
-        index = labels.get(r.LABEL_INDEX)
         return cls(
             job_id=meta["name"],
             namespace=meta["namespace"],
@@ -87,8 +100,7 @@ class JobHandle:
             result_uri=result_uri,
             artifacts_uri=_parent(result_uri),
             context=context,
-            group_id=labels.get(r.LABEL_BATCH),
-            group_index=int(index) if index is not None else None,
+            storage_root=storage_root,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,9 +108,24 @@ class JobHandle:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JobHandle:
-        """Rebuild from `to_dict()`; unknown keys (from newer versions) are ignored."""
+        """Rebuild from `to_dict()`; unknown keys (from newer versions) are ignored.
+
+        A dict that describes one input of a batch (it has a ``group_index``)
+        comes back as that input's handle, so a handle saved as JSON keeps
+        answering from the batch rather than looking for a KineticJob.
+        """
+        if cls is JobHandle and d.get("group_id") and d.get("group_index") is not None:
+            from kinetic.inputs import InputHandle
+
+            return InputHandle.from_dict(d)
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+    def _root(self) -> str:
+        """The storage root the job's artifacts live under."""
+        if not self.storage_root:
+            self.storage_root = resolve(namespace=self.namespace, context=self.context).storage_root
+        return self.storage_root
 
     # ----------------------------------------------------------------- observing
 
@@ -168,41 +195,65 @@ class JobHandle:
 
     # ----------------------------------------------------------------- logs
 
+    def _pod_selector(self) -> str:
+        return f"{names.LABEL_JOB}={self.job_id}"
+
+    def _live_pods(self) -> list[V1Pod]:
+        """This job's Pods that still exist, oldest attempt first."""
+        return sort_by_attempt(kube.list_pods(self.namespace, self._pod_selector(), self.context))
+
     def _pod(self) -> str | None:
-        """The newest pod of the newest attempt, or None before one exists."""
-        pods = (
-            kube.core(self.context)
-            .list_namespaced_pod(self.namespace, label_selector=f"{r.LABEL_JOB}={self.job_id}")
-            .items
-        )
-        if not pods:
+        """The Pod of the newest attempt while it exists, else None."""
+        pods = self._live_pods()
+        return pods[-1].metadata.name if pods else None
+
+    def _last_recorded_pod(self) -> str | None:
+        """The newest attempt's Pod as the operator recorded it (the Pod may be gone)."""
+        attempts = self.describe().get("attempts") or []
+        if not attempts:
             return None
-        pods.sort(
-            key=lambda p: (
-                int(p.metadata.labels.get(r.LABEL_ATTEMPT, 0)),
-                p.metadata.creation_timestamp,
-            )
-        )
-        return pods[-1].metadata.name
+        return max(attempts, key=lambda a: a.get("attempt", 0)).get("pod")
+
+    def _archived_log_uri(self, pod: str) -> str:
+        return layout.job_log_uri(self._root(), self.job_id, pod)
+
+    def _log_text(self, tail: int | None) -> str:
+        """The newest attempt's log: from its Pod while it exists, else from the archive."""
+        pod = self._pod()
+        if pod is not None:
+            text = kube.pod_log(pod, self.namespace, tail, self.context)
+            if text is not None:
+                return text
+            # Deleted between the LIST and the read; the operator archived it first.
+        else:
+            pod = self._last_recorded_pod()
+            if pod is None:
+                return ""
+        try:
+            text = storage.read_bytes(self._archived_log_uri(pod)).decode(errors="replace")
+        except storage.NotFound:
+            return ""
+        return last_lines(text, tail)
 
     def tail(self, n: int = 100) -> str:
-        """The last `n` log lines of the current attempt ('' before its pod starts)."""
-        pod = self._pod()
-        if pod is None:
-            return ""
-        return kube.core(self.context).read_namespaced_pod_log(pod, self.namespace, tail_lines=n)
+        """The last `n` log lines of the newest attempt ('' before its Pod starts)."""
+        return self._log_text(n)
 
     def logs(self, follow: bool = False) -> str | None:
-        """The whole log, or with follow=True stream it to stdout until the pod ends."""
+        """The newest attempt's whole log, or with follow=True stream it to stdout until it ends.
+
+        Once the attempt's Pod is gone the log comes from the archive the
+        operator wrote before deleting it.
+        """
+        if not follow:
+            return self._log_text(None)
         pod = self._pod()
         if pod is None:
-            return None if follow else ""
-        api = kube.core(self.context)
-        if not follow:
-            return api.read_namespaced_pod_log(pod, self.namespace)
-        for line in self.stream_logs(pod):
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            sys.stdout.write(self._log_text(None))
+        else:
+            for line in self.stream_logs(pod):
+                sys.stdout.write(line)
+                sys.stdout.flush()
         return None
 
     def stream_logs(self, pod: str | None = None) -> Iterator[str]:
@@ -233,7 +284,7 @@ class JobHandle:
         return self.wait(timeout=timeout)
 
     def cleanup(self, k8s: bool = True, gcs: bool = True, timeout: float = 180) -> None:
-        """Delete the resource (its Jobs and Pods go with it) and/or its stored artifacts.
+        """Delete the resource (its Pods go with it) and/or its stored artifacts and logs.
 
         Anything the job wrote under KINETIC_OUTPUT_DIR is kept either way.
         """
@@ -243,24 +294,46 @@ class JobHandle:
             ):
                 if obj is None:
                     break
-        if gcs and self.artifacts_uri:
-            storage.delete_prefix(self.artifacts_uri + "/")
+        if gcs:  # a container job has no result file, but may have archived logs there
+            folder = self.artifacts_uri or layout.job_dir(self._root(), self.job_id)
+            storage.delete_prefix(folder + "/")
+
+
+def sort_by_attempt(pods: list[V1Pod]) -> list[V1Pod]:
+    """Pods ordered by their attempt label (then age): the newest attempt last."""
+    return sorted(
+        pods,
+        key=lambda p: (
+            int((p.metadata.labels or {}).get(names.LABEL_ATTEMPT, 0)),
+            p.metadata.creation_timestamp or datetime.min.replace(tzinfo=UTC),
+        ),
+    )
+
+
+def last_lines(text: str, n: int | None) -> str:
+    """The last `n` lines of `text` (all of it for None), line endings kept."""
+    if n is None:
+        return text
+    if n <= 0:
+        return ""
+    return "".join(text.splitlines(keepends=True)[-n:])
 
 
 # --------------------------------------------------------------------------- submitting
 
 
 _NAME_UNSAFE = re.compile(r"[^a-z0-9]+")
+_TRAILING_INDEX = re.compile(r"^(.+)-(0|[1-9][0-9]{0,8})$")
 
 
 def new_job_id(func_name: str) -> str:
-    """A DNS-1123 name that leaves room for `-<attempt>` on the batch/v1 Job."""
+    """A DNS-1123 name that leaves room for `-<attempt>` on its attempt Pods."""
     slug = _NAME_UNSAFE.sub("-", func_name.lower()).strip("-")[:40].strip("-") or "job"
     return f"{slug}-{secrets.token_hex(4)}"
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return names.fmt_time(datetime.now(UTC))
 
 
 def submit_job(
@@ -276,53 +349,66 @@ def submit_job(
         "metadata": {
             "name": job_id,
             "namespace": cfg.namespace,
-            "labels": {"app.kubernetes.io/managed-by": "kinetic", **(labels or {})},
+            "labels": {names.LABEL_MANAGED_BY: names.MANAGED_BY, **(labels or {})},
         },
         "spec": spec.wire(),
     }
     created = kube.create(r.JOB_PLURAL, cfg.namespace, body, cfg.context)
-    return JobHandle.from_resource(created, cfg.context)
+    return JobHandle.from_resource(created, cfg.context, cfg.storage_root)
 
 
 def attach(job_id: str, namespace: str | None = None, context: str | None = None) -> JobHandle:
-    """Rebuild the handle of a job from any process.
+    """Rebuild the handle of a job, or of one input of a batch (``<group>-<i>``), anywhere.
 
     A job whose resource was cleaned up but whose result is still in storage is
-    still attachable, so `result()` can read it.
+    still attachable, so `result()` can read it. An input of a batch is
+    attachable while its batch or the batch's manifest exists.
     """
     cfg = resolve(namespace=namespace, context=context)
+    split = names.split_input_id(job_id)
+    if split is not None:
+        from kinetic.batches import attach_input
+
+        return attach_input(split[0], split[1], cfg)
     obj = kube.get(r.JOB_PLURAL, cfg.namespace, job_id, cfg.context)
     if obj is not None:
-        return JobHandle.from_resource(obj, cfg.context)
-    artifacts = storage.join(cfg.storage_root, "jobs", job_id)
-    result_uri = storage.join(artifacts, "result.pkl")
+        return JobHandle.from_resource(obj, cfg.context, cfg.storage_root)
+    match = _TRAILING_INDEX.match(job_id)
+    if match is not None:  # an input of a batch named by hand (kubectl), e.g. "sweep-3"
+        from kinetic.batches import attach_input
+
+        try:
+            return attach_input(match.group(1), int(match.group(2)), cfg)
+        except LookupError:
+            pass
+    result_uri = layout.job_result_uri(cfg.storage_root, job_id)
     if storage.exists(result_uri):
         return JobHandle(
             job_id=job_id,
             namespace=cfg.namespace,
             result_uri=result_uri,
-            artifacts_uri=artifacts,
+            artifacts_uri=layout.job_dir(cfg.storage_root, job_id),
             context=cfg.context,
+            storage_root=cfg.storage_root,
         )
     raise LookupError(
         f"No KineticJob {job_id!r} in namespace {cfg.namespace!r} and no result under "
-        f"{artifacts}. Check the id and namespace (`kinetic jobs list -n NAMESPACE`)."
+        f"{layout.job_dir(cfg.storage_root, job_id)}. Check the id and namespace "
+        "(`kinetic jobs list -n NAMESPACE`; an input of a batch is `<group id>-<index>`)."
     )
 
 
-def list_jobs(
-    namespace: str | None = None,
-    context: str | None = None,
-    include_batch_children: bool = False,
-) -> list[JobHandle]:
-    """Handles for every KineticJob in the namespace, oldest first."""
-    return [h for h, _ in list_jobs_with_status(namespace, context, include_batch_children)]
+def list_jobs(namespace: str | None = None, context: str | None = None) -> list[JobHandle]:
+    """Handles for every KineticJob in the namespace, oldest first.
+
+    The inputs of a batch are not KineticJobs: `kinetic.attach_batch(group).jobs`
+    (or `kinetic batches status GROUP --inputs`) lists them.
+    """
+    return [h for h, _ in list_jobs_with_status(namespace, context)]
 
 
 def list_jobs_with_status(
-    namespace: str | None = None,
-    context: str | None = None,
-    include_batch_children: bool = False,
+    namespace: str | None = None, context: str | None = None
 ) -> list[tuple[JobHandle, dict[str, Any]]]:
     """Each job's handle and the status the same LIST returned (no read per job)."""
     ns = namespace or kube.current_namespace(context)
@@ -330,8 +416,6 @@ def list_jobs_with_status(
         (JobHandle.from_resource(o, context), o.get("status", {}))
         for o in kube.list_(r.JOB_PLURAL, ns, context)
     ]
-    if not include_batch_children:
-        pairs = [(h, st) for h, st in pairs if h.group_id is None]
     return sorted(pairs, key=lambda pair: pair[0].created_at)
 
 

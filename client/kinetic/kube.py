@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 
 from kubernetes import client, config, watch
@@ -83,8 +83,9 @@ def get(plural: str, namespace: str, name: str, context: str | None = None) -> d
 
 
 def create(plural: str, namespace: str, body: dict, context: str | None = None) -> dict:
+    # Say it is JSON: recent clients send no Content-Type on a create.
     return custom(context).create_namespaced_custom_object(
-        r.GROUP, r.VERSION, namespace, plural, body
+        r.GROUP, r.VERSION, namespace, plural, body, _content_type="application/json"
     )
 
 
@@ -106,8 +107,52 @@ def patch_spec(plural: str, namespace: str, name: str, spec: dict, context: str 
         raise
 
 
+class ConflictError(RuntimeError):
+    """A guarded update kept losing to other writers."""
+
+
+def update_spec(
+    plural: str,
+    namespace: str,
+    name: str,
+    change: Callable[[dict], dict | None],
+    context: str | None = None,
+    attempts: int = 20,
+) -> dict | None:
+    """Merge-patch the spec that ``change`` computes from a fresh read, never from a stale one.
+
+    The patch carries the resourceVersion it was computed from, so the API
+    server refuses it (409) if anyone wrote the object in between; then the
+    object is read again and ``change`` asked again. ``change`` returns None
+    when nothing needs writing. Returns the object as written (or as read,
+    when nothing changed), None when it does not exist.
+    """
+    for attempt in range(attempts):
+        obj = get(plural, namespace, name, context)
+        if obj is None:
+            return None
+        patch = change(obj)
+        if patch is None:
+            return obj
+        body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "spec": patch}
+        try:
+            return custom(context).patch_namespaced_custom_object(
+                r.GROUP, r.VERSION, namespace, plural, name, body
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            if e.status != 409:
+                raise
+        time.sleep(min(0.05 * (attempt + 1), 0.5))
+    raise ConflictError(
+        f"{plural[:-1]} {namespace}/{name} changed under every one of {attempts} attempts to "
+        "update it; try again"
+    )
+
+
 def delete(plural: str, namespace: str, name: str, context: str | None = None) -> bool:
-    """Delete and let the garbage collector remove owned Jobs and Pods. False if absent."""
+    """Delete and let the garbage collector remove the owned Pods. False if absent."""
     try:
         custom(context).delete_namespaced_custom_object(
             r.GROUP,
@@ -117,6 +162,40 @@ def delete(plural: str, namespace: str, name: str, context: str | None = None) -
             name,
             body=client.V1DeleteOptions(propagation_policy="Background"),
         )
+        return True
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+
+
+# --------------------------------------------------------------------------- pods
+
+
+def list_pods(namespace: str, selector: str, context: str | None = None) -> list[client.V1Pod]:
+    """The Pods matching a label selector (one LIST)."""
+    return core(context).list_namespaced_pod(namespace, label_selector=selector).items
+
+
+def pod_log(
+    name: str, namespace: str, tail_lines: int | None = None, context: str | None = None
+) -> str | None:
+    """A Pod's log; None when the Pod is gone, '' when its container has not started yet."""
+    kwargs = {} if tail_lines is None else {"tail_lines": tail_lines}
+    try:
+        return core(context).read_namespaced_pod_log(name, namespace, **kwargs)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        if e.status == 400:  # "container ... is waiting to start": nothing written yet
+            return ""
+        raise
+
+
+def delete_pod(name: str, namespace: str, context: str | None = None) -> bool:
+    """Delete a Pod; False when it was already gone."""
+    try:
+        core(context).delete_namespaced_pod(name, namespace)
         return True
     except ApiException as e:
         if e.status == 404:

@@ -23,6 +23,7 @@ because the pod's image does not have the user's source tree.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import keyword
@@ -160,8 +161,13 @@ _BY_VALUE_LOCK = threading.RLock()
 _NEVER_BY_VALUE = frozenset({"kinetic", "kinetic_operator", "cloudpickle", "__main__"})
 
 
+@functools.lru_cache(maxsize=1)
 def _installed_dirs() -> tuple[str, ...]:
-    """Directories whose modules the pod's image is expected to have installed."""
+    """Directories whose modules the pod's image is expected to have installed.
+
+    Cached: they are fixed for the interpreter's life, and a chunk's runner
+    would otherwise recompute them (realpath and sysconfig) for every result.
+    """
     dirs: set[str] = set()
     for getter in (site.getsitepackages, lambda: [site.getusersitepackages()]):
         try:

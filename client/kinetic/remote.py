@@ -12,9 +12,9 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kinetic import payload, storage
+from kinetic import layout, payload, storage
 from kinetic import resources as r
-from kinetic.config import resolve
+from kinetic.config import ClientConfig, resolve
 from kinetic.jobs import JobHandle, new_job_id, submit_job
 
 if TYPE_CHECKING:
@@ -41,9 +41,8 @@ class RemoteFunction:
         """Submit one call and return its handle without waiting."""
         cfg = self._config()
         job_id = new_job_id(self.func_name)
-        artifacts = storage.join(cfg.storage_root, "jobs", job_id)
         data = payload.build_job_payload(self.fn, args, kwargs, env=self.captured_env())
-        payload_uri = storage.join(artifacts, "payload.pkl")
+        payload_uri = layout.job_payload_uri(cfg.storage_root, job_id)
         storage.write_bytes(payload_uri, data)
         spec = self.job_spec(
             cfg.storage_root,
@@ -51,21 +50,26 @@ class RemoteFunction:
             r.FunctionSpec(
                 payload_uri=payload_uri,
                 sha256=payload.sha256(data),
-                result_uri=storage.join(artifacts, "result.pkl"),
+                result_uri=layout.job_result_uri(cfg.storage_root, job_id),
                 name=self.func_name,
             ),
         )
         return submit_job(cfg, spec, job_id)
 
     def run_async_map(self, inputs: Iterable[Any], **kwargs: Any) -> BatchHandle:
-        """Fan out over `inputs`; see `kinetic.batches.submit_map` for the options."""
+        """Fan out over `inputs`; see `kinetic.batches.submit_map` for the options.
+
+        `input_mode`, `max_concurrent`, `retries`, `fail_fast`,
+        `cancel_running_on_fail`, `name`, `tags`, and `chunk_size` (consecutive
+        inputs per Pod, for very short functions).
+        """
         from kinetic.batches import submit_map
 
         return submit_map(self, inputs, **kwargs)
 
     # ----------------------------------------------------------------- helpers
 
-    def _config(self):
+    def _config(self) -> ClientConfig:
         return resolve(namespace=self.options["namespace"], context=self.options["context"])
 
     def captured_env(self) -> dict[str, str]:
@@ -82,7 +86,7 @@ class RemoteFunction:
             image=o["image"],
             env=[r.EnvVar(name=k, value=str(v)) for k, v in (o["env"] or {}).items()],
             spot=o["spot"],
-            output_dir=o["output_dir"] or storage.join(root, "outputs", job_id),
+            output_dir=o["output_dir"] or layout.job_output_dir(root, job_id),
             retries=o["retries"] if retries is None else retries,
             deadline_seconds=o["deadline"],
         )

@@ -14,6 +14,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+# Re-exported for callers that import every API fact from here; they live in kinetic.names.
+from kinetic.names import LABEL_ATTEMPT as LABEL_ATTEMPT
+from kinetic.names import LABEL_BATCH as LABEL_BATCH
+from kinetic.names import LABEL_CHUNK as LABEL_CHUNK
+from kinetic.names import LABEL_INDEX as LABEL_INDEX
+from kinetic.names import LABEL_JOB as LABEL_JOB
+
 GROUP = "kinetic.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -21,15 +28,13 @@ API_VERSION = f"{GROUP}/{VERSION}"
 JOB_KIND, JOB_PLURAL = "KineticJob", "kineticjobs"
 BATCH_KIND, BATCH_PLURAL = "KineticBatch", "kineticbatches"
 
-LABEL_JOB = "kinetic.dev/job"
-LABEL_ATTEMPT = "kinetic.dev/attempt"
-LABEL_BATCH = "kinetic.dev/batch"
-LABEL_INDEX = "kinetic.dev/index"
 
 ACCELERATOR_PATTERN = r"^(cpu|gpu-[a-z0-9]+(x[0-9]+)?|tpu-[a-z0-9]+-[0-9]+)$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 STORAGE_URI_PATTERN = r"^(gs|file)://.+"
+RANGES_PATTERN = r"^([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?$"
+MAX_CHUNK_SIZE = 256
 
 
 class Wire(BaseModel):
@@ -209,24 +214,37 @@ class BatchInputs(Wire):
 
 
 class KineticBatchSpec(Wire):
-    """A fan-out: one child KineticJob per input, orchestrated by the operator."""
+    """A fan-out: one Pod per attempt of each input, orchestrated by the operator."""
 
-    template: KineticJobSpec = Field(description="The KineticJob spec every child starts from.")
-    inputs: BatchInputs = Field(description="The inputs, one child per input.")
+    template: KineticJobSpec = Field(description="The job spec every input runs with.")
+    inputs: BatchInputs = Field(description="The inputs.")
     input_mode: InputMode = Field(
         "auto", description="How each input is passed to the function: auto, single, args, kwargs."
     )
     max_concurrent: int | None = Field(
         64,
         ge=1,
-        description="Most children active at once; null runs every child at once.",
+        description="Most Pods running at once; null starts every input at once.",
+    )
+    chunk_size: int = Field(
+        1,
+        ge=1,
+        le=MAX_CHUNK_SIZE,
+        description="Function templates: consecutive inputs each Pod runs (each input is "
+        "still recorded, retried and reported on its own).",
+    )
+    cancel_indexes: str | None = Field(
+        None,
+        pattern=RANGES_PATTERN,
+        max_length=65536,
+        description="Inputs to cancel, as ranges ('3,7-9'); may grow on a running batch.",
     )
     retries: int = Field(0, ge=0, le=100, description="Extra attempts per input after a failure.")
-    fail_fast: bool = Field(False, description="Launch no new children after the first failure.")
+    fail_fast: bool = Field(False, description="Launch no new inputs after the first failure.")
     cancel_running_on_fail: bool = Field(
-        False, description="With failFast: also cancel running children on the first failure."
+        False, description="With failFast: also cancel running inputs on the first failure."
     )
-    cancel: bool = Field(False, description="Set to true to stop launching and cancel children.")
+    cancel: bool = Field(False, description="Set to true to stop launching and cancel every Pod.")
     name: str | None = Field(None, max_length=253, description="A human-readable name.")
     tags: dict[str, str] = Field(
         default_factory=dict, description="Free-form labels for the batch."
@@ -249,15 +267,14 @@ class Condition(Wire):
     last_transition_time: str | None = Field(None, description="When status last changed.")
 
 
-AttemptKind = Literal["failure", "disruption", "success", "cancelled", "running"]
+AttemptKind = Literal["pending", "running", "success", "failure", "disruption", "cancelled"]
 
 
 class AttemptRecord(Wire):
-    """One attempt of a job: the batch/v1 Job that ran it and how it ended."""
+    """One attempt: the Pod that ran it and how it ended."""
 
     attempt: int = Field(ge=1, description="Attempt number, from 1.")
-    job: str = Field(description="Name of the batch/v1 Job.")
-    pod: str | None = Field(None, description="Name of the last pod of the attempt.")
+    pod: str = Field(description="Name of the attempt's Pod.")
     start_time: str | None = Field(None, description="When the pod started.")
     end_time: str | None = Field(None, description="When the attempt ended.")
     exit_code: int | None = Field(None, description="Exit code of the main container.")
@@ -267,7 +284,8 @@ class AttemptRecord(Wire):
     message: str | None = Field(None, max_length=4096, description="What went wrong, briefly.")
     outcome: AttemptKind = Field(
         "running",
-        description="running, success, failure (uses a retry), disruption (does not) or cancelled.",
+        description="pending, running, success, failure (uses a retry), disruption (does not) "
+        "or cancelled.",
     )
 
 
@@ -301,7 +319,7 @@ class KineticJobStatus(Wire):
 
 
 class PhaseCounts(Wire):
-    """How many children are in each phase; `pending` includes inputs not launched yet."""
+    """How many inputs are in each phase; `pending` includes inputs not launched yet."""
 
     pending: int = Field(0, ge=0, description="Not launched yet, or launched and not running.")
     running: int = Field(0, ge=0, description="Running now.")
@@ -317,7 +335,7 @@ class KineticBatchStatus(Wire):
         Phase.PENDING, description="PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED."
     )
     total: int = Field(0, ge=0, description="Number of inputs.")
-    counts: PhaseCounts = Field(default_factory=PhaseCounts, description="Children per phase.")
+    counts: PhaseCounts = Field(default_factory=PhaseCounts, description="Inputs per phase.")
     progress: str | None = Field(None, description="succeeded/total, for kubectl get.")
     launched: int = Field(
         0, ge=0, description="High-water mark: every index below it has been launched."
@@ -326,8 +344,13 @@ class KineticBatchStatus(Wire):
     succeeded_indexes: str = Field("", description="Succeeded inputs as ranges ('0-4,7,9-12').")
     failed_indexes: str = Field("", description="Failed inputs as ranges.")
     cancelled_indexes: str = Field("", description="Cancelled inputs as ranges.")
+    truncated: bool = Field(
+        False,
+        description="The index ranges above were cut at the status size cap; the manifest "
+        "has them complete.",
+    )
     manifest_uri: str | None = Field(None, alias="manifestURI", description="The batch manifest.")
-    start_time: str | None = Field(None, description="When the first child was launched.")
+    start_time: str | None = Field(None, description="When the first input was launched.")
     completion_time: str | None = Field(None, description="When the batch ended.")
     message: str | None = Field(None, description="A sentence about the current state.")
     conditions: list[Condition] = Field(

@@ -1,29 +1,57 @@
 """The pod entrypoint for function jobs: ``python -m kinetic.runner``.
 
 The operator starts it with environment variables naming what to run and
-where the result goes:
+where the result goes. One input (a KineticJob, or one input of a batch):
 
 ==========================  ===============================================
 ``KINETIC_PAYLOAD_URI``     job payload, or a batch's ``function.pkl`` (required)
 ``KINETIC_PAYLOAD_SHA256``  its hex sha256, checked before unpickling (required)
 ``KINETIC_RESULT_URI``      where ``result.pkl`` is written (required)
 ``KINETIC_OUTPUT_DIR``      passed on to the user's code (optional)
-``KINETIC_INPUT_URI``       batch child: a pickled input in storage, with
+``KINETIC_INPUT_URI``       batch input: a pickled input in storage, with
 ``KINETIC_INPUT_SHA256``    its hex sha256 (required with the URI)
-``KINETIC_INPUT_JSON``      batch child: an inline JSON input instead
+``KINETIC_INPUT_JSON``      batch input: an inline JSON input instead
 ``KINETIC_INPUT_MODE``      auto | single | args | kwargs (default auto)
+``KINETIC_INDEX``           the batch input's index (accepted, not needed)
 ``KINETIC_TERMINATION_LOG`` one-line summary file (default
                             ``/dev/termination-log`` when it exists and is writable)
 ==========================  ===============================================
 
-Exit codes: :data:`EXIT_OK` (0) success, :data:`EXIT_USER_ERROR` (1) the
-function raised, :data:`EXIT_RUNNER_ERROR` (2) the runner failed in one of
-its own phases. A failure in the runner's phases is written to the result
-URI as a failure payload naming the phase, whenever that URI is reachable.
+A *chunk* (several consecutive inputs of a batch in one Pod, for functions
+too short to pay for a Pod each) sets ``KINETIC_CHUNK`` instead of
+``KINETIC_RESULT_URI`` and ``KINETIC_INPUT_*``: a JSON list, in index order,
+of ``{"index": i, "resultURI": ..., "outputDir": ... (optional), "inputURI":
+..., "inputSHA256": ...}`` or ``{"index": i, "resultURI": ..., "inputJSON":
+<value>}``. The function payload is downloaded, verified and unpickled once;
+each input is then run in order and recorded at its own resultURI exactly as
+a single input would be. Its log lines are prefixed ``input <i>:``, and its
+part of the Pod's log (the user's own output included) starts with the line
+``kinetic runner: input <i>: begin``; the last line is ``kinetic runner:
+chunk done: <termination message>``.
+
+Exit codes, one input: :data:`EXIT_OK` (0) success, :data:`EXIT_USER_ERROR`
+(1) the function raised, :data:`EXIT_RUNNER_ERROR` (2) the runner failed in
+one of its own phases. A failure in the runner's phases is written to the
+result URI as a failure payload naming the phase, whenever that URI is
+reachable. The termination message is one line: ``ok``, the exception, or
+``runner failed in phase <phase>: ...``.
+
+Exit codes, a chunk: 0 when every input succeeded, else 1; the termination
+message is one line of JSON, ``{"succeeded": "0-3,5", "failed": "4"}`` (input
+indexes in `kinetic.ranges` notation), and each input's result says why it
+failed. Exit 2 with a plain-text message (``runner failed in phase setup:
+...`` or ``runner internal error: ...``) means the runner could not run the
+chunk at all; setup failures are still recorded at every resultURI it could read.
 
 A result that records success is never overwritten: the runner writes with
 a generation precondition and re-checks when it loses a race, so a duplicate
-or late pod cannot clobber a SUCCEEDED job's value.
+or late pod cannot clobber a SUCCEEDED job's value. An input whose success
+is already recorded is not run again.
+
+Startup is kept lean because every Pod pays it before the user's code runs:
+the module imports only the standard library, cloudpickle and kinetic's
+storage/payload/ranges modules, and one input costs four storage round trips
+(check for an earlier result, payload, input, conditional write of the result).
 
 Progress goes to stdout, prefixed ``kinetic runner:``, for ``kubectl logs``.
 The user's own stdout and stderr are not captured.
@@ -41,13 +69,17 @@ from typing import Any, NoReturn
 
 from kinetic import payload, storage
 from kinetic.payload import INPUT_MODES, CallPayload, Phase, Result
+from kinetic.ranges import format_ranges
 
 __all__ = [
     "EXIT_OK",
     "EXIT_USER_ERROR",
     "EXIT_RUNNER_ERROR",
+    "InputSpec",
     "RunnerConfig",
     "ConfigError",
+    "parse_chunk",
+    "chunk_termination_message",
     "execute",
     "record_result",
     "run",
@@ -57,13 +89,14 @@ __all__ = [
 EXIT_OK = 0
 """The function returned and its result is recorded (or a success was already recorded)."""
 EXIT_USER_ERROR = 1
-"""The user's function raised; the exception and traceback are in the result."""
+"""The user's function raised (a chunk: some input failed); the details are in the result."""
 EXIT_RUNNER_ERROR = 2
 """The runner failed in setup, download, verify, unpickle, pickle-result or upload."""
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 MAX_TERMINATION_MESSAGE = 4096
 _RECORD_ATTEMPTS = 5
+_MAX_CHUNK_PROBLEMS = 10  # more would only bury the first ones in the termination message
 
 
 def log(message: str) -> None:
@@ -79,23 +112,44 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True)
-class RunnerConfig:
-    """What the operator told this pod to do, read from its environment."""
+class InputSpec:
+    """One unit of work: where its input comes from and where its result goes.
 
-    payload_uri: str
-    payload_sha256: str
+    ``index`` is set for the inputs of a chunk (it prefixes their log lines)
+    and ``input_json`` holds an inline input as JSON text. Without
+    ``input_uri`` and ``input_json`` the payload is a whole call (a KineticJob).
+    """
+
     result_uri: str
+    index: int | None = None
     output_dir: str | None = None
     input_uri: str | None = None
     input_sha256: str | None = None
     input_json: str | None = None
-    input_mode: str = "auto"
-    termination_log: str | None = None
 
     @property
     def has_input(self) -> bool:
-        """Whether this pod is a batch child with one input."""
+        """Whether this is a batch input (the payload is a function, not a call)."""
         return self.input_uri is not None or self.input_json is not None
+
+    @property
+    def log_prefix(self) -> str:
+        return "" if self.index is None else f"input {self.index}: "
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """What the operator told this pod to do, read from its environment.
+
+    ``inputs`` holds one spec, or a chunk's specs in index order (``chunked``).
+    """
+
+    payload_uri: str
+    payload_sha256: str
+    inputs: tuple[InputSpec, ...]
+    chunked: bool = False
+    input_mode: str = "auto"
+    termination_log: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> RunnerConfig:
@@ -106,41 +160,188 @@ class RunnerConfig:
             return value or None
 
         problems: list[str] = []
-        required = {
-            n: get(n)
-            for n in ("KINETIC_PAYLOAD_URI", "KINETIC_PAYLOAD_SHA256", "KINETIC_RESULT_URI")
-        }
-        problems += [f"{n} is not set" for n, v in required.items() if v is None]
-        for name in ("KINETIC_PAYLOAD_URI", "KINETIC_RESULT_URI", "KINETIC_INPUT_URI"):
-            value = get(name)
-            if value is not None:
-                try:
-                    storage.validate_uri(value)
-                except ValueError as e:
-                    problems.append(f"{name}: {e}")
-        input_uri, input_json = get("KINETIC_INPUT_URI"), environ.get("KINETIC_INPUT_JSON")
-        if input_uri is not None and input_json is not None:
-            problems.append("set only one of KINETIC_INPUT_URI and KINETIC_INPUT_JSON")
-        if input_uri is not None and get("KINETIC_INPUT_SHA256") is None:
-            problems.append("KINETIC_INPUT_SHA256 is not set (required with KINETIC_INPUT_URI)")
+        payload_uri, payload_sha = get("KINETIC_PAYLOAD_URI"), get("KINETIC_PAYLOAD_SHA256")
+        problems += [
+            f"{name} is not set"
+            for name, value in (
+                ("KINETIC_PAYLOAD_URI", payload_uri),
+                ("KINETIC_PAYLOAD_SHA256", payload_sha),
+            )
+            if value is None
+        ]
+        problems += _uri_problem("KINETIC_PAYLOAD_URI", payload_uri)
         mode = get("KINETIC_INPUT_MODE") or "auto"
         if mode not in INPUT_MODES:
             problems.append(
                 f"KINETIC_INPUT_MODE must be one of {', '.join(INPUT_MODES)}; got {mode!r}"
             )
+        chunk_text = environ.get("KINETIC_CHUNK")
+        inputs: tuple[InputSpec, ...] = ()
+        if chunk_text is not None:
+            clashing = [
+                name
+                for name in (
+                    "KINETIC_RESULT_URI",
+                    "KINETIC_INPUT_URI",
+                    "KINETIC_INPUT_SHA256",
+                    "KINETIC_INPUT_JSON",
+                )
+                if environ.get(name, "").strip()  # empty counts as unset, as everywhere
+            ]
+            if clashing:
+                problems.append(
+                    f"KINETIC_CHUNK names each input's result and input; do not also set "
+                    f"{', '.join(clashing)}"
+                )
+            try:
+                inputs = parse_chunk(chunk_text, default_output_dir=get("KINETIC_OUTPUT_DIR"))
+            except ConfigError as e:
+                problems.append(str(e))
+        else:
+            spec, single_problems = _single_input(environ, get)
+            problems += single_problems
+            inputs = (spec,) if spec is not None else ()
         if problems:
             raise ConfigError("; ".join(problems))
         return cls(
-            payload_uri=str(required["KINETIC_PAYLOAD_URI"]),
-            payload_sha256=str(required["KINETIC_PAYLOAD_SHA256"]),
-            result_uri=str(required["KINETIC_RESULT_URI"]),
-            output_dir=get("KINETIC_OUTPUT_DIR"),
-            input_uri=input_uri,
-            input_sha256=get("KINETIC_INPUT_SHA256"),
-            input_json=input_json,
+            payload_uri=str(payload_uri),
+            payload_sha256=str(payload_sha),
+            inputs=inputs,
+            chunked=chunk_text is not None,
             input_mode=mode,
             termination_log=_termination_log_path(environ),
         )
+
+
+def _uri_problem(name: str, value: str | None) -> list[str]:
+    if value is None:
+        return []
+    try:
+        storage.validate_uri(value)
+    except ValueError as e:
+        return [f"{name}: {e}"]
+    return []
+
+
+def _single_input(
+    environ: Mapping[str, str], get: Callable[[str], str | None]
+) -> tuple[InputSpec | None, list[str]]:
+    """The one-input contract. KINETIC_INDEX is accepted and ignored: the URIs say it all."""
+    problems: list[str] = []
+    result_uri = get("KINETIC_RESULT_URI")
+    if result_uri is None:
+        problems.append("KINETIC_RESULT_URI is not set")
+    input_uri, input_json = get("KINETIC_INPUT_URI"), environ.get("KINETIC_INPUT_JSON")
+    problems += _uri_problem("KINETIC_RESULT_URI", result_uri)
+    problems += _uri_problem("KINETIC_INPUT_URI", input_uri)
+    if input_uri is not None and input_json is not None:
+        problems.append("set only one of KINETIC_INPUT_URI and KINETIC_INPUT_JSON")
+    if input_uri is not None and get("KINETIC_INPUT_SHA256") is None:
+        problems.append("KINETIC_INPUT_SHA256 is not set (required with KINETIC_INPUT_URI)")
+    if result_uri is None:
+        return None, problems
+    spec = InputSpec(
+        result_uri=result_uri,
+        output_dir=get("KINETIC_OUTPUT_DIR"),
+        input_uri=input_uri,
+        input_sha256=get("KINETIC_INPUT_SHA256"),
+        input_json=input_json,
+    )
+    return spec, problems
+
+
+_CHUNK_KEYS = ("index", "resultURI", "outputDir", "inputURI", "inputSHA256", "inputJSON")
+
+
+def parse_chunk(text: str, default_output_dir: str | None = None) -> tuple[InputSpec, ...]:
+    """The inputs of ``KINETIC_CHUNK``; ConfigError names the variable, the entry and the fix.
+
+    Entries must be in strictly increasing index order, each with a
+    ``resultURI`` and exactly one of ``inputURI`` (with ``inputSHA256``) or
+    ``inputJSON`` (any JSON value, null included). Unknown keys are refused,
+    so a misspelt ``outputDir`` cannot silently drop a user's outputs.
+    An entry without ``outputDir`` gets ``default_output_dir``.
+    """
+    try:
+        entries = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"KINETIC_CHUNK is not valid JSON: {e}") from None
+    if not isinstance(entries, list):
+        raise ConfigError(f"KINETIC_CHUNK must be a JSON list of inputs, got {_json_type(entries)}")
+    if not entries:
+        raise ConfigError("KINETIC_CHUNK is an empty list: a chunk needs at least one input")
+    problems: list[str] = []
+    specs: list[InputSpec] = []
+    previous: int | None = None
+    for n, entry in enumerate(entries):
+        where = f"KINETIC_CHUNK[{n}]"
+        if not isinstance(entry, dict):
+            problems.append(f"{where} must be an object, got {_json_type(entry)}")
+            continue
+        index = entry.get("index")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            problems.append(f"{where}.index must be a non-negative integer, got {index!r}")
+            index = None
+        else:
+            where = f"{where} (index {index})"
+            if previous is not None and index <= previous:
+                problems.append(
+                    f"{where}: indexes must increase (the entry before has index {previous})"
+                )
+            previous = index
+        entry_problems = _chunk_entry_problems(entry, where)
+        problems += entry_problems
+        if index is None or entry_problems:
+            continue
+        has_json = "inputJSON" in entry
+        specs.append(
+            InputSpec(
+                result_uri=entry["resultURI"],
+                index=index,
+                output_dir=entry.get("outputDir") or default_output_dir,
+                input_uri=entry.get("inputURI"),
+                input_sha256=entry.get("inputSHA256"),
+                input_json=json.dumps(entry["inputJSON"]) if has_json else None,
+            )
+        )
+    if problems:
+        shown = problems[:_MAX_CHUNK_PROBLEMS]
+        if len(problems) > len(shown):
+            shown.append(f"and {len(problems) - len(shown)} more problem(s)")
+        raise ConfigError("; ".join(shown))
+    return tuple(specs)
+
+
+def _chunk_entry_problems(entry: dict[str, Any], where: str) -> list[str]:
+    problems: list[str] = []
+    unknown = sorted(k for k in entry if k not in _CHUNK_KEYS)
+    if unknown:
+        problems.append(
+            f"{where} has unknown key(s) {', '.join(map(repr, unknown))} "
+            f"(allowed: {', '.join(_CHUNK_KEYS)})"
+        )
+    for key in ("resultURI", "outputDir", "inputURI", "inputSHA256"):
+        value = entry.get(key)
+        if key in entry and (not isinstance(value, str) or not value.strip()):
+            problems.append(f"{where}.{key} must be a non-empty string, got {value!r}")
+        elif key in ("resultURI", "inputURI") and isinstance(value, str):
+            problems += _uri_problem(f"{where}.{key}", value)
+    if "resultURI" not in entry:
+        problems.append(f"{where}.resultURI is missing: every input needs its own result URI")
+    if ("inputURI" in entry) == ("inputJSON" in entry):
+        problems.append(f"{where}: set exactly one of inputURI and inputJSON")
+    if "inputURI" in entry and "inputSHA256" not in entry:
+        problems.append(f"{where}.inputSHA256 is missing (required with inputURI)")
+    return problems
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return names.get(
+        type(value), "a number" if isinstance(value, int | float) else type(value).__name__
+    )
 
 
 def _termination_log_path(environ: Mapping[str, str]) -> str | None:
@@ -174,22 +375,22 @@ def _fail(phase: Phase, message: str, cause: BaseException | None = None) -> NoR
     raise _PhaseFailed(phase, message, cause)
 
 
-def _download(uri: str, what: str) -> bytes:
+def _download(uri: str, what: str, prefix: str = "") -> bytes:
     try:
         data = storage.read_bytes(uri)
     except storage.StorageError as e:
         _fail("download", f"cannot download the {what}: {e}", e)
-    log(f"downloaded {what} ({len(data)} bytes) from {uri}")
+    log(f"{prefix}downloaded {what} ({len(data)} bytes) from {uri}")
     return data
 
 
-def _verify(data: bytes, expected: str, what: str) -> None:
+def _verify(data: bytes, expected: str, what: str, prefix: str = "") -> None:
     """Refuse bytes whose sha256 differs: they are never unpickled."""
     want = expected.strip().lower().removeprefix("sha256:")
     got = payload.sha256(data)
     if got != want:
         _fail("verify", f"{what} hash mismatch: expected sha256 {want}, got {got}")
-    log(f"verified {what} sha256")
+    log(f"{prefix}verified {what} sha256")
 
 
 def _unpickle(load: Callable[[], Any], what: str) -> Any:
@@ -201,29 +402,78 @@ def _unpickle(load: Callable[[], Any], what: str) -> Any:
         _fail("unpickle", f"cannot unpickle the {what}: {type(e).__name__}: {e}", e)
 
 
-def _load_input(cfg: RunnerConfig, input_bytes: bytes | None) -> Any:
+def _load_input(spec: InputSpec, input_bytes: bytes | None) -> Any:
     if input_bytes is not None:
         return _unpickle(lambda: payload.load_input_payload(input_bytes), "input payload")
     try:
-        return json.loads(cfg.input_json or "")
+        return json.loads(spec.input_json or "")
     except ValueError as e:
         _fail("unpickle", f"KINETIC_INPUT_JSON is not valid JSON: {e}", e)
 
 
-def _apply_env(env: Mapping[str, str], output_dir: str | None) -> None:
-    """Captured env first, then the operator's output dir, which always wins."""
-    os.environ.update(env)
-    if output_dir:
-        os.environ["KINETIC_OUTPUT_DIR"] = output_dir
-    if env:
-        log(f"applied {len(env)} captured env var(s): {', '.join(sorted(env))}")
+class _Function:
+    """The job or function payload: fetched and verified, then unpickled, once per Pod.
+
+    A chunk's inputs share it, so a payload that cannot be downloaded,
+    verified or unpickled fails every input with the same phase and message
+    without trying again. Fetching and unpickling are separate steps so that
+    a single input's bytes are verified before the payload is unpickled too.
+    """
+
+    def __init__(self, uri: str, sha256: str) -> None:
+        self.uri = uri
+        self.sha256 = sha256
+        self._data: bytes | None = None
+        self._call: CallPayload | None = None
+        self._failed: _PhaseFailed | None = None
+        self._base_output_dir: str | None = None
+
+    def fetch(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if self._data is not None or self._call is not None:
+            return
+        try:
+            data = _download(self.uri, "payload")
+            _verify(data, self.sha256, "payload")
+        except _PhaseFailed as e:
+            self._failed = e
+            raise
+        self._data = data
+
+    def load(self) -> CallPayload:
+        """The unpickled call; its captured env is applied the first time."""
+        if self._failed is not None:
+            raise self._failed
+        if self._call is None:
+            data = self._data
+            try:
+                call = _unpickle(lambda: payload.load_call_payload(data or b""), "payload")
+            except _PhaseFailed as e:
+                self._failed = e
+                raise
+            self._data = None
+            self._call = call
+            os.environ.update(call.env)
+            if call.env:
+                log(f"applied {len(call.env)} captured env var(s): {', '.join(sorted(call.env))}")
+            self._base_output_dir = os.environ.get("KINETIC_OUTPUT_DIR")
+        return self._call
+
+    def set_output_dir(self, output_dir: str | None) -> None:
+        """The operator's output dir for this input wins over a captured one."""
+        value = output_dir or self._base_output_dir
+        if value:
+            os.environ["KINETIC_OUTPUT_DIR"] = value
+        else:
+            os.environ.pop("KINETIC_OUTPUT_DIR", None)
 
 
-def _describe_call(call: CallPayload, cfg: RunnerConfig) -> str:
+def _describe_call(call: CallPayload, spec: InputSpec, mode: str) -> str:
     """``train(2 args, 1 kwarg)``: shapes only, never values (they may be secrets)."""
     name = call.name or payload.function_name(call.fn)
-    if cfg.has_input:
-        return f"{name}(<batch input, input_mode={cfg.input_mode}>)"
+    if spec.has_input:
+        return f"{name}(<batch input, input_mode={mode}>)"
     parts = []
     if call.args:
         parts.append(f"{len(call.args)} arg{'s' if len(call.args) != 1 else ''}")
@@ -232,94 +482,119 @@ def _describe_call(call: CallPayload, cfg: RunnerConfig) -> str:
     return f"{name}({', '.join(parts)})"
 
 
-def _call(call: CallPayload, cfg: RunnerConfig, item: Any) -> Result:
+def _call(call: CallPayload, spec: InputSpec, mode: str, item: Any) -> Result:
     """Run the user's function; any exception it raises is the user's failure."""
-    log(f"calling {_describe_call(call, cfg)}")
+    prefix = spec.log_prefix
+    log(f"{prefix}calling {_describe_call(call, spec, mode)}")
     start = time.monotonic()
     try:
-        if cfg.has_input:
-            value = payload.call_with_input(call.fn, item, cfg.input_mode)
+        if spec.has_input:
+            value = payload.call_with_input(call.fn, item, mode)
         else:
             value = call.fn(*call.args, **call.kwargs)
     except BaseException as e:  # SystemExit from user code is a user failure too
         elapsed = time.monotonic() - start
         result = payload.user_failure(e)
-        log(f"{call.name or 'function'} raised after {elapsed:.1f}s: {result.summary()}")
+        log(f"{prefix}{call.name or 'function'} raised after {elapsed:.1f}s: {result.summary()}")
         return result
     log(
-        f"{call.name or 'function'} returned {type(value).__name__} "
+        f"{prefix}{call.name or 'function'} returned {type(value).__name__} "
         f"in {time.monotonic() - start:.1f}s"
     )
     return payload.success(value)
 
 
-def execute(cfg: RunnerConfig) -> Result:
-    """Download, verify, unpickle and call; never raises, returns the Result to record.
+def execute(
+    cfg: RunnerConfig, spec: InputSpec | None = None, function: _Function | None = None
+) -> Result:
+    """Download, verify, unpickle and call one input; never raises, returns the Result.
 
-    Both the payload and the input are verified before either is unpickled,
-    so tampered bytes never reach pickle.
+    The payload and the input are both verified before either is unpickled,
+    so tampered bytes never reach pickle. ``function`` carries the payload
+    from one input of a chunk to the next.
     """
+    spec = spec or cfg.inputs[0]
+    function = function or _Function(cfg.payload_uri, cfg.payload_sha256)
+    prefix = spec.log_prefix
     try:
-        data = _download(cfg.payload_uri, "payload")
-        _verify(data, cfg.payload_sha256, "payload")
+        function.fetch()
         input_bytes: bytes | None = None
-        if cfg.input_uri is not None:
-            input_bytes = _download(cfg.input_uri, "input payload")
-            _verify(input_bytes, cfg.input_sha256 or "", "input payload")
-        call = _unpickle(lambda: payload.load_call_payload(data), "payload")
-        item = _load_input(cfg, input_bytes) if cfg.has_input else None
-        _apply_env(call.env, cfg.output_dir)
-        return _call(call, cfg, item)
+        if spec.input_uri is not None:
+            input_bytes = _download(spec.input_uri, "input payload", prefix)
+            _verify(input_bytes, spec.input_sha256 or "", "input payload", prefix)
+        call = function.load()
+        item = _load_input(spec, input_bytes) if spec.has_input else None
+        function.set_output_dir(spec.output_dir)
+        return _call(call, spec, cfg.input_mode, item)
     except _PhaseFailed as e:
-        log(f"failed in phase {e.phase}: {e.message}")
+        log(f"{prefix}failed in phase {e.phase}: {e.message}")
         return payload.runner_failure(e.phase, e.message, e.cause)
 
 
 # --------------------------------------------------------------------------- recording
 
 
-def _encode(result: Result) -> tuple[Result, bytes]:
+def _encode(result: Result, prefix: str = "") -> tuple[Result, bytes]:
     """Pickle the result; an unpicklable return value becomes a pickle-result failure."""
     try:
         return result, payload.dump_result(result)
     except payload.PayloadError as e:
-        log(f"failed in phase pickle-result: {e}")
+        log(f"{prefix}failed in phase pickle-result: {e}")
         failure = payload.runner_failure("pickle-result", str(e))
         return failure, payload.dump_result(failure)
 
 
-def _existing_succeeded(uri: str) -> bool:
-    """Whether ``uri`` holds a result that records success."""
+def _records_success(data: bytes) -> bool:
+    """Whether stored result bytes record success; unreadable leftovers do not."""
     try:
-        existing = payload.load_result(storage.read_bytes(uri))
-    except storage.NotFound:
-        return False
+        return payload.load_result(data).ok
     except payload.PayloadError:
-        return False  # unreadable leftovers are overwritten, not trusted
-    return existing.ok
+        return False  # overwritten, not trusted
 
 
-def record_result(result_uri: str, data: bytes) -> bool:
+def record_result(result_uri: str, data: bytes, generation: int | None = None) -> bool:
     """Write ``data`` unless a successful result is already there.
 
+    ``generation`` is what the caller last saw at ``result_uri`` (0: absent),
+    which saves a read; the write is conditional on it either way, so a
+    result that changed since is re-read and re-checked rather than clobbered.
     Returns True when written, False when a recorded success was kept.
-    Raises StorageError when storage fails. The generation precondition
-    means a writer that raced with another re-checks rather than clobbers.
+    Raises StorageError when storage fails.
     """
+    known = generation
     for _ in range(_RECORD_ATTEMPTS):
-        generation = storage.stat(result_uri)
-        if generation is not None and _existing_succeeded(result_uri):
-            return False
+        if known is None:
+            found = storage.read_if_exists(result_uri)
+            if found is not None and _records_success(found[0]):
+                return False
+            known = 0 if found is None else found[1]
         try:
-            storage.write_if_generation(result_uri, data, generation or 0)
+            storage.write_if_generation(result_uri, data, known)
             return True
         except storage.PreconditionFailed:
             log("the result changed while writing; re-checking")
+            known = None
     raise storage.StorageError(
         f"gave up writing {result_uri}: it kept changing under {_RECORD_ATTEMPTS} attempts "
         "(are several pods writing the same result?)",
         result_uri,
     )
+
+
+def _earlier_result(spec: InputSpec) -> tuple[bool, int | None]:
+    """(success already recorded?, generation seen) in one read: a duplicate pod skips.
+
+    The generation (0 when absent, None when storage could not be asked)
+    lets the final write skip its own read.
+    """
+    try:
+        found = storage.read_if_exists(spec.result_uri)
+    except storage.StorageError as e:
+        log(f"{spec.log_prefix}could not check for an earlier result ({e}); running anyway")
+        return False, None
+    if found is None:
+        return False, 0
+    return _records_success(found[0]), found[1]
 
 
 def _exit_code(result: Result) -> int:
@@ -341,51 +616,90 @@ def _write_termination_log(path: str | None, summary: str) -> None:
         log(f"could not write the termination log {path}: {e}")
 
 
-def _already_succeeded(cfg: RunnerConfig) -> bool:
-    """Skip the work if a previous pod already recorded success (a duplicate pod)."""
+def _run_one(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> tuple[int, str]:
+    """Run and record one input; returns its exit code and one-line summary."""
+    prefix = spec.log_prefix
+    if prefix:
+        log(f"{prefix}begin")  # where this input's part of a chunk's log starts
+    already, generation = _earlier_result(spec)
+    if already:
+        log(
+            f"{prefix}result already recorded at {spec.result_uri} by an earlier run; nothing to do"
+        )
+        return EXIT_OK, "ok (result already recorded)"
+    result, data = _encode(execute(cfg, spec, function), prefix)
     try:
-        return storage.stat(cfg.result_uri) is not None and _existing_succeeded(cfg.result_uri)
+        written = record_result(spec.result_uri, data, generation)
     except storage.StorageError as e:
-        log(f"could not check for an earlier result ({e}); running anyway")
-        return False
+        message = f"cannot upload the result: {e}"
+        log(f"{prefix}failed in phase upload: {message}")
+        return EXIT_RUNNER_ERROR, f"runner failed in phase upload: {message}"
+    if not written:
+        log(f"{prefix}result already recorded at {spec.result_uri} by another run; not overwriting")
+        return EXIT_OK, "ok (result already recorded)"
+    log(f"{prefix}uploaded result ({len(data)} bytes) to {spec.result_uri}: {result.summary()}")
+    return _exit_code(result), result.summary()
+
+
+def chunk_termination_message(succeeded: list[int], failed: list[int]) -> str:
+    """The chunk's one-line JSON termination message, in `kinetic.ranges` notation."""
+    return json.dumps(
+        {"succeeded": format_ranges(succeeded), "failed": format_ranges(failed)},
+        separators=(",", ":"),
+    )
 
 
 def run(cfg: RunnerConfig) -> int:
-    """Do the whole job for ``cfg`` and return the exit code."""
-    if _already_succeeded(cfg):
-        log(f"result already recorded at {cfg.result_uri} by an earlier run; nothing to do")
-        _write_termination_log(cfg.termination_log, "ok (result already recorded)")
-        return EXIT_OK
-    result, data = _encode(execute(cfg))
-    try:
-        written = record_result(cfg.result_uri, data)
-    except storage.StorageError as e:
-        message = f"cannot upload the result: {e}"
-        log(f"failed in phase upload: {message}")
-        _write_termination_log(cfg.termination_log, f"runner failed in phase upload: {message}")
-        return EXIT_RUNNER_ERROR
-    if not written:
-        log(f"result already recorded at {cfg.result_uri} by another run; not overwriting it")
-        _write_termination_log(cfg.termination_log, "ok (result already recorded)")
-        return EXIT_OK
-    log(f"uploaded result ({len(data)} bytes) to {cfg.result_uri}: {result.summary()}")
-    _write_termination_log(cfg.termination_log, result.summary())
-    return _exit_code(result)
+    """Do the whole job for ``cfg`` (one input or a chunk) and return the exit code."""
+    function = _Function(cfg.payload_uri, cfg.payload_sha256)
+    if not cfg.chunked:
+        code, summary = _run_one(cfg, cfg.inputs[0], function)
+        _write_termination_log(cfg.termination_log, summary)
+        return code
+    succeeded: list[int] = []
+    failed: list[int] = []
+    for spec in cfg.inputs:
+        assert spec.index is not None  # parse_chunk gives every chunk input its index
+        code, _ = _run_one(cfg, spec, function)
+        (succeeded if code == EXIT_OK else failed).append(spec.index)
+    message = chunk_termination_message(succeeded, failed)
+    log(f"chunk done: {message}")
+    _write_termination_log(cfg.termination_log, message)
+    return EXIT_OK if not failed else EXIT_USER_ERROR
 
 
 def _setup_failure(message: str, environ: Mapping[str, str]) -> int:
-    """Report bad env: to the result URI if one was given, and to the termination log."""
+    """Report bad env: at every result URI that can be read from it, and to the termination log."""
     summary = f"runner failed in phase setup: {message}"
     log(summary)
-    result_uri = environ.get("KINETIC_RESULT_URI", "").strip()
-    if result_uri:
+    data: bytes | None = None
+    for result_uri in _result_uris(environ):
         try:
             storage.validate_uri(result_uri)
-            record_result(result_uri, payload.dump_result(payload.runner_failure("setup", message)))
+            data = data or payload.dump_result(payload.runner_failure("setup", message))
+            record_result(result_uri, data)
         except (ValueError, storage.StorageError) as e:
             log(f"could not record the failure at {result_uri}: {e}")
     _write_termination_log(_termination_log_path(environ), summary)
     return EXIT_RUNNER_ERROR
+
+
+def _result_uris(environ: Mapping[str, str]) -> list[str]:
+    """Best effort: KINETIC_RESULT_URI, and each resultURI of a KINETIC_CHUNK that parses."""
+    uris: list[str] = []
+    single = environ.get("KINETIC_RESULT_URI", "").strip()
+    if single:
+        uris.append(single)
+    try:
+        entries = json.loads(environ.get("KINETIC_CHUNK") or "[]")
+    except ValueError:
+        return uris
+    if isinstance(entries, list):
+        for entry in entries:
+            uri = entry.get("resultURI") if isinstance(entry, dict) else None
+            if isinstance(uri, str) and uri.strip() and uri not in uris:
+                uris.append(uri)
+    return uris
 
 
 def main(argv: list[str] | None = None) -> int:

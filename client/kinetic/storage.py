@@ -7,7 +7,8 @@ picks the backend:
 
 * ``gs://`` goes through google-cloud-storage. When ``STORAGE_EMULATOR_HOST``
   is set (the local cluster sets it for fake-gcs-server) the client is
-  anonymous; otherwise it uses Application Default Credentials.
+  anonymous; otherwise it uses Application Default Credentials. The library
+  is imported on first use, so file:// users never load it.
 * ``file://`` is for the local cluster and for clusters with a shared volume.
   Writes are atomic (temp file + ``os.replace``) and conditional writes take an
   ``fcntl`` lock so two writers can never both win.
@@ -28,11 +29,10 @@ import errno
 import fcntl
 import functools
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from stat import S_ISREG
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; the import is heavy
@@ -47,6 +47,7 @@ __all__ = [
     "StoragePermissionError",
     "StorageUnavailable",
     "read_bytes",
+    "read_if_exists",
     "write_bytes",
     "write_if_generation",
     "stat",
@@ -184,6 +185,7 @@ def join(root: str, *parts: str) -> str:
 
 class _Backend(Protocol):
     def read(self, p: _Parsed, uri: str) -> bytes: ...
+    def read_if_exists(self, p: _Parsed, uri: str) -> tuple[bytes, int] | None: ...
     def write(self, p: _Parsed, uri: str, data: bytes, generation: int | None) -> int: ...
     def stat(self, p: _Parsed, uri: str) -> int | None: ...
     def delete(self, p: _Parsed, uri: str) -> bool: ...
@@ -194,9 +196,9 @@ class _FileBackend:
     """Local filesystem. Generations are mtimes in ns, forced to increase per write."""
 
     def read(self, p: _Parsed, uri: str) -> bytes:
-        path = Path(p.key)
         try:
-            return path.read_bytes()
+            with open(p.key, "rb") as f:
+                return f.read()
         except (FileNotFoundError, NotADirectoryError):
             raise NotFound(f"no object at {uri}", uri) from None
         except IsADirectoryError:
@@ -204,26 +206,40 @@ class _FileBackend:
         except PermissionError as e:
             raise _file_permission(uri, "read", e) from None
 
+    def read_if_exists(self, p: _Parsed, uri: str) -> tuple[bytes, int] | None:
+        # fstat of the open file: writes replace the file, so bytes and generation match.
+        try:
+            with open(p.key, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not S_ISREG(st.st_mode):
+                    return None
+                return f.read(), max(st.st_mtime_ns, 1)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        except PermissionError as e:
+            raise _file_permission(uri, "read", e) from None
+
     def write(self, p: _Parsed, uri: str, data: bytes, generation: int | None) -> int:
-        path = Path(p.key)
         if p.key.endswith("/"):
             raise ValueError(f"cannot write an object at {uri}: the URI ends with '/'")
+        path = p.key
+        directory = os.path.dirname(path)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(directory, exist_ok=True)
         except PermissionError as e:
             raise _file_permission(uri, "create the directory for", e) from None
         except (NotADirectoryError, FileExistsError):
             raise StorageError(
                 f"cannot write {uri}: a parent path is a file, not a directory", uri
             ) from None
-        with _dir_lock(path.parent, uri):
+        with _dir_lock(directory, uri):
             current = _file_generation(path)
             if generation is not None and (current or 0) != generation:
                 raise PreconditionFailed(_precondition_message(uri, generation, current), uri)
             return _atomic_write(path, data, current, uri)
 
     def stat(self, p: _Parsed, uri: str) -> int | None:
-        return _file_generation(Path(p.key))
+        return _file_generation(p.key)
 
     def delete(self, p: _Parsed, uri: str) -> bool:
         try:
@@ -238,8 +254,8 @@ class _FileBackend:
 
     def list(self, p: _Parsed, uri: str) -> list[str]:
         prefix = p.key
-        base = Path(prefix if prefix.endswith("/") else os.path.dirname(prefix) or "/")
-        if not base.is_dir():
+        base = prefix if prefix.endswith("/") else os.path.dirname(prefix) or "/"
+        if not os.path.isdir(base):
             return []
         found: list[str] = []
         for dirpath, dirnames, filenames in os.walk(base):
@@ -259,25 +275,25 @@ class _FileBackend:
         return sorted(found)
 
 
-def _file_generation(path: Path) -> int | None:
+def _file_generation(path: str) -> int | None:
     """The object's generation (mtime in ns), or None when absent."""
     try:
-        st = path.stat()
+        st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    if not path.is_file():
+    if not S_ISREG(st.st_mode):
         return None
     return max(st.st_mtime_ns, 1)
 
 
 @contextmanager
-def _dir_lock(directory: Path, uri: str) -> Iterator[None]:
+def _dir_lock(directory: str, uri: str) -> Iterator[None]:
     """Hold an exclusive fcntl lock on ``directory`` for one read-check-write.
 
     A lock file (rather than the directory itself) keeps this working on NFS,
     where flock is emulated with POSIX locks that need a writable descriptor.
     """
-    lock_path = directory / _FILE_LOCK_NAME
+    lock_path = os.path.join(directory, _FILE_LOCK_NAME)
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
     except PermissionError as e:
@@ -289,14 +305,16 @@ def _dir_lock(directory: Path, uri: str) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def _atomic_write(path: Path, data: bytes, previous: int | None, uri: str) -> int:
+def _atomic_write(path: str, data: bytes, previous: int | None, uri: str) -> int:
     """Write via temp file + fsync + os.replace; return the new generation.
 
     Readers see either the old or the new bytes, never a torn file. If the
     clock did not move since the previous write, the mtime is bumped so the
     generation still changes; that is what conditional writes rely on.
     """
-    fd, tmp = tempfile.mkstemp(prefix=_FILE_INTERNAL_PREFIX + "tmp-", dir=path.parent)
+    import tempfile  # only writers need it; the runner's reads should not pay for it
+
+    fd, tmp = tempfile.mkstemp(prefix=_FILE_INTERNAL_PREFIX + "tmp-", dir=os.path.dirname(path))
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -352,6 +370,25 @@ class _GcsBackend:
             except _google_not_found():
                 pass
         self._raise_missing(p, uri)
+
+    def read_if_exists(self, p: _Parsed, uri: str) -> tuple[bytes, int] | None:
+        # One request: the download's x-goog-generation header fills blob.generation.
+        self._require_key(p, uri)
+        blob = _gcs_client().bucket(p.bucket).blob(p.key)
+        with _gcs_errors(uri, p.bucket):
+            try:
+                data = blob.download_as_bytes(retry=_retry())
+            except _google_not_found() as e:
+                if _says_bucket_missing(e):
+                    raise _bucket_missing(uri, p.bucket) from None
+                return None
+        if blob.generation is None:  # would make a conditional write on it unsafe
+            raise StorageError(
+                f"storage answered {uri} without the object's generation "
+                "(no x-goog-generation header)",
+                uri,
+            )
+        return data, int(blob.generation)
 
     def write(self, p: _Parsed, uri: str, data: bytes, generation: int | None) -> int:
         self._require_key(p, uri)
@@ -417,6 +454,16 @@ def _google_not_found() -> type[Exception]:
     from google.api_core.exceptions import NotFound as GoogleNotFound
 
     return GoogleNotFound
+
+
+def _says_bucket_missing(e: Exception) -> bool:
+    """Whether a 404 names the bucket, not the object, as missing.
+
+    GCS says so in the error text ("The specified bucket does not exist.");
+    fake-gcs-server answers a bare "Not Found" either way, so there the
+    answer is False.
+    """
+    return "specified bucket does not exist" in str(e).lower()
 
 
 def _bucket_missing(uri: str, bucket: str) -> BucketNotFound:
@@ -541,6 +588,20 @@ def read_bytes(uri: str) -> bytes:
     """Return the object's bytes; raise NotFound (or BucketNotFound) when missing."""
     backend, p = _dispatch(uri)
     return backend.read(p, uri)
+
+
+def read_if_exists(uri: str) -> tuple[bytes, int] | None:
+    """The object's bytes and their generation, or None when it does not exist.
+
+    One round trip, for callers that expect "absent" as a normal answer (the
+    runner checking for an earlier result): unlike `read_bytes` it does not
+    spend a second call telling a missing bucket from a missing object. On
+    gs:// a missing bucket still raises BucketNotFound when the 404 says so
+    (GCS does; fake-gcs-server does not, and there the answer is None).
+    Pass the generation to `write_if_generation` to replace exactly what was read.
+    """
+    backend, p = _dispatch(uri)
+    return backend.read_if_exists(p, uri)
 
 
 def write_bytes(uri: str, data: bytes) -> int:

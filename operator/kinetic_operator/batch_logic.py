@@ -1,85 +1,80 @@
 """The KineticBatch controller's decisions, as pure functions.
 
 `decide_batch` takes what the operator knows — the batch spec, the batch
-status as last written, and what it has observed of the children — and
-returns the status to write and the actions to take. It performs no I/O, so
-every rule below is unit-tested without a cluster, and the handler layer
-stays a thin loop:
+status as last written, and what it has observed of each unit's attempt
+Pods — and returns the status to write and the actions to take. It performs
+no I/O, so every rule below is unit-tested without a cluster, and the
+handler layer stays a thin loop:
 
-1. Read the batch (spec, status, ``metadata.resourceVersion``) and the
-   children of this batch from the Kopf index (`observe_child` turns a child
-   body into a `ChildObservation`).
-2. ``d = decide_batch(spec, status, children, now, generation=...)``.
+1. Read the batch (the freshest copy held, or a GET) and the attempt Pods
+   of this batch from the Kopf index, grouped by unit.
+2. ``d = decide_batch(spec, status, units, now, ...)``.
 3. If ``d.write_status``: PATCH the status subresource with
    ``metadata.resourceVersion`` set to the version the status was read at.
-   On 409 Conflict stop here and retry from step 1 — the decision was made
-   on stale data and none of its actions may run.
+   On 409 Conflict stop here and decide again from a fresh read — the
+   decision was made on stale data and none of its actions may run.
 4. Only then run ``d.actions`` in order: `WriteManifest` (when ``blocking``,
-   a failed write stops here and the reconcile is retried, so no child is
-   created before the manifest exists), `Launch` (create each child;
-   AlreadyExists is success), `Cancel` (set ``spec.cancel: true`` on each
-   child), `Event`.
+   a failed write stops here, so no Pod is created before the manifest
+   exists), `CreatePods`, `StopPods`, `Event`.
+
+A *unit* is what one Pod runs: one input, or ``spec.chunkSize``
+consecutive inputs; unit ``u`` starts at input ``u*chunkSize``. Its
+attempts are Pods ``<batch>-<start>-<attempt>``, planned by the same
+attempt planner as a KineticJob's (`kinetic_operator.attempts`): retries
+count failures, disruptions are retried for free, cancellation stops the
+live Pod.
 
 Why reserve-then-create is safe
 -------------------------------
 
-A launch is first *reserved*: the index enters ``status.activeIndexes`` and
-the high-water mark ``status.launched`` moves, and that status is written
-conditionally before any child is created. Hence:
-
-* Two reconciles racing on the same status version both reserve the same
-  indexes; only one write succeeds, the other gets 409 and creates nothing.
-  No stale decision can push the number of active children past
-  ``maxConcurrent``.
-* A crash after the reserve and before the create leaves an index active
-  whose child does not exist and was never observed; every decision asks to
-  create such children again (`Launch` covers both), and since a child's
-  name is ``<batch>-<index>`` a create that already happened just returns
-  AlreadyExists. Nothing runs twice.
-* An index recorded in ``succeededIndexes``/``failedIndexes``/
-  ``cancelledIndexes`` is never launched again, so a child deleted by cleanup
-  (whose outcome was recorded) is never relaunched. Clients must only delete
-  a child once its index is recorded terminal in the batch status.
-
-A child that disappears while it was non-terminal (someone deleted it; the
-handler passes ``present=False`` with its last phase) is recorded cancelled,
-not relaunched: it may have been running, and running an input twice is
-worse than reporting it cancelled.
+A launch is first *reserved*: the unit's inputs enter
+``status.activeIndexes`` and the high-water mark ``status.launched`` moves,
+and that status is written conditionally before any Pod is created. Two
+reconciles racing on the same status version both reserve the same
+inputs; only one write succeeds, so no stale decision can push the number
+of Pods past ``maxConcurrent``. A crash after the reserve and before the
+create leaves an active unit with no Pod; the planner creates attempt 1
+again (AlreadyExists if it had been made). An input recorded in
+``succeededIndexes``/``failedIndexes``/``cancelledIndexes`` never changes
+again and is never launched again, so deleting finished Pods cannot make
+anything run twice.
 
 Fail-fast (the upstream table, exactly)
 ---------------------------------------
 
-A *failure* is a child that ended FAILED (its retries are exhausted — retries
-are entirely the child's business) or an input listed in
+A *failure* is an input whose retries are exhausted, or an input listed in
 ``spec.submissionFailures`` (recorded failed from the first decision).
 
 ========= ===================== =============================================
 failFast  cancelRunningOnFail   on the first failure
 ========= ===================== =============================================
 false     false                 everything continues; the batch ends FAILED
-true      false                 nothing new is launched, running children
+true      false                 nothing new is launched, running inputs
                                 finish; the batch ends FAILED
-true      true                  nothing new is launched, running children are
+true      true                  nothing new is launched, running inputs are
                                 cancelled; the batch ends FAILED
 false     true                  no effect: same as the first row
 ========= ===================== =============================================
 
 Inputs never launched because of fail-fast or ``spec.cancel`` are recorded
 cancelled at once. ``spec.cancel: true`` stops launching, cancels every
-non-terminal child and ends the batch CANCELLED once they are done.
+running input and ends the batch CANCELLED once they are done. An input
+listed in ``spec.cancelIndexes`` is recorded cancelled at once, and its Pod
+is stopped (for a chunk, once every input of the chunk is settled).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from kinetic.fanout import input_count
-from kinetic.ranges import IndexSet
+from kinetic.names import input_pod_name
+from kinetic.ranges import IndexSet, RangeError
 from kinetic.resources import (
-    LABEL_INDEX,
     Condition,
     KineticBatchSpec,
     KineticBatchStatus,
@@ -87,20 +82,25 @@ from kinetic.resources import (
     PhaseCounts,
 )
 
+from kinetic_operator.attempts import Limits, UnitPlan, plan_unit
+from kinetic_operator.observed import PodView
+
 __all__ = [
     "Action",
     "BatchDecision",
-    "Cancel",
-    "ChildObservation",
+    "CreatePods",
     "Event",
-    "Launch",
     "MUTABLE_FIELDS",
+    "Recorded",
+    "StopPods",
+    "UnitObservation",
     "WriteManifest",
+    "compact_status",
     "decide_batch",
     "immutable_change",
     "invalid_batch",
     "merge_mutable",
-    "observe_child",
+    "unit_inputs",
     "with_condition",
 ]
 
@@ -115,76 +115,66 @@ R_CANCELLING = "Cancelling"
 R_ALL_SUCCEEDED = "AllSucceeded"
 R_INPUTS_FAILED = "InputsFailed"
 R_CANCELLED = "Cancelled"
-R_CHILDREN_CANCELLED = "ChildrenCancelled"
+R_CHILDREN_CANCELLED = "InputsCancelled"
 R_INVALID_SPEC = "InvalidSpec"
+
+# Each index range string in the status is cut beyond this many characters
+# (`truncated` says so; the manifest header holds them complete), so the
+# status stays small whatever the pattern of outcomes.
+RANGE_CAP = 12_000
 
 
 # --------------------------------------------------------------------------- inputs
 
 
 @dataclass(frozen=True)
-class ChildObservation:
-    """What the operator last saw of one child KineticJob.
+class UnitObservation:
+    """What the operator knows of one unit's attempt Pods.
 
-    ``present=False`` is a tombstone: the child was seen and then deleted
-    (``phase`` is its last phase). A child never seen at all has no entry.
+    ``pods`` maps attempt number to the Pod's last sight (``gone`` for a
+    tombstone). ``creating`` is an attempt this process created whose Pod
+    the watch has not shown yet.
     """
 
-    phase: Phase | str = Phase.PENDING
-    present: bool = True
-    attempts: int = 0
-    cancel_requested: bool = False
-    message: str | None = None
+    pods: Mapping[int, PodView] = field(default_factory=dict)
+    creating: int | None = None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """Every recorded outcome, complete (the status's ranges may be cut)."""
+
+    succeeded: IndexSet = field(default_factory=IndexSet)
+    failed: IndexSet = field(default_factory=IndexSet)
+    cancelled: IndexSet = field(default_factory=IndexSet)
 
     @property
-    def phase_enum(self) -> Phase:
-        return Phase(self.phase)
+    def terminal(self) -> IndexSet:
+        return self.succeeded | self.failed | self.cancelled
 
-
-def observe_child(body: Mapping[str, Any]) -> tuple[int, ChildObservation] | None:
-    """``(index, observation)`` from a child KineticJob body, for a Kopf index.
-
-    Returns None for an object without a valid ``kinetic.dev/index`` label
-    (not a batch child, or tampered with), so the index simply skips it.
-    """
-    labels = (body.get("metadata") or {}).get("labels") or {}
-    raw = labels.get(LABEL_INDEX)
-    if not isinstance(raw, str) or not raw.isdigit() or (len(raw) > 1 and raw[0] == "0"):
-        return None
-    status = body.get("status") or {}
-    try:
-        phase = Phase(status.get("phase") or Phase.PENDING)
-    except ValueError:
-        phase = Phase.PENDING
-    attempts = status.get("attempt")
-    return int(raw), ChildObservation(
-        phase=phase,
-        present=True,
-        attempts=attempts if isinstance(attempts, int) and attempts >= 0 else 0,
-        cancel_requested=bool((body.get("spec") or {}).get("cancel")),
-        message=status.get("message"),
-    )
+    def union(self, other: Recorded) -> Recorded:
+        return Recorded(
+            self.succeeded | other.succeeded,
+            self.failed | other.failed,
+            self.cancelled | other.cancelled,
+        )
 
 
 # --------------------------------------------------------------------------- actions
 
 
 @dataclass(frozen=True)
-class Launch:
-    """Make sure the children for ``indexes`` exist (create; AlreadyExists is fine).
+class CreatePods:
+    """Create these ``(unit start, attempt)`` Pods (AlreadyExists is fine)."""
 
-    Holds fresh launches (already reserved in the returned status) and
-    re-creations of reserved children that were never seen.
-    """
-
-    indexes: IndexSet
+    units: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
-class Cancel:
-    """Set ``spec.cancel: true`` on the children for ``indexes`` (they exist)."""
+class StopPods:
+    """Delete these live Pods (cancelled, or strays)."""
 
-    indexes: IndexSet
+    pods: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -192,8 +182,8 @@ class WriteManifest:
     """The manifest is out of date.
 
     ``urgent``: write now, bypassing the debounce (first write, or the batch
-    just ended). ``blocking``: the `Launch` after it must not run until this
-    write has succeeded (the manifest exists before the first child does).
+    just ended). ``blocking``: the `CreatePods` after it must not run until
+    this write has succeeded (the manifest exists before the first Pod does).
     """
 
     urgent: bool = False
@@ -209,190 +199,354 @@ class Event:
     message: str
 
 
-Action = Launch | Cancel | WriteManifest | Event
+Action = CreatePods | StopPods | WriteManifest | Event
 
 
 @dataclass(frozen=True)
 class BatchDecision:
     """The outcome of one reconcile.
 
-    ``status``: the status to write. ``write_status``: a conditional status
-    write is required before any action (the status changed, or children
-    are to be created — a create must never run on a stale status).
-    ``more``: launches were held back by ``max_launches``; reconcile again
-    soon.
+    ``status``: the status to write (range strings complete; see
+    `compact_status`). ``write_status``: a conditional status write is
+    required before any action. ``urgent``: write it now rather than
+    coalesce it with the next (Pods to create, or the batch ended).
+    ``more``: launches were held back by ``max_launches``. ``recorded``:
+    every outcome, complete. ``plans``: the plan of every unit looked at,
+    by unit start (the manifest's attempt history).
     """
 
     status: KineticBatchStatus
     actions: tuple[Action, ...]
     write_status: bool
+    urgent: bool = False
     more: bool = False
+    recorded: Recorded = field(default_factory=Recorded)
+    plans: Mapping[int, UnitPlan] = field(default_factory=dict)
 
     def of(self, kind: type) -> list[Any]:
         """The actions of one kind, in order (handy in handlers and tests)."""
         return [a for a in self.actions if isinstance(a, kind)]
 
     @property
-    def launch(self) -> IndexSet:
-        """All indexes to create in this decision."""
-        return IndexSet().union(*(a.indexes for a in self.of(Launch)))
+    def creates(self) -> list[tuple[int, int]]:
+        return [u for a in self.of(CreatePods) for u in a.units]
 
     @property
-    def cancel(self) -> IndexSet:
-        """All indexes to cancel in this decision."""
-        return IndexSet().union(*(a.indexes for a in self.of(Cancel)))
+    def stops(self) -> list[str]:
+        return [p for a in self.of(StopPods) for p in a.pods]
+
+
+def unit_inputs(start: int, chunk: int, total: int) -> IndexSet:
+    """The inputs the unit starting at ``start`` runs."""
+    return IndexSet.range(start, min(start + chunk, total))
 
 
 # --------------------------------------------------------------------------- decision
 
 
+@dataclass
+class _Work:
+    """One decision in progress: the sets it moves and what it has found."""
+
+    spec: KineticBatchSpec
+    batch: str
+    total: int
+    chunk: int
+    now: datetime
+    max_disruptions: int
+    succeeded: IndexSet
+    failed: IndexSet
+    cancelled: IndexSet
+    active: IndexSet
+    launched: int
+    plans: dict[int, UnitPlan] = field(default_factory=dict)
+    creates: list[tuple[int, int]] = field(default_factory=list)
+    stops: list[str] = field(default_factory=list)
+    running: IndexSet = field(default_factory=IndexSet)
+    newly_failed: IndexSet = field(default_factory=IndexSet)
+    fail_messages: list[str] = field(default_factory=list)
+    adopted: IndexSet = field(default_factory=IndexSet)
+
+    @property
+    def terminal(self) -> IndexSet:
+        return self.succeeded | self.failed | self.cancelled
+
+    def unit_of(self, index: int) -> int:
+        return index - index % self.chunk
+
+    def inputs_of(self, unit: int) -> IndexSet:
+        return unit_inputs(unit, self.chunk, self.total)
+
+
 def decide_batch(
     spec: KineticBatchSpec,
     status: KineticBatchStatus | None,
-    children: Mapping[int, ChildObservation],
+    units: Mapping[int, UnitObservation],
     now: datetime,
     *,
+    batch: str,
     generation: int | None = None,
     max_launches: int | None = None,
+    max_disruptions: int = 3,
+    extra: Recorded | None = None,
 ) -> BatchDecision:
     """Decide what a batch does next; see the module docstring for the rules.
 
-    ``children`` maps index -> observation for every child the operator
-    knows of. ``max_launches`` caps how many children one decision creates,
-    so a 100k-input batch with ``maxConcurrent: null`` is created in bounded
-    steps (``more`` is then True). Raises `kinetic.ranges.RangeError` only
-    when the status holds a malformed range, which the operator never
-    writes.
+    ``units`` maps unit start -> observation for every unit with Pods (or
+    Pods being created). ``extra`` adds outcomes recorded elsewhere (the
+    manifest) when the status's ranges were cut. ``max_launches`` caps how
+    many Pods one decision creates, so a 100k-input batch with
+    ``maxConcurrent: null`` is created in bounded steps (``more`` is then
+    True).
     """
     old = status if status is not None else KineticBatchStatus.model_validate({})
-    stamp = _timestamp(now)
-    total = input_count(spec.inputs)
-    everything = IndexSet.range(0, total)
+    w = _start(spec, old, batch, now, max_disruptions, extra)
+    if Phase(old.phase).terminal:
+        return _settled(old, units, generation, Recorded(w.succeeded, w.failed, w.cancelled))
+    old_recorded = Recorded(w.succeeded, w.failed, w.cancelled)
 
-    succeeded = IndexSet.parse(old.succeeded_indexes)
-    failed = IndexSet.parse(old.failed_indexes)
-    cancelled = IndexSet.parse(old.cancelled_indexes)
-    active = IndexSet.parse(old.active_indexes)
-    launched = old.launched
-    old_phase = Phase(old.phase)
-    old_terminal = succeeded | failed | cancelled
-
-    if old_phase.terminal:
-        return _settled(old, children, generation)
-
-    # 1. Record outcomes: submission failures, then what children reached.
-    submission = IndexSet(f.index for f in spec.submission_failures if f.index < total)
-    recorded = succeeded | failed | cancelled
-    new_submission = submission - recorded
-    failed = failed | new_submission
-    recorded = recorded | new_submission
-
-    ended: dict[Phase, list[int]] = {Phase.SUCCEEDED: [], Phase.FAILED: [], Phase.CANCELLED: []}
-    adopt: list[int] = []
-    fail_messages: list[str] = []
-    for index, obs in children.items():
-        if not 0 <= index < total or index in recorded:
-            continue
-        phase = obs.phase_enum
-        if phase.terminal:
-            ended[phase].append(index)
-            if phase is Phase.FAILED and len(fail_messages) < 1:
-                fail_messages.append(_failure_text(index, obs))
-        elif not obs.present:
-            ended[Phase.CANCELLED].append(index)  # deleted while running: never rerun
-        elif index not in active:
-            adopt.append(index)
-    newly_failed = IndexSet(ended[Phase.FAILED])
-    succeeded = succeeded | ended[Phase.SUCCEEDED]
-    failed = failed | newly_failed
-    cancelled = cancelled | ended[Phase.CANCELLED]
-    adopted = IndexSet(adopt)
-    active = (active | adopted) - (succeeded | failed | cancelled)
-    if adopted:
-        launched = max(launched, adopted.max() + 1)  # type: ignore[operator]
-
-    # 2. Stop or launch.
-    fail_fast = spec.fail_fast and bool(failed)
-    stopping = spec.cancel or fail_fast
-    cancel_running = spec.cancel or (fail_fast and spec.cancel_running_on_fail)
-    cancel_now: list[int] = []
-    never_created: list[int] = []
-    fresh = IndexSet()
-    more = False
-    terminal = succeeded | failed | cancelled
-    unlaunched = everything - terminal - active
-
-    if stopping:
-        cancelled = cancelled | unlaunched
-        if cancel_running:
-            for index in active:
-                seen = children.get(index)
-                if seen is None:
-                    never_created.append(index)  # reserved, never seen: it never ran
-                elif not seen.cancel_requested:
-                    cancel_now.append(index)
-            cancelled = cancelled | never_created
-            active = active - never_created
-    else:
-        slots = len(unlaunched)
-        if spec.max_concurrent is not None:
-            slots = min(slots, max(0, spec.max_concurrent - len(active)))
-        if max_launches is not None and slots > max_launches:
-            slots, more = max_launches, True
-        fresh = unlaunched.first(slots)
-        if fresh:
-            active = active | fresh
-            launched = max(launched, fresh.max() + 1)  # type: ignore[operator]
-
-    terminal = succeeded | failed | cancelled
-    # Present, non-terminal children whose index is already settled (a child
-    # that showed up after its index was recorded cancelled): stop them.
-    strays = [
-        i
-        for i, obs in children.items()
-        if obs.present
-        and not obs.phase_enum.terminal
-        and not obs.cancel_requested
-        and i in terminal
-        and (i < total)
-    ]
-    cancel_set = IndexSet(cancel_now) | strays
-    recreate = IndexSet(i for i in active - fresh if i not in children)
-    to_create = fresh | recreate
-
-    # 3. Status.
-    running = sum(1 for i in active if i in children and children[i].phase_enum is Phase.RUNNING)
-    counts = PhaseCounts(
-        succeeded=len(succeeded),
-        failed=len(failed),
-        cancelled=len(cancelled),
-        running=running,
-        pending=total - len(terminal) - running,
+    new_submission = _record_submissions(w)
+    _record_cancel_requests(w)
+    _follow_units(w, units, cancel_all=_cancel_running(w))
+    if _cancel_running(w):  # the first failure was just recorded: cancel the rest too
+        _follow_units(w, units, cancel_all=True)
+    _adopt(w, units)
+    fresh, unlaunched, more = _launch_or_stop(w, max_launches)
+    new = _status(w, old, generation, fresh)
+    actions = _actions(w, old, old_recorded, new, fresh, unlaunched, new_submission)
+    recorded = Recorded(w.succeeded, w.failed, w.cancelled)
+    changed = new.wire() != old.wire()
+    return BatchDecision(
+        status=new,
+        actions=tuple(actions),
+        write_status=changed or bool(w.creates),
+        urgent=bool(w.creates)
+        or Phase(new.phase).terminal
+        or Phase(old.phase) is not Phase(new.phase),
+        more=more,
+        recorded=recorded,
+        plans=dict(w.plans),
     )
-    done = len(terminal) == total and not active
+
+
+def _start(
+    spec: KineticBatchSpec,
+    old: KineticBatchStatus,
+    batch: str,
+    now: datetime,
+    max_disruptions: int,
+    extra: Recorded | None,
+) -> _Work:
+    """The working sets: what the status recorded, plus what the manifest adds."""
+    known = Recorded(
+        _parse(old.succeeded_indexes), _parse(old.failed_indexes), _parse(old.cancelled_indexes)
+    )
+    if extra is not None:
+        known = known.union(extra)
+    return _Work(
+        spec=spec,
+        batch=batch,
+        total=input_count(spec.inputs),
+        chunk=max(1, spec.chunk_size),
+        now=now,
+        max_disruptions=max_disruptions,
+        succeeded=known.succeeded,
+        failed=known.failed,
+        cancelled=known.cancelled - known.succeeded - known.failed,
+        active=_parse(old.active_indexes) - known.terminal,
+        launched=old.launched,
+    )
+
+
+def _parse(text: str | None) -> IndexSet:
+    """A range string we wrote; a cut one ends at a whole item, so it parses too."""
+    try:
+        return IndexSet.parse(text)
+    except RangeError:
+        return IndexSet()
+
+
+def _record_submissions(w: _Work) -> IndexSet:
+    """Inputs the client could not package are failures from the start."""
+    listed = IndexSet(f.index for f in w.spec.submission_failures if f.index < w.total)
+    new = listed - w.terminal
+    w.failed = w.failed | new
+    w.active = w.active - new
+    return new
+
+
+def _record_cancel_requests(w: _Work) -> None:
+    """Inputs named in spec.cancelIndexes end cancelled now, launched or not."""
+    asked = _parse(w.spec.cancel_indexes) & IndexSet.range(0, w.total)
+    new = asked - w.terminal
+    w.cancelled = w.cancelled | new
+
+
+def _cancel_running(w: _Work) -> bool:
+    failing = w.spec.fail_fast and bool(w.failed) and w.spec.cancel_running_on_fail
+    return w.spec.cancel or failing
+
+
+def _follow_units(w: _Work, units: Mapping[int, UnitObservation], *, cancel_all: bool) -> None:
+    """Plan every active unit (and stop live Pods of settled ones); record what ended.
+
+    Units with no live Pod and no active input (finished, waiting out their
+    TTL) are skipped without a look: at 10,000 inputs most units are those.
+    """
+    active_units = {w.unit_of(i) for i in w.active}
+    live_units = {u for u, obs in units.items() if any(p.live for p in obs.pods.values())}
+    terminal = w.terminal
+    for unit in sorted(active_units | live_units):
+        obs = units.get(unit, UnitObservation())
+        open_inputs = w.inputs_of(unit) - terminal
+        if not open_inputs:  # settled: any Pod still live is a stray
+            w.stops.extend(p.name for p in obs.pods.values() if p.live and p.name not in w.stops)
+            continue
+        if unit not in active_units:
+            continue  # Pods the status does not know of: `_adopt` looks at them
+        plan = plan_unit(
+            obs.pods,
+            reserved=max(1, obs.creating or 0),
+            creating=obs.creating is not None and obs.creating >= max(obs.pods, default=0),
+            limits=Limits(w.spec.retries, w.max_disruptions),
+            cancel=cancel_all,
+            pod_name=lambda k, u=unit: input_pod_name(w.batch, u, k),
+            now=w.now,
+        )
+        w.plans[unit] = plan
+        w.stops.extend(p for p in plan.stop if p not in w.stops)
+        if plan.create is not None and (unit, plan.create) not in w.creates:
+            w.creates.append((unit, plan.create))
+        if plan.outcome == "running":
+            w.running = w.running | open_inputs
+        if plan.terminal:
+            _record_unit(w, unit, plan, open_inputs)
+            terminal = terminal | open_inputs
+
+
+def _record_unit(w: _Work, unit: int, plan: UnitPlan, open_inputs: IndexSet) -> None:
+    """A unit ended: its inputs' outcomes, with a chunk's own per-input report."""
+    if plan.outcome == "succeeded":
+        ok, rest = open_inputs, IndexSet()
+    else:
+        ok = _reported_ok(plan) & open_inputs
+        rest = open_inputs - ok
+    w.succeeded = w.succeeded | ok
+    if plan.outcome == "failed":
+        w.failed = w.failed | rest
+        w.newly_failed = w.newly_failed | rest
+        if rest and not w.fail_messages:
+            first = rest.min()
+            w.fail_messages.append(f"Input {first} failed: {plan.message}")
+    elif plan.outcome == "cancelled":
+        w.cancelled = w.cancelled | rest
+    w.active = w.active - open_inputs
+
+
+def _reported_ok(plan: UnitPlan) -> IndexSet:
+    """Inputs a chunk's runner reported succeeded in any attempt's termination message."""
+    ok = IndexSet()
+    for rec in plan.records:
+        try:
+            report = json.loads(rec.message or "")
+        except ValueError:
+            continue
+        if isinstance(report, dict) and isinstance(report.get("succeeded"), str):
+            ok = ok | _parse(report["succeeded"])
+    return ok
+
+
+def _adopt(w: _Work, units: Mapping[int, UnitObservation]) -> None:
+    """Pods of open inputs the status does not list as active (a lost write): adopt them."""
+    terminal, seen = w.terminal, IndexSet(units)
+    candidates = seen - terminal - w.active if w.chunk == 1 else seen
+    for unit in candidates:
+        obs = units[unit]
+        if unit in w.plans or not obs.pods:
+            continue
+        open_inputs = w.inputs_of(unit) - terminal
+        if open_inputs and not (open_inputs & w.active):
+            w.adopted = w.adopted | open_inputs
+    if w.adopted:
+        w.active = w.active | w.adopted
+        w.launched = max(w.launched, (w.adopted.max() or 0) + 1)
+
+
+def _launch_or_stop(w: _Work, max_launches: int | None) -> tuple[IndexSet, IndexSet, bool]:
+    """Reserve new units up to maxConcurrent, or, when stopping, cancel what never ran."""
+    fail_fast = w.spec.fail_fast and bool(w.failed)
+    unlaunched = IndexSet.range(0, w.total) - w.terminal - w.active
+    if w.spec.cancel or fail_fast:
+        w.cancelled = w.cancelled | unlaunched
+        return IndexSet(), unlaunched, False
+    running_units = len({w.unit_of(i) for i in w.active})
+    slots = len(unlaunched)
+    if w.spec.max_concurrent is not None:
+        slots = min(slots, max(0, w.spec.max_concurrent - running_units))
+    more = False
+    if max_launches is not None and slots > max_launches:
+        slots, more = max_launches, True
+    fresh = IndexSet()
+    picked: list[int] = []
+    for a, b in unlaunched.intervals:
+        i = a
+        while i <= b and len(picked) < slots:
+            unit = w.unit_of(i)
+            if not picked or picked[-1] != unit:
+                picked.append(unit)
+                w.creates.append((unit, 1))
+            i = unit + w.chunk
+        if len(picked) >= slots:
+            break
+    for unit in picked:
+        fresh = fresh | (w.inputs_of(unit) - w.terminal - w.active)
+    if fresh:
+        w.active = w.active | fresh
+        w.launched = max(w.launched, (fresh.max() or 0) + 1)
+    return fresh, IndexSet(), more
+
+
+def _status(
+    w: _Work, old: KineticBatchStatus, generation: int | None, fresh: IndexSet
+) -> KineticBatchStatus:
+    """Counts, ranges, phase, message and conditions as this decision leaves the batch."""
+    stamp = _timestamp(w.now)
+    terminal = w.terminal
+    running = len(w.running - terminal)
+    counts = PhaseCounts(
+        succeeded=len(w.succeeded),
+        failed=len(w.failed),
+        cancelled=len(w.cancelled),
+        running=running,
+        pending=w.total - len(terminal) - running,
+    )
+    fail_fast = w.spec.fail_fast and bool(w.failed)
+    submissions = sum(1 for f in w.spec.submission_failures if f.index < w.total)
+    done = len(terminal) == w.total and not (w.active - terminal) and not w.creates
     phase, reason = _phase(
         done=done,
-        old_phase=old_phase,
-        spec_cancel=spec.cancel,
+        old_phase=Phase(old.phase),
+        spec_cancel=w.spec.cancel,
         fail_fast=fail_fast,
         counts=counts,
-        total=total,
-        submissions=len(submission),
+        total=w.total,
+        submissions=submissions,
     )
-    running_reason = R_CANCELLING if spec.cancel else R_FAIL_FAST if fail_fast else R_RUNNING
-    message = _message(phase, reason, counts, total, fail_fast, spec.cancel)
-    new = old.model_copy(
+    running_reason = R_CANCELLING if w.spec.cancel else R_FAIL_FAST if fail_fast else R_RUNNING
+    message = _message(phase, reason, counts, w.total, fail_fast, w.spec.cancel)
+    return old.model_copy(
         update={
             "phase": phase.value,
-            "total": total,
+            "total": w.total,
             "counts": counts,
-            "progress": f"{counts.succeeded}/{total}",
-            "launched": launched,
-            "active_indexes": str(active),
-            "succeeded_indexes": str(succeeded),
-            "failed_indexes": str(failed),
-            "cancelled_indexes": str(cancelled),
-            "start_time": old.start_time or (stamp if (fresh or adopted) else None),
+            "progress": f"{counts.succeeded}/{w.total}",
+            "launched": w.launched,
+            "active_indexes": str(w.active - terminal),
+            "succeeded_indexes": str(w.succeeded),
+            "failed_indexes": str(w.failed),
+            "cancelled_indexes": str(w.cancelled),
+            "truncated": False,
+            "start_time": old.start_time or (stamp if (fresh or w.adopted) else None),
             "completion_time": old.completion_time or (stamp if phase.terminal else None),
             "message": message,
             "conditions": _conditions(
@@ -405,63 +559,88 @@ def decide_batch(
         deep=True,
     )
 
-    # 4. Actions, in the order they must run.
+
+def _actions(
+    w: _Work,
+    old: KineticBatchStatus,
+    old_recorded: Recorded,
+    new: KineticBatchStatus,
+    fresh: IndexSet,
+    unlaunched: IndexSet,
+    new_submission: IndexSet,
+) -> list[Action]:
+    """The actions, in the order they must run."""
     actions: list[Action] = []
+    phase, old_phase = Phase(new.phase), Phase(old.phase)
     manifest_missing = old.manifest_uri is None
-    manifest_dirty = (
+    blocking = manifest_missing and bool(w.creates)
+    dirty = (
         bool(fresh)
-        or bool(adopted)
-        or terminal != old_terminal
+        or bool(w.adopted)
+        or Recorded(w.succeeded, w.failed, w.cancelled).terminal != old_recorded.terminal
         or phase is not old_phase
-        or (manifest_missing and bool(to_create))
+        or any(p.records for p in w.plans.values())
+        or blocking
     )
-    blocking = manifest_missing and bool(to_create)
-    if manifest_dirty and blocking:
+    if dirty and blocking:
         actions.append(WriteManifest(urgent=True, blocking=True))
-    if to_create:
-        actions.append(Launch(to_create))
-    if cancel_set:
-        actions.append(Cancel(cancel_set))
-    if manifest_dirty and not blocking:
+    if w.creates:
+        actions.append(CreatePods(tuple(w.creates)))
+    if w.stops:
+        actions.append(StopPods(tuple(w.stops)))
+    if dirty and not blocking:
         actions.append(WriteManifest(urgent=phase.terminal or manifest_missing))
+    fail_fast = w.spec.fail_fast and bool(w.failed)
+    running_reason = R_CANCELLING if w.spec.cancel else R_FAIL_FAST if fail_fast else R_RUNNING
     actions.extend(
         _events(
             old=old,
             new=new,
-            spec=spec,
+            spec=w.spec,
             fresh=fresh,
-            adopted=adopted,
+            adopted=w.adopted,
             new_submission=new_submission,
-            newly_failed=newly_failed,
-            fail_messages=fail_messages,
-            unlaunched=unlaunched if stopping else IndexSet(),
-            cancelling=len(cancel_set),
-            active=len(active),
+            newly_failed=w.newly_failed,
+            fail_messages=w.fail_messages,
+            unlaunched=unlaunched,
+            cancelling=len(w.stops),
+            active=len(w.active - w.terminal),
             running_reason=running_reason,
         )
     )
-    changed = new.wire() != old.wire()
-    return BatchDecision(
-        status=new, actions=tuple(actions), write_status=changed or bool(to_create), more=more
-    )
+    return actions
 
 
 def _settled(
     old: KineticBatchStatus,
-    children: Mapping[int, ChildObservation],
+    units: Mapping[int, UnitObservation],
     generation: int | None,
+    recorded: Recorded | None = None,
 ) -> BatchDecision:
-    """A finished batch changes no more; it only stops strays that show up late."""
+    """A finished batch changes no more; it only stops Pods still live."""
     new = old
     if generation is not None and generation != old.observed_generation:
         new = old.model_copy(update={"observed_generation": generation})
-    strays = IndexSet(
-        i
-        for i, obs in children.items()
-        if obs.present and not obs.phase_enum.terminal and not obs.cancel_requested
+    strays = tuple(p.name for obs in units.values() for p in obs.pods.values() if p.live)
+    actions: tuple[Action, ...] = (StopPods(strays),) if strays else ()
+    return BatchDecision(
+        status=new, actions=actions, write_status=new is not old, recorded=recorded or Recorded()
     )
-    actions: tuple[Action, ...] = (Cancel(strays),) if strays else ()
-    return BatchDecision(status=new, actions=actions, write_status=new is not old)
+
+
+def compact_status(status: KineticBatchStatus, cap: int = RANGE_CAP) -> KineticBatchStatus:
+    """``status`` with each outcome range string cut to ``cap`` characters at an item
+    boundary, and ``truncated`` set when anything was cut (the manifest has them whole)."""
+    cut = False
+    update: dict[str, Any] = {}
+    for name in ("succeeded_indexes", "failed_indexes", "cancelled_indexes"):
+        text = getattr(status, name)
+        if len(text) > cap:
+            update[name] = text[: text.rfind(",", 0, cap)]
+            cut = True
+    if not cut:
+        return status
+    return status.model_copy(update={**update, "truncated": True})
 
 
 def _phase(
@@ -478,7 +657,7 @@ def _phase(
 
     Done: a user cancel ends CANCELLED (what the user asked for, even if
     some inputs had failed — the counts still say so); otherwise any failure
-    ends FAILED; otherwise cancelled children (cancelled one by one) end
+    ends FAILED; otherwise cancelled inputs (cancelled one by one) end
     CANCELLED; otherwise SUCCEEDED. Not done: PENDING until something has
     happened — a child running, or any outcome other than a submission
     failure — then RUNNING, and never back to PENDING.
@@ -513,7 +692,7 @@ def _message(
         head = "Cancelled" if reason == R_CANCELLED else "Done, some inputs cancelled"
         return f"{head}: {summary}."
     if spec_cancel:
-        return f"Cancelling: waiting for running children to stop; {summary}."
+        return f"Cancelling: waiting for running inputs to stop; {summary}."
     if fail_fast:
         return f"An input failed and failFast is set: launching no more; {summary}."
     return f"{summary}."
@@ -605,7 +784,7 @@ def _events(
             Event(
                 "Warning",
                 "Adopted",
-                f"Found children for inputs {adopted} that the status did not record; "
+                f"Found Pods for inputs {adopted} that the status did not record; "
                 "adopted them instead of launching them again.",
             )
         )
@@ -654,14 +833,6 @@ def _events(
 
 def _inputs(indexes: IndexSet) -> str:
     return f"Input {indexes}" if len(indexes) == 1 else f"Inputs {indexes}"
-
-
-def _failure_text(index: int, obs: ChildObservation) -> str:
-    tries = (
-        f" after {obs.attempts} attempt{'s' if obs.attempts != 1 else ''}" if obs.attempts else ""
-    )
-    why = f": {obs.message}" if obs.message else ""
-    return f"Input {index} failed{tries}{why}"
 
 
 def _timestamp(now: datetime) -> str:
@@ -744,14 +915,15 @@ def with_condition(
 
 # --------------------------------------------------------------------------- immutability
 
-MUTABLE_FIELDS = frozenset({"max_concurrent", "cancel"})
+MUTABLE_FIELDS = frozenset({"max_concurrent", "cancel", "cancel_indexes"})
 
 
 def immutable_change(old: KineticBatchSpec, new: KineticBatchSpec) -> str | None:
-    """A message for users when ``new`` changes anything but maxConcurrent or cancel.
+    """A message for users when ``new`` changes anything but maxConcurrent, cancel or
+    cancelIndexes.
 
-    A batch's children are a function of its template and inputs; changing
-    them midway would leave children built from two different specs under
+    A batch's Pods are a function of its template and inputs; changing
+    them midway would leave Pods built from two different specs under
     one group id. The message names every changed field, e.g. "spec.template
     cannot change on an existing batch (only spec.maxConcurrent and
     spec.cancel can): create a new batch instead".
@@ -765,8 +937,8 @@ def immutable_change(old: KineticBatchSpec, new: KineticBatchSpec) -> str | None
     if not changed:
         return None
     return (
-        f"{', '.join(changed)} cannot change on an existing batch (only spec.maxConcurrent "
-        "and spec.cancel can): create a new batch instead"
+        f"{', '.join(changed)} cannot change on an existing batch (only spec.maxConcurrent, "
+        "spec.cancel and spec.cancelIndexes can): create a new batch instead"
     )
 
 

@@ -19,15 +19,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, TypeVar
 
-from kinetic.resources import (
-    BATCH_PLURAL,
-    GROUP,
-    JOB_KIND,
-    JOB_PLURAL,
-    LABEL_BATCH,
-    LABEL_JOB,
-    VERSION,
-)
+from kinetic.resources import BATCH_PLURAL, GROUP, JOB_KIND, JOB_PLURAL, VERSION
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
@@ -86,7 +78,6 @@ class Kube:
 
     def __init__(self, api: client.ApiClient | None = None) -> None:
         self.api = api or load_config()
-        self.batch = client.BatchV1Api(self.api)
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.instance = os.environ.get("HOSTNAME") or socket.gethostname()
@@ -154,88 +145,51 @@ class Kube:
         """The KineticBatch as stored now, or None if it is gone."""
         return self._get_custom(BATCH_PLURAL, namespace, name)
 
-    def list_batch_children(self, namespace: str, batch: str) -> list[dict[str, Any]]:
-        """A batch's child KineticJobs as stored now (a live read, not the index)."""
-        found = self.custom.list_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            namespace,
-            JOB_PLURAL,
-            label_selector=f"{LABEL_BATCH}={batch}",
-            _request_timeout=REQUEST_TIMEOUT,
-        )
-        return list(found.get("items") or [])
+    # ------------------------------------------------------------------ attempt Pods
 
-    def create_kinetic_job(self, manifest: dict[str, Any]) -> None:
-        """Create a batch's child; if it exists already, it is the same child (same name)."""
+    def create_pod(self, manifest: dict[str, Any]) -> None:
+        """Create an attempt's Pod; if it exists already, that is the same attempt (same name)."""
         meta = manifest["metadata"]
         with _creating():
-            self.custom.create_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                meta["namespace"],
-                JOB_PLURAL,
-                manifest,
-                _request_timeout=REQUEST_TIMEOUT,
+            self.core.create_namespaced_pod(
+                meta["namespace"], manifest, _request_timeout=REQUEST_TIMEOUT
             )
-            log.info("Created KineticJob %s/%s", meta["namespace"], meta["name"])
+            log.debug("Created Pod %s/%s", meta["namespace"], meta["name"])
 
-    def cancel_kinetic_job(self, namespace: str, name: str) -> None:
-        """Set spec.cancel on a KineticJob; one that is gone needs no cancelling."""
-        with _unless_gone():
-            self.custom.patch_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                namespace,
-                JOB_PLURAL,
-                name,
-                {"spec": {"cancel": True}},
-                _content_type=MERGE_PATCH,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-            log.info("Cancelled KineticJob %s/%s", namespace, name)
+    def delete_pod(self, namespace: str, name: str, *, now: bool = False) -> None:
+        """Delete an attempt's Pod; one that is gone needs no deleting.
 
-    # ------------------------------------------------------------------ attempt Jobs
-
-    def create_job(self, manifest: dict[str, Any]) -> None:
-        """Create an attempt's Job; if it exists already, that is the same attempt."""
-        meta = manifest["metadata"]
-        with _creating():
-            self.batch.create_namespaced_job(
-                meta["namespace"],
-                client.V1Job.from_dict(manifest),
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-            log.info("Created Job %s/%s", meta["namespace"], meta["name"])
-
-    def delete_job(self, namespace: str, name: str) -> None:
-        """Delete an attempt's Job; its pods go with it (Background propagation)."""
-        with _unless_gone():
-            self.batch.delete_namespaced_job(
-                name,
-                namespace,
-                propagation_policy="Background",
-                _request_timeout=REQUEST_TIMEOUT,
-            )
-            log.info("Deleted Job %s/%s", namespace, name)
-
-    def read_attempts(
-        self, namespace: str, kinetic_job: str
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The attempt Jobs and Pods of one KineticJob, read live (not from the indexes).
-
-        Used only to confirm an absence before acting on it: the Job and Pod
-        indexes are fed by separate watches, so one can lag the other.
+        `now` (grace period 0) is for Pods that have finished: there is no
+        process left to stop, so there is nothing to wait for.
         """
-        selector = f"{LABEL_JOB}={kinetic_job}"
-        jobs = self.batch.list_namespaced_job(
-            namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT
-        )
-        pods = self.core.list_namespaced_pod(
+        with _unless_gone():
+            self.core.delete_namespaced_pod(
+                name,
+                namespace,
+                grace_period_seconds=0 if now else None,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            log.debug("Deleted Pod %s/%s", namespace, name)
+
+    def pod_log(self, namespace: str, name: str) -> bytes | None:
+        """The whole log of a Pod's main container, or None when there is none to read."""
+        try:
+            resp = self.core.read_namespaced_pod_log(
+                name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status in (400, 404):
+                return None
+            raise
+        return bytes(resp.data)
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """Pods as stored now (a live read, not the index), as plain dicts."""
+        found = self.core.list_namespaced_pod(
             namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT
         )
         plain = self.api.sanitize_for_serialization
-        return [plain(j) for j in jobs.items], [plain(p) for p in pods.items]
+        return [plain(p) for p in found.items]
 
     # ------------------------------------------------------------------ events
 

@@ -1,172 +1,213 @@
-"""The batch manifest: what a batch launched, built purely from what is known.
+"""Keeping a batch's manifest current: the header and only the shards that changed.
 
-The manifest lives next to the batch's inputs, at
-``<root>/batches/<group_id>/manifest.json`` (`manifest_uri`). It outlives the
-Kubernetes objects: after ``results(cleanup=True)`` deleted the children,
-and even after the KineticBatch itself is gone, ``attach_batch`` can still
-tell which inputs had a child job, how many attempts each took and how each
-ended. The operator writes it before it creates the first child, then as
-children launch and finish, debounced (`Debouncer`), and at the end.
+The schema is `kinetic.manifest`'s (both sides import it); the layout is
+`kinetic.layout`'s. This module decides what to write: a `ManifestBook`
+per batch holds the attempt history of inputs whose shard is still
+changing, marks shards dirty as plans come in, and writes the dirty shards
+then the header. A shard whose inputs have all ended is written one last
+time and dropped from memory, so the operator holds the history of about
+``maxConcurrent`` inputs, not of the whole batch. After a restart a shard
+is read back before it is first rewritten, so nothing written earlier is
+lost.
 
-Schema, version 1 (keys camelCase; absent means unknown)::
-
-    {
-      "version": 1,
-      "groupId": "grp-1a2b3c4d",          # the KineticBatch's name
-      "name": "sweep" | null,             # spec.name
-      "tags": {"team": "ml"},             # spec.tags
-      "kind": "function" | "container",   # what the template runs
-      "functionName": "train" | null,     # spec.template.function.name
-      "total": 10,                        # inputs expected
-      "inputMode": "auto",
-      "maxConcurrent": 64 | null,
-      "retries": 0,
-      "failFast": false,
-      "cancelRunningOnFail": false,
-      "createdAt": "2024-05-01T12:00:00Z",   # the batch's creationTimestamp
-      "updatedAt": "2024-05-01T12:03:10Z",   # when this version was built
-      "phase": "RUNNING",                    # the batch phase
-      "launched": 7,                         # launch high-water mark
-      "succeededIndexes": "0-3,5",           # range strings, as in the status
-      "failedIndexes": "4",
-      "cancelledIndexes": "",
-      "children": {                          # only inputs that got a child
-        "0": {"job": "grp-1a2b3c4d-0", "attempts": 1, "outcome": "SUCCEEDED"},
-        "6": {"job": "grp-1a2b3c4d-6", "attempts": null, "outcome": "PENDING"}
-      },
-      "submissionFailures": [{"index": 7, "message": "cannot pickle ..."}]
-    }
-
-``outcome`` is the recorded result (SUCCEEDED, FAILED, CANCELLED) once the
-batch status has one, else the child's last observed phase (PENDING,
-RUNNING), PENDING for a child reserved but not yet seen. ``attempts`` is
-the child's attempt count when last observed; it is carried over from the
-previous manifest for children that no longer exist, so pass ``previous``
-(the manifest as last written, read back from storage after an operator
-restart). An index without an entry never had a child: it is a submission
-failure, was never launched (cancelled by fail-fast or ``spec.cancel``, see
-``cancelledIndexes``), or is still waiting for a slot.
-
-Children are launched in ascending index order, skipping submission
-failures, so "had a child" is exactly: below ``launched`` and not a
-submission failure, or currently active.
+When to write is the `Debouncer`'s business: promptly when it matters
+(before the first Pod, at the end), otherwise at most every interval.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
-from kinetic.fanout import child_name, input_count
+from kinetic import layout, storage
+from kinetic.fanout import input_count
+from kinetic.manifest import (
+    InputRecord,
+    ManifestHeader,
+    ManifestShard,
+    SubmissionFailureRecord,
+    decode_header,
+    decode_shard,
+)
+from kinetic.names import fmt_time
 from kinetic.ranges import IndexSet
-from kinetic.resources import KineticBatchSpec, KineticBatchStatus, Phase
+from kinetic.resources import KineticBatchSpec, KineticBatchStatus
 
-from kinetic_operator.batch_logic import ChildObservation
+from kinetic_operator.attempts import UnitPlan
+from kinetic_operator.batch_logic import Recorded, unit_inputs
 
-__all__ = [
-    "MANIFEST_VERSION",
-    "Debouncer",
-    "build_manifest",
-    "encode_manifest",
-    "manifest_uri",
-]
+__all__ = ["Debouncer", "ManifestBook", "build_header", "read_header", "recorded_from"]
 
-MANIFEST_VERSION = 1
-
-
-def manifest_uri(storage_root: str, group_id: str) -> str:
-    """``<root>/batches/<group_id>/manifest.json``."""
-    return f"{storage_root.rstrip('/')}/batches/{group_id}/manifest.json"
+_OUTCOME = {
+    "pending": "PENDING",
+    "running": "RUNNING",
+    "succeeded": "SUCCEEDED",
+    "failed": "FAILED",
+    "cancelled": "CANCELLED",
+}
 
 
-def build_manifest(
-    group_id: str,
+def build_header(
+    batch: str,
+    namespace: str,
     spec: KineticBatchSpec,
     status: KineticBatchStatus,
-    children: Mapping[int, ChildObservation],
+    recorded: Recorded,
     *,
     created: str | None,
     now: datetime,
-    previous: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The manifest (schema version 1, above) for a batch as it stands.
-
-    ``status`` should be the status the decision just produced, so the
-    manifest never claims less than the status does. ``previous`` is the
-    manifest as last written (or None); attempt counts of children that no
-    longer exist come from it. A previous manifest of another version is
-    ignored rather than misread.
-    """
-    total = input_count(spec.inputs)
-    succeeded = IndexSet.parse(status.succeeded_indexes)
-    failed = IndexSet.parse(status.failed_indexes)
-    cancelled = IndexSet.parse(status.cancelled_indexes)
-    active = IndexSet.parse(status.active_indexes)
-    submission = IndexSet(f.index for f in spec.submission_failures if f.index < total)
-    observed = IndexSet(i for i in children if 0 <= i < total)
-    had_child = ((IndexSet.range(0, min(status.launched, total)) - submission) | active) | (
-        observed - submission
-    )
-
-    old_children: Mapping[str, Any] = {}
-    if previous and previous.get("version") == MANIFEST_VERSION:
-        old_children = previous.get("children") or {}
-
-    entries: dict[str, dict[str, Any]] = {}
-    for i in had_child:
-        key = str(i)
-        obs = children.get(i)
-        before = old_children.get(key) or {}
-        attempts = before.get("attempts")
-        if obs is not None and obs.attempts:
-            attempts = max(obs.attempts, attempts or 0)
-        if i in succeeded:
-            outcome = Phase.SUCCEEDED.value
-        elif i in failed:
-            outcome = Phase.FAILED.value
-        elif i in cancelled:
-            outcome = Phase.CANCELLED.value
-        elif obs is not None:
-            outcome = Phase(obs.phase).value
-        else:
-            outcome = before.get("outcome") or Phase.PENDING.value
-        entries[key] = {"job": child_name(group_id, i), "attempts": attempts, "outcome": outcome}
-
+    shards: list[int],
+) -> ManifestHeader:
+    """The header for a batch as it stands, with the complete index ranges."""
     template = spec.template
-    return {
-        "version": MANIFEST_VERSION,
-        "groupId": group_id,
-        "name": spec.name,
-        "tags": dict(spec.tags),
-        "kind": "function" if template.function is not None else "container",
-        "functionName": template.function.name if template.function is not None else None,
-        "total": total,
-        "inputMode": spec.input_mode,
-        "maxConcurrent": spec.max_concurrent,
-        "retries": spec.retries,
-        "failFast": spec.fail_fast,
-        "cancelRunningOnFail": spec.cancel_running_on_fail,
-        "createdAt": created,
-        "updatedAt": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "phase": Phase(status.phase).value,
-        "launched": status.launched,
-        "succeededIndexes": str(succeeded),
-        "failedIndexes": str(failed),
-        "cancelledIndexes": str(cancelled),
-        "children": entries,
-        "submissionFailures": [
-            {"index": f.index, "message": f.message}
+    return ManifestHeader(
+        group_id=batch,
+        namespace=namespace,
+        name=spec.name,
+        tags=dict(spec.tags),
+        kind="function" if template.function is not None else "container",
+        function_name=template.function.name if template.function is not None else None,
+        total=input_count(spec.inputs),
+        chunk_size=spec.chunk_size,
+        input_mode=spec.input_mode,
+        max_concurrent=spec.max_concurrent,
+        retries=spec.retries,
+        fail_fast=spec.fail_fast,
+        cancel_running_on_fail=spec.cancel_running_on_fail,
+        created_at=created,
+        updated_at=fmt_time(now),
+        phase=str(status.phase),
+        launched=status.launched,
+        succeeded_indexes=str(recorded.succeeded),
+        failed_indexes=str(recorded.failed),
+        cancelled_indexes=str(recorded.cancelled),
+        shard_size=layout.SHARD_SIZE,
+        shards=sorted(shards),
+        submission_failures=[
+            SubmissionFailureRecord(index=f.index, message=f.message)
             for f in sorted(spec.submission_failures, key=lambda f: f.index)
         ],
-    }
+    )
 
 
-def encode_manifest(manifest: Mapping[str, Any]) -> bytes:
-    """Compact UTF-8 JSON: a 100k-input manifest is a few MB, not tens."""
-    return json.dumps(manifest, separators=(",", ":"), ensure_ascii=False).encode()
+def read_header(root: str, batch: str) -> ManifestHeader | None:
+    """The header as stored, or None (none yet, or of another version)."""
+    try:
+        return decode_header(storage.read_bytes(layout.manifest_uri(root, batch)))
+    except storage.NotFound:
+        return None
+
+
+@dataclass
+class ManifestBook:
+    """The attempt history a batch's manifest shards hold, and which shards changed."""
+
+    root: str
+    batch: str
+    shards: dict[int, dict[int, InputRecord]] = field(default_factory=dict)
+    dirty: set[int] = field(default_factory=set)
+    written: set[int] = field(default_factory=set)
+    loaded: set[int] = field(default_factory=set)
+
+    def note(
+        self, plans: Mapping[int, UnitPlan], chunk: int, total: int, *, container: bool
+    ) -> None:
+        """Take the latest plan of each unit into its inputs' records."""
+        for unit, plan in plans.items():
+            for index in unit_inputs(unit, chunk, total):
+                shard = layout.shard_of(index)
+                records = self.shards.setdefault(shard, {})
+                old = records.get(index)
+                new = InputRecord(
+                    outcome=_OUTCOME[plan.outcome],  # type: ignore[arg-type]
+                    attempts=list(plan.records),
+                    result=_result(plan) if container else None,
+                    message=plan.message if plan.outcome == "failed" else None,
+                )
+                if old is None or old != new:
+                    records[index] = new
+                    self.dirty.add(shard)
+
+    def settle(self, recorded: Recorded) -> None:
+        """Outcomes recorded by the batch win over what the plans last said."""
+        for shard, records in self.shards.items():
+            for index, rec in records.items():
+                outcome = _recorded_outcome(index, recorded)
+                if outcome is not None and rec.outcome != outcome:
+                    records[index] = rec.model_copy(update={"outcome": outcome})
+                    self.dirty.add(shard)
+
+    def write(self, header: ManifestHeader, recorded: Recorded) -> None:
+        """Write every dirty shard, then the header; raises if storage refuses.
+
+        A shard all of whose inputs have ended is dropped from memory once
+        written: it will not change again.
+        """
+        self.settle(recorded)
+        terminal = recorded.terminal
+        for shard in sorted(self.dirty):
+            records = self._merged(shard)
+            doc = ManifestShard(
+                group_id=self.batch,
+                shard=shard,
+                inputs={str(i): r for i, r in sorted(records.items())},
+            )
+            storage.write_bytes(
+                layout.manifest_shard_uri(self.root, self.batch, shard), doc.encode()
+            )
+            self.dirty.discard(shard)
+            self.written.add(shard)
+            if all(i in terminal for i in records):
+                self.shards.pop(shard, None)
+                self.loaded.discard(shard)
+        header.shards = sorted(self.written | set(header.shards))
+        storage.write_bytes(layout.manifest_uri(self.root, self.batch), header.encode())
+
+    def _merged(self, shard: int) -> dict[int, InputRecord]:
+        """This shard's records, merged over what an earlier process wrote (read once)."""
+        records = self.shards.setdefault(shard, {})
+        if shard in self.loaded:
+            return records
+        self.loaded.add(shard)
+        try:
+            stored = decode_shard(
+                storage.read_bytes(layout.manifest_shard_uri(self.root, self.batch, shard))
+            )
+        except storage.NotFound:
+            stored = None
+        if stored is not None:
+            for key, rec in stored.inputs.items():
+                records.setdefault(int(key), rec)
+            self.written.add(shard)
+        return records
+
+
+def _recorded_outcome(index: int, recorded: Recorded) -> str | None:
+    if index in recorded.succeeded:
+        return "SUCCEEDED"
+    if index in recorded.failed:
+        return "FAILED"
+    if index in recorded.cancelled:
+        return "CANCELLED"
+    return None
+
+
+def _result(plan: UnitPlan) -> str | None:
+    if plan.outcome != "succeeded" or plan.last is None:
+        return None
+    return plan.last.termination_message
+
+
+def recorded_from(header: ManifestHeader | None) -> Recorded | None:
+    """The outcomes a stored header records (None without a header)."""
+    if header is None:
+        return None
+    return Recorded(
+        IndexSet.parse(header.succeeded_indexes),
+        IndexSet.parse(header.failed_indexes),
+        IndexSet.parse(header.cancelled_indexes),
+    )
 
 
 @dataclass
@@ -179,7 +220,7 @@ class Debouncer:
     ask whether to write now, `delay` for how long until it will be (to
     schedule a wake-up), then `written` or `failed` after the attempt.
 
-    * The first write, and any urgent one (the first child is about to be
+    * The first write, and any urgent one (the first Pod is about to be
       created, or the batch ended), is due at once.
     * Otherwise writes are at least ``interval`` seconds apart.
     * A failed write stays dirty and is retried after ``retry`` seconds,

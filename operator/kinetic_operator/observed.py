@@ -1,8 +1,9 @@
-"""Small, immutable summaries of the Jobs and Pods of KineticJob attempts.
+"""Small, immutable summaries of attempt Pods.
 
-Kopf's indexes keep these instead of whole objects: the decision logic needs
-a dozen fields, and a few hundred bytes per pod keeps memory flat however
-many jobs run. Pure functions of a body (any mapping shaped like the API's).
+Kopf's indexes keep these instead of whole objects: the decisions need a
+dozen fields, and a few hundred bytes per Pod keeps the operator's memory
+flat however many inputs a batch has. Pure functions of a body (any mapping
+shaped like the API's).
 """
 
 from __future__ import annotations
@@ -11,38 +12,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kinetic.resources import LABEL_ATTEMPT, LABEL_JOB
+from kinetic.names import LABEL_ATTEMPT, LABEL_BATCH, LABEL_CHUNK, LABEL_INDEX, LABEL_JOB
 
 MAX_MESSAGE = 4096
 
 
 @dataclass(frozen=True)
-class JobView:
-    """One attempt's batch/v1 Job, as far as the decision needs it."""
-
-    name: str
-    attempt: int
-    start_time: str | None = None
-    deleting: bool = False
-    complete: bool = False
-    failed_reason: str | None = None
-    failed_message: str | None = None
-    finished_time: str | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.complete or self.failed_reason is not None
-
-
-@dataclass(frozen=True)
 class PodView:
-    """One pod of an attempt: its phase and how its main container ended."""
+    """One attempt Pod: its phase and how its main container ended.
+
+    ``gone`` marks a tombstone: the Pod was seen and then deleted; the other
+    fields are its last known state.
+    """
 
     name: str
     attempt: int
+    index: int | None = None
+    chunk: int = 1
     phase: str = "Pending"
     created: str | None = None
     deleting: bool = False
+    gone: bool = False
     reason: str | None = None
     message: str | None = None
     start_time: str | None = None
@@ -62,21 +52,28 @@ class PodView:
     @property
     def live(self) -> bool:
         """Running or about to: deleting it would stop work."""
-        return not self.terminal and not self.deleting
+        return not self.terminal and not self.deleting and not self.gone
 
 
 def job_key(body: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(namespace, KineticJob name) that a labelled Job or Pod belongs to."""
+    """(namespace, KineticJob name) of an attempt Pod of a KineticJob."""
     meta = body.get("metadata") or {}
     owner = (meta.get("labels") or {}).get(LABEL_JOB)
     return (meta.get("namespace") or "", owner) if owner else None
 
 
-def _attempt(meta: Mapping[str, Any]) -> int:
-    try:
-        return int((meta.get("labels") or {}).get(LABEL_ATTEMPT, 0))
-    except (TypeError, ValueError):
-        return 0
+def batch_key(body: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(namespace, KineticBatch name) of an attempt Pod of a batch input."""
+    meta = body.get("metadata") or {}
+    owner = (meta.get("labels") or {}).get(LABEL_BATCH)
+    return (meta.get("namespace") or "", owner) if owner else None
+
+
+def _number(labels: Mapping[str, Any], key: str) -> int | None:
+    raw = labels.get(key)
+    if not isinstance(raw, str) or not raw.isdigit() or len(raw) > 9:
+        return None
+    return int(raw)
 
 
 def _condition(conditions: Any, type_: str) -> Mapping[str, Any] | None:
@@ -86,32 +83,13 @@ def _condition(conditions: Any, type_: str) -> Mapping[str, Any] | None:
     return None
 
 
-def summarize_job(body: Mapping[str, Any]) -> JobView:
-    """The JobView of a batch/v1 Job body."""
+def summarize_pod(body: Mapping[str, Any]) -> PodView | None:
+    """The PodView of an attempt Pod; None when its labels are not ours (tampered)."""
     meta = body.get("metadata") or {}
-    status = body.get("status") or {}
-    conditions = status.get("conditions")
-    complete = bool(
-        _condition(conditions, "Complete") or _condition(conditions, "SuccessCriteriaMet")
-    )
-    # FailureTarget comes before Failed: the Job controller sets it, then kills the pods.
-    failed = _condition(conditions, "Failed") or _condition(conditions, "FailureTarget")
-    return JobView(
-        name=meta.get("name", ""),
-        attempt=_attempt(meta),
-        start_time=status.get("startTime"),
-        deleting=bool(meta.get("deletionTimestamp")),
-        complete=complete,
-        failed_reason=(failed.get("reason") or "Failed") if failed else None,
-        failed_message=_clip(failed.get("message")) if failed else None,
-        finished_time=status.get("completionTime")
-        or ((failed or {}).get("lastTransitionTime") if failed else None),
-    )
-
-
-def summarize_pod(body: Mapping[str, Any]) -> PodView:
-    """The PodView of a Pod body; the main container is the first one."""
-    meta = body.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    attempt = _number(labels, LABEL_ATTEMPT)
+    if attempt is None or attempt < 1:
+        return None
     status = body.get("status") or {}
     statuses = status.get("containerStatuses") or []
     state = (statuses[0].get("state") or {}) if statuses else {}
@@ -126,7 +104,9 @@ def summarize_pod(body: Mapping[str, Any]) -> PodView:
     disruption = _condition(status.get("conditions"), "DisruptionTarget")
     return PodView(
         name=meta.get("name", ""),
-        attempt=_attempt(meta),
+        attempt=attempt,
+        index=_number(labels, LABEL_INDEX),
+        chunk=_number(labels, LABEL_CHUNK) or 1,
         phase=status.get("phase") or "Pending",
         created=meta.get("creationTimestamp"),
         deleting=bool(meta.get("deletionTimestamp")),

@@ -1,4 +1,4 @@
-"""One attempt of a KineticJob as a batch/v1 Job manifest. Pure: no API calls.
+"""One attempt as a Pod manifest. Pure: no API calls.
 
 Security is decided here and nowhere else. The pod always runs under the
 "restricted" Pod Security profile, as the operator's runner service account,
@@ -12,18 +12,12 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from kinetic.resources import (
-    API_VERSION,
-    JOB_KIND,
-    LABEL_ATTEMPT,
-    LABEL_BATCH,
-    LABEL_INDEX,
-    LABEL_JOB,
-    KineticJobSpec,
-)
+from kinetic import layout
+from kinetic.names import LABEL_ATTEMPT, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, job_pod_name
+from kinetic.resources import API_VERSION, JOB_KIND, KineticJobSpec
 
 from kinetic_operator.catalog import resolve
 from kinetic_operator.settings import OperatorSettings
@@ -46,6 +40,7 @@ RESERVED_ENV = frozenset(
         "KINETIC_JOB_NAME",
         "KINETIC_JOB_NAMESPACE",
         "KINETIC_ATTEMPT",
+        "KINETIC_CHUNK",
     }
 )
 
@@ -64,17 +59,22 @@ CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Owner:
-    """The KineticJob an attempt belongs to: enough to name, label and own the Job."""
+    """The KineticJob or KineticBatch an attempt Pod belongs to (its controller)."""
 
     name: str
     namespace: str
     uid: str
-    labels: Mapping[str, str] = field(default_factory=dict)
+    kind: str = JOB_KIND
 
-
-def attempt_job_name(name: str, attempt: int) -> str:
-    """The deterministic name of attempt `attempt`: re-creating it is a no-op."""
-    return f"{name}-{attempt}"
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
 
 
 def result_uri(name: str, spec: KineticJobSpec, settings: OperatorSettings) -> str | None:
@@ -84,7 +84,7 @@ def result_uri(name: str, spec: KineticJobSpec, settings: OperatorSettings) -> s
     if spec.function.result_uri:
         return spec.function.result_uri
     if settings.storage_root:
-        return f"{settings.storage_root}/jobs/{name}/result.pkl"
+        return layout.job_result_uri(settings.storage_root, name)
     return None
 
 
@@ -93,75 +93,109 @@ def output_dir(name: str, spec: KineticJobSpec, settings: OperatorSettings) -> s
     if spec.output_dir:
         return spec.output_dir
     if settings.storage_root:
-        return f"{settings.storage_root}/outputs/{name}"
+        return layout.job_output_dir(settings.storage_root, name)
     return None
 
 
-def build_job(
+def job_env(
     owner: Owner, spec: KineticJobSpec, settings: OperatorSettings, attempt: int
+) -> dict[str, str]:
+    """The operator's variables for an attempt of a KineticJob."""
+    ours: dict[str, str] = {
+        "KINETIC_JOB_NAME": owner.name,
+        "KINETIC_JOB_NAMESPACE": owner.namespace,
+        "KINETIC_ATTEMPT": str(attempt),
+    }
+    if (out := output_dir(owner.name, spec, settings)) is not None:
+        ours["KINETIC_OUTPUT_DIR"] = out
+    if spec.function is not None:
+        ours |= function_env(spec)
+        if (res := result_uri(owner.name, spec, settings)) is not None:
+            ours["KINETIC_RESULT_URI"] = res
+    return ours
+
+
+def function_env(spec: KineticJobSpec) -> dict[str, str]:
+    """The runner's variables that come from `spec.function` (payload and input)."""
+    fn = spec.function
+    if fn is None:
+        return {}
+    ours = {"KINETIC_PAYLOAD_URI": fn.payload_uri, "KINETIC_PAYLOAD_SHA256": fn.sha256}
+    if fn.result_uri is not None:
+        ours["KINETIC_RESULT_URI"] = fn.result_uri
+    if fn.input_uri is not None:
+        ours["KINETIC_INPUT_URI"] = fn.input_uri
+    if fn.input_sha256 is not None:
+        ours["KINETIC_INPUT_SHA256"] = fn.input_sha256
+    if "input_json" in fn.model_fields_set:
+        ours["KINETIC_INPUT_JSON"] = json.dumps(fn.input_json)
+    if fn.input_mode is not None:
+        ours["KINETIC_INPUT_MODE"] = fn.input_mode
+    return ours
+
+
+def build_pod(
+    owner: Owner,
+    spec: KineticJobSpec,
+    settings: OperatorSettings,
+    *,
+    name: str,
+    labels: Mapping[str, str],
+    env: Mapping[str, str],
 ) -> dict[str, Any]:
-    """The batch/v1 Job that runs attempt `attempt` of the KineticJob `owner`.
+    """One attempt as a Pod, owned by `owner`.
 
-    `backoffLimit: 0` because retries are the operator's decision (so that a
-    disruption does not spend one); no `ttlSecondsAfterFinished` because the
-    KineticJob owns the Job's lifetime through its ownerReference.
+    `restartPolicy: Never` because retries are the operator's decision (so
+    that a disruption does not spend one); `activeDeadlineSeconds` enforces
+    `spec.deadlineSeconds` per attempt. `env` are the operator's variables,
+    which always win over the spec's.
     """
-    name = attempt_job_name(owner.name, attempt)
-    labels = {LABEL_JOB: owner.name, LABEL_ATTEMPT: str(attempt)}
-    for key in (LABEL_BATCH, LABEL_INDEX):
-        if key in owner.labels:
-            labels[key] = owner.labels[key]
     placement = resolve(settings.accelerator_catalog, spec.accelerator, spec.spot)
-
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "serviceAccountName": settings.runner_service_account,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
-        "containers": [_container(owner, spec, settings, attempt, placement.limits)],
+        "containers": [_container(spec, settings, env, placement.limits)],
     }
     if placement.node_selector:
         pod_spec["nodeSelector"] = placement.node_selector
     if placement.tolerations:
         pod_spec["tolerations"] = placement.tolerations
-
-    job_spec: dict[str, Any] = {
-        "backoffLimit": 0,
-        "completions": 1,
-        "parallelism": 1,
-        "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
-    }
     if spec.deadline_seconds is not None:
-        job_spec["activeDeadlineSeconds"] = spec.deadline_seconds
-
+        pod_spec["activeDeadlineSeconds"] = spec.deadline_seconds
     return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {
             "name": name,
             "namespace": owner.namespace,
-            "labels": labels,
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": JOB_KIND,
-                    "name": owner.name,
-                    "uid": owner.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, **labels},
+            "ownerReferences": [owner.reference()],
         },
-        "spec": job_spec,
+        "spec": pod_spec,
     }
 
 
+def build_job_pod(
+    owner: Owner, spec: KineticJobSpec, settings: OperatorSettings, attempt: int
+) -> dict[str, Any]:
+    """The Pod of attempt `attempt` of the KineticJob `owner`."""
+    return build_pod(
+        owner,
+        spec,
+        settings,
+        name=job_pod_name(owner.name, attempt),
+        labels={LABEL_JOB: owner.name, LABEL_ATTEMPT: str(attempt)},
+        env=job_env(owner, spec, settings, attempt),
+    )
+
+
 def _container(
-    owner: Owner,
     spec: KineticJobSpec,
     settings: OperatorSettings,
-    attempt: int,
+    env: Mapping[str, str],
     limits: Mapping[str, str],
 ) -> dict[str, Any]:
     if spec.container is not None:
@@ -171,11 +205,12 @@ def _container(
         image = spec.image or settings.default_image
         command, args = list(settings.runner_command), []
 
+    user = [{"name": e.name, "value": e.value} for e in spec.env if e.name not in RESERVED_ENV]
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
         "command": command,
-        "env": _env(owner, spec, settings, attempt),
+        "env": user + [{"name": k, "value": v} for k, v in env.items()],
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
@@ -186,34 +221,6 @@ def _container(
     if resources:
         container["resources"] = resources
     return container
-
-
-def _env(
-    owner: Owner, spec: KineticJobSpec, settings: OperatorSettings, attempt: int
-) -> list[dict[str, str]]:
-    """The user's env first, then the operator's, which always wins."""
-    ours: dict[str, str] = {
-        "KINETIC_JOB_NAME": owner.name,
-        "KINETIC_JOB_NAMESPACE": owner.namespace,
-        "KINETIC_ATTEMPT": str(attempt),
-    }
-    if (out := output_dir(owner.name, spec, settings)) is not None:
-        ours["KINETIC_OUTPUT_DIR"] = out
-    if (fn := spec.function) is not None:
-        ours["KINETIC_PAYLOAD_URI"] = fn.payload_uri
-        ours["KINETIC_PAYLOAD_SHA256"] = fn.sha256
-        if (res := result_uri(owner.name, spec, settings)) is not None:
-            ours["KINETIC_RESULT_URI"] = res
-        if fn.input_uri is not None:
-            ours["KINETIC_INPUT_URI"] = fn.input_uri
-        if fn.input_sha256 is not None:
-            ours["KINETIC_INPUT_SHA256"] = fn.input_sha256
-        if "input_json" in fn.model_fields_set:
-            ours["KINETIC_INPUT_JSON"] = json.dumps(fn.input_json)
-        if fn.input_mode is not None:
-            ours["KINETIC_INPUT_MODE"] = fn.input_mode
-    user = [{"name": e.name, "value": e.value} for e in spec.env if e.name not in RESERVED_ENV]
-    return user + [{"name": k, "value": v} for k, v in ours.items()]
 
 
 def _resources(spec: KineticJobSpec, accelerator_limits: Mapping[str, str]) -> dict[str, Any]:

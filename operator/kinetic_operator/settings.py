@@ -65,6 +65,25 @@ class OperatorSettings(BaseSettings):
     attempt_history: int = Field(
         10, ge=1, description="Attempt records kept in status (KINETIC_ATTEMPT_HISTORY)."
     )
+    pod_ttl_seconds: float = Field(
+        120.0,
+        ge=0,
+        description="How long a finished attempt Pod is kept (for `kubectl logs` and "
+        "`describe`) once its outcome is recorded; its log is archived to storage before it "
+        "is deleted (KINETIC_POD_TTL_SECONDS).",
+    )
+    status_interval: float = Field(
+        0.5,
+        ge=0,
+        description="Least seconds between routine status writes of a busy batch; launches, "
+        "and the end of a batch, are written at once (KINETIC_STATUS_INTERVAL).",
+    )
+    manifest_interval: float = Field(
+        10.0,
+        gt=0,
+        description="Least seconds between routine manifest writes of one batch "
+        "(KINETIC_MANIFEST_INTERVAL).",
+    )
 
     webhook_enabled: bool = Field(
         True,

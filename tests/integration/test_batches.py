@@ -4,6 +4,10 @@ Every behaviour of the upstream batch page, run against the real operator
 on a real cluster. Functions defined here are pickled by value, like a
 user's. Side effects that must be counted (how many times an input ran)
 go to storage objects, which both the test and the pods can reach.
+
+There is no object per input: what a user sees of an input comes from the
+batch status, its Pods and the manifest, and that is what is asserted here
+(per-input handles have their own tests in test_client_inputs.py).
 """
 
 from __future__ import annotations
@@ -22,13 +26,13 @@ from pathlib import Path
 import kinetic
 import pytest
 from kinetic import kube as kinetic_kube
+from kinetic import layout, names, storage
 from kinetic import resources as r
-from kinetic import storage
-from kinetic.batches import BatchError, SubmissionError
+from kinetic.batches import BatchError, SubmissionError, read_manifest, read_shard
 from kinetic.config import resolve
 from kinetic.jobs import JobCancelled, JobStatus
 from kube_helpers import REPO, Kube, wait_for
-from kubernetes import client, watch
+from kubernetes import watch
 
 pytestmark = pytest.mark.integration
 
@@ -51,8 +55,19 @@ def _batch(ns: str, group_id: str) -> dict:
     return obj
 
 
-def _children(ns: str, group_id: str) -> list[dict]:
-    return kinetic_kube.list_(r.JOB_PLURAL, ns, selector=f"{r.LABEL_BATCH}={group_id}")
+def _pods(ns: str, group_id: str) -> list:
+    """The batch's attempt Pods that exist now (finished ones go after the operator's TTL)."""
+    return kinetic_kube.list_pods(ns, f"{names.LABEL_BATCH}={group_id}")
+
+
+def _final_header(group_id: str, phase: str):
+    """The manifest header once the operator has written the batch's end into it."""
+    root = resolve().storage_root
+    return wait_for(
+        lambda: (h := read_manifest(root, group_id)) is not None and h.phase == phase and h,
+        timeout=30,
+        what=f"the manifest of {group_id} to record {phase}",
+    )
 
 
 def _record_run(prefix: str, index: int) -> None:
@@ -73,6 +88,24 @@ def _runs(prefix: str) -> dict[int, int]:
     return counts
 
 
+def _final_shard(group_id: str, inputs: int):
+    """Manifest shard 0 once it records an outcome for each of its first `inputs` inputs."""
+    root = resolve().storage_root
+    return wait_for(
+        lambda: (
+            (sh := read_shard(root, group_id, 0)) is not None
+            and all(
+                sh.inputs.get(str(i)) is not None
+                and sh.inputs[str(i)].outcome in ("SUCCEEDED", "FAILED", "CANCELLED")
+                for i in range(inputs)
+            )
+            and sh
+        ),
+        timeout=30,
+        what=f"the manifest shard of {group_id} to record {inputs} outcomes",
+    )
+
+
 # --------------------------------------------------------------------------- results
 
 
@@ -90,9 +123,11 @@ def test_results_in_input_order_and_in_completion_order(ns: str) -> None:
     assert sorted(by_completion) == [0, 1, 4, 9]
     assert by_completion[-1] == 0 and by_completion != [0, 1, 4, 9]
     assert batch.results(timeout=TIMEOUT) == [0, 1, 4, 9]  # input order; then cleaned up
-    assert _children(ns, batch.group_id) == []
-    assert batch.status_counts() == {"NOT_FOUND": 4}  # cleaned up, not failed
+    root = resolve().storage_root
+    assert storage.list_prefix(layout.job_dir(root, batch.group_id) + "-") == []
+    assert batch.status_counts() == {"SUCCEEDED": 4}  # the batch still knows each outcome
     assert batch.failures() == []
+    assert kinetic_kube.list_(r.JOB_PLURAL, ns) == []  # no object per input
 
 
 def _fail_fast_step(i: int) -> int:
@@ -168,31 +203,55 @@ def test_an_input_that_fails_twice_then_succeeds_with_retries_2(ns: str) -> None
 
     batch = flaky.run_async_map([[0, scratch], [1, scratch]], retries=2)
     assert batch.results(timeout=TIMEOUT, cleanup=False) == ["0 after 1", "1 after 3"]
-    child = kinetic_kube.get(r.JOB_PLURAL, ns, f"{batch.group_id}-1")
-    assert child["spec"]["retries"] == 2 and child["status"]["attempt"] == 3
-    wait_for(
-        lambda: (
-            json.loads(storage.read_bytes(manifest_uri(ns, batch.group_id)))["phase"] == "SUCCEEDED"
-        ),
-        timeout=30,
-        what="the final manifest",
-    )
-    manifest = json.loads(storage.read_bytes(manifest_uri(ns, batch.group_id)))
-    assert manifest["children"]["1"]["attempts"] == 3
-    assert manifest["children"]["0"]["attempts"] == 1
+    outcomes = [a["outcome"] for a in batch.jobs[1].attempts()]
+    assert outcomes == ["failure", "failure", "success"]
+    assert [a["outcome"] for a in batch.jobs[0].attempts()] == ["success"]
+    assert [a["pod"] for a in batch.jobs[1].attempts()] == [
+        names.input_pod_name(batch.group_id, 1, a) for a in (1, 2, 3)
+    ]
+    _final_header(batch.group_id, "SUCCEEDED")
+    shard = _final_shard(batch.group_id, 2)
+    assert [a.outcome for a in shard.inputs["1"].attempts] == ["failure", "failure", "success"]
+    assert len(shard.inputs["0"].attempts) == 1
     batch.cleanup()
     storage.delete_prefix(scratch + "/")
 
 
-def manifest_uri(ns: str, group_id: str) -> str:
-    return _batch(ns, group_id)["status"]["manifestURI"]
+def test_a_pod_deleted_by_hand_is_rerun_without_using_retries(ns: str, kube: Kube) -> None:
+    scratch = _scratch()
+
+    @kinetic.run(namespace=ns)
+    def slow_once(i: int, prefix: str) -> str:
+        import time as t
+
+        from kinetic import storage as s
+
+        if i == 1 and not s.exists(f"{prefix}/started"):
+            s.write_bytes(f"{prefix}/started", b"")
+            t.sleep(600)  # its Pod is deleted while it sleeps
+        return f"done {i}"
+
+    batch = slow_once.run_async_map([[0, scratch], [1, scratch]], retries=0)
+    wait_for(lambda: storage.exists(f"{scratch}/started"), timeout=120, what="input 1 to start")
+    first = names.input_pod_name(batch.group_id, 1, 1)
+    kube.core.delete_namespaced_pod(first, ns)
+    assert batch.results(timeout=TIMEOUT, cleanup=False) == ["done 0", "done 1"]
+    attempts = wait_for(  # the deleted Pod's attempt is in the manifest (written debounced)
+        lambda: len(a := batch.jobs[1].attempts()) == 2 and a,
+        timeout=30,
+        what="the manifest to record both attempts of input 1",
+    )
+    assert [a["outcome"] for a in attempts] == ["disruption", "success"]
+    assert attempts[0]["pod"] == first
+    assert batch.status()["counts"]["failed"] == 0
+    storage.delete_prefix(scratch + "/")
 
 
 # --------------------------------------------------------------------------- concurrency
 
 
-class ActiveChildren:
-    """Watch a batch's children and remember the most that were non-terminal at once."""
+class ActivePods:
+    """Watch a namespace's batch Pods and remember the most that were unfinished at once."""
 
     def __init__(self, kube: Kube, ns: str) -> None:
         self.kube, self.ns = kube, ns
@@ -201,7 +260,7 @@ class ActiveChildren:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> ActiveChildren:
+    def __enter__(self) -> ActivePods:
         self._thread.start()
         return self
 
@@ -210,26 +269,20 @@ class ActiveChildren:
         self._thread.join(timeout=70)
 
     def _run(self) -> None:
-        api = client.CustomObjectsApi(self.kube.api)
         while not self._stop.is_set():
             w = watch.Watch()
             for event in w.stream(
-                api.list_namespaced_custom_object,
-                r.GROUP,
-                r.VERSION,
+                self.kube.core.list_namespaced_pod,
                 self.ns,
-                r.JOB_PLURAL,
-                label_selector=r.LABEL_BATCH,
+                label_selector=names.LABEL_BATCH,
                 timeout_seconds=2,
             ):
-                name = event["object"]["metadata"]["name"]
+                name = event["object"].metadata.name
                 if event["type"] == "DELETED":
                     self.phase.pop(name, None)
                 else:
-                    self.phase[name] = (event["object"].get("status") or {}).get("phase", "")
-                active = sum(
-                    1 for p in self.phase.values() if p not in ("SUCCEEDED", "FAILED", "CANCELLED")
-                )
+                    self.phase[name] = event["object"].status.phase or "Pending"
+                active = sum(1 for p in self.phase.values() if p not in ("Succeeded", "Failed"))
                 self.most = max(self.most, active)
 
 
@@ -241,7 +294,7 @@ def test_max_concurrent_is_never_exceeded(ns: str, kube: Kube) -> None:
         t.sleep(1.5)
         return i
 
-    with ActiveChildren(kube, ns) as sampler:
+    with ActivePods(kube, ns) as sampler:
         batch = nap.run_async_map(range(8), max_concurrent=3)
         assert batch.results(timeout=TIMEOUT) == list(range(8))
     assert sampler.most == 3
@@ -259,10 +312,10 @@ def test_max_concurrent_none_launches_everything_at_once(ns: str) -> None:
     status = wait_for(
         lambda: (s := _batch(ns, batch.group_id).get("status", {})).get("launched") == 5 and s,
         timeout=30,
-        what="all five children to be launched",
+        what="all five inputs to be launched",
     )
     assert status["counts"]["succeeded"] == 0  # launched before any finished
-    assert len(_children(ns, batch.group_id)) == 5
+    assert len(_pods(ns, batch.group_id)) == 5
     assert batch.results(timeout=TIMEOUT) == list(range(5))
 
 
@@ -294,7 +347,7 @@ def test_a_timeout_does_not_cancel(ns: str) -> None:
     assert batch.results(timeout=TIMEOUT) == [0, 1]
 
 
-def test_cancel_stops_launching_and_cancels_running_children(ns: str, kube: Kube) -> None:
+def test_cancel_stops_launching_and_cancels_running_inputs(ns: str, kube: Kube) -> None:
     scratch = _scratch()
 
     @kinetic.run(namespace=ns)
@@ -337,19 +390,14 @@ def test_results_cleanup_keeps_the_manifest_then_full_cleanup(ns: str) -> None:
     batch = double.run_async_map([1, 2, 3], name="doubles", tags={"team": "ml"})
     assert batch.results(timeout=TIMEOUT) == [2, 4, 6]
     root = resolve().storage_root
-    assert _children(ns, batch.group_id) == []
-    assert storage.list_prefix(storage.join(root, "jobs", batch.group_id) + "-") == []
-    uri = storage.join(root, "batches", batch.group_id, "manifest.json")
-    wait_for(
-        lambda: json.loads(storage.read_bytes(uri))["phase"] == "SUCCEEDED",
-        timeout=30,
-        what="the final manifest",
-    )
-    manifest = json.loads(storage.read_bytes(uri))
-    assert manifest["groupId"] == batch.group_id and manifest["total"] == 3
-    assert manifest["name"] == "doubles" and manifest["tags"] == {"team": "ml"}
-    assert manifest["functionName"] == "double"
-    assert {k: v["outcome"] for k, v in manifest["children"].items()} == {
+    assert storage.list_prefix(layout.job_dir(root, batch.group_id) + "-") == []
+    uri = layout.manifest_uri(root, batch.group_id)
+    header = _final_header(batch.group_id, "SUCCEEDED")
+    assert header.group_id == batch.group_id and header.total == 3
+    assert header.name == "doubles" and header.tags == {"team": "ml"}
+    assert header.function_name == "double" and header.succeeded_indexes == "0-2"
+    shard = _final_shard(batch.group_id, 3)
+    assert {k: v.outcome for k, v in shard.inputs.items()} == {
         "0": "SUCCEEDED",
         "1": "SUCCEEDED",
         "2": "SUCCEEDED",
@@ -372,12 +420,7 @@ def test_attach_batch_after_the_resource_is_deleted_reads_the_manifest(ns: str) 
 
     batch = triple.run_async_map([1, 2, 3, {"bad": threading.Lock()}], name="triples")
     batch.wait(timeout=TIMEOUT)
-    manifest = storage.join(resolve().storage_root, "batches", batch.group_id, "manifest.json")
-    wait_for(
-        lambda: json.loads(storage.read_bytes(manifest))["phase"] == "FAILED",
-        timeout=30,
-        what="the final manifest",
-    )
+    _final_header(batch.group_id, "FAILED")
     batch.cleanup(k8s=True, gcs=False)  # resources gone, results and manifest kept
     assert kinetic_kube.get(r.BATCH_PLURAL, ns, batch.group_id) is None
 
@@ -385,6 +428,8 @@ def test_attach_batch_after_the_resource_is_deleted_reads_the_manifest(ns: str) 
     assert (again.name, again.total) == ("triples", 4)
     assert [j is not None for j in again.jobs] == [True, True, True, False]
     assert list(again.submission_failures) == [3]
+    assert again.statuses() == [(i, JobStatus.SUCCEEDED) for i in range(3)]
+    assert again.jobs[1].status() is JobStatus.SUCCEEDED
     values = again.results(timeout=60, cleanup=False, return_exceptions=True)
     assert values[:3] == [3, 6, 9] and isinstance(values[3], SubmissionError)
     again.cleanup()
@@ -400,7 +445,7 @@ def test_attach_batch_from_another_process_mid_batch(ns: str, client_env: dict) 
     def nap(x: object) -> str:
         import time as t
 
-        t.sleep(2)
+        t.sleep(5)
         return f"ok {x}"
 
     batch = nap.run_async_map([1, threading.Lock(), 3, 4], max_concurrent=1)
@@ -432,7 +477,7 @@ def test_attach_batch_from_another_process_mid_batch(ns: str, client_env: dict) 
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["total"] == 4 and seen["submission"] == [1]
     assert len(seen["first_slots"]) == 4 and seen["first_slots"][1] is None
-    assert seen["first_slots"][3] is None  # not launched yet (one at a time, 2 s each)
+    assert seen["first_slots"][3] is None  # not launched yet (one at a time, 5 s each)
     assert seen["values"] == ["ok 1", "SubmissionError", "ok 3", "ok 4"]
     assert seen["slots"] == [0, None, 2, 3]
 
@@ -560,20 +605,18 @@ def test_kubectl_grid_batch_runs_and_kubectl_wait_works(ns: str, kube: Kube) -> 
     )
     table = kube.kubectl("get", "kb", "-n", ns).stdout
     assert "SUCCEEDED" in table and "4/4" in table
-    results = {
-        c["metadata"]["labels"][r.LABEL_INDEX]: c["status"]["result"]
-        for c in _children(ns, "sweep")
-    }
-    assert results == {  # keys sorted (layers, lr): the last one varies fastest
-        "0": "lr=0.1 layers=2",
-        "1": "lr=0.01 layers=2",
-        "2": "lr=0.1 layers=4",
-        "3": "lr=0.01 layers=4",
-    }
-    described = kube.kubectl("describe", "kb", "sweep", "-n", ns).stdout
-    assert "Launching" in described and "Succeeded" in described
+    expected = [  # keys sorted (layers, lr): the last one varies fastest
+        "lr=0.1 layers=2",
+        "lr=0.01 layers=2",
+        "lr=0.1 layers=4",
+        "lr=0.01 layers=4",
+    ]
     handle = kinetic.attach_batch("sweep", namespace=ns)  # containers: termination messages
-    assert handle.results(timeout=30) == [results[str(i)] for i in range(4)]
+    assert handle.results(timeout=30) == expected
+    one = kinetic.attach("sweep-2", namespace=ns)  # an input of a batch named by hand
+    assert (one.group_id, one.group_index, one.result(timeout=30)) == ("sweep", 2, expected[2])
+    described = kube.kubectl("describe", "kb", "sweep", "-n", ns).stdout
+    assert "Succeeded" in described
 
 
 def _webhook_on(kube: Kube) -> bool:
@@ -640,7 +683,7 @@ def test_invalid_batch_fails_with_a_readable_message(ns: str, kube: Kube) -> Non
     )
     status = _batch(ns, "clash")["status"]
     assert "would both be exported as KINETIC_PARAM_A_B" in status["message"]
-    assert _children(ns, "clash") == []
+    assert _pods(ns, "clash") == []
 
 
 def test_a_1000_input_batch_keeps_a_small_status(ns: str, kube: Kube, record_property) -> None:

@@ -88,4 +88,4 @@ def test_valid_batch_is_accepted_with_defaults(
 
 def test_kubectl_explain_documents_fields(kube: Kube, crds: None) -> None:
     out = kube.kubectl("explain", "kineticbatch.spec.maxConcurrent").stdout
-    assert "null runs every child at once" in out
+    assert "null starts every input at once" in out

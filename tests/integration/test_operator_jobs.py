@@ -142,18 +142,23 @@ def test_container_job_result_lands_in_status(kube: Kube, ns: str):
     assert status["result"] == "the answer is 42"
     assert status["attempt"] == 1
     (rec,) = status["attempts"]
-    assert (rec["job"], rec["outcome"], rec["exitCode"]) == ("hello-1", "success", 0)
+    assert (rec["pod"], rec["outcome"], rec["exitCode"]) == ("hello-1", "success", 0)
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions == {"Running": "False", "Complete": "True", "Failed": "False"}
     assert status["observedGeneration"] == 1 and status["completionTime"]
 
-    job = kube.batch.read_namespaced_job("hello-1", ns)
-    assert job.spec.backoff_limit == 0
-    assert job.metadata.owner_references[0].kind == "KineticJob"
-    assert job.metadata.labels == {"kinetic.dev/job": "hello", "kinetic.dev/attempt": "1"}
-    pod_spec = job.spec.template.spec
-    assert pod_spec.security_context.run_as_non_root is True
-    assert pod_spec.automount_service_account_token is False
+    # The attempt is the Pod itself: no batch/v1 Job in between.
+    assert not kube.batch.list_namespaced_job(ns).items
+    pod = kube.core.read_namespaced_pod("hello-1", ns)
+    assert pod.spec.restart_policy == "Never"
+    assert pod.metadata.owner_references[0].kind == "KineticJob"
+    assert pod.metadata.labels == {
+        "kinetic.dev/job": "hello",
+        "kinetic.dev/attempt": "1",
+        "app.kubernetes.io/managed-by": "kinetic",
+    }
+    assert pod.spec.security_context.run_as_non_root is True
+    assert pod.spec.automount_service_account_token is False
 
     wait_for(lambda: ("Normal", "Succeeded") in events(kube, ns, "hello"), what="events")
     # Ours only: Kopf posts no event per handler run, and keeps no copy of the spec.
@@ -187,14 +192,14 @@ def test_failing_command_with_two_retries_ends_failed_at_attempt_three(kube: Kub
         (3, "failure", 3),
     ]
     assert "exit code 3" in status["message"] and "bad input" in status["message"]
-    assert {j.metadata.name for j in kube.batch.list_namespaced_job(ns).items} == {
+    assert {p.metadata.name for p in kube.core.list_namespaced_pod(ns).items} == {
         "fails-1",
         "fails-2",
         "fails-3",
     }
     wait_for(lambda: ("Warning", "Failed") in events(kube, ns, "fails"), what="Failed event")
     reasons = [r for _, r in events(kube, ns, "fails")]
-    assert reasons.count("AttemptFailed") == 2 and reasons.count("Retrying") == 2
+    assert reasons.count("AttemptFailed") == 2 and reasons.count("Started") == 1
 
 
 def test_fails_twice_then_succeeds(kube: Kube, ns: str, shared_dir: Path):
@@ -230,15 +235,9 @@ def test_pod_deleted_mid_run_is_retried_without_using_retries(
     assert status["phase"] == "SUCCEEDED", status
     assert (status["failures"], status["disruptions"]) == (0, 1)
     assert status["attempts"][-1]["outcome"] == "success" and status["result"] == "second run"
-    if status["attempt"] == 2:  # the operator saw the deletion and started attempt 2
-        first = status["attempts"][0]
-        assert (first["outcome"], first["reason"], first["pod"]) == (
-            "disruption",
-            "PodDeleted",
-            pod,
-        )
-    else:  # the Job replaced the pod and finished attempt 1 before the operator looked
-        assert status["attempt"] == 1 and status["attempts"][0]["pod"] != pod
+    assert status["attempt"] == 2
+    first = status["attempts"][0]
+    assert (first["outcome"], first["reason"], first["pod"]) == ("disruption", "PodDeleted", pod)
     wait_for(lambda: ("Warning", "AttemptDisrupted") in events(kube, ns, "victim"), what="event")
 
 
@@ -257,10 +256,10 @@ def test_cancel_ends_cancelled_and_the_process_is_gone(kube: Kube, ns: str, shar
     assert status["phase"] == "CANCELLED"
     assert status["attempts"][0]["outcome"] == "cancelled"
     wait_for(lambda: process_gone(pid), timeout=60, what=f"process {pid} to end")
-    wait_for(lambda: not kube.batch.list_namespaced_job(ns).items, what="the Job to be deleted")
+    wait_for(lambda: not kube.core.list_namespaced_pod(ns).items, what="the Pod to be deleted")
     # Sticky: nothing is launched again.
     assert get(kube, ns, "long")["status"]["phase"] == "CANCELLED"
-    assert not kube.batch.list_namespaced_job(ns).items
+    assert not kube.core.list_namespaced_pod(ns).items
 
 
 def test_invalid_jobs_are_refused_or_failed_naming_the_field(kube: Kube, ns: str):
@@ -278,7 +277,7 @@ def test_invalid_jobs_are_refused_or_failed_naming_the_field(kube: Kube, ns: str
     assert status["phase"] == "FAILED"
     assert status["message"].startswith("spec.accelerator: unknown accelerator 'gpu-v100'")
     assert "gpu-l4" in status["message"] and "tpu-v5e-1" in status["message"]
-    assert status["attempt"] == 0 and not kube.batch.list_namespaced_job(ns).items
+    assert status["attempt"] == 0 and not kube.core.list_namespaced_pod(ns).items
 
     assert apply(kube, ns, "gpu3", sh("true", accelerator="gpu-l4x3")).returncode == 0
     assert wait_phase(kube, ns, "gpu3", *TERMINAL)["message"].startswith("spec.accelerator:")
@@ -296,13 +295,39 @@ def test_invalid_jobs_are_refused_or_failed_naming_the_field(kube: Kube, ns: str
     assert (status["phase"], status["result"]) == ("SUCCEEDED", "fine")
 
 
-def test_deleting_a_kineticjob_cascades_to_its_jobs(kube: Kube, ns: str):
+def test_deleting_a_kineticjob_cascades_to_its_pods(kube: Kube, ns: str):
     assert apply(kube, ns, "gone", sh("exec sleep 300")).returncode == 0
     wait_phase(kube, ns, "gone", "RUNNING")
-    assert kube.batch.list_namespaced_job(ns).items
+    assert kube.core.list_namespaced_pod(ns).items
     kube.kubectl("delete", "kj", "gone", "-n", ns, "--wait=true", timeout=60)
-    wait_for(lambda: not kube.batch.list_namespaced_job(ns).items, what="the Jobs to be collected")
     wait_for(lambda: not kube.core.list_namespaced_pod(ns).items, what="the pods to be collected")
+
+
+def test_finished_pods_go_after_their_ttl_and_their_logs_stay_readable(
+    kube: Kube, ns: str, monkeypatch: pytest.MonkeyPatch
+):
+    if not kube.is_local:
+        pytest.skip("relies on the local cluster's short Pod TTL and its storage root")
+    from kinetic import layout, storage
+
+    script = f"""
+        if [ "$KINETIC_ATTEMPT" = 1 ]; then echo first try; exit 1; fi
+        echo second try; printf done > {TERM_LOG}
+    """
+    assert apply(kube, ns, "ttl", sh(script, retries=1)).returncode == 0
+    status = wait_phase(kube, ns, "ttl", *TERMINAL)
+    assert (status["phase"], status["attempt"]) == ("SUCCEEDED", 2), status
+    # A failed attempt's Pod is kept while the job runs; both go once it has ended.
+    wait_for(
+        lambda: not kube.core.list_namespaced_pod(ns).items,
+        timeout=90,
+        what="the finished Pods to be deleted after their TTL",
+    )
+    for key, value in local_env().items():
+        monkeypatch.setenv(key, value)
+    root = local_env()["KINETIC_STORAGE_ROOT"]
+    assert storage.read_bytes(layout.job_log_uri(root, "ttl", "ttl-1")) == b"first try\n"
+    assert storage.read_bytes(layout.job_log_uri(root, "ttl", "ttl-2")) == b"second try\n"
 
 
 def test_config_map_for_clients(kube: Kube, operator: None):

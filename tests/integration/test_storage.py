@@ -160,6 +160,77 @@ def test_delete_is_fine_when_missing(root: str) -> None:
     assert not storage.exists(uri)
 
 
+def test_read_if_exists_returns_bytes_and_their_generation(root: str) -> None:
+    uri = storage.join(root, "jobs", "j1", "result.pkl")
+    assert storage.read_if_exists(uri) is None
+    gen = storage.write_bytes(uri, b"\x00first\xff")
+    assert storage.read_if_exists(uri) == (b"\x00first\xff", gen)
+    # the generation is the one a conditional write needs to replace exactly that
+    new_gen = storage.write_if_generation(uri, b"second", gen)
+    assert storage.read_if_exists(uri) == (b"second", new_gen)
+    with pytest.raises(storage.PreconditionFailed):
+        storage.write_if_generation(uri, b"stale", gen)
+    storage.write_bytes(storage.join(root, "empty"), b"")
+    found = storage.read_if_exists(storage.join(root, "empty"))
+    assert found is not None and found[0] == b"" and found[1] > 0
+
+
+def test_read_if_exists_on_a_folder_or_through_a_file(root: str) -> None:
+    storage.write_bytes(storage.join(root, "dir", "x"), b"1")
+    if root.startswith("gs://"):
+        with pytest.raises(ValueError, match="names a bucket or folder, not an object"):
+            storage.read_if_exists(storage.join(root, "dir/"))
+        return
+    assert storage.read_if_exists(storage.join(root, "dir")) is None
+    assert storage.read_if_exists(storage.join(root, "dir", "x", "y")) is None
+
+
+@pytest.mark.integration
+def test_read_if_exists_is_one_request_on_gcs(gcs_bucket: str) -> None:
+    """The generation comes from the download's own answer, not from a second call."""
+    uri = f"{gcs_bucket}/one-request/{uuid.uuid4().hex[:8]}"
+    gen = storage.write_bytes(uri, b"data")
+    session = storage._gcs_client()._http
+    sent: list[str] = []
+    real_request = session.request
+    me = threading.current_thread()
+
+    def counting(method: str, url: str, *args: object, **kwargs: object) -> object:
+        # the library's own background bucket-metadata fetch runs on another thread
+        if threading.current_thread() is me:
+            sent.append(f"{method} {url}")
+        return real_request(method, url, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(session, "request", counting)
+        assert storage.read_if_exists(uri) == (b"data", gen)
+        assert len(sent) == 1 and "alt=media" in sent[0], sent
+        sent.clear()
+        assert storage.read_if_exists(uri + "-missing") is None
+        assert len(sent) == 1, sent
+
+
+def test_read_if_exists_reports_a_missing_bucket_when_gcs_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Real GCS names a missing bucket in the 404; fake-gcs-server does not, so this is faked."""
+    from google.api_core.exceptions import NotFound as GoogleNotFound
+    from google.cloud.storage import Blob
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{_free_port()}")
+    uri = "gs://gone-bucket/jobs/j1/result.pkl"
+    said = {"text": "The specified bucket does not exist."}
+
+    def download(self: Blob, *args: object, **kwargs: object) -> bytes:
+        raise GoogleNotFound(f"GET https://storage.googleapis.com/download/...: {said['text']}")
+
+    monkeypatch.setattr(Blob, "download_as_bytes", download)
+    with pytest.raises(storage.BucketNotFound, match="'gone-bucket' does not exist"):
+        storage.read_if_exists(uri)
+    said["text"] = "No such object: gone-bucket/jobs/j1/result.pkl"
+    assert storage.read_if_exists(uri) is None
+
+
 # --------------------------------------------------------------------------- conditional writes
 
 

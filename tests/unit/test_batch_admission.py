@@ -9,7 +9,11 @@ import kopf
 import pytest
 from kinetic.resources import KineticBatchSpec, KineticBatchStatus
 from kinetic_operator.handlers import batches
-from kinetic_operator.handlers.batches import Memory, check_spec_update, validate_batch_update
+from kinetic_operator.handlers.batches import (
+    BatchMemory,
+    check_spec_update,
+    validate_batch_update,
+)
 from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.webhook import WEBHOOK_CONFIG, configure_admission, self_signed_certificate
 
@@ -35,6 +39,8 @@ def test_mutable_fields_and_metadata_may_change():
     check_spec_update(old, body(spec(maxConcurrent=3)))
     check_spec_update(old, body(spec(maxConcurrent=None)))
     check_spec_update(old, body(spec(cancel=True)))
+    check_spec_update(old, body(spec(cancelIndexes="0,2")))
+    check_spec_update(body(spec(cancelIndexes="0")), body(spec(cancelIndexes="0-2")))
     check_spec_update(old, body(spec(), labels={"a": "b"}, finalizers=["x"]))
 
 
@@ -43,9 +49,14 @@ def test_changing_inputs_is_rejected_with_the_reason():
         check_spec_update(body(spec()), body(spec(inputs={"items": [1, 2, 3, 4]})))
     assert err.value.code == 422
     assert str(err.value) == (
-        "spec.inputs cannot change on an existing batch (only spec.maxConcurrent and "
-        "spec.cancel can): create a new batch instead"
+        "spec.inputs cannot change on an existing batch (only spec.maxConcurrent, "
+        "spec.cancel and spec.cancelIndexes can): create a new batch instead"
     )
+
+
+def test_changing_the_chunk_size_is_rejected():
+    with pytest.raises(kopf.AdmissionError, match=r"^spec.chunkSize cannot change"):
+        check_spec_update(body(spec()), body(spec(chunkSize=2)))
 
 
 def test_changing_the_template_and_more_names_every_field():
@@ -76,8 +87,8 @@ def test_the_webhook_is_registered_for_batch_updates_only_and_fails_open():
     assert list(h.operations) == ["UPDATE"]
     assert h.ignore_failures is True and h.side_effects is False and h.persistent is False
     assert h.subresource is None
-    from kopf._core.engines.admission import build_webhooks
     from kopf._cogs.structs.references import Resource
+    from kopf._core.engines.admission import build_webhooks
 
     resources = [
         Resource("kinetic.dev", "v1alpha1", "kineticbatches"),
@@ -130,14 +141,19 @@ def test_self_signed_certificate_names_every_host():
 
 def test_the_reconcile_still_refuses_what_bypasses_the_webhook(tmp_path):
     """Defense in depth: the accepted spec wins, SpecAccepted=False, one Warning event."""
-    mem = Memory(uid="u")
+    mem = BatchMemory(uid="u")
     root = f"file://{tmp_path}"
     accepted = KineticBatchSpec.model_validate(spec())
     first, refused = batches._accept(mem, root, "steady", "u", accepted)
     assert first == accepted and refused is None
-    edited = KineticBatchSpec.model_validate(spec(inputs={"items": [1, 2, 3, 4, 5]}, cancel=True))
-    acted_on, refused = batches._accept(Memory(uid="u"), root, "steady", "u", edited)  # restart
+    edited = KineticBatchSpec.model_validate(
+        spec(inputs={"items": [1, 2, 3, 4, 5]}, cancel=True, cancelIndexes="1")
+    )
+    acted_on, refused = batches._accept(
+        BatchMemory(uid="u"), root, "steady", "u", edited
+    )  # restart
     assert acted_on.inputs == accepted.inputs and acted_on.cancel is True
+    assert acted_on.cancel_indexes == "1"
     assert refused is not None and refused.startswith("spec.inputs cannot change")
     status, events = batches._spec_condition(KineticBatchStatus(), refused, NOW)
     cond = next(c for c in status.conditions if c.type == "SpecAccepted")

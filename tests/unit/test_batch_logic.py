@@ -1,40 +1,45 @@
-"""The KineticBatch controller's pure decisions.
+"""The KineticBatch decision over units of attempt Pods, one decision at a time.
 
-Two kinds of tests: focused ones on a single decision, and a small simulated
-API server (`Sim`) that applies decisions the way the handler layer must —
-conditional status write first, then actions — while children progress,
-finish, get cleaned up, the operator crashes between reserve and create, and
-stale reconciles race. Invariants are checked after every step.
+A unit is what one Pod runs: one input, or ``chunkSize`` consecutive inputs.
+Each test hands `decide_batch` the status it wrote last and the Pods the
+watch shows per unit, and reads back the status to write and the actions
+(`CreatePods`, `StopPods`, `WriteManifest`, `Event`). The randomized
+simulation of whole batches is in test_batch_simulation.py.
 """
 
 from __future__ import annotations
 
 import json
-import random
-from collections import Counter
-from dataclasses import dataclass, field
+import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from kinetic.ranges import IndexSet
-from kinetic.resources import KineticBatchSpec, KineticBatchStatus, Phase
+from kinetic.resources import Condition, KineticBatchSpec, KineticBatchStatus, Phase, PhaseCounts
 from kinetic_operator.batch_logic import (
-    Cancel,
-    ChildObservation,
+    BatchDecision,
+    CreatePods,
     Event,
-    Launch,
+    Recorded,
+    UnitObservation,
     WriteManifest,
+    compact_status,
     decide_batch,
     immutable_change,
+    invalid_batch,
     merge_mutable,
-    observe_child,
+    unit_inputs,
+    with_condition,
 )
+from kinetic_operator.observed import PodView
 
 SHA = "a" * 64
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+KIB64 = 64 * 1024
 
 
-def make_spec(n: int = 10, **extra) -> KineticBatchSpec:
+def make_spec(n: int = 10, **extra: Any) -> KineticBatchSpec:
     return KineticBatchSpec.model_validate(
         {
             "template": {"function": {"payloadURI": "gs://b/f.pkl", "sha256": SHA}},
@@ -44,8 +49,57 @@ def make_spec(n: int = 10, **extra) -> KineticBatchSpec:
     )
 
 
-def obs(phase: Phase = Phase.PENDING, **kw) -> ChildObservation:
-    return ChildObservation(phase=phase, **kw)
+def container_spec(n: int = 3, **extra: Any) -> KineticBatchSpec:
+    return KineticBatchSpec.model_validate(
+        {
+            "template": {"container": {"command": ["echo"]}},
+            "inputs": {"items": list(range(n))},
+            **extra,
+        }
+    )
+
+
+def pv(unit: int, attempt: int = 1, phase: str = "Running", **kw: Any) -> PodView:
+    return PodView(name=f"g-{unit}-{attempt}", attempt=attempt, index=unit, phase=phase, **kw)
+
+
+def ok(unit: int, attempt: int = 1, message: str | None = None) -> PodView:
+    return pv(unit, attempt, "Succeeded", exit_code=0, termination_message=message)
+
+
+def bad(unit: int, attempt: int = 1, message: str = "boom") -> PodView:
+    return pv(
+        unit, attempt, "Failed", exit_code=1, terminated_reason="Error", termination_message=message
+    )
+
+
+def units(*pods: PodView, creating: dict[int, int] | None = None) -> dict[int, UnitObservation]:
+    grouped: dict[int, dict[int, PodView]] = {}
+    for p in pods:
+        grouped.setdefault(p.index, {})[p.attempt] = p  # type: ignore[index]
+    out = {u: UnitObservation(v) for u, v in grouped.items()}
+    for u, a in (creating or {}).items():
+        out[u] = UnitObservation(grouped.get(u, {}), creating=a)
+    return out
+
+
+def decide(
+    spec: KineticBatchSpec,
+    status: KineticBatchStatus | None,
+    obs: dict[int, UnitObservation] | None = None,
+    now: datetime = T0,
+    **kw: Any,
+) -> BatchDecision:
+    return decide_batch(spec, status, obs or {}, now, batch="g", **kw)
+
+
+def with_manifest(status: KineticBatchStatus) -> KineticBatchStatus:
+    """What the handler layer does once the first manifest write succeeded."""
+    return status.model_copy(update={"manifest_uri": "gs://b/batches/g/manifest.json"})
+
+
+def started(spec: KineticBatchSpec) -> KineticBatchStatus:
+    return with_manifest(decide(spec, None).status)
 
 
 def ranges(status: KineticBatchStatus) -> dict[str, str]:
@@ -57,83 +111,108 @@ def ranges(status: KineticBatchStatus) -> dict[str, str]:
     }
 
 
-def cond(status: KineticBatchStatus, ctype: str):
+def counts(status: KineticBatchStatus) -> dict[str, int]:
+    return status.counts.model_dump()
+
+
+def cond(status: KineticBatchStatus, ctype: str) -> Condition:
     return next(c for c in status.conditions if c.type == ctype)
 
 
-def with_manifest(status: KineticBatchStatus) -> KineticBatchStatus:
-    """What the handler layer does once the first manifest write succeeded."""
-    return status.model_copy(update={"manifest_uri": "gs://b/batches/g/manifest.json"})
+def reasons(d: BatchDecision) -> list[str]:
+    return [e.reason for e in d.of(Event)]
 
 
-# =========================================================================== single decisions
+def assert_quiet_again(d: BatchDecision, spec: KineticBatchSpec, obs: dict) -> None:
+    """Deciding again on the decision's own output posts no Event and records nothing new."""
+    again = decide(spec, d.status, obs)
+    assert reasons(again) == []
+    assert again.recorded.terminal == d.recorded.terminal
 
 
-def test_first_decision_reserves_up_to_the_limit_and_writes_the_manifest_first():
+# =========================================================================== launching
+
+
+def test_first_decision_reserves_up_to_the_limit_before_creating():
     spec = make_spec(10, maxConcurrent=3)
-    d = decide_batch(spec, None, {}, T0, generation=1)
-    assert d.write_status
-    assert [type(a) for a in d.actions[:2]] == [WriteManifest, Launch]
+    d = decide(spec, None, generation=1)
+    assert d.write_status and d.urgent  # the reservation is written before any Pod exists
+    assert [type(a) for a in d.actions] == [WriteManifest, CreatePods, Event]
     assert d.actions[0] == WriteManifest(urgent=True, blocking=True)
-    assert d.launch == IndexSet.range(0, 3)
+    assert d.creates == [(0, 1), (1, 1), (2, 1)]
     s = d.status
     assert s.launched == 3 and s.active_indexes == "0-2"
     assert s.total == 10 and s.progress == "0/10"
     assert s.phase == Phase.PENDING
-    assert s.counts.pending == 10 and s.counts.running == 0
+    assert counts(s) == {"pending": 10, "running": 0, "succeeded": 0, "failed": 0, "cancelled": 0}
     assert s.start_time == "2024-05-01T12:00:00Z" and s.completion_time is None
     assert s.observed_generation == 1
     assert cond(s, "Running").status == "False" and cond(s, "Running").reason == "Pending"
     assert cond(s, "Complete").status == "False" and cond(s, "Failed").status == "False"
-    assert any(isinstance(e, Event) and e.reason == "Launching" for e in d.actions)
+    assert d.of(Event)[0].message == "Launching 10 inputs, at most 3 at a time."
+
+
+def test_a_crash_between_reserve_and_create_is_repaired_by_creating_the_same_pods():
+    spec = make_spec(6, maxConcurrent=2)
+    reserved = decide(spec, None)
+    # The status write committed, then the operator died: no manifest, no Pods.
+    d = decide(spec, reserved.status, now=T0 + timedelta(seconds=30))
+    assert d.creates == [(0, 1), (1, 1)]  # the same names: AlreadyExists if they had been made
+    assert d.actions[0] == WriteManifest(urgent=True, blocking=True)
+    assert d.write_status  # creates only after a conditional write on this very status
+    assert d.status.active_indexes == "0-1" and d.status.launched == 2
+    assert d.status.start_time == reserved.status.start_time
+    assert reasons(d) == []  # "Launching" was said once
+
+
+def test_pods_being_created_are_not_created_again():
+    spec = make_spec(4, maxConcurrent=2)
+    s = started(spec)
+    d = decide(spec, s, units(creating={0: 1, 1: 1}))
+    assert d.creates == [] and d.stops == [] and not d.write_status and reasons(d) == []
 
 
 def test_manifest_write_is_not_blocking_once_it_exists():
     spec = make_spec(10, maxConcurrent=3)
-    s1 = with_manifest(decide_batch(spec, None, {}, T0).status)
-    children = {0: obs(Phase.SUCCEEDED, attempts=1), 1: obs(Phase.RUNNING), 2: obs()}
-    d = decide_batch(spec, s1, children, T0)
-    assert d.launch == IndexSet([3])
-    assert WriteManifest(urgent=False, blocking=False) in d.actions
-    assert d.actions.index(d.of(Launch)[0]) < d.actions.index(d.of(WriteManifest)[0])
+    s = started(spec)
+    d = decide(spec, s, units(ok(0), pv(1), pv(2, phase="Pending")))
+    assert d.creates == [(3, 1)]
+    assert d.of(WriteManifest) == [WriteManifest(urgent=False, blocking=False)]
+    assert d.actions.index(d.of(CreatePods)[0]) < d.actions.index(d.of(WriteManifest)[0])
 
 
 def test_nothing_changes_nothing_happens():
     spec = make_spec(10, maxConcurrent=3)
-    s1 = with_manifest(decide_batch(spec, None, {}, T0).status)
-    children = {i: obs(Phase.RUNNING) for i in range(3)}
-    d1 = decide_batch(spec, s1, children, T0 + timedelta(seconds=1))
-    d2 = decide_batch(spec, d1.status, children, T0 + timedelta(seconds=9))
-    assert d1.status.phase == Phase.RUNNING
-    assert d2.actions == () and not d2.write_status
+    obs = units(pv(0), pv(1), pv(2))
+    d1 = decide(spec, started(spec), obs, T0 + timedelta(seconds=1))
+    d2 = decide(spec, d1.status, obs, T0 + timedelta(seconds=9))
+    assert d1.status.phase == Phase.RUNNING and counts(d1.status)["running"] == 3
+    assert d2.creates == [] and d2.stops == [] and reasons(d2) == [] and not d2.write_status
     assert d2.status.wire() == d1.status.wire()
 
 
 def test_max_concurrent_none_launches_everything():
-    d = decide_batch(make_spec(250, maxConcurrent=None), None, {}, T0)
-    assert d.launch == IndexSet.range(0, 250) and d.status.launched == 250
+    d = decide(make_spec(250, maxConcurrent=None), None)
+    assert d.creates == [(i, 1) for i in range(250)] and d.status.launched == 250
     assert not d.more
 
 
 def test_max_launches_paces_creation():
     spec = make_spec(250, maxConcurrent=None)
-    d = decide_batch(spec, None, {}, T0, max_launches=100)
-    assert d.launch == IndexSet.range(0, 100) and d.more
-    d2 = decide_batch(
-        spec, with_manifest(d.status), {i: obs() for i in range(100)}, T0, max_launches=100
-    )
-    assert d2.launch == IndexSet.range(100, 200) and d2.more
+    d = decide(spec, None, max_launches=100)
+    assert len(d.creates) == 100 and d.more
+    obs = units(*(pv(i, phase="Pending") for i in range(100)))
+    d2 = decide(spec, with_manifest(d.status), obs, max_launches=100)
+    assert d2.creates == [(i, 1) for i in range(100, 200)] and d2.more
     assert d2.status.active_indexes == "0-199"
 
 
 def test_free_slots_are_refilled_in_index_order():
     spec = make_spec(10, maxConcurrent=3)
-    s = with_manifest(decide_batch(spec, None, {}, T0).status)
-    children = {0: obs(Phase.RUNNING), 1: obs(Phase.SUCCEEDED), 2: obs(Phase.FAILED)}
-    d = decide_batch(spec, s, children, T0)
-    assert d.launch == IndexSet([3, 4])
+    d = decide(spec, started(spec), units(pv(0), ok(1), bad(2)))
+    assert d.creates == [(3, 1), (4, 1)]
     assert ranges(d.status) == {"active": "0,3-4", "succeeded": "1", "failed": "2", "cancelled": ""}
-    assert d.status.counts.model_dump() == {
+    assert counts(d.status) == {
         "pending": 7,
         "running": 1,
         "succeeded": 1,
@@ -143,104 +222,192 @@ def test_free_slots_are_refilled_in_index_order():
     assert d.status.progress == "1/10" and d.status.launched == 5
 
 
-def test_retries_are_the_childs_business():
-    """A child retrying is still one active input: no relaunch, no failure, no extra slot."""
-    spec = make_spec(4, maxConcurrent=2, retries=2, failFast=True)
-    s = with_manifest(decide_batch(spec, None, {}, T0).status)
-    retrying = {0: obs(Phase.RUNNING, attempts=3), 1: obs(Phase.PENDING, attempts=2)}
-    d = decide_batch(spec, s, retrying, T0)
-    assert d.launch == IndexSet() and d.status.counts.failed == 0
-    assert d.status.active_indexes == "0-1"
-    # Only the terminal phase counts: now it trips fail-fast.
-    d = decide_batch(spec, s, {0: obs(Phase.FAILED, attempts=3), 1: obs(Phase.RUNNING)}, T0)
-    assert d.status.failed_indexes == "0" and d.launch == IndexSet()
+def test_max_concurrent_can_change_mid_run():
+    spec = make_spec(20, maxConcurrent=2)
+    s = started(spec)
+    obs = units(pv(0), pv(1))
+    wider = decide(spec.model_copy(update={"max_concurrent": 5}), s, obs)
+    assert wider.creates == [(2, 1), (3, 1), (4, 1)]
+    five = units(*(pv(i) for i in range(5)))
+    narrow = spec.model_copy(update={"max_concurrent": 2})
+    d = decide(narrow, wider.status, five)
+    assert d.creates == [] and d.stops == []  # nothing is stopped to shrink
+    d = decide(narrow, d.status, units(ok(0), ok(1), ok(2), pv(3), pv(4)))
+    assert d.creates == []  # 3 and 4 still run: at the new limit
+    d = decide(narrow, d.status, units(ok(3), pv(4)))
+    assert d.creates == [(5, 1)]
+
+
+def test_zero_inputs_succeed_at_once():
+    d = decide(container_spec(0), None)
+    assert d.status.phase == Phase.SUCCEEDED and d.status.progress == "0/0"
+    assert d.creates == []
+
+
+def test_naive_time_is_refused():
+    with pytest.raises(ValueError, match="timezone-aware"):
+        decide(make_spec(1), None, now=datetime(2024, 1, 1))
+
+
+# =========================================================================== outcomes
 
 
 def test_all_succeeded():
     spec = make_spec(3, maxConcurrent=None)
-    s = with_manifest(decide_batch(spec, None, {}, T0).status)
-    done = {i: obs(Phase.SUCCEEDED, attempts=1) for i in range(3)}
-    d = decide_batch(spec, s, done, T0 + timedelta(minutes=5))
+    d = decide(spec, started(spec), units(ok(0), ok(1), ok(2)), T0 + timedelta(minutes=5))
     st = d.status
     assert st.phase == Phase.SUCCEEDED and st.progress == "3/3"
     assert st.completion_time == "2024-05-01T12:05:00Z"
     assert cond(st, "Complete").status == "True" and cond(st, "Complete").reason == "AllSucceeded"
     assert cond(st, "Failed").status == "False" and cond(st, "Running").status == "False"
-    assert WriteManifest(urgent=True) in d.actions
-    assert [e.reason for e in d.of(Event)] == ["Succeeded"]
+    assert WriteManifest(urgent=True) in d.actions and d.urgent
+    assert reasons(d) == ["Succeeded"]
     assert st.active_indexes == "" and st.succeeded_indexes == "0-2"
+    assert d.stops == []  # finished Pods wait out their TTL
 
 
-def test_zero_inputs_succeed_at_once():
-    spec = KineticBatchSpec.model_validate(
-        {"template": {"container": {"command": ["true"]}}, "inputs": {"items": []}}
-    )
-    d = decide_batch(spec, None, {}, T0)
-    assert d.status.phase == Phase.SUCCEEDED and d.status.progress == "0/0"
-    assert d.launch == IndexSet()
+def test_no_event_per_successful_input():
+    """A batch of 40 run to the end posts Launching and Succeeded, nothing per input."""
+    spec = make_spec(40, maxConcurrent=7)
+    status, pods, posted = None, {}, []
+    for step in range(100):
+        d = decide(spec, status, units(*pods.values()), T0 + timedelta(seconds=step))
+        posted += reasons(d)
+        status = with_manifest(d.status)
+        for unit, attempt in d.creates:
+            pods[unit] = pv(unit, attempt)
+        for unit in [u for u, p in pods.items() if p.phase == "Running"][: step % 3 + 1]:
+            pods[unit] = ok(unit)
+        if Phase(status.phase).terminal:
+            break
+    assert status.phase == Phase.SUCCEEDED
+    assert posted == ["Launching", "Succeeded"]
+
+
+def test_a_tombstone_of_a_finished_pod_records_its_outcome():
+    spec = make_spec(2, maxConcurrent=None)
+    gone_ok = PodView(**{**ok(0).__dict__, "gone": True})
+    d = decide(spec, started(spec), units(gone_ok, pv(1)))
+    assert d.status.succeeded_indexes == "0" and d.creates == []
 
 
 def test_failures_without_fail_fast_end_failed():
     spec = make_spec(3, maxConcurrent=None)
-    s = with_manifest(decide_batch(spec, None, {}, T0).status)
-    d = decide_batch(
-        spec,
-        s,
-        {
-            0: obs(Phase.SUCCEEDED),
-            1: obs(Phase.FAILED, attempts=2, message="boom"),
-            2: obs(Phase.SUCCEEDED),
-        },
-        T0,
-    )
+    d = decide(spec, started(spec), units(ok(0), bad(1, message="ValueError: no"), ok(2)))
     st = d.status
     assert st.phase == Phase.FAILED
     assert cond(st, "Failed").status == "True" and cond(st, "Failed").reason == "InputsFailed"
     assert cond(st, "Complete").status == "False"
-    failed = [e for e in d.of(Event) if e.reason == "InputsFailed"]
-    assert failed and "Input 1 failed after 2 attempts: boom" in failed[0].message
+    assert reasons(d) == ["InputsFailed", "Failed"]
+    failed = d.of(Event)[0]
+    assert failed.type == "Warning" and failed.message.startswith("Input 1 failed. Input 1 failed")
+    assert "ValueError: no" in failed.message
+    assert (
+        st.message
+        == "Done with failures: 2/3 succeeded, 1 failed, 0 cancelled, 0 running, 0 pending."
+    )
 
 
-# --------------------------------------------------------------------------- the fail-fast table
+def test_retries_are_per_input_and_keep_its_slot():
+    spec = make_spec(4, maxConcurrent=2, retries=2)
+    s = started(spec)
+    d = decide(spec, s, units(bad(0), pv(1)))
+    assert d.creates == [(0, 2)]  # the retry, not a new input: 0 keeps its slot
+    assert d.status.active_indexes == "0-1" and d.status.failed_indexes == ""
+    assert reasons(d) == []  # an attempt failing is not a batch transition
+    assert_quiet_again(d, spec, units(bad(0), pv(1)))
+    d = decide(spec, d.status, units(bad(0), bad(0, 2), pv(1)))
+    assert d.creates == [(0, 3)]
+    d = decide(spec, d.status, units(bad(0), bad(0, 2), bad(0, 3), pv(1)))
+    assert d.creates == [(2, 1)] and d.status.failed_indexes == "0"
+    assert reasons(d) == ["InputsFailed"]
+    assert "after 2 retries" in d.of(Event)[0].message
+    assert_quiet_again(d, spec, units(bad(0), bad(0, 2), bad(0, 3), pv(1), pv(2, phase="Pending")))
 
 
-def _first_failure(fail_fast: bool, cancel_running: bool):
+def test_a_deleted_pod_is_rerun_without_using_a_retry():
+    spec = make_spec(2, maxConcurrent=None, retries=0)
+    s = started(spec)
+    gone = PodView(**{**pv(0).__dict__, "gone": True})
+    d = decide(spec, s, units(gone, pv(1)))
+    assert d.creates == [(0, 2)] and d.status.failed_indexes == ""
+    assert d.plans[0].disruptions == 1 and d.plans[0].failures == 0
+    d = decide(spec, d.status, units(gone, ok(0, 2), ok(1)))
+    assert d.status.phase == Phase.SUCCEEDED
+
+
+def test_a_failed_attempt_whose_pod_is_deleted_later_still_spends_its_retry():
+    """Attempt 1 failed, attempt 2 runs, then someone deletes the finished Pod of attempt 1
+    (its tombstone carries a deletionTimestamp). When attempt 2 fails too, the input has
+    used its one retry: no third attempt."""
+    spec = make_spec(1, maxConcurrent=None, retries=1)
+    d = decide(spec, started(spec), units(bad(0)))
+    assert d.creates == [(0, 2)]
+    tomb = PodView(**{**bad(0).__dict__, "deleting": True, "gone": True})
+    d = decide(spec, d.status, units(tomb, pv(0, 2)))
+    assert d.creates == [] and d.plans[0].failures == 1
+    d = decide(spec, d.status, units(tomb, bad(0, 2)))
+    assert d.creates == [] and d.status.failed_indexes == "0"
+
+
+def test_too_many_disruptions_fail_the_input():
+    spec = make_spec(1, maxConcurrent=None, retries=5)
+    s = started(spec)
+    lost = [PodView(**{**pv(0, a).__dict__, "gone": True}) for a in (1, 2)]
+    d = decide(spec, s, units(*lost), max_disruptions=1)
+    assert d.creates == [] and d.status.failed_indexes == "0"
+    assert "disrupted 2 times" in d.of(Event)[0].message
+
+
+def test_an_older_live_attempt_of_an_input_is_stopped():
+    spec = make_spec(1, maxConcurrent=None, retries=1)
+    d = decide(spec, started(spec), units(pv(0, 1), pv(0, 2)))
+    assert d.stops == ["g-0-1"] and d.creates == []
+
+
+# =========================================================================== the fail-fast table
+
+
+def _first_failure(fail_fast: bool, cancel_running: bool, **extra: Any):
     """6 inputs, 3 at a time; input 0 has failed, 1 runs, 2 is reserved but not seen yet."""
-    spec = make_spec(6, maxConcurrent=3, failFast=fail_fast, cancelRunningOnFail=cancel_running)
-    s = with_manifest(decide_batch(spec, None, {}, T0).status)
+    spec = make_spec(
+        6, maxConcurrent=3, failFast=fail_fast, cancelRunningOnFail=cancel_running, **extra
+    )
+    s = started(spec)
     assert s.active_indexes == "0-2"
-    children = {0: obs(Phase.FAILED, attempts=1), 1: obs(Phase.RUNNING)}
-    return spec, decide_batch(spec, s, children, T0)
+    return spec, decide(spec, s, units(bad(0), pv(1)))
 
 
 @pytest.mark.parametrize("cancel_running", [False, True], ids=["row1", "row4"])
 def test_fail_fast_off_everything_continues(cancel_running):
     """Rows 1 and 4: cancelRunningOnFail without failFast has no effect."""
-    _, d = _first_failure(False, cancel_running)
-    assert d.launch == IndexSet([2, 3])  # 2 re-created (never seen), 3 fills 0's slot
-    assert d.cancel == IndexSet()
+    spec, d = _first_failure(False, cancel_running)
+    assert d.creates == [(2, 1), (3, 1)]  # 2 again (never seen), 3 takes 0's slot
+    assert d.stops == []
     assert ranges(d.status) == {"active": "1-3", "succeeded": "", "failed": "0", "cancelled": ""}
     assert d.status.phase == Phase.RUNNING
-    assert not any(e.reason == "FailFast" for e in d.of(Event))
+    assert reasons(d) == ["InputsFailed"]
+    end = decide(spec, d.status, units(bad(0), ok(1), ok(2), ok(3), ok(4), ok(5)))
+    end = decide(spec, end.status, units(bad(0), ok(1), ok(2), ok(3), ok(4), ok(5)))
+    assert end.status.phase == Phase.FAILED and cond(end.status, "Failed").reason == "InputsFailed"
+    assert ranges(end.status)["succeeded"] == "1-5"
 
 
 def test_fail_fast_row2_stops_launching_and_lets_running_finish():
     spec, d = _first_failure(True, False)
-    assert d.launch == IndexSet([2])  # reserved before the failure: it is already launched
-    assert d.cancel == IndexSet()
+    assert d.creates == [(2, 1)]  # reserved before the failure: it is already launched
+    assert d.stops == []
     assert ranges(d.status) == {"active": "1-2", "succeeded": "", "failed": "0", "cancelled": "3-5"}
     assert d.status.phase == Phase.RUNNING
     assert cond(d.status, "Running").reason == "FailFast"
-    ev = [e for e in d.of(Event) if e.reason == "FailFast"]
-    assert ev and ev[0].type == "Warning" and "3 never launched" in ev[0].message
-    assert "waiting for 2 running to finish" in ev[0].message
-    # The running ones finish; the batch ends FAILED with reason FailFast.
-    end = decide_batch(
-        spec, d.status, {0: obs(Phase.FAILED), 1: obs(Phase.SUCCEEDED), 2: obs(Phase.SUCCEEDED)}, T0
-    )
+    ev = next(e for e in d.of(Event) if e.reason == "FailFast")
+    assert ev.type == "Warning" and "3 never launched" in ev.message
+    assert "waiting for 2 running to finish" in ev.message
+    assert_quiet_again(d, spec, units(bad(0), pv(1), pv(2)))
+    end = decide(spec, d.status, units(bad(0), ok(1), ok(2)))
     assert end.status.phase == Phase.FAILED
     assert cond(end.status, "Failed").reason == "FailFast"
-    assert end.status.counts.model_dump() == {
+    assert counts(end.status) == {
         "pending": 0,
         "running": 0,
         "succeeded": 2,
@@ -249,28 +416,40 @@ def test_fail_fast_row2_stops_launching_and_lets_running_finish():
     }
 
 
-def test_fail_fast_row3_cancels_running_siblings():
-    spec, d = _first_failure(True, True)
-    assert d.launch == IndexSet()  # 2 was never created: it is not created now
-    assert d.cancel == IndexSet([1])
-    assert ranges(d.status) == {"active": "1", "succeeded": "", "failed": "0", "cancelled": "2-5"}
-    assert "cancelling 1 running" in next(e for e in d.of(Event) if e.reason == "FailFast").message
-    # Already asked: not asked again.
-    again = decide_batch(
-        spec, d.status, {0: obs(Phase.FAILED), 1: obs(Phase.RUNNING, cancel_requested=True)}, T0
-    )
-    assert again.cancel == IndexSet() and not again.of(Event)
-    end = decide_batch(spec, again.status, {0: obs(Phase.FAILED), 1: obs(Phase.CANCELLED)}, T0)
-    assert end.status.phase == Phase.FAILED and cond(end.status, "Failed").reason == "FailFast"
-    assert end.status.cancelled_indexes == "1-5"
+def test_fail_fast_row2_running_inputs_still_get_their_retries():
+    spec, d = _first_failure(True, False, retries=1)
+    assert d.status.failed_indexes == ""  # 0 has a retry left: not a failure yet
+    assert d.creates == [(0, 2), (2, 1)]  # 0's retry keeps its slot
+    d = decide(spec, d.status, units(bad(0), bad(0, 2), bad(1), pv(2)))
+    assert d.status.failed_indexes == "0" and d.creates == [(1, 2)]  # 1 finishes its retries
+    assert d.status.cancelled_indexes == "3-5" and d.stops == []
 
 
-def test_a_child_that_appears_after_its_index_was_cancelled_is_stopped():
+def test_fail_fast_row3_cancels_running_inputs():
     spec, d = _first_failure(True, True)
-    late = {0: obs(Phase.FAILED), 1: obs(Phase.RUNNING, cancel_requested=True), 2: obs()}
-    again = decide_batch(spec, d.status, late, T0)
-    assert again.cancel == IndexSet([2]) and again.launch == IndexSet()
-    assert again.status.cancelled_indexes == "2-5"  # the recorded outcome stays
+    assert d.stops == ["g-1-1"]
+    assert ranges(d.status) == {"active": "", "succeeded": "", "failed": "0", "cancelled": "1-5"}
+    ev = next(e for e in d.of(Event) if e.reason == "FailFast")
+    assert "cancelling 1 running" in ev.message and "3 never launched" in ev.message
+    # Later sights of the stopped Pod, or of 2's Pod showing up at last, stop them again.
+    again = decide(spec, d.status, units(bad(0), pv(1), pv(2)))
+    assert again.stops == ["g-1-1", "g-2-1"] and again.creates == []
+    # 2 was reserved but never seen, and is now cancelled: its Pod is not created (again).
+    assert d.creates == []
+    assert d.status.phase == Phase.FAILED and cond(d.status, "Failed").reason == "FailFast"
+    assert reasons(again) == []
+
+
+def test_fail_fast_row3_creates_no_pod_for_an_input_it_cancels():
+    """Input 1 was disrupted (a retry is due) in the very decision in which input 0 fails
+    for good: fail-fast cancels 1, so its next attempt must not be created."""
+    spec, _ = _first_failure(True, True)
+    s = started(spec)
+    lost = PodView(**{**pv(1).__dict__, "gone": True})
+    d = decide(spec, s, units(bad(0), lost, pv(2)))
+    assert d.status.cancelled_indexes == "1-5"
+    assert d.creates == []  # no Pod for a cancelled input
+    assert d.status.phase == Phase.FAILED
 
 
 def test_submission_failures_are_failures_from_the_start():
@@ -282,626 +461,369 @@ def test_submission_failures_are_failures_from_the_start():
             {"index": 3, "message": "too big"},
         ],
     )
-    d = decide_batch(spec, None, {}, T0)
-    assert d.launch == IndexSet([0, 2, 4])
+    d = decide(spec, None)
+    assert d.creates == [(0, 1), (2, 1), (4, 1)]
     assert d.status.failed_indexes == "1,3" and d.status.counts.failed == 2
     ev = next(e for e in d.of(Event) if e.reason == "SubmissionFailed")
     assert "Inputs 1,3 could not be submitted" in ev.message and "cannot pickle" in ev.message
     assert d.status.phase == Phase.PENDING  # submission failures alone are not progress
-    again = decide_batch(spec, with_manifest(d.status), {i: obs() for i in (0, 2, 4)}, T0)
-    assert not any(e.reason == "SubmissionFailed" for e in again.of(Event))
+    again = decide(spec, with_manifest(d.status), units(pv(0, phase="Pending")))
+    assert "SubmissionFailed" not in reasons(again)
 
 
 def test_submission_failure_trips_fail_fast_before_anything_launches():
     spec = make_spec(4, failFast=True, submissionFailures=[{"index": 2, "message": "x"}])
-    d = decide_batch(spec, None, {}, T0)
-    assert d.launch == IndexSet()
-    assert d.status.phase == Phase.FAILED
+    d = decide(spec, None)
+    assert d.creates == []
+    assert d.status.phase == Phase.FAILED and cond(d.status, "Failed").reason == "FailFast"
     assert ranges(d.status) == {"active": "", "succeeded": "", "failed": "2", "cancelled": "0-1,3"}
     assert d.status.start_time is None and d.status.completion_time is not None
     assert WriteManifest(urgent=True) in d.actions
 
 
-# --------------------------------------------------------------------------- cancel
+# =========================================================================== cancel
 
 
-def test_spec_cancel_stops_launching_and_cancels_every_running_child():
+def test_spec_cancel_stops_launching_and_cancels_every_running_input():
     spec = make_spec(8, maxConcurrent=3)
-    s = with_manifest(decide_batch(spec, None, {}, T0).status)
+    s = started(spec)
     cancel = spec.model_copy(update={"cancel": True})
-    children = {
-        0: obs(Phase.SUCCEEDED),
-        1: obs(Phase.RUNNING),
-        2: obs(Phase.PENDING, cancel_requested=True),
-    }
-    d = decide_batch(cancel, s, children, T0)
-    assert d.launch == IndexSet()
-    assert d.cancel == IndexSet([1])
-    assert ranges(d.status) == {"active": "1-2", "succeeded": "0", "failed": "", "cancelled": "3-7"}
-    assert cond(d.status, "Running").reason == "Cancelling"
-    assert any(e.reason == "Cancelling" for e in d.of(Event))
-    end = decide_batch(
-        cancel,
-        d.status,
-        {0: obs(Phase.SUCCEEDED), 1: obs(Phase.CANCELLED), 2: obs(Phase.CANCELLED)},
-        T0,
-    )
-    st = end.status
+    d = decide(cancel, s, units(ok(0), pv(1), pv(2, phase="Pending")))
+    assert d.creates == []
+    assert d.stops == ["g-1-1", "g-2-1"]
+    assert ranges(d.status) == {"active": "", "succeeded": "0", "failed": "", "cancelled": "1-7"}
+    st = d.status
     assert st.phase == Phase.CANCELLED
     assert cond(st, "Failed").status == "True" and cond(st, "Failed").reason == "Cancelled"
     assert st.counts.cancelled == 7 and st.counts.succeeded == 1
+    assert reasons(d)[-1] == "Cancelled" and reasons(d).count("Cancelled") == 1
 
 
 def test_cancel_wins_over_failures_for_the_phase():
-    spec = make_spec(3, maxConcurrent=None, cancel=True)
-    s = with_manifest(decide_batch(make_spec(3, maxConcurrent=None), None, {}, T0).status)
-    d = decide_batch(
-        spec, s, {0: obs(Phase.FAILED), 1: obs(Phase.CANCELLED), 2: obs(Phase.SUCCEEDED)}, T0
-    )
+    spec = make_spec(3, maxConcurrent=None)
+    s = started(spec)
+    d = decide(spec.model_copy(update={"cancel": True}), s, units(bad(0), pv(1), ok(2)))
     assert d.status.phase == Phase.CANCELLED and "1 failed" in d.status.message
 
 
-def test_child_cancelled_on_its_own_ends_the_batch_cancelled():
-    spec = make_spec(2, maxConcurrent=None)
-    s = with_manifest(decide_batch(spec, None, {}, T0).status)
-    d = decide_batch(spec, s, {0: obs(Phase.SUCCEEDED), 1: obs(Phase.CANCELLED)}, T0)
-    assert d.status.phase == Phase.CANCELLED
-    assert cond(d.status, "Failed").reason == "ChildrenCancelled"
+def test_cancel_indexes_cancels_one_running_input_and_the_others_carry_on():
+    spec = container_spec(4, maxConcurrent=None)
+    s = started(spec)
+    obs = units(pv(0), pv(1), pv(2), pv(3))
+    edited = spec.model_copy(update={"cancel_indexes": "1"})
+    d = decide(edited, s, obs)
+    assert d.stops == ["g-1-1"] and d.creates == []
+    assert ranges(d.status) == {"active": "0,2-3", "succeeded": "", "failed": "", "cancelled": "1"}
+    assert d.status.phase == Phase.RUNNING and cond(d.status, "Running").reason == "Running"
+    # Its Pod dying of the stop changes nothing; a later sight of it live stops it again.
+    killed = pv(1, phase="Failed", exit_code=143, deleting=True)
+    d2 = decide(edited, d.status, units(pv(0), killed, pv(2), pv(3)))
+    assert d2.status.cancelled_indexes == "1" and d2.creates == [] and d2.stops == []
+    d3 = decide(edited, d2.status, units(ok(0), ok(2), ok(3)))
+    assert d3.status.phase == Phase.CANCELLED
+    assert cond(d3.status, "Failed").reason == "InputsCancelled"
+    assert ranges(d3.status)["succeeded"] == "0,2-3"
 
 
-def test_a_finished_batch_is_final():
+def test_cancel_indexes_of_inputs_not_launched_yet_frees_their_turn():
+    spec = make_spec(6, maxConcurrent=2, cancelIndexes="2-3,99")
+    d = decide(spec, started(make_spec(6, maxConcurrent=2)), units(ok(0), pv(1)))
+    assert d.creates == [(4, 1)]
+    assert ranges(d.status)["cancelled"] == "2-3"  # 99 is not an input: ignored
+
+
+def test_cancel_indexes_never_change_a_recorded_outcome():
+    spec = make_spec(3, maxConcurrent=None)
+    d = decide(spec, started(spec), units(ok(0), bad(1), pv(2)))
+    edited = spec.model_copy(update={"cancel_indexes": "0-2"})
+    d = decide(edited, d.status, units(ok(0), bad(1), pv(2)))
+    assert ranges(d.status) == {"active": "", "succeeded": "0", "failed": "1", "cancelled": "2"}
+
+
+def test_a_chunk_pod_is_stopped_only_once_every_input_of_it_is_settled():
+    spec = make_spec(8, maxConcurrent=None, chunkSize=4)
+    s = started(spec)
+    assert decide(spec, None).creates == [(0, 1), (4, 1)]
+    running = units(pv(0, chunk=4), pv(4, chunk=4))
+    d = decide(spec.model_copy(update={"cancel_indexes": "1,3"}), s, running)
+    assert d.stops == [] and ranges(d.status)["cancelled"] == "1,3"
+    d = decide(spec.model_copy(update={"cancel_indexes": "0-3"}), d.status, running)
+    assert d.stops == ["g-0-1"] and ranges(d.status)["cancelled"] == "0-3"
+    assert ranges(d.status)["active"] == "4-7"
+
+
+def test_a_batch_that_ended_is_final():
     spec = make_spec(2, maxConcurrent=None)
-    s = with_manifest(decide_batch(spec, None, {}, T0).status)
-    done = decide_batch(spec, s, {0: obs(Phase.SUCCEEDED), 1: obs(Phase.SUCCEEDED)}, T0).status
-    later = decide_batch(spec.model_copy(update={"cancel": True}), done, {}, T0 + timedelta(1))
+    done = decide(spec, started(spec), units(ok(0), ok(1))).status
+    later = decide(spec.model_copy(update={"cancel": True}), done, {}, T0 + timedelta(1))
     assert later.actions == () and not later.write_status and later.status == done
-    bumped = decide_batch(spec, done, {}, T0, generation=7)
+    bumped = decide(spec, done, generation=7)
     assert bumped.write_status and bumped.status.observed_generation == 7
-    stray = decide_batch(spec, done, {5: obs(Phase.RUNNING)}, T0)
-    assert stray.cancel == IndexSet([5])
+    stray = decide(spec, done, units(pv(1, 2)))
+    assert stray.stops == ["g-1-2"] and stray.creates == [] and stray.status == done
 
 
-# ------------------------------------------------------------- cleanup, crashes, adoption
+# =========================================================================== chunks
 
 
-def test_children_deleted_by_cleanup_are_never_relaunched():
-    spec = make_spec(4, maxConcurrent=2)
-    s = with_manifest(decide_batch(spec, None, {}, T0).status)
-    s = decide_batch(spec, s, {0: obs(Phase.SUCCEEDED), 1: obs(Phase.FAILED)}, T0).status
-    assert s.active_indexes == "2-3"
-    # Both finished children are deleted (results(cleanup=True)); now they are just absent.
-    d = decide_batch(spec, s, {2: obs(Phase.RUNNING), 3: obs(Phase.RUNNING)}, T0)
-    assert d.launch == IndexSet() and d.status.succeeded_indexes == "0"
-    end = decide_batch(spec, d.status, {2: obs(Phase.SUCCEEDED), 3: obs(Phase.SUCCEEDED)}, T0)
-    assert end.status.phase == Phase.FAILED and end.launch == IndexSet()
-    # Everything cleaned up: the ranges remember every outcome, nothing is launched.
-    after = decide_batch(spec, end.status, {}, T0)
-    assert after.actions == () and not after.write_status
-    # Even before the batch ends, a recorded index stays recorded.
-    mid = decide_batch(spec, d.status, {}, T0)
-    assert mid.launch == IndexSet([2, 3])  # active, never seen ended: ensure they exist
-    assert not ({0, 1} & set(mid.launch))
+def test_chunks_run_consecutive_inputs_per_pod_and_max_concurrent_counts_pods():
+    spec = make_spec(7, maxConcurrent=2, chunkSize=3)
+    d = decide(spec, None)
+    assert d.creates == [(0, 1), (3, 1)]
+    assert d.status.active_indexes == "0-5" and d.status.launched == 6
+    assert unit_inputs(6, 3, 7) == IndexSet([6])
+    d = decide(spec, with_manifest(d.status), units(ok(0), pv(3)))
+    assert d.creates == [(6, 1)] and d.status.succeeded_indexes == "0-2"
+    assert d.status.active_indexes == "3-6"
 
 
-def test_crash_between_reserve_and_create_is_repaired():
-    spec = make_spec(6, maxConcurrent=2)
-    reserved = decide_batch(spec, None, {}, T0)
-    # The status write committed, then the operator died: no manifest, no children.
-    d = decide_batch(spec, reserved.status, {}, T0 + timedelta(seconds=30))
-    assert d.launch == IndexSet([0, 1])
-    assert d.actions[0] == WriteManifest(urgent=True, blocking=True)
-    assert d.write_status  # creates only after a conditional write on this status
-    assert d.status.active_indexes == "0-1" and d.status.launched == 2
-    assert d.status.start_time == reserved.status.start_time
+def test_a_chunk_reports_each_input_on_its_own():
+    spec = make_spec(3, maxConcurrent=None, chunkSize=3)
+    report = json.dumps({"succeeded": "0,2", "failed": "1"})
+    d = decide(spec, started(spec), units(bad(0, message=report)))
+    assert ranges(d.status) == {"active": "", "succeeded": "0,2", "failed": "1", "cancelled": ""}
+    assert reasons(d)[0] == "InputsFailed" and d.of(Event)[0].message.startswith("Input 1 failed")
 
 
-def test_a_child_deleted_while_running_is_recorded_cancelled_not_rerun():
-    spec = make_spec(3, maxConcurrent=3)
-    s = with_manifest(decide_batch(spec, None, {}, T0).status)
-    d = decide_batch(spec, s, {0: obs(Phase.RUNNING, present=False), 1: obs(), 2: obs()}, T0)
-    assert d.launch == IndexSet() and d.status.cancelled_indexes == "0"
-    # a tombstone of a finished child records its outcome
-    d = decide_batch(spec, d.status, {1: obs(Phase.SUCCEEDED, present=False), 2: obs()}, T0)
-    assert d.status.succeeded_indexes == "1"
+def test_a_chunk_retry_collects_successes_from_every_attempt():
+    spec = make_spec(4, maxConcurrent=None, chunkSize=4, retries=1)
+    s = started(spec)
+    first = bad(0, message=json.dumps({"succeeded": "0,2", "failed": "1,3"}))
+    d = decide(spec, s, units(first))
+    assert d.creates == [(0, 2)] and d.status.active_indexes == "0-3"
+    second = bad(0, 2, message=json.dumps({"succeeded": "1", "failed": "3"}))
+    d = decide(spec, d.status, units(first, second))
+    assert ranges(d.status) == {"active": "", "succeeded": "0-2", "failed": "3", "cancelled": ""}
 
 
-def test_unknown_children_are_adopted_not_duplicated():
+def test_a_chunk_that_says_nothing_readable_fails_all_its_open_inputs():
+    spec = make_spec(3, maxConcurrent=None, chunkSize=3)
+    d = decide(spec, started(spec), units(bad(0, message="Traceback: out of memory")))
+    assert d.status.failed_indexes == "0-2"
+
+
+def test_a_succeeded_chunk_succeeds_every_open_input():
+    spec = make_spec(3, maxConcurrent=None, chunkSize=3)
+    d = decide(spec, started(spec), units(ok(0, message='{"succeeded":"0-2","failed":""}')))
+    assert d.status.succeeded_indexes == "0-2" and d.status.phase == Phase.SUCCEEDED
+
+
+# =========================================================================== adoption
+
+
+def test_pods_the_status_does_not_record_are_adopted_not_duplicated():
     spec = make_spec(10, maxConcurrent=4)
-    # The status was lost (or the child was made by hand): child 6 exists and runs.
-    d = decide_batch(spec, None, {6: obs(Phase.RUNNING), 42: obs(Phase.RUNNING)}, T0)
+    d = decide(spec, None, units(pv(6), pv(42)))
     assert 6 in IndexSet.parse(d.status.active_indexes)
-    assert d.launch == IndexSet([0, 1, 2])  # 6 takes one of the 4 slots; 42 is out of range
+    assert d.creates == [(0, 1), (1, 1), (2, 1)]  # 6 takes one of the 4 slots
+    assert d.stops == ["g-42-1"]  # not an input of this batch
     assert d.status.launched == 7
-    assert any(e.reason == "Adopted" and "inputs 6" in e.message for e in d.of(Event))
+    ev = next(e for e in d.of(Event) if e.reason == "Adopted")
+    assert ev.type == "Warning" and "inputs 6" in ev.message
+    follow = decide(spec, with_manifest(d.status), units(ok(6), pv(0), pv(1), pv(2)))
+    assert follow.status.succeeded_indexes == "6" and (6, 1) not in follow.creates
 
 
-def test_max_concurrent_can_change_mid_run():
-    spec = make_spec(20, maxConcurrent=2)
-    s = with_manifest(decide_batch(spec, None, {}, T0).status)
-    running = {0: obs(Phase.RUNNING), 1: obs(Phase.RUNNING)}
-    wider = decide_batch(spec.model_copy(update={"max_concurrent": 5}), s, running, T0)
-    assert wider.launch == IndexSet([2, 3, 4])
-    five = {i: obs(Phase.RUNNING) for i in range(5)}
-    narrow = spec.model_copy(update={"max_concurrent": 2})
-    d = decide_batch(narrow, wider.status, five, T0)
-    assert d.launch == IndexSet() and d.cancel == IndexSet()  # nothing is cancelled to shrink
-    five.update({0: obs(Phase.SUCCEEDED), 1: obs(Phase.SUCCEEDED), 2: obs(Phase.SUCCEEDED)})
-    d = decide_batch(narrow, d.status, five, T0)
-    assert d.launch == IndexSet()  # 2 still running, at the new limit
-    five[3] = obs(Phase.SUCCEEDED)
-    assert decide_batch(narrow, d.status, five, T0).launch == IndexSet([5])
-    unlimited = decide_batch(spec.model_copy(update={"max_concurrent": None}), d.status, five, T0)
-    assert unlimited.launch == IndexSet.range(5, 20)
+def test_pods_of_recorded_inputs_are_not_adopted_but_stopped():
+    spec = make_spec(3, maxConcurrent=None)
+    d = decide(spec, started(spec), units(ok(0), pv(1), pv(2)))
+    again = decide(spec, d.status, units(pv(0, 2), pv(1), pv(2)))
+    assert again.stops == ["g-0-2"] and "Adopted" not in reasons(again)
+    assert again.status.succeeded_indexes == "0"
+
+
+def test_pods_deleted_after_their_outcome_was_recorded_are_never_relaunched():
+    spec = make_spec(4, maxConcurrent=2)
+    s = decide(spec, started(spec), units(ok(0), bad(1))).status
+    assert s.active_indexes == "2-3"
+    d = decide(spec, s, units(pv(2), pv(3)))  # 0 and 1 deleted after their TTL
+    assert d.creates == [] and d.status.succeeded_indexes == "0"
+    end = decide(spec, d.status, units(ok(2), ok(3)))
+    assert end.status.phase == Phase.FAILED and end.creates == []
+    after = decide(spec, end.status, {})
+    assert after.actions == () and not after.write_status
+
+
+# =========================================================================== conditions
 
 
 def test_conditions_keep_transition_times_when_status_does_not_flip():
     spec = make_spec(5, maxConcurrent=2)
-    s = with_manifest(decide_batch(spec, None, {}, T0).status)
+    s = started(spec)
     t1 = T0 + timedelta(seconds=10)
-    s1 = decide_batch(spec, s, {0: obs(Phase.RUNNING), 1: obs()}, t1).status
+    s1 = decide(spec, s, units(pv(0), pv(1, phase="Pending")), t1).status
     assert cond(s1, "Running").status == "True"
     assert cond(s1, "Running").last_transition_time == "2024-05-01T12:00:10Z"
     assert cond(s1, "Complete").last_transition_time == "2024-05-01T12:00:00Z"
-    s2 = decide_batch(
-        spec, s1, {0: obs(Phase.SUCCEEDED), 1: obs(Phase.RUNNING)}, T0 + timedelta(seconds=99)
-    ).status
+    s2 = decide(spec, s1, units(ok(0), pv(1)), T0 + timedelta(seconds=99)).status
     assert cond(s2, "Running").last_transition_time == "2024-05-01T12:00:10Z"
 
 
 def test_other_conditions_are_kept():
-    from kinetic.resources import Condition
-
     spec = make_spec(2)
-    s = decide_batch(spec, None, {}, T0).status
+    s = decide(spec, None).status
     s.conditions.append(Condition(type="ManifestWritten", status="False", reason="WriteFailed"))
-    s2 = decide_batch(spec, s, {0: obs(Phase.RUNNING)}, T0).status
+    s2 = decide(spec, s, units(pv(0))).status
     assert any(c.type == "ManifestWritten" and c.reason == "WriteFailed" for c in s2.conditions)
 
 
-def test_naive_time_is_refused():
-    with pytest.raises(ValueError, match="timezone-aware"):
-        decide_batch(make_spec(1), None, {}, datetime(2024, 1, 1))
-
-
-# --------------------------------------------------------------------------- immutability
-
-
-def test_immutable_change():
-    spec = make_spec(10)
-    assert immutable_change(spec, spec.model_copy(update={"max_concurrent": 3})) is None
-    assert immutable_change(spec, spec.model_copy(update={"max_concurrent": None})) is None
-    assert immutable_change(spec, spec.model_copy(update={"cancel": True})) is None
-    t = spec.model_copy(deep=True)
-    t.template.accelerator = "gpu-l4"
-    assert immutable_change(spec, t) == (
-        "spec.template cannot change on an existing batch (only spec.maxConcurrent and "
-        "spec.cancel can): create a new batch instead"
-    )
-    many = make_spec(11, retries=1, failFast=True)
-    msg = immutable_change(spec, many)
-    assert msg.startswith("spec.inputs, spec.retries, spec.failFast cannot change")
-    tags = spec.model_copy(update={"tags": {"a": "b"}})
-    assert "spec.tags" in immutable_change(spec, tags)
-
-
-def test_merge_mutable_keeps_the_accepted_spec():
-    spec = make_spec(10)
-    edited = make_spec(99, maxConcurrent=5, cancel=True)
-    merged = merge_mutable(spec, edited)
-    assert merged.inputs.count == 10 and merged.max_concurrent == 5 and merged.cancel
-
-
-# --------------------------------------------------------------------------- observe_child
-
-
-def test_observe_child():
-    body = {
-        "metadata": {"name": "g-3", "labels": {"kinetic.dev/batch": "g", "kinetic.dev/index": "3"}},
-        "spec": {"cancel": True},
-        "status": {"phase": "RUNNING", "attempt": 2, "message": "retrying"},
-    }
-    assert observe_child(body) == (3, ChildObservation(Phase.RUNNING, True, 2, True, "retrying"))
-    fresh = {"metadata": {"labels": {"kinetic.dev/index": "0"}}}
-    assert observe_child(fresh) == (0, ChildObservation(Phase.PENDING))
-    for bad in ("-1", "x", "01", "", None):
-        assert observe_child({"metadata": {"labels": {"kinetic.dev/index": bad}}}) is None
-    weird = {"metadata": {"labels": {"kinetic.dev/index": "1"}}, "status": {"phase": "??"}}
-    assert observe_child(weird)[1].phase == Phase.PENDING
-
-
-# =========================================================================== simulation
-
-
-@dataclass
-class Child:
-    phase: Phase = Phase.PENDING
-    attempts: int = 0
-    cancel: bool = False
-
-
-@dataclass
-class Sim:
-    """A tiny API server: a batch status with a resourceVersion and child objects."""
-
-    spec: KineticBatchSpec
-    rng: random.Random
-    failing: set[int] = field(default_factory=set)
-    status: KineticBatchStatus | None = None
-    rv: int = 0
-    children: dict[int, Child] = field(default_factory=dict)
-    created: Counter = field(default_factory=Counter)
-    runs: Counter = field(default_factory=Counter)
-    clock: datetime = T0
-    max_active: int = 0
-    conflicts: int = 0
-    reserved_after_stop: list[int] = field(default_factory=list)
-    cap: int | None = None  # the live-children bound to check, when not the spec's own
-
-    def observations(self, lag: bool = False) -> dict[int, ChildObservation]:
-        """What the Kopf index holds; with ``lag`` some children are not in it yet."""
-        return {
-            i: ChildObservation(c.phase, True, c.attempts, c.cancel)
-            for i, c in self.children.items()
-            if not (lag and self.rng.random() < 0.3)
-        }
-
-    def reconcile(
-        self,
-        *,
-        based_on: tuple[int, KineticBatchStatus | None] | None = None,
-        crash_after_write: bool = False,
-        max_launches: int | None = None,
-        lag: bool = False,
-    ) -> str:
-        rv, status = based_on if based_on is not None else (self.rv, self.status)
-        self.clock += timedelta(seconds=1)
-        d = decide_batch(
-            self.spec, status, self.observations(lag), self.clock, max_launches=max_launches
-        )
-        if d.write_status:
-            if rv != self.rv:  # the conditional PATCH: 409 Conflict, nothing else runs
-                self.conflicts += 1
-                return "conflict"
-            self._check_reserve(self.status, d.status)
-            self.status = d.status
-            self.rv += 1
-        if crash_after_write:
-            return "crash"
-        for action in d.actions:
-            if isinstance(action, WriteManifest):
-                if self.status.manifest_uri is None:
-                    self.status = with_manifest(self.status)
-                    self.rv += 1
-            elif isinstance(action, Launch):
-                for i in action.indexes:
-                    if i not in self.children:  # else AlreadyExists
-                        live = sum(1 for c in self.children.values() if not c.phase.terminal)
-                        if self.spec.max_concurrent is not None:
-                            assert live < self.spec.max_concurrent, "launched beyond the limit"
-                        self.children[i] = Child()
-                        self.created[i] += 1
-            elif isinstance(action, Cancel):
-                for i in action.indexes:
-                    self.children[i].cancel = True
-        s = self.status
-        stop_running = self.spec.cancel or (
-            self.spec.fail_fast and self.spec.cancel_running_on_fail and bool(s.failed_indexes)
-        )
-        if stop_running and not lag:
-            live = [i for i, c in self.children.items() if not c.phase.terminal]
-            assert all(self.children[i].cancel for i in live), "a running sibling was not cancelled"
-        self.check()
-        return "ok"
-
-    def _check_reserve(self, old: KineticBatchStatus | None, new: KineticBatchStatus) -> None:
-        """Once a failure trips fail-fast (or cancel is set), nothing new is reserved."""
-        if old is None:
-            return
-        stopped = self.spec.cancel or (self.spec.fail_fast and bool(old.failed_indexes))
-        if stopped:
-            grown = IndexSet.parse(new.active_indexes) - IndexSet.parse(old.active_indexes)
-            self.reserved_after_stop.extend(grown)
-
-    def step_child(self) -> None:
-        live = [i for i, c in self.children.items() if not c.phase.terminal]
-        if not live:
-            return
-        i = self.rng.choice(live)
-        c = self.children[i]
-        if c.cancel:
-            c.phase = Phase.CANCELLED
-        elif c.phase is Phase.PENDING:
-            c.phase, c.attempts = Phase.RUNNING, 1
-            self.runs[i] += 1
-        else:
-            # Retries happen inside the child: the batch only ever sees the end.
-            c.attempts = 1 + self.rng.randrange(self.spec.retries + 1)
-            c.phase = Phase.FAILED if i in self.failing else Phase.SUCCEEDED
-        self.check()
-
-    def cleanup(self) -> None:
-        """results(cleanup=True): delete children whose outcome the status has recorded."""
-        if self.status is None:
-            return
-        done = (
-            IndexSet.parse(self.status.succeeded_indexes)
-            | IndexSet.parse(self.status.failed_indexes)
-            | IndexSet.parse(self.status.cancelled_indexes)
-        )
-        for i in [i for i in self.children if i in done and self.children[i].phase.terminal]:
-            if self.rng.random() < 0.5:
-                del self.children[i]
-
-    def check(self) -> None:
-        active = sum(1 for c in self.children.values() if not c.phase.terminal)
-        self.max_active = max(self.max_active, active)
-        cap = self.cap if self.cap is not None else self.spec.max_concurrent
-        if cap is not None:
-            assert active <= cap, (active, cap)
-        assert all(n == 1 for n in self.created.values()), "a child was created twice"
-        assert all(n == 1 for n in self.runs.values()), "an input ran twice"
-        if self.status is not None:
-            s = self.status
-            sets = [
-                IndexSet.parse(x)
-                for x in (
-                    s.active_indexes,
-                    s.succeeded_indexes,
-                    s.failed_indexes,
-                    s.cancelled_indexes,
-                )
-            ]
-            for a in range(4):
-                for b in range(a + 1, 4):
-                    assert sets[a].isdisjoint(sets[b]), s
-            assert s.counts.succeeded == len(sets[1]) and s.counts.failed == len(sets[2])
-            assert s.counts.cancelled == len(sets[3])
-            c = s.counts
-            assert c.pending + c.running + c.succeeded + c.failed + c.cancelled == s.total
-
-    def run(self, *, chaos: bool = True, limit: int = 20_000) -> None:
-        old_snapshot = (self.rv, self.status)
-        for _ in range(limit):
-            r = self.rng.random()
-            if chaos and r < 0.05:
-                self.reconcile(crash_after_write=True)
-            elif chaos and r < 0.10:
-                self.reconcile(based_on=old_snapshot)  # a stale reconcile racing
-            elif chaos and r < 0.15:
-                self.cleanup()
-            elif chaos and r < 0.22:
-                self.reconcile(lag=True)  # the child index has not caught up
-            elif r < 0.55:
-                self.step_child()
-            else:
-                old_snapshot = (self.rv, self.status)
-                self.reconcile()
-            if self.finished():
-                return
-        raise AssertionError(f"batch did not finish: {self.status}")
-
-    def finished(self) -> bool:
-        return (
-            self.status is not None
-            and Phase(self.status.phase).terminal
-            and all(c.phase.terminal for c in self.children.values())
-        )
-
-
-def _sim(seed: int, n: int, *, failing=(), chaos=True, **extra) -> Sim:
-    rng = random.Random(seed)
-    sim = Sim(spec=make_spec(n, **extra), rng=rng, failing=set(failing))
-    sim.run(chaos=chaos)
-    return sim
-
-
-def _final_sets(sim: Sim) -> dict[str, IndexSet]:
-    s = sim.status
-    return {k: IndexSet.parse(v) for k, v in ranges(s).items()}
-
-
-@pytest.mark.parametrize("seed", range(40))
-@pytest.mark.parametrize("limit", [1, 3, 7, None])
-def test_simulated_runs_never_exceed_the_limit_and_run_each_input_once(seed, limit):
-    rng = random.Random(seed * 1000 + (limit or 0))
-    n = rng.randrange(0, 40)
-    failing = {i for i in range(n) if rng.random() < 0.1}
-    sim = _sim(seed, n, failing=failing, maxConcurrent=limit, retries=rng.randrange(3))
-    sets = _final_sets(sim)
-    assert sets["active"] == IndexSet()
-    assert sets["failed"] == IndexSet(failing)
-    assert sets["succeeded"] == IndexSet.range(0, n) - failing
-    assert set(sim.created) == set(range(n))
-    if limit is not None and n > limit and not failing:
-        assert sim.max_active <= limit
-    expected = Phase.FAILED if failing else Phase.SUCCEEDED
-    assert sim.status.phase == expected
-    assert sim.status.progress == f"{n - len(failing)}/{n}"
-
-
-@pytest.mark.parametrize("seed", range(30))
-@pytest.mark.parametrize(
-    ("fail_fast", "cancel_running"),
-    [(False, False), (True, False), (True, True), (False, True)],
-    ids=["row1-continue", "row2-stop-launching", "row3-cancel-running", "row4-no-effect"],
-)
-def test_simulated_fail_fast_table(seed, fail_fast, cancel_running):
-    rng = random.Random(seed)
-    n = 30
-    failing = {rng.randrange(n) for _ in range(rng.randrange(1, 4))}
-    sim = _sim(
-        seed,
-        n,
-        failing=failing,
-        maxConcurrent=4,
-        failFast=fail_fast,
-        cancelRunningOnFail=cancel_running,
-    )
-    sets = _final_sets(sim)
-    assert sim.status.phase == Phase.FAILED
-    everything = IndexSet.range(0, n)
-    assert sets["succeeded"] | sets["failed"] | sets["cancelled"] == everything
-    if not fail_fast:
-        # Rows 1 and 4: every input ran, failures collected at the end.
-        assert sets["failed"] == IndexSet(failing) and sets["cancelled"] == IndexSet()
-        assert set(sim.created) == set(range(n))
-        assert cond(sim.status, "Failed").reason == "InputsFailed"
-        return
-    assert cond(sim.status, "Failed").reason == "FailFast"
-    assert sim.reserved_after_stop == []  # no launch after the first recorded failure
-    assert set(sets["failed"]) <= failing
-    never = everything - IndexSet(sim.created)
-    assert set(never) <= set(sets["cancelled"])  # never launched: counted cancelled
-    if min(failing) < n - 8:  # an early failure: some inputs can never have been launched
-        assert never
-    cancelled_children = {i for i, c in sim.children.items() if c.cancel}
-    if not cancel_running:
-        assert not cancelled_children  # row 2: running children finish on their own
-    # Row 3 is checked on every reconcile in Sim.reconcile: once fail-fast has
-    # tripped, every live child has been asked to stop.
-
-
-def test_simulated_cancel_mid_run():
-    rng = random.Random(5)
-    sim = Sim(spec=make_spec(50, maxConcurrent=5), rng=rng)
-    for _ in range(60):
-        sim.reconcile()
-        sim.step_child()
-    sim.spec = sim.spec.model_copy(update={"cancel": True})
-    sim.reconcile()
-    assert all(c.cancel for c in sim.children.values() if not c.phase.terminal)
-    sim.run(chaos=True)
-    assert sim.status.phase == Phase.CANCELLED
-    assert sim.reserved_after_stop == []
-    sets = _final_sets(sim)
-    assert sets["succeeded"] | sets["cancelled"] == IndexSet.range(0, 50)
-
-
-def test_simulated_max_concurrent_change():
-    rng = random.Random(11)
-    sim = Sim(spec=make_spec(60, maxConcurrent=2), rng=rng)
-    for _ in range(30):
-        sim.reconcile()
-        sim.step_child()
-    sim.spec = sim.spec.model_copy(update={"max_concurrent": 8})
-    sim.reconcile()
-    live = sum(1 for c in sim.children.values() if not c.phase.terminal)
-    assert live == 8
-    # Shrinking cancels nothing: the 8 drain, and nothing launches until fewer than 3 run
-    # (asserted at every create in Sim.reconcile).
-    sim.spec = sim.spec.model_copy(update={"max_concurrent": 3})
-    sim.cap = 8
-    sim.run(chaos=True)
-    assert sim.status.phase == Phase.SUCCEEDED
-
-
-def test_stale_reconcile_cannot_relaunch_a_cleaned_up_child():
-    """Why the status write must be conditional even when only (re)creates are decided."""
-    rng = random.Random(0)
-    sim = Sim(spec=make_spec(3, maxConcurrent=1), rng=rng)
-    sim.reconcile()
-    stale = (sim.rv, sim.status)  # child 0 active
-    sim.children[0].phase = Phase.SUCCEEDED
-    sim.runs[0] += 1
-    sim.reconcile()  # records 0, launches 1
-    del sim.children[0]  # cleanup after the outcome was recorded
-    # Decided on the stale status, index 0 looks reserved-but-never-created:
-    d = decide_batch(sim.spec, stale[1], sim.observations(), T0)
-    assert 0 in d.launch
-    # ...so it only gets to act if its conditional write succeeds, which it cannot.
-    assert sim.reconcile(based_on=stale) == "conflict"
-    assert 0 not in sim.children and sim.created[0] == 1
-
-
-def test_stale_decisions_racing_do_not_exceed_the_limit():
-    rng = random.Random(3)
-    sim = Sim(spec=make_spec(30, maxConcurrent=3), rng=rng)
-    sim.reconcile()
-    for _ in range(200):
-        snapshot = (sim.rv, sim.status)
-        sim.step_child()
-        sim.step_child()
-        results = [sim.reconcile(based_on=snapshot) for _ in range(3)]
-        assert results.count("ok") <= 1 or sim.rv == snapshot[0]
-        if sim.finished():
-            break
-    assert sim.conflicts > 0
-
-
-def test_crash_after_every_reserve_still_completes_exactly_once():
-    rng = random.Random(8)
-    sim = Sim(spec=make_spec(25, maxConcurrent=4), rng=rng)
-    for _ in range(2000):
-        sim.reconcile(crash_after_write=True)  # every reserve is followed by a crash...
-        sim.reconcile()  # ...and repaired by the next reconcile
-        sim.step_child()
-        if sim.finished():
-            break
-    assert sim.status.phase == Phase.SUCCEEDED
-    assert set(sim.created) == set(range(25))
-
-
-def test_max_launches_pacing_simulated():
-    rng = random.Random(2)
-    sim = Sim(spec=make_spec(500, maxConcurrent=None), rng=rng)
-    while sim.status is None or sim.status.launched < 500:
-        sim.reconcile(max_launches=64)
-        assert len(sim.children) <= 64 * sim.rv
-    assert len(sim.children) == 500
-
-
-# --------------------------------------------------------------------------- size
-
-
-def test_status_of_100k_inputs_stays_small():
-    n = 100_000
-    spec = make_spec(n, maxConcurrent=2000, retries=1)
-    status = None
-    children: dict[int, ChildObservation] = {}
-    biggest = 0
-    for round_ in range(200):
-        d = decide_batch(spec, status, children, T0 + timedelta(minutes=round_))
-        status = with_manifest(d.status)
-        biggest = max(biggest, len(json.dumps(status.wire())))
-        # every launched child runs and succeeds; finished ones are cleaned up
-        children = {i: obs(Phase.SUCCEEDED, attempts=1) for i in d.launch}
-        if Phase(status.phase).terminal:
-            break
-    assert status.phase == Phase.SUCCEEDED
-    assert status.succeeded_indexes == "0-99999" and status.progress == "100000/100000"
-    size = len(json.dumps(status.wire()))
-    assert size < 4096, size
-    assert biggest < 4096, biggest
-
-
-# ------------------------------------------------------------------- invalid specs, conditions
-
-
 def test_invalid_batch_fails_at_once_and_launches_nothing():
-    from kinetic_operator.batch_logic import invalid_batch
-
-    now = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
-    d = invalid_batch(None, ["spec.inputs needs exactly one of count, items or grid"], now)
+    d = invalid_batch(None, ["spec.inputs needs exactly one of count, items or grid"], T0)
     assert d.write_status and d.status.phase == "FAILED"
     assert d.status.message.startswith("Invalid batch: spec.inputs needs")
-    failed = next(c for c in d.status.conditions if c.type == "Failed")
+    failed = cond(d.status, "Failed")
     assert failed.status == "True" and failed.reason == "InvalidSpec"
     assert [type(a).__name__ for a in d.actions] == ["Event"]
-    again = invalid_batch(d.status, ["other"], now)  # an ended batch keeps its outcome
+    again = invalid_batch(d.status, ["other"], T0)  # an ended batch keeps its outcome
     assert not again.write_status and again.status.message == d.status.message
 
 
 def test_with_condition_moves_transition_time_only_on_flips():
-    from kinetic_operator.batch_logic import with_condition
-
-    t0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
-    t1 = datetime(2024, 5, 1, 12, 5, tzinfo=UTC)
-    s0 = KineticBatchStatus()
-    s1 = with_condition(s0, "ManifestWritten", "False", "WriteFailed", "boom", t0)
+    t1 = T0 + timedelta(minutes=5)
+    s1 = with_condition(KineticBatchStatus(), "ManifestWritten", "False", "WriteFailed", "x", T0)
     assert s1.conditions[-1].last_transition_time == "2024-05-01T12:00:00Z"
-    assert with_condition(s1, "ManifestWritten", "False", "WriteFailed", "boom", t1) is s1
+    assert with_condition(s1, "ManifestWritten", "False", "WriteFailed", "x", t1) is s1
     s2 = with_condition(s1, "ManifestWritten", "False", "WriteFailed", "again", t1)
     assert s2.conditions[-1].last_transition_time == "2024-05-01T12:00:00Z"
     s3 = with_condition(s2, "ManifestWritten", "True", "Written", "ok", t1)
     assert s3.conditions[-1].last_transition_time == "2024-05-01T12:05:00Z"
     assert len(s3.conditions) == 1
+
+
+# =========================================================================== immutability
+
+
+def test_immutable_change():
+    spec = make_spec(10)
+    for mutable in ({"max_concurrent": 3}, {"max_concurrent": None}, {"cancel": True}):
+        assert immutable_change(spec, spec.model_copy(update=mutable)) is None
+    assert immutable_change(spec, spec.model_copy(update={"cancel_indexes": "1-3"})) is None
+    t = spec.model_copy(deep=True)
+    t.template.accelerator = "gpu-l4"
+    assert immutable_change(spec, t) == (
+        "spec.template cannot change on an existing batch (only spec.maxConcurrent, "
+        "spec.cancel and spec.cancelIndexes can): create a new batch instead"
+    )
+    msg = immutable_change(spec, make_spec(11, retries=1, failFast=True, chunkSize=2))
+    assert msg.startswith("spec.inputs, spec.chunkSize, spec.retries, spec.failFast cannot change")
+    assert "spec.tags" in immutable_change(spec, spec.model_copy(update={"tags": {"a": "b"}}))
+
+
+def test_merge_mutable_keeps_the_accepted_spec():
+    spec = make_spec(10)
+    edited = make_spec(99, maxConcurrent=5, cancel=True, cancelIndexes="4")
+    merged = merge_mutable(spec, edited)
+    assert merged.inputs.count == 10 and merged.max_concurrent == 5 and merged.cancel
+    assert merged.cancel_indexes == "4"
+
+
+# =========================================================================== size
+
+
+def _alternating(n: int, phase: Phase = Phase.FAILED) -> tuple[KineticBatchStatus, Recorded]:
+    evens, odds = IndexSet(range(0, n, 2)), IndexSet(range(1, n, 2))
+    status = KineticBatchStatus(
+        phase=phase,
+        total=n,
+        counts=PhaseCounts(succeeded=len(evens), failed=len(odds)),
+        progress=f"{len(evens)}/{n}",
+        launched=n,
+        succeeded_indexes=str(evens),
+        failed_indexes=str(odds),
+        manifest_uri="gs://b/batches/g/manifest.json",
+    )
+    return status, Recorded(evens, odds, IndexSet())
+
+
+def test_compact_status_keeps_100k_alternating_outcomes_under_64_kib():
+    full, recorded = _alternating(100_000)
+    assert len(json.dumps(full.wire())) > 5 * KIB64  # far too big as it stands
+    small = compact_status(full)
+    assert small.truncated
+    assert len(json.dumps(small.wire())) < KIB64
+    assert small.counts == full.counts and small.phase == full.phase
+    # What is left is a true prefix of each set, ending at a whole item.
+    for name in ("succeeded_indexes", "failed_indexes"):
+        cut = IndexSet.parse(getattr(small, name))
+        assert cut and set(cut) <= set(IndexSet.parse(getattr(full, name)))
+    # The decision sees every outcome again with `extra` (what the manifest header holds).
+    d = decide(make_spec(100_000), small, extra=recorded)
+    assert d.recorded.succeeded == recorded.succeeded and d.recorded.failed == recorded.failed
+    assert d.actions == () and not d.write_status
+    assert compact_status(KineticBatchStatus()) == KineticBatchStatus()
+
+
+def test_a_running_batch_with_cut_ranges_relaunches_nothing_given_extra():
+    n = 100_000
+    full, recorded = _alternating(n - 10, Phase.RUNNING)
+    full = full.model_copy(update={"total": n, "active_indexes": f"{n - 10}-{n - 1}"})
+    small = compact_status(full)
+    assert small.truncated
+    obs = units(*(pv(i) for i in range(n - 10, n)))
+    d = decide(make_spec(n, maxConcurrent=10), small, obs, extra=recorded)
+    assert d.creates == [] and d.stops == []
+    assert d.status.counts.succeeded == len(recorded.succeeded)
+    assert d.status.counts.failed == len(recorded.failed)
+    assert d.status.counts.running == 10
+    assert len(json.dumps(compact_status(d.status).wire())) < KIB64
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("done", [10_000, 50_000, 99_980])
+def test_status_stays_under_64_kib_throughout_a_100k_alternating_run(done):
+    """At any point of a 100,000-input run whose outcomes alternate, the status written
+    (compacted) is under 64 KiB, and the decision still sees every outcome."""
+    n, live = 100_000, 20
+    spec = make_spec(n, maxConcurrent=live)
+    full, recorded = _alternating(done, Phase.RUNNING)
+    active = IndexSet.range(done, done + live)
+    status = compact_status(
+        full.model_copy(update={"total": n, "active_indexes": str(active), "launched": done + live})
+    )
+    assert len(json.dumps(status.wire())) < KIB64
+    obs = units(*(ok(i) if i % 2 == 0 else bad(i) for i in active))
+    d = decide(spec, status, obs, extra=recorded)
+    assert d.recorded.terminal == IndexSet.range(0, done + live)
+    assert d.creates == [(i, 1) for i in range(done + live, min(n, done + 2 * live))]
+    written = compact_status(d.status)
+    assert written.truncated and len(json.dumps(written.wire())) < KIB64
+
+
+@pytest.mark.timeout(60)
+def test_one_decision_of_a_big_batch_with_scattered_outcomes_is_fast():
+    """10,000 inputs, half done with alternating outcomes, 500 Pods ending at once: one
+    decision must not cost seconds (it runs for every reconcile of the batch). With the
+    same Pods and contiguous outcomes it takes well under 0.1 s."""
+    n, live = 10_000, 500
+    half = n // 2
+    spec = make_spec(n, maxConcurrent=live)
+    full, recorded = _alternating(half, Phase.RUNNING)
+    active = IndexSet.range(half, half + live)
+    status = full.model_copy(
+        update={"total": n, "active_indexes": str(active), "launched": half + live}
+    )
+    obs = units(*(ok(i) if i % 2 == 0 else bad(i) for i in active))
+    began = time.perf_counter()
+    d = decide(spec, status, obs, extra=recorded)
+    took = time.perf_counter() - began
+    assert d.status.counts.succeeded + d.status.counts.failed == half + live
+    assert len(d.creates) == live
+    assert took < 1.0, f"one decision took {took:.1f} s"
+
+
+def test_a_fragmented_active_set_stays_under_64_kib():
+    """maxConcurrent null: all 100,000 inputs were launched (200 per decision) and every
+    other one has finished, so activeIndexes is '0,2,4,...'. The status must stay small
+    whatever the pattern; activeIndexes is the one range `compact_status` leaves whole."""
+    n = 100_000
+    running, done = IndexSet(range(0, n, 2)), IndexSet(range(1, n, 2))
+    status = KineticBatchStatus(
+        phase=Phase.RUNNING,
+        total=n,
+        counts=PhaseCounts(running=len(running), succeeded=len(done)),
+        launched=n,
+        active_indexes=str(running),
+        succeeded_indexes=str(done),
+    )
+    size = len(json.dumps(compact_status(status).wire()))
+    assert size < KIB64, f"the status is {size} bytes"

@@ -8,8 +8,6 @@ import json
 
 import pytest
 from kinetic.fanout import (
-    child_labels,
-    child_name,
     child_spec,
     env_value,
     grid_point,
@@ -21,8 +19,6 @@ from kinetic.fanout import (
     validate_batch_spec,
 )
 from kinetic.resources import (
-    LABEL_BATCH,
-    LABEL_INDEX,
     BatchInputs,
     KineticBatchSpec,
     KineticJobSpec,
@@ -121,12 +117,7 @@ def test_input_at_items_and_errors():
         input_at(BatchInputs(count=2, uri_prefix="gs://b/in"), 0)
 
 
-# --------------------------------------------------------------------------- children
-
-
-def test_child_name_and_labels():
-    assert child_name("grp-1a2b3c4d", 12) == "grp-1a2b3c4d-12"
-    assert child_labels("grp-1a2b3c4d", 12) == {LABEL_BATCH: "grp-1a2b3c4d", LABEL_INDEX: "12"}
+# --------------------------------------------------------------------------- per-input specs
 
 
 def test_function_child_for_pickled_inputs():
@@ -206,10 +197,13 @@ def test_container_child_env_for_plain_items():
     assert not any(k.startswith("KINETIC_PARAM_") for e in envs for k in e)
 
 
-def test_output_dir_is_per_child():
+def test_output_dir_is_per_input():
     spec = batch({"items": [1, 2]}, function_template(outputDir="gs://b/out/"))
     assert child_spec("g", spec, 1, ROOT).output_dir == "gs://b/out/1"
-    assert child_spec("g", batch({"items": [1]}), 0, ROOT).output_dir is None
+    # Without one in the template, each input still gets its own under the storage root.
+    assert child_spec("g", batch({"items": [1]}), 0, ROOT).output_dir == f"{ROOT}/outputs/g/0"
+    containers = batch({"items": [1, 2]}, container_template())
+    assert child_spec("g", containers, 1, ROOT).output_dir == f"{ROOT}/outputs/g/1"
 
 
 def test_container_template_with_pickled_inputs_is_refused():
@@ -259,6 +253,8 @@ def test_parse_sha256_list_allows_null_for_inputs_that_failed_at_submission():
 
 def test_valid_specs_have_no_problems():
     assert validate_batch_spec(batch({"count": 3, "uriPrefix": "gs://b/in"})) == []
+    assert validate_batch_spec(batch({"count": 3, "uriPrefix": "gs://b/in"}, chunkSize=2)) == []
+    assert validate_batch_spec(batch({"items": [1]}, container_template(), cancelIndexes="0")) == []
     assert validate_batch_spec(batch({"items": [1, {"a": 1}]}, container_template())) == []
     assert validate_batch_spec(batch({"grid": {"a": [1]}}, container_template())) == []
     assert (
@@ -295,6 +291,12 @@ def test_valid_specs_have_no_problems():
         ),
         ({"items": [1]}, "retries", {"retries": 1}, "set spec.retries"),
         ({"items": [1]}, "cancel", {}, "spec.template.cancel must be false"),
+        (
+            {"items": [1, 2]},
+            "container",
+            {"chunkSize": 2},
+            "spec.chunkSize is 2, but only function",
+        ),
     ],
 )
 def test_validation_problems_name_the_field(inputs, template, extra, problem):

@@ -1,8 +1,15 @@
-"""The KineticJob decision, exhaustively: every way an attempt starts, runs and ends."""
+"""The KineticJob decision over attempt Pods: every way an attempt starts, runs and ends.
+
+`decide` is pure, so each test hands it a spec, the status it wrote last time
+and the Pods the watch shows, and reads back the status to write and the
+actions to take. `drive` runs a job through a whole story the way the
+handler does (status first, then actions, the Pods of earlier attempts
+staying in the index) and checks on every step that deciding again on its
+own output repeats no Event and changes nothing.
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,9 +18,9 @@ from kinetic.resources import KineticJobSpec, KineticJobStatus, Phase
 from kinetic_operator.catalog import default_catalog
 from kinetic_operator.job_logic import (
     Bounds,
-    CreateAttempt,
+    CreatePod,
     Decision,
-    DeleteAttempt,
+    DeletePod,
     Event,
     InvalidSpec,
     decide,
@@ -21,9 +28,10 @@ from kinetic_operator.job_logic import (
     rejected,
     validate_spec,
 )
-from kinetic_operator.observed import JobView, PodView, summarize_job, summarize_pod
+from kinetic_operator.observed import PodView
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+T5 = fmt_time(T0 + timedelta(seconds=5))
 SHA = "0" * 64
 DEFAULT_BOUNDS = Bounds()
 
@@ -38,43 +46,37 @@ def fspec(**extra: Any) -> KineticJobSpec:
     )
 
 
-def job(attempt: int = 1, **kw: Any) -> JobView:
-    return JobView(name=f"kj-{attempt}", attempt=attempt, start_time=fmt_time(T0), **kw)
-
-
-def pod(attempt: int = 1, suffix: str = "a", phase: str = "Running", **kw: Any) -> PodView:
+def pod(attempt: int = 1, phase: str = "Running", **kw: Any) -> PodView:
     kw.setdefault("created", fmt_time(T0))
     kw.setdefault("start_time", fmt_time(T0) if phase != "Pending" else None)
-    return PodView(name=f"kj-{attempt}-{suffix}", attempt=attempt, phase=phase, **kw)
+    return PodView(name=f"kj-{attempt}", attempt=attempt, phase=phase, **kw)
 
 
 def failed_pod(attempt: int = 1, exit_code: int = 1, reason: str = "Error", **kw: Any) -> PodView:
-    return pod(
-        attempt,
-        phase="Failed",
-        exit_code=exit_code,
-        terminated_reason=reason,
-        finished_at=fmt_time(T0 + timedelta(seconds=5)),
-        **kw,
-    )
+    kw.setdefault("finished_at", T5)
+    return pod(attempt, "Failed", exit_code=exit_code, terminated_reason=reason, **kw)
 
 
 def ok_pod(attempt: int = 1, message: str | None = "42", **kw: Any) -> PodView:
+    kw.setdefault("finished_at", T5)
     return pod(
         attempt,
-        phase="Succeeded",
+        "Succeeded",
         exit_code=0,
         terminated_reason="Completed",
         termination_message=message,
-        finished_at=fmt_time(T0 + timedelta(seconds=5)),
         **kw,
     )
+
+
+def gone(p: PodView) -> PodView:
+    """A tombstone: the Pod was seen like this, then deleted."""
+    return PodView(**{**p.__dict__, "gone": True})
 
 
 def run(
     spec: KineticJobSpec | InvalidSpec | None = None,
     status: KineticJobStatus | None = None,
-    jobs: list[JobView] = (),  # type: ignore[assignment]
     pods: list[PodView] = (),  # type: ignore[assignment]
     now: datetime = T0,
     bounds: Bounds = DEFAULT_BOUNDS,
@@ -84,8 +86,7 @@ def run(
         name="kj",
         spec=spec if spec is not None else cspec(),
         status=status if status is not None else KineticJobStatus(),
-        jobs=jobs,
-        pods=pods,
+        pods={p.attempt: p for p in pods},
         now=now,
         generation=kw.pop("generation", 1),
         bounds=bounds,
@@ -94,11 +95,11 @@ def run(
 
 
 def creates(d: Decision) -> list[int]:
-    return [a.attempt for a in d.actions if isinstance(a, CreateAttempt)]
+    return [a.attempt for a in d.actions if isinstance(a, CreatePod)]
 
 
 def deletes(d: Decision) -> list[str]:
-    return [a.job for a in d.actions if isinstance(a, DeleteAttempt)]
+    return [a.pod for a in d.actions if isinstance(a, DeletePod)]
 
 
 def events(d: Decision) -> list[tuple[str, str]]:
@@ -109,38 +110,58 @@ def cond(status: KineticJobStatus, type_: str) -> Any:
     return next(c for c in status.conditions if c.type == type_)
 
 
-def started(spec: KineticJobSpec | None = None, **kw: Any) -> KineticJobStatus:
-    """The status right after attempt 1 was created."""
-    return run(spec, **kw).status
+def started(spec: KineticJobSpec | None = None) -> KineticJobStatus:
+    """The status right after attempt 1 was reserved."""
+    return run(spec).status
 
 
 def running(spec: KineticJobSpec | None = None) -> KineticJobStatus:
-    return run(spec, started(spec), [job()], [pod()]).status
+    return run(spec, started(spec), [pod()]).status
+
+
+def assert_settled(d: Decision, spec: Any, pods: list[PodView], **kw: Any) -> None:
+    """Deciding again on the decision's own output: no Event, no change, at most the same
+    idempotent creates and deletes."""
+    again = run(spec, d.status, pods, **kw)
+    assert events(again) == [], events(again)
+    same = {"message"}  # "attempt 2 is starting" may lose the "why" once the retry is under way
+    assert again.status.model_dump(exclude=same) == d.status.model_dump(exclude=same)
+    assert set(creates(again)) <= set(creates(d)) | set(range(1, d.status.attempt + 1))
+    third = run(spec, again.status, pods, **kw)
+    assert third.status == again.status and events(third) == []
 
 
 # ----------------------------------------------------------------------- starting
 
 
-def test_first_reconcile_creates_attempt_one():
+def test_first_decision_reserves_attempt_one_in_the_status_and_creates_its_pod():
     d = run(generation=7)
-    assert creates(d) == [1] and deletes(d) == []
+    assert d.actions[0] == CreatePod(1) and deletes(d) == []
     assert events(d) == [("Normal", "Started")]
     st = d.status
     assert (st.phase, st.attempt, st.failures, st.disruptions) == ("PENDING", 1, 0, 0)
     assert st.start_time == fmt_time(T0) and st.completion_time is None
     assert st.observed_generation == 7
-    assert [(r.attempt, r.job, r.outcome) for r in st.attempts] == [(1, "kj-1", "running")]
+    assert [(r.attempt, r.pod, r.outcome) for r in st.attempts] == [(1, "kj-1", "pending")]
     assert {c.type: c.status for c in st.conditions} == {
         "Running": "False",
         "Complete": "False",
         "Failed": "False",
     }
+    assert d.creates
 
 
-def test_created_job_not_yet_seen_is_created_again_quietly():
-    d = run(status=started())
+def test_a_reserved_attempt_whose_pod_is_not_seen_is_created_again_quietly():
+    st = started()
+    d = run(status=st)
     assert creates(d) == [1] and events(d) == []
-    assert d.status.attempt == 1 and d.status.phase == "PENDING"
+    assert d.status == st  # nothing to write: the same name makes the create idempotent
+
+
+def test_a_pod_this_process_is_creating_is_not_created_twice():
+    d = run(status=started(), creating=True)
+    assert creates(d) == [] and d.actions == ()
+    assert d.status.phase == "PENDING" and "being created" in d.status.message
 
 
 def test_function_job_publishes_its_result_uri_from_the_start():
@@ -151,35 +172,29 @@ def test_function_job_publishes_its_result_uri_from_the_start():
 # ----------------------------------------------------------------------- pending and running
 
 
-def test_job_without_pod_is_pending():
-    d = run(status=started(), jobs=[job()])
-    assert d.actions == ()
-    assert d.status.phase == "PENDING"
-    assert "waiting for its pod" in d.status.message
-
-
 def test_unschedulable_pod_says_why():
     p = pod(
         phase="Pending", unschedulable="0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
     )
-    d = run(status=started(), jobs=[job()], pods=[p])
-    assert d.status.phase == "PENDING"
+    d = run(status=started(), pods=[p])
+    assert d.status.phase == "PENDING" and d.actions == ()
     assert "Insufficient nvidia.com/gpu" in d.status.message
-    assert d.status.attempts[0].pod == p.name
+    assert d.status.attempts[0].pod == "kj-1"
 
 
 def test_starting_container_says_what_it_waits_for():
     p = pod(phase="Pending", waiting_reason="ImagePullBackOff", waiting_message="no such image")
-    d = run(status=started(), jobs=[job()], pods=[p])
+    d = run(status=started(), pods=[p])
     assert "ImagePullBackOff: no such image" in d.status.message
 
 
 def test_running_pod_makes_the_job_running():
-    d = run(status=started(), jobs=[job()], pods=[pod()])
+    d = run(status=started(), pods=[pod()])
     st = d.status
     assert d.actions == ()
-    assert st.phase == "RUNNING"
-    assert st.attempts[0].pod == "kj-1-a" and st.attempts[0].start_time == fmt_time(T0)
+    assert st.phase == "RUNNING" and "kj-1" in st.message
+    rec = st.attempts[0]
+    assert (rec.pod, rec.outcome, rec.start_time) == ("kj-1", "running", fmt_time(T0))
     assert cond(st, "Running").status == "True"
     assert cond(st, "Running").last_transition_time == fmt_time(T0)
 
@@ -187,16 +202,15 @@ def test_running_pod_makes_the_job_running():
 def test_unchanged_state_is_a_fixpoint_and_keeps_transition_times():
     st = running()
     later = T0 + timedelta(minutes=5)
-    d = run(status=st, jobs=[job()], pods=[pod()], now=later)
-    assert d.actions == ()
-    assert d.status == st
+    d = run(status=st, pods=[pod()], now=later)
+    assert d.actions == () and d.status == st
     assert cond(d.status, "Running").last_transition_time == fmt_time(T0)
 
 
-def test_transition_time_moves_when_a_condition_flips():
+def test_transition_time_moves_only_when_a_condition_flips():
     st = running()
     later = T0 + timedelta(minutes=5)
-    d = run(status=st, jobs=[job(complete=True)], pods=[ok_pod()], now=later)
+    d = run(status=st, pods=[ok_pod()], now=later)
     assert cond(d.status, "Running").status == "False"
     assert cond(d.status, "Running").last_transition_time == fmt_time(later)
     assert cond(d.status, "Complete").last_transition_time == fmt_time(later)
@@ -207,66 +221,73 @@ def test_transition_time_moves_when_a_condition_flips():
 
 
 def test_container_success_puts_the_termination_message_in_result():
-    d = run(status=running(), jobs=[job()], pods=[ok_pod(message="hello world")])
+    d = run(status=running(), pods=[ok_pod(message="hello world")])
     st = d.status
     assert st.phase == "SUCCEEDED" and st.result == "hello world"
     assert st.completion_time == fmt_time(T0)
     assert events(d) == [("Normal", "Succeeded")]
     rec = st.attempts[0]
-    assert (rec.outcome, rec.exit_code, rec.reason) == ("success", 0, "Completed")
-    assert rec.end_time == fmt_time(T0 + timedelta(seconds=5))
+    assert (rec.outcome, rec.exit_code, rec.reason, rec.end_time) == (
+        "success",
+        0,
+        "Completed",
+        T5,
+    )
     assert cond(st, "Complete").status == "True" and cond(st, "Running").status == "False"
-    assert deletes(d) == []  # the finished Job is kept for its logs
+    assert deletes(d) == [] and creates(d) == []  # the finished Pod waits out its TTL
 
 
 def test_function_success_keeps_result_uri_and_no_inline_result():
     spec = fspec()
     st = run(spec, result_uri="gs://r").status
-    d = run(
-        spec, st, [job(complete=True)], [ok_pod(message="ok: returned int")], result_uri="gs://r"
-    )
+    d = run(spec, st, [ok_pod(message="ok: returned int")], result_uri="gs://r")
     assert d.status.phase == "SUCCEEDED"
     assert d.status.result is None and d.status.result_uri == "gs://r"
 
 
-def test_job_complete_without_pods_is_success():
-    d = run(status=running(), jobs=[job(complete=True)], pods=[])
-    assert d.status.phase == "SUCCEEDED"
-
-
 def test_empty_termination_message_means_no_result():
-    d = run(status=running(), jobs=[job()], pods=[ok_pod(message=None)])
+    d = run(status=running(), pods=[ok_pod(message=None)])
     assert d.status.phase == "SUCCEEDED" and d.status.result is None
+
+
+def test_a_huge_termination_message_is_clipped_to_fit_the_status():
+    d = run(status=running(), pods=[ok_pod(message="x" * 10_000)])
+    assert len(d.status.result) == 4096 and d.status.result.endswith("…")
+    KineticJobStatus.model_validate(d.status.wire())  # still a valid status
+
+
+def test_a_success_seen_only_in_the_pods_tombstone_still_counts():
+    d = run(status=running(), pods=[gone(ok_pod(message="late"))])
+    assert d.status.phase == "SUCCEEDED" and d.status.result == "late"
+    assert d.status.disruptions == 0 and creates(d) == []
+
+
+def test_a_success_on_the_first_sight_of_the_pod():
+    """The watch may deliver the Pod only once it has already finished."""
+    d = run(status=started(), pods=[ok_pod(message="quick")])
+    assert d.status.phase == "SUCCEEDED" and d.status.result == "quick"
+    assert events(d) == [("Normal", "Succeeded")]
 
 
 # ----------------------------------------------------------------------- application failures
 
 
-def test_failure_with_retries_left_starts_the_next_attempt():
+def test_failure_with_retries_left_reserves_and_creates_the_next_attempt():
     spec = cspec(retries=2)
-    d = run(spec, running(spec), [job(failed_reason="BackoffLimitExceeded")], [failed_pod()])
+    d = run(spec, running(spec), [failed_pod()])
     st = d.status
-    assert creates(d) == [2]
-    assert events(d) == [("Warning", "AttemptFailed"), ("Normal", "Retrying")]
+    assert creates(d) == [2] and deletes(d) == []  # the failed Pod is kept (its log)
+    assert events(d) == [("Warning", "AttemptFailed")]
     assert (st.phase, st.attempt, st.failures, st.disruptions) == ("PENDING", 2, 1, 0)
     r1, r2 = st.attempts
-    assert (r1.outcome, r1.exit_code, r1.reason) == ("failure", 1, "Error")
-    assert (r2.attempt, r2.job, r2.outcome) == (2, "kj-2", "running")
+    assert (r1.outcome, r1.exit_code, r1.reason, r1.end_time) == ("failure", 1, "Error", T5)
+    assert (r2.attempt, r2.pod, r2.outcome) == (2, "kj-2", "pending")
     assert "retry 1 of 2" in st.message
-    assert deletes(d) == []  # failed attempts keep their Job (logs)
-
-
-def test_failure_is_seen_as_soon_as_the_pod_fails():
-    spec = cspec(retries=1)
-    d = run(spec, running(spec), [job()], [failed_pod()])
-    assert creates(d) == [2] and d.status.failures == 1
-    assert deletes(d) == []  # its pod is finished; the Job controller will mark it failed
+    assert_settled(d, spec, [failed_pod()])
 
 
 def test_no_retries_means_failed_at_once():
-    d = run(
-        status=running(), jobs=[job()], pods=[failed_pod(exit_code=3, termination_message="boom")]
-    )
+    d = run(status=running(), pods=[failed_pod(exit_code=3, termination_message="boom")])
     st = d.status
     assert st.phase == "FAILED" and creates(d) == []
     assert events(d) == [("Warning", "Failed")]
@@ -286,100 +307,156 @@ def test_no_retries_means_failed_at_once():
     ],
 )
 def test_failure_reasons_come_from_the_container_or_the_pod(p, reason):
-    d = run(status=running(), jobs=[job()], pods=[p])
+    d = run(status=running(), pods=[p])
     assert d.status.phase == "FAILED" and d.status.attempts[0].reason == reason
-    assert d.status.attempts[0].outcome == "failure"
+    assert d.status.attempts[0].outcome == "failure" and d.status.failures == 1
 
 
-def test_deadline_exceeded_from_the_job_condition():
-    spec = cspec(deadlineSeconds=10)
-    j = job(failed_reason="DeadlineExceeded", failed_message="Job was active longer than specified")
-    d = run(spec, running(spec), [j], [])
-    assert d.status.phase == "FAILED"
-    rec = d.status.attempts[0]
-    assert (rec.reason, rec.outcome) == ("DeadlineExceeded", "failure")
-    assert "deadlineSeconds" in d.status.message
-
-
-def test_pod_killed_after_the_deadline_is_a_deadline_failure_not_a_disruption():
+def test_deadline_exceeded_is_a_failure_that_spends_a_retry():
     spec = cspec(deadlineSeconds=10, retries=1)
-    d = run(spec, running(spec), [job()], [pod(deleting=True)], now=T0 + timedelta(seconds=11))
-    assert d.status.failures == 1 and d.status.disruptions == 0
-    assert d.status.attempts[0].reason == "DeadlineExceeded"
+    p = pod(phase="Failed", reason="DeadlineExceeded", message="Pod was active too long")
+    d = run(spec, running(spec), [p])
+    assert (d.status.failures, d.status.disruptions) == (1, 0)
+    assert creates(d) == [2] and events(d) == [("Warning", "AttemptFailed")]
+    rec = d.status.attempts[0]
+    assert (rec.outcome, rec.reason) == ("failure", "DeadlineExceeded")
+    # With no retry left, the deadline ends the job.
+    d = run(cspec(deadlineSeconds=10), running(cspec(deadlineSeconds=10)), [p])
+    assert d.status.phase == "FAILED" and "DeadlineExceeded" in d.status.message
 
 
-def test_pod_deleted_before_the_deadline_is_a_disruption():
-    spec = cspec(deadlineSeconds=10)
-    d = run(spec, running(spec), [job()], [pod(deleting=True)], now=T0 + timedelta(seconds=3))
-    assert d.status.failures == 0 and d.status.disruptions == 1
+def test_a_failure_seen_before_its_pod_was_deleted_stays_a_failure():
+    """Attempt 1 failed and was recorded; attempt 2 runs; then someone deletes the finished
+    Pod of attempt 1 (its tombstone carries a deletionTimestamp). The recorded failure must
+    not turn into a free disruption: that would grant an attempt beyond `retries`."""
+    spec = cspec(retries=1)
+    st = run(spec, running(spec), [failed_pod()]).status
+    st = run(spec, st, [failed_pod(), pod(2)]).status
+    assert (st.attempt, st.failures, st.phase) == (2, 1, "RUNNING")
+    d = run(spec, st, [gone(failed_pod(deleting=True)), pod(2)])
+    assert (d.status.failures, d.status.disruptions) == (1, 0)
+    assert (d.status.attempts[0].outcome, d.status.attempts[0].reason) == ("failure", "Error")
+    # ... so when attempt 2 fails too, the job has spent its one retry.
+    d = run(spec, d.status, [gone(failed_pod(deleting=True)), failed_pod(2)])
+    assert d.status.phase == "FAILED" and creates(d) == []
 
 
-def test_job_failed_without_any_pod_is_a_failure_with_the_jobs_reason():
-    j = job(failed_reason="PodFailurePolicy", failed_message="m", finished_time=fmt_time(T0))
-    d = run(status=started(), jobs=[j], now=T0 + timedelta(minutes=1))
-    assert d.status.phase == "FAILED" and d.status.attempts[0].reason == "PodFailurePolicy"
+def test_a_pod_killed_by_its_deletion_is_a_disruption_not_a_failure():
+    """kubectl delete on a running Pod: SIGTERM, exit 143, phase Failed, deletionTimestamp."""
+    spec = cspec(retries=1)
+    d = run(spec, running(spec), [pod(1, "Failed", exit_code=143, deleting=True)])
+    assert (d.status.failures, d.status.disruptions) == (0, 1)
+    assert creates(d) == [2]
 
 
-def simulate(
+# ----------------------------------------------------------------------- whole stories
+
+
+OUTCOMES = {
+    "fail": lambda n: failed_pod(n),
+    "ok": lambda n: ok_pod(n, message=f"result {n}"),
+    "evict": lambda n: pod(n, "Failed", reason="Evicted", message="low memory"),
+    "delete": lambda n: gone(pod(n)),
+    "deleting": lambda n: pod(n, deleting=True),
+    "deadline": lambda n: pod(n, "Failed", reason="DeadlineExceeded"),
+    "nodelost": lambda n: pod(n, "Failed", exit_code=137, disruption="DeletionByTaintManager"),
+}
+
+
+def drive(
     spec: KineticJobSpec, outcomes: list[str], bounds: Bounds = DEFAULT_BOUNDS
-) -> Decision:
-    """Drive decide() through attempts; each outcome is 'fail', 'ok', 'evict' or 'delete'."""
+) -> tuple[Decision, list[tuple[str, str]]]:
+    """A job through attempts ending as `outcomes`; returns the last decision and every Event.
+
+    Pods of earlier attempts stay in the index, as they do until the job
+    ends. After every decision, deciding again on its own output must
+    change nothing and post nothing.
+    """
     d = run(spec, bounds=bounds)
+    seen: dict[int, PodView] = {}
+    all_events = events(d)
     for n, outcome in enumerate(outcomes, start=1):
         assert creates(d) == [n], (n, d)
-        st = run(spec, d.status, [job(n)], [pod(n)], bounds=bounds).status
-        assert st.phase == "RUNNING"
-        p = {
-            "fail": failed_pod(n),
-            "ok": ok_pod(n),
-            "evict": pod(n, phase="Failed", reason="Evicted", message="low memory"),
-            "delete": pod(n, deleting=True),
-        }[outcome]
-        d = run(spec, st, [job(n)], [p], bounds=bounds)
-    return d
+        assert d.status.attempt == n  # reserved in the status this Pod is created after
+        assert_settled(d, spec, list(seen.values()), bounds=bounds)
+        seen[n] = pod(n)
+        d = run(spec, d.status, list(seen.values()), bounds=bounds)
+        assert d.status.phase == "RUNNING" and d.actions == ()
+        seen[n] = OUTCOMES[outcome](n)
+        d = run(spec, d.status, list(seen.values()), bounds=bounds)
+        all_events += events(d)
+        assert_settled(d, spec, list(seen.values()), bounds=bounds)
+    return d, all_events
 
 
 def test_fails_twice_then_succeeds_with_two_retries():
-    d = simulate(cspec(retries=2), ["fail", "fail", "ok"])
+    d, evs = drive(cspec(retries=2), ["fail", "fail", "ok"])
     st = d.status
     assert st.phase == "SUCCEEDED" and st.attempt == 3 and st.failures == 2
+    assert st.result == "result 3"
     assert [r.outcome for r in st.attempts] == ["failure", "failure", "success"]
+    assert [r.pod for r in st.attempts] == ["kj-1", "kj-2", "kj-3"]
+    assert evs == [
+        ("Normal", "Started"),
+        ("Warning", "AttemptFailed"),
+        ("Warning", "AttemptFailed"),
+        ("Normal", "Succeeded"),
+    ]
 
 
 def test_exhausted_retries_end_failed_at_the_last_attempt():
-    d = simulate(cspec(retries=2), ["fail", "fail", "fail"])
+    d, evs = drive(cspec(retries=2), ["fail", "deadline", "fail"])
     st = d.status
     assert st.phase == "FAILED" and st.attempt == 3 and st.failures == 3
     assert [r.outcome for r in st.attempts] == ["failure"] * 3
     assert creates(d) == [] and "after 2 retries" in st.message
+    assert evs[-1] == ("Warning", "Failed") and evs.count(("Warning", "Failed")) == 1
 
 
 # ----------------------------------------------------------------------- disruptions
 
 
-def test_deleted_pod_is_retried_without_using_a_retry():
-    d = simulate(cspec(retries=0), ["delete", "ok"])
+@pytest.mark.parametrize(
+    "how, reason",
+    [
+        ("delete", "PodDeleted"),
+        ("deleting", "PodDeleted"),
+        ("evict", "Evicted"),
+        ("nodelost", "NodeLost"),
+    ],
+)
+def test_a_disruption_is_retried_without_using_a_retry(how, reason):
+    d, evs = drive(cspec(retries=0), [how, "ok"])
     st = d.status
     assert st.phase == "SUCCEEDED" and st.attempt == 2
     assert (st.failures, st.disruptions) == (0, 1)
     assert [(r.outcome, r.reason) for r in st.attempts] == [
-        ("disruption", "PodDeleted"),
+        ("disruption", reason),
         ("success", "Completed"),
+    ]
+    assert evs == [
+        ("Normal", "Started"),
+        ("Warning", "AttemptDisrupted"),
+        ("Normal", "Succeeded"),
     ]
 
 
-def test_disruption_events_and_message():
+def test_disruption_message_says_no_retry_was_used():
     spec = cspec()
-    d = run(spec, running(spec), [job()], [pod(deleting=True)])
-    assert events(d) == [("Warning", "AttemptDisrupted"), ("Normal", "Retrying")]
-    assert "without using a retry" in d.status.message
-    assert creates(d) == [2]
+    d = run(spec, running(spec), [gone(pod())])
+    assert "without using a retry" in d.status.message and creates(d) == [2]
+    assert deletes(d) == []
 
 
-def test_evicted_pod_is_a_disruption():
-    d = simulate(cspec(), ["evict", "ok"])
-    assert [(r.outcome, r.reason) for r in d.status.attempts][0] == ("disruption", "Evicted")
+def test_an_evicted_pod_keeps_the_kubelets_message():
+    d, _ = drive(cspec(), ["evict", "ok"])
     assert d.status.attempts[0].message == "low memory"
+
+
+def test_a_pod_being_evicted_is_stopped_and_replaced():
+    d = run(status=running(), pods=[pod(disruption="EvictionByEvictionAPI")])
+    assert creates(d) == [2] and deletes(d) == ["kj-1"]
+    assert d.status.attempts[0].reason == "Evicted" and d.status.disruptions == 1
 
 
 @pytest.mark.parametrize(
@@ -392,101 +469,104 @@ def test_evicted_pod_is_a_disruption():
     ],
 )
 def test_disruption_target_conditions_name_the_cause(target, reason):
-    d = run(
-        status=running(), jobs=[job()], pods=[pod(phase="Failed", exit_code=137, disruption=target)]
-    )
+    d = run(status=running(), pods=[pod(phase="Failed", exit_code=137, disruption=target)])
     assert d.status.attempts[0].reason == reason and d.status.disruptions == 1
+    assert d.status.failures == 0
 
 
 def test_node_lost_reason_is_a_disruption():
-    d = run(status=running(), jobs=[job()], pods=[pod(phase="Failed", reason="NodeLost")])
-    assert (d.status.attempts[0].outcome, d.status.attempts[0].reason) == ("disruption", "NodeLost")
+    d = run(status=running(), pods=[pod(phase="Failed", reason="NodeLost")])
+    rec = d.status.attempts[0]
+    assert (rec.outcome, rec.reason) == ("disruption", "NodeLost")
 
 
-def test_recorded_pod_that_vanished_is_a_disruption():
-    d = run(status=running(), jobs=[job()], pods=[])
-    assert d.status.attempts[0].reason == "PodDeleted" and creates(d) == [2]
+def test_up_to_max_disruptions_are_absorbed():
+    d, _ = drive(cspec(), ["delete", "evict", "nodelost", "ok"], bounds=Bounds(max_disruptions=3))
+    assert d.status.phase == "SUCCEEDED" and d.status.disruptions == 3
 
 
-def test_replacement_pod_is_stopped_and_the_attempt_retried():
-    """Job controllers that replace a deleted pod would run attempt 1 twice: stop it."""
-    d = run(
-        status=running(), jobs=[job()], pods=[pod(suffix="b", created=fmt_time(T0 + timedelta(1)))]
-    )
-    assert d.status.attempts[0].reason == "PodDeleted"
-    assert creates(d) == [2] and deletes(d) == ["kj-1"]
-
-
-def test_deleted_job_is_a_disruption():
-    d = run(status=running(), jobs=[], pods=[])
-    assert (d.status.attempts[0].reason, creates(d)) == ("JobDeleted", [2])
-    d = run(status=running(), jobs=[job(deleting=True)], pods=[pod(deleting=True)])
-    assert (d.status.attempts[0].reason, creates(d)) == ("JobDeleted", [2])
-
-
-def test_disruptions_are_bounded():
-    d = simulate(cspec(retries=5), ["delete", "evict"], bounds=Bounds(max_disruptions=1))
+def test_one_disruption_too_many_fails_the_job():
+    d, evs = drive(cspec(retries=5), ["delete", "evict"], bounds=Bounds(max_disruptions=1))
     st = d.status
     assert st.phase == "FAILED" and creates(d) == []
     assert (st.failures, st.disruptions) == (0, 2)
     assert "disrupted 2 times" in st.message and "allows 1" in st.message
+    assert cond(st, "Failed").status == "True"
+    assert evs[-1] == ("Warning", "Failed")
 
 
 def test_disruptions_and_failures_are_counted_separately():
-    d = simulate(cspec(retries=1), ["delete", "fail", "evict", "ok"])
+    d, _ = drive(cspec(retries=1), ["delete", "fail", "evict", "ok"])
     st = d.status
     assert st.phase == "SUCCEEDED" and st.attempt == 4
     assert (st.failures, st.disruptions) == (1, 2)
     assert [r.outcome for r in st.attempts] == ["disruption", "failure", "disruption", "success"]
 
 
+def test_a_pod_that_vanished_below_the_current_attempt_is_a_disruption():
+    """An older attempt's Pod with no record and no sight: lost, not charged to retries."""
+    st = KineticJobStatus(attempt=2)
+    d = run(cspec(retries=1), st, [pod(2)])
+    assert d.status.phase == "RUNNING"
+    assert (d.status.failures, d.status.disruptions) == (0, 1)
+
+
 # ----------------------------------------------------------------------- cancel
 
 
-def test_cancel_while_running_deletes_the_job_and_ends_cancelled():
-    st = running()
-    d = run(cspec(cancel=True), st, [job()], [pod()])
+def test_cancel_while_running_stops_the_pod_and_ends_cancelled():
+    d = run(cspec(cancel=True), running(), [pod()])
     assert deletes(d) == ["kj-1"] and creates(d) == []
     assert d.status.phase == "CANCELLED"
     assert events(d) == [("Normal", "Cancelled")]
     rec = d.status.attempts[0]
-    assert (rec.outcome, rec.reason, rec.pod) == ("cancelled", "Cancelled", "kj-1-a")
+    assert (rec.outcome, rec.reason, rec.pod) == ("cancelled", "Cancelled", "kj-1")
+    assert rec.end_time == fmt_time(T0)
     assert d.status.completion_time == fmt_time(T0)
-    assert {c.type: c.status for c in d.status.conditions}["Running"] == "False"
+    assert {c.type: c.status for c in d.status.conditions} == {
+        "Running": "False",
+        "Complete": "False",
+        "Failed": "False",
+    }
 
 
-def test_cancel_is_not_a_disruption_when_the_pod_then_dies():
-    d = run(cspec(cancel=True), running(), [job()], [pod()])
-    d2 = run(cspec(cancel=True), d.status, [job(deleting=True)], [pod(deleting=True)])
-    assert d2.status == d.status and d2.actions == ()
+def test_a_cancelled_job_still_running_later_is_stopped_again_quietly():
+    d = run(cspec(cancel=True), running(), [pod()])
+    again = run(cspec(cancel=True), d.status, [pod()])
+    assert deletes(again) == ["kj-1"] and events(again) == [] and creates(again) == []
+    assert again.status == d.status
+
+
+def test_the_cancelled_pod_dying_is_not_a_disruption():
+    d = run(cspec(cancel=True), running(), [pod()])
+    for p in (pod(deleting=True), gone(pod()), pod(1, "Failed", exit_code=143)):
+        after = run(cspec(cancel=True), d.status, [p])
+        assert after.status == d.status and after.actions == ()
 
 
 def test_cancel_before_start_creates_nothing():
     d = run(cspec(cancel=True))
-    assert creates(d) == [] and d.status.phase == "CANCELLED" and d.status.attempt == 0
+    assert d.actions == (Event("Normal", "Cancelled", "Cancelled before it started."),)
+    assert d.status.phase == "CANCELLED" and d.status.attempt == 0
 
 
-def test_cancel_of_an_unseen_attempt_still_deletes_it():
+def test_cancel_of_a_reserved_attempt_not_seen_yet_stops_its_pod_when_it_appears():
     d = run(cspec(cancel=True), started())
-    assert deletes(d) == ["kj-1"] and d.status.phase == "CANCELLED"
+    assert d.status.phase == "CANCELLED" and creates(d) == []
+    assert d.status.attempts[0].outcome == "cancelled"
+    later = run(cspec(cancel=True), d.status, [pod(phase="Pending")])
+    assert deletes(later) == ["kj-1"] and creates(later) == [] and events(later) == []
 
 
 def test_cancel_after_success_keeps_the_success():
-    d = run(cspec(cancel=True), running(), [job()], [ok_pod()])
+    d = run(cspec(cancel=True), running(), [ok_pod()])
     assert d.status.phase == "SUCCEEDED" and deletes(d) == []
 
 
 def test_cancel_after_a_failure_does_not_retry():
-    d = run(cspec(cancel=True, retries=3), running(), [job()], [failed_pod()])
+    d = run(cspec(cancel=True, retries=3), running(), [failed_pod()])
     assert d.status.phase == "CANCELLED" and creates(d) == []
     assert d.status.attempts[0].outcome == "failure"
-
-
-def test_cancelled_job_still_running_later_is_stopped_again():
-    d = run(cspec(cancel=True), running(), [job()], [pod()])
-    again = run(cspec(cancel=True), d.status, [job()], [pod()])
-    assert deletes(again) == ["kj-1"] and events(again) == []
-    assert again.status == d.status
 
 
 # ----------------------------------------------------------------------- terminal states are sticky
@@ -494,18 +574,35 @@ def test_cancelled_job_still_running_later_is_stopped_again():
 
 @pytest.mark.parametrize("outcome", ["ok", "fail"])
 def test_terminal_states_never_relaunch(outcome):
-    d = simulate(cspec(), [outcome])
+    d, _ = drive(cspec(), [outcome])
     final = d.status
-    for spec in (cspec(), cspec(retries=5), cspec(cancel=True), InvalidSpec("spec.x: bad")):
-        for jobs, pods in (([], []), ([job()], [])):
-            again = run(spec, final, jobs, pods, now=T0 + timedelta(hours=1))
-            assert creates(again) == [] and events(again) == []
-            assert again.status == final
+    specs = (cspec(), cspec(retries=5), cspec(cancel=True), InvalidSpec("spec.x: bad"))
+    views = ([], [OUTCOMES[outcome](1)], [gone(OUTCOMES[outcome](1))])
+    for spec in specs:
+        for pods in views:
+            again = run(spec, final, pods, now=T0 + timedelta(hours=1))
+            assert again.actions == () and again.status == final
+
+
+def test_a_live_pod_under_a_terminal_job_is_only_stopped():
+    d, _ = drive(cspec(retries=3), ["ok"])
+    stray = pod(2)  # e.g. created by a stale reconcile that lost its race
+    again = run(cspec(retries=3), d.status, [ok_pod(1), stray])
+    assert again.actions == (DeletePod("kj-2"),)
+    assert again.status == d.status
 
 
 def test_observed_generation_follows_the_spec_even_when_terminal():
-    d = simulate(cspec(), ["ok"])
+    d, _ = drive(cspec(), ["ok"])
     assert run(cspec(), d.status, generation=9).status.observed_generation == 9
+
+
+def test_no_terminal_job_keeps_an_attempt_recorded_as_still_going():
+    stories = [["ok"], ["fail"], ["delete", "fail"], ["evict", "ok"]]
+    for story in stories:
+        d, _ = drive(cspec(), story, bounds=Bounds(max_disruptions=1))
+        assert Phase(d.status.phase).terminal
+        assert all(r.outcome not in ("pending", "running") for r in d.status.attempts), story
 
 
 # ----------------------------------------------------------------------- invalid specs
@@ -520,12 +617,16 @@ def test_invalid_spec_fails_without_creating_anything():
     assert st.phase == "FAILED" and st.attempt == 0 and st.attempts == []
     assert st.message.startswith("spec.container.command")
     assert cond(st, "Failed").status == "True" and cond(st, "Failed").reason == "Failed"
+    assert run(InvalidSpec("spec.x: y"), st).actions == ()  # said once
 
 
 def test_spec_edited_into_nonsense_mid_run_stops_the_attempt():
-    d = run(InvalidSpec("spec.accelerator: unknown"), running(), [job()], [pod()])
-    assert d.status.phase == "FAILED" and deletes(d) == ["kj-1"]
-    assert d.status.attempts[0].outcome == "failure"
+    """A job that fails for its spec while its Pod runs stops that Pod, and its attempt
+    record does not stay 'running' under a FAILED job."""
+    d = run(InvalidSpec("spec.accelerator: unknown"), running(), [pod()])
+    assert d.status.phase == "FAILED"
+    assert deletes(d) == ["kj-1"]
+    assert d.status.attempts[0].outcome not in ("pending", "running")
 
 
 def validate(raw: Any, name: str = "kj", root: str | None = "gs://b") -> Any:
@@ -566,6 +667,10 @@ def validate(raw: Any, name: str = "kj", root: str | None = "gs://b") -> Any:
             {"container": {"command": ["x"]}, "accelerator": "GPU!"},
             "spec.accelerator: String should match",
         ),
+        (
+            {"container": {"command": ["x"]}, "deadlineSeconds": 0},
+            "spec.deadlineSeconds: Input should be greater",
+        ),
         (None, "spec: exactly one of"),
         ("not a mapping", "spec: Input should be a valid dictionary"),
     ],
@@ -589,11 +694,11 @@ def test_function_job_needs_a_result_uri_or_a_storage_root():
     assert isinstance(validate(raw, root=None), KineticJobSpec)
 
 
-def test_names_too_long_for_attempt_jobs_are_refused():
+def test_names_too_long_for_attempt_pods_are_refused():
     raw = {"container": {"command": ["x"]}, "retries": 10}
-    assert isinstance(validate(raw, name="a" * 50), KineticJobSpec)
+    assert isinstance(validate(raw, name="a" * 59), KineticJobSpec)  # a...a-14: 62 characters
     msg = validate(raw, name="a" * 61).message
-    assert msg.startswith("metadata.name: too long")
+    assert msg.startswith("metadata.name: too long") and "'" + "a" * 61 + "-14'" in msg
 
 
 def test_many_errors_are_summarised():
@@ -613,179 +718,35 @@ def test_many_errors_are_summarised():
 
 
 def test_attempt_history_is_bounded_to_the_newest():
-    d = simulate(cspec(retries=10), ["fail"] * 6 + ["ok"], bounds=Bounds(history=3))
+    d, _ = drive(cspec(retries=10), ["fail"] * 6 + ["ok"], bounds=Bounds(history=3))
     st = d.status
     assert [r.attempt for r in st.attempts] == [5, 6, 7]
     assert st.attempt == 7 and st.failures == 6 and st.phase == "SUCCEEDED"
 
 
-def test_a_job_newer_than_the_status_is_adopted():
-    d = run(status=KineticJobStatus(), jobs=[job(1, failed_reason="x"), job(2)], pods=[pod(2)])
+def test_pods_newer_than_the_status_are_adopted_not_created_again():
+    d = run(cspec(retries=1), KineticJobStatus(), [failed_pod(1), pod(2)])
     assert creates(d) == [] and d.status.attempt == 2 and d.status.phase == "RUNNING"
+    assert d.status.failures == 1
 
 
 def test_an_older_attempt_still_running_is_stopped():
     spec = cspec(retries=1)
-    st = run(spec, running(spec), [job()], [failed_pod()]).status
+    st = run(spec, running(spec), [failed_pod()]).status
     assert st.attempt == 2
-    d = run(spec, st, [job(1), job(2)], [pod(1, suffix="z"), pod(2)])
-    assert deletes(d) == ["kj-1"] and d.status.phase == "RUNNING"
+    d = run(spec, st, [pod(1), pod(2)])
+    assert deletes(d) == ["kj-1"] and d.status.phase == "RUNNING" and creates(d) == []
 
 
 def test_rejected_attempt_fails_the_job():
-    st = rejected(started(), "Kubernetes refused Job kj-1: bad cpu", T0)
+    st = rejected(started(), "Kubernetes rejected the Pod of attempt 1: bad cpu", T0)
     assert st.phase == "FAILED" and st.message.endswith("bad cpu")
     assert (st.attempts[0].outcome, st.attempts[0].reason) == ("failure", "Rejected")
-    assert cond(st, "Failed").status == "True"
+    assert cond(st, "Failed").status == "True" and st.completion_time == fmt_time(T0)
 
 
 def test_status_round_trips_through_the_wire():
-    st = simulate(cspec(retries=2), ["fail", "delete", "ok"]).status
+    d, _ = drive(cspec(retries=2), ["fail", "delete", "ok"])
+    st = d.status
     assert KineticJobStatus.model_validate(st.wire()) == st
     assert Phase(st.phase) is Phase.SUCCEEDED
-
-
-# ----------------------------------------------------------------------- summaries of API objects
-
-
-def test_summarize_job_and_pod_from_api_bodies():
-    j = summarize_job(
-        {
-            "metadata": {
-                "name": "kj-2",
-                "labels": {"kinetic.dev/job": "kj", "kinetic.dev/attempt": "2"},
-            },
-            "status": {
-                "startTime": "2026-01-01T00:00:00Z",
-                "conditions": [
-                    {
-                        "type": "FailureTarget",
-                        "status": "True",
-                        "reason": "DeadlineExceeded",
-                        "message": "m",
-                    }
-                ],
-            },
-        }
-    )
-    assert j == JobView("kj-2", 2, "2026-01-01T00:00:00Z", False, False, "DeadlineExceeded", "m")
-    assert j.finished
-    p = summarize_pod(
-        {
-            "metadata": {
-                "name": "kj-2-x",
-                "creationTimestamp": "2026-01-01T00:00:01Z",
-                "deletionTimestamp": "2026-01-01T00:00:09Z",
-                "labels": {"kinetic.dev/job": "kj", "kinetic.dev/attempt": "2"},
-            },
-            "status": {
-                "phase": "Failed",
-                "startTime": "2026-01-01T00:00:02Z",
-                "conditions": [
-                    {"type": "PodScheduled", "status": "True"},
-                    {
-                        "type": "DisruptionTarget",
-                        "status": "True",
-                        "reason": "EvictionByEvictionAPI",
-                    },
-                ],
-                "containerStatuses": [
-                    {
-                        "name": "main",
-                        "state": {
-                            "terminated": {
-                                "exitCode": 137,
-                                "reason": "OOMKilled",
-                                "message": "out of memory\n",
-                                "finishedAt": "2026-01-01T00:00:08Z",
-                            }
-                        },
-                    }
-                ],
-            },
-        }
-    )
-    assert replace(p) == PodView(
-        name="kj-2-x",
-        attempt=2,
-        phase="Failed",
-        created="2026-01-01T00:00:01Z",
-        deleting=True,
-        start_time="2026-01-01T00:00:02Z",
-        exit_code=137,
-        terminated_reason="OOMKilled",
-        termination_message="out of memory",
-        finished_at="2026-01-01T00:00:08Z",
-        disruption="EvictionByEvictionAPI",
-    )
-    assert not p.live and p.terminal
-    pending = summarize_pod(
-        {
-            "metadata": {"name": "p", "labels": {"kinetic.dev/attempt": "bogus"}},
-            "status": {
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": "no nodes",
-                    }
-                ]
-            },
-        }
-    )
-    assert pending.attempt == 0 and pending.unschedulable == "no nodes" and pending.live
-    assert summarize_job({"metadata": {"name": "j"}}) == JobView("j", 0)
-
-
-def test_job_complete_before_its_pod_is_seen_ending_waits_for_the_pod():
-    """Watches race: the termination message is on the pod, so wait for it."""
-    d = run(status=running(), jobs=[job(complete=True)], pods=[pod()])
-    assert d.status.phase == "RUNNING" and d.actions == ()
-    d = run(status=d.status, jobs=[job(complete=True)], pods=[ok_pod(message="late")])
-    assert d.status.phase == "SUCCEEDED" and d.status.result == "late"
-
-
-def test_job_failed_before_its_pod_is_seen_ending_waits_for_the_pod():
-    j = job(failed_reason="BackoffLimitExceeded")
-    d = run(status=running(), jobs=[j], pods=[pod()])
-    assert d.status.phase == "RUNNING" and d.actions == ()
-    d = run(status=d.status, jobs=[j], pods=[failed_pod(exit_code=7)])
-    assert d.status.phase == "FAILED" and d.status.attempts[0].exit_code == 7
-
-
-@pytest.mark.parametrize(
-    "finished", [dict(complete=True), dict(failed_reason="BackoffLimitExceeded")]
-)
-def test_job_finished_before_its_pod_was_ever_seen_waits_then_settles(finished):
-    """A finished Job whose pod we never saw: wait for the pod, but not forever."""
-    j = job(finished_time=fmt_time(T0), **finished)
-    d = run(status=started(), jobs=[j], pods=[], now=T0 + timedelta(seconds=10))
-    assert d.status.phase == "PENDING" and d.actions == ()
-    assert d.recheck_after == pytest.approx(20)
-    late = run(status=d.status, jobs=[j], pods=[], now=T0 + timedelta(seconds=31))
-    assert late.recheck_after is None
-    assert late.status.phase == ("SUCCEEDED" if "complete" in finished else "FAILED")
-
-
-def test_running_job_whose_job_finished_first_stays_running_while_catching_up():
-    st = run(status=started(), jobs=[job()], pods=[]).status  # job seen, no pod yet
-    j = job(complete=True, finished_time=fmt_time(T0))
-    d = run(status=st, jobs=[j], pods=[])
-    assert d.recheck_after is not None and d.status.phase == "PENDING"
-    d = run(status=d.status, jobs=[j], pods=[ok_pod(message="m")])
-    assert d.status.phase == "SUCCEEDED" and d.status.result == "m"
-
-
-def test_pod_replaced_by_the_job_controller_and_finished_still_counts_a_disruption():
-    """We saw pod a running; it was deleted and the Job's pod b finished before we looked."""
-    d = run(
-        status=running(),
-        jobs=[job(complete=True)],
-        pods=[ok_pod(suffix="b", message="done")],
-    )
-    st = d.status
-    assert st.phase == "SUCCEEDED" and st.attempt == 1
-    assert (st.disruptions, st.failures) == (1, 0)
-    assert st.attempts[0].pod == "kj-1-b"
-    assert ("Warning", "AttemptDisrupted") in events(d)

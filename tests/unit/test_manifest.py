@@ -1,26 +1,44 @@
-"""The batch manifest (schema version 1) and the write debouncer."""
+"""The batch manifest as the operator keeps it: a header and shards, in real storage.
+
+Every test writes to a ``file://`` storage root under ``tmp_path`` through
+`kinetic.storage`, and reads back what a client would read: the header
+(`decode_header`) and the shards (`decode_shard`). A file's generation
+(`storage.stat`) tells whether it was rewritten.
+"""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 
-from kinetic.resources import KineticBatchSpec, Phase
-from kinetic_operator.batch_logic import ChildObservation, decide_batch
+import pytest
+from kinetic import layout, storage
+from kinetic.manifest import MANIFEST_VERSION, ManifestShard, decode_shard
+from kinetic.names import input_pod_name
+from kinetic.ranges import IndexSet
+from kinetic.resources import KineticBatchSpec, KineticBatchStatus
+from kinetic_operator.attempts import Limits, UnitPlan, plan_unit
+from kinetic_operator.batch_logic import Recorded, compact_status, decide_batch
 from kinetic_operator.manifest import (
-    MANIFEST_VERSION,
     Debouncer,
-    build_manifest,
-    encode_manifest,
-    manifest_uri,
+    ManifestBook,
+    build_header,
+    read_header,
+    recorded_from,
 )
+from kinetic_operator.observed import PodView
 
 SHA = "a" * 64
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 CREATED = "2024-05-01T11:59:58Z"
+BATCH = "grp-1a2b3c4d"
 
 
-def make_spec(n=6, **extra) -> KineticBatchSpec:
+@pytest.fixture
+def root(tmp_path) -> str:
+    return f"file://{tmp_path}/store"
+
+
+def make_spec(n: int = 6, **extra) -> KineticBatchSpec:
     return KineticBatchSpec.model_validate(
         {
             "template": {
@@ -34,99 +52,288 @@ def make_spec(n=6, **extra) -> KineticBatchSpec:
     )
 
 
-def test_manifest_uri():
-    assert manifest_uri("gs://b/root/", "grp-1a2b3c4d") == (
-        "gs://b/root/batches/grp-1a2b3c4d/manifest.json"
+def container_spec(n: int = 3) -> KineticBatchSpec:
+    return KineticBatchSpec.model_validate(
+        {"template": {"container": {"command": ["echo"]}}, "inputs": {"items": list(range(n))}}
     )
 
 
-def test_first_manifest_lists_reserved_children_before_they_exist():
-    spec = make_spec(6, maxConcurrent=2, submissionFailures=[{"index": 1, "message": "nope"}])
-    d = decide_batch(spec, None, {}, T0)
-    m = build_manifest("grp-1", spec, d.status, {}, created=CREATED, now=T0)
-    assert m["version"] == MANIFEST_VERSION == 1
-    assert m["groupId"] == "grp-1" and m["name"] == "sweep" and m["tags"] == {"team": "ml"}
-    assert m["kind"] == "function" and m["functionName"] == "train"
-    assert (
-        m["total"] == 6 and m["createdAt"] == CREATED and m["updatedAt"] == "2024-05-01T12:00:00Z"
+def pod(unit: int, attempt: int = 1, phase: str = "Running", **kw) -> PodView:
+    return PodView(
+        name=input_pod_name(BATCH, unit, attempt), attempt=attempt, index=unit, phase=phase, **kw
     )
-    assert m["maxConcurrent"] == 2 and m["retries"] == 0 and m["failFast"] is False
-    assert m["children"] == {
-        "0": {"job": "grp-1-0", "attempts": None, "outcome": "PENDING"},
-        "2": {"job": "grp-1-2", "attempts": None, "outcome": "PENDING"},
-    }
-    assert m["submissionFailures"] == [{"index": 1, "message": "nope"}]
-    assert m["failedIndexes"] == "1" and m["launched"] == 3
-    json.loads(encode_manifest(m))  # serialisable
 
 
-def test_manifest_keeps_attempts_of_children_that_are_gone():
-    spec = make_spec(3, maxConcurrent=None, retries=2)
-    s = decide_batch(spec, None, {}, T0).status
-    s = s.model_copy(update={"manifest_uri": "gs://b/m.json"})
-    children = {
-        0: ChildObservation(Phase.SUCCEEDED, attempts=3),
-        1: ChildObservation(Phase.RUNNING, attempts=2),
-        2: ChildObservation(Phase.FAILED, attempts=3),
-    }
-    s = decide_batch(spec, s, children, T0).status
-    first = build_manifest("g", spec, s, children, created=CREATED, now=T0)
-    assert first["children"]["0"] == {"job": "g-0", "attempts": 3, "outcome": "SUCCEEDED"}
-    assert first["children"]["1"] == {"job": "g-1", "attempts": 2, "outcome": "RUNNING"}
-    assert first["children"]["2"]["outcome"] == "FAILED"
-    # 0 and 2 are cleaned up; the previous manifest (read back as JSON) remembers them.
-    previous = json.loads(encode_manifest(first))
-    later = build_manifest(
-        "g",
-        spec,
-        s,
-        {1: ChildObservation(Phase.RUNNING, attempts=3)},
-        created=CREATED,
+def plan(unit: int, *pods: PodView, retries: int = 0, cancel: bool = False) -> UnitPlan:
+    return plan_unit(
+        {p.attempt: p for p in pods},
+        reserved=1,
+        creating=False,
+        limits=Limits(retries, 3),
+        cancel=cancel,
+        pod_name=lambda k: input_pod_name(BATCH, unit, k),
         now=T0,
-        previous=previous,
     )
-    assert later["children"]["0"] == {"job": "g-0", "attempts": 3, "outcome": "SUCCEEDED"}
-    assert later["children"]["2"]["attempts"] == 3
-    assert later["children"]["1"]["attempts"] == 3
-    # A manifest of another version is not trusted.
-    other = build_manifest(
-        "g", spec, s, {}, created=CREATED, now=T0, previous={**previous, "version": 99}
-    )
-    assert other["children"]["0"]["attempts"] is None
 
 
-def test_unlaunched_inputs_have_no_entry():
-    spec = make_spec(6, maxConcurrent=2, failFast=True, cancelRunningOnFail=True)
-    s = decide_batch(spec, None, {}, T0).status.model_copy(update={"manifest_uri": "x"})
-    children = {
-        0: ChildObservation(Phase.FAILED, attempts=1),
-        1: ChildObservation(Phase.RUNNING, attempts=1),
+def running(unit: int) -> UnitPlan:
+    return plan(unit, pod(unit))
+
+
+def succeeded(unit: int, message: str | None = None) -> UnitPlan:
+    return plan(unit, pod(unit, phase="Succeeded", exit_code=0, termination_message=message))
+
+
+def failed(unit: int) -> UnitPlan:
+    p = pod(unit, phase="Failed", exit_code=2, terminated_reason="Error", termination_message="x")
+    return plan(unit, p)
+
+
+def header_for(spec: KineticBatchSpec, recorded: Recorded, phase: str = "RUNNING"):
+    status = KineticBatchStatus(phase=phase, launched=len(recorded.terminal))
+    return build_header(BATCH, "ns", spec, status, recorded, created=CREATED, now=T0, shards=[])
+
+
+def read_shard(root: str, shard: int) -> ManifestShard:
+    found = decode_shard(storage.read_bytes(layout.manifest_shard_uri(root, BATCH, shard)))
+    assert found is not None
+    return found
+
+
+def generation(root: str, shard: int) -> int | None:
+    return storage.stat(layout.manifest_shard_uri(root, BATCH, shard))
+
+
+# --------------------------------------------------------------------------- header
+
+
+def test_the_header_describes_the_batch_and_holds_the_complete_ranges(root):
+    spec = make_spec(6, maxConcurrent=2, submissionFailures=[{"index": 1, "message": "nope"}])
+    d = decide_batch(spec, None, {}, T0, batch=BATCH)
+    header = build_header(
+        BATCH, "ns", spec, d.status, d.recorded, created=CREATED, now=T0, shards=[]
+    )
+    ManifestBook(root, BATCH).write(header, d.recorded)
+    got = read_header(root, BATCH)
+    assert got is not None and got.version == MANIFEST_VERSION
+    assert (got.group_id, got.namespace, got.name, got.tags) == (
+        BATCH,
+        "ns",
+        "sweep",
+        {"team": "ml"},
+    )
+    assert (got.kind, got.function_name, got.total, got.chunk_size) == ("function", "train", 6, 1)
+    assert (got.max_concurrent, got.retries, got.fail_fast) == (2, 0, False)
+    assert got.created_at == CREATED and got.updated_at == "2024-05-01T12:00:00Z"
+    assert got.failed_indexes == "1" and got.launched == 3 and got.phase == "PENDING"
+    assert [(f.index, f.message) for f in got.submission_failures] == [(1, "nope")]
+    assert got.shards == []  # nothing ran yet
+
+
+def test_the_header_is_complete_when_the_status_ranges_were_cut(root):
+    n = 20_000
+    evens, odds = IndexSet(range(0, n, 2)), IndexSet(range(1, n, 2))
+    recorded = Recorded(evens, odds, IndexSet())
+    status = compact_status(
+        KineticBatchStatus(
+            phase="FAILED", total=n, succeeded_indexes=str(evens), failed_indexes=str(odds)
+        ),
+        cap=100,
+    )
+    assert status.truncated
+    header = build_header(
+        BATCH, "ns", make_spec(n), status, recorded, created=None, now=T0, shards=[]
+    )
+    ManifestBook(root, BATCH).write(header, recorded)
+    back = recorded_from(read_header(root, BATCH))
+    assert back is not None
+    assert back.succeeded == evens and back.failed == odds and back.cancelled == IndexSet()
+
+
+def test_a_header_of_another_version_or_none_at_all_reads_as_none(root):
+    assert read_header(root, BATCH) is None and recorded_from(None) is None
+    storage.write_bytes(layout.manifest_uri(root, BATCH), b'{"version": 1, "groupId": "x"}')
+    assert read_header(root, BATCH) is None
+
+
+def test_a_container_header(root):
+    spec = container_spec(2)
+    h = header_for(spec, Recorded())
+    assert h.kind == "container" and h.function_name is None and h.total == 2
+    assert h.name is None and h.tags == {}
+
+
+# --------------------------------------------------------------------------- shards
+
+
+def test_each_input_gets_its_attempt_history_in_its_shard(root):
+    book = ManifestBook(root, BATCH)
+    retry = plan(
+        1,
+        pod(1, phase="Failed", exit_code=1, terminated_reason="Error", termination_message="e"),
+        pod(1, 2),
+        retries=1,
+    )
+    book.note({0: succeeded(0, "ok"), 1: retry, 2: failed(2)}, 1, 6, container=True)
+    recorded = Recorded(IndexSet([0]), IndexSet([2]), IndexSet())
+    book.write(header_for(container_spec(6), recorded), recorded)
+    shard = read_shard(root, 0)
+    assert shard.group_id == BATCH and shard.shard == 0 and set(shard.inputs) == {"0", "1", "2"}
+    zero, one, two = shard.inputs["0"], shard.inputs["1"], shard.inputs["2"]
+    assert (zero.outcome, zero.result) == ("SUCCEEDED", "ok")
+    assert [(a.attempt, a.pod, a.outcome) for a in zero.attempts] == [
+        (1, f"{BATCH}-0-1", "success")
+    ]
+    assert one.outcome == "RUNNING" and [a.outcome for a in one.attempts] == ["failure", "running"]
+    assert two.outcome == "FAILED" and "no retries" in two.message and two.result is None
+
+
+def test_function_inputs_keep_no_inline_result(root):
+    book = ManifestBook(root, BATCH)
+    book.note({0: succeeded(0, "ok: returned int")}, 1, 1, container=False)
+    recorded = Recorded(IndexSet([0]), IndexSet(), IndexSet())
+    book.write(header_for(make_spec(1), recorded), recorded)
+    assert read_shard(root, 0).inputs["0"].result is None
+
+
+def test_a_chunk_plan_records_every_input_of_the_chunk(root):
+    book = ManifestBook(root, BATCH)
+    book.note({0: running(0), 3: running(3)}, 3, 5, container=False)
+    book.write(header_for(make_spec(5, chunkSize=3), Recorded()), Recorded())
+    shard = read_shard(root, 0)
+    assert sorted(shard.inputs, key=int) == ["0", "1", "2", "3", "4"]
+    assert shard.inputs["4"].attempts[0].pod == f"{BATCH}-3-1"
+
+
+def test_outcomes_the_batch_recorded_win_over_the_last_plan(root):
+    """Input 1 was cancelled (spec.cancelIndexes) while its Pod ran: the shard says so."""
+    book = ManifestBook(root, BATCH)
+    book.note({0: running(0), 1: running(1)}, 1, 2, container=False)
+    book.write(header_for(make_spec(2), Recorded()), Recorded())
+    assert read_shard(root, 0).inputs["1"].outcome == "RUNNING"
+    recorded = Recorded(IndexSet(), IndexSet(), IndexSet([1]))
+    book.write(header_for(make_spec(2), recorded), recorded)
+    assert read_shard(root, 0).inputs["1"].outcome == "CANCELLED"
+    assert read_shard(root, 0).inputs["0"].outcome == "RUNNING"
+
+
+def test_only_shards_that_changed_are_written(root):
+    n = 3 * layout.SHARD_SIZE
+    spec = make_spec(n)
+    book = ManifestBook(root, BATCH)
+    units = [5, layout.SHARD_SIZE + 5, 2 * layout.SHARD_SIZE + 5]
+    book.note({u: running(u) for u in units}, 1, n, container=False)
+    book.write(header_for(spec, Recorded()), Recorded())
+    before = [generation(root, s) for s in range(3)]
+    assert all(before)
+    # Nothing new: nothing is rewritten but the header.
+    book.note({u: running(u) for u in units}, 1, n, container=False)
+    book.write(header_for(spec, Recorded()), Recorded())
+    assert [generation(root, s) for s in range(3)] == before
+    # Input 1005 ends: only shard 1 is rewritten.
+    book.note({units[1]: succeeded(units[1])}, 1, n, container=False)
+    recorded = Recorded(IndexSet([units[1]]), IndexSet(), IndexSet())
+    book.write(header_for(spec, recorded), recorded)
+    after = [generation(root, s) for s in range(3)]
+    assert after[0] == before[0] and after[2] == before[2] and after[1] != before[1]
+    assert read_shard(root, 1).inputs[str(units[1])].outcome == "SUCCEEDED"
+
+
+def test_a_new_book_after_a_restart_merges_what_was_written_before(root):
+    spec = make_spec(10)
+    first = ManifestBook(root, BATCH)
+    first.note({i: succeeded(i) for i in range(3)} | {3: running(3)}, 1, 10, container=False)
+    recorded = Recorded(IndexSet.range(0, 3), IndexSet(), IndexSet())
+    first.write(header_for(spec, recorded), recorded)
+    # The operator restarts: a new book knows nothing, and input 4 starts, 3 fails.
+    second = ManifestBook(root, BATCH)
+    second.note({3: failed(3), 4: running(4)}, 1, 10, container=False)
+    recorded = Recorded(IndexSet.range(0, 3), IndexSet([3]), IndexSet())
+    second.write(header_for(spec, recorded), recorded)
+    inputs = read_shard(root, 0).inputs
+    assert {k: v.outcome for k, v in inputs.items()} == {
+        "0": "SUCCEEDED",
+        "1": "SUCCEEDED",
+        "2": "SUCCEEDED",
+        "3": "FAILED",
+        "4": "RUNNING",
     }
-    s = decide_batch(spec, s, children, T0).status
-    m = build_manifest("g", spec, s, children, created=None, now=T0)
-    assert set(m["children"]) == {"0", "1"}
-    assert m["cancelledIndexes"] == "2-5" and m["phase"] == "RUNNING"
+    assert inputs["0"].attempts[0].outcome == "success"  # the earlier history, intact
 
 
-def test_container_manifest():
-    spec = KineticBatchSpec.model_validate(
-        {"template": {"container": {"command": ["echo"]}}, "inputs": {"grid": {"a": [1, 2]}}}
+def test_settled_shards_are_dropped_from_memory_and_read_back_when_needed(root):
+    n = 2 * layout.SHARD_SIZE
+    spec = make_spec(n)
+    book = ManifestBook(root, BATCH)
+    book.note(
+        {0: succeeded(0), 1: failed(1), layout.SHARD_SIZE: running(layout.SHARD_SIZE)},
+        1,
+        n,
+        container=False,
     )
-    m = build_manifest("g", spec, decide_batch(spec, None, {}, T0).status, {}, created=None, now=T0)
-    assert m["kind"] == "container" and m["functionName"] is None and m["total"] == 2
-    assert m["name"] is None and m["tags"] == {}
+    recorded = Recorded(IndexSet([0]), IndexSet([1]), IndexSet())
+    book.write(header_for(spec, recorded), recorded)
+    assert set(book.shards) == {1}  # shard 0 has nothing left to change
+    assert read_shard(root, 0).inputs.keys() == {"0", "1"}
+    # Later, more of shard 0 runs: the shard is read back, nothing written before is lost.
+    book.note({2: succeeded(2)}, 1, n, container=False)
+    recorded = Recorded(IndexSet([0, 2]), IndexSet([1]), IndexSet())
+    book.write(header_for(spec, recorded), recorded)
+    assert {k: v.outcome for k, v in read_shard(root, 0).inputs.items()} == {
+        "0": "SUCCEEDED",
+        "1": "FAILED",
+        "2": "SUCCEEDED",
+    }
+    assert set(book.shards) == {1}
 
 
-def test_manifest_of_100k_succeeded_inputs_is_compact():
-    n = 100_000
-    spec = make_spec(n, maxConcurrent=None)
-    s = decide_batch(spec, None, {}, T0).status.model_copy(update={"manifest_uri": "x"})
-    done = {i: ChildObservation(Phase.SUCCEEDED, attempts=1) for i in range(n)}
-    s = decide_batch(spec, s, done, T0).status
-    m = build_manifest("grp-1a2b3c4d", spec, s, done, created=CREATED, now=T0)
-    data = encode_manifest(m)
-    assert len(m["children"]) == n
-    assert len(data) < 80 * n  # ~70 bytes per launched input
+def test_the_header_lists_every_shard_written_even_after_a_restart(root):
+    n = 3 * layout.SHARD_SIZE
+    spec = make_spec(n)
+    first = ManifestBook(root, BATCH)
+    first.note(
+        {0: succeeded(0), layout.SHARD_SIZE: running(layout.SHARD_SIZE)}, 1, n, container=False
+    )
+    recorded = Recorded(IndexSet([0]), IndexSet(), IndexSet())
+    first.write(header_for(spec, recorded), recorded)
+    assert read_header(root, BATCH).shards == [0, 1]
+    second = ManifestBook(root, BATCH)  # a restart; only shard 2 changes from now on
+    second.note({2 * layout.SHARD_SIZE: running(2 * layout.SHARD_SIZE)}, 1, n, container=False)
+    second.write(header_for(spec, recorded), recorded)
+    assert read_header(root, BATCH).shards == [0, 1, 2]
+
+
+def test_a_failed_storage_write_raises_and_keeps_the_shard_dirty(root, tmp_path):
+    blocked = tmp_path / "store" / "batches" / BATCH / "manifest"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("a file where the shard directory should be")
+    book = ManifestBook(root, BATCH)
+    book.note({0: running(0)}, 1, 1, container=False)
+    with pytest.raises(storage.StorageError):
+        book.write(header_for(make_spec(1), Recorded()), Recorded())
+    assert book.dirty == {0}
+    blocked.unlink()
+    book.write(header_for(make_spec(1), Recorded()), Recorded())
+    assert book.dirty == set() and read_shard(root, 0).inputs["0"].outcome == "RUNNING"
+
+
+def test_ten_thousand_inputs_cost_one_shard_write_per_change(root):
+    n = 10 * layout.SHARD_SIZE
+    spec = make_spec(n)
+    book = ManifestBook(root, BATCH)
+    book.note(
+        {i: succeeded(i) for i in range(n - 1)} | {n - 1: running(n - 1)}, 1, n, container=False
+    )
+    recorded = Recorded(IndexSet.range(0, n - 1), IndexSet(), IndexSet())
+    book.write(header_for(spec, recorded), recorded)
+    before = [generation(root, s) for s in range(10)]
+    assert set(book.shards) == {9}  # only the shard still changing is held in memory
+    book.note({n - 1: succeeded(n - 1)}, 1, n, container=False)
+    recorded = Recorded(IndexSet.range(0, n), IndexSet(), IndexSet())
+    book.write(header_for(spec, recorded), recorded)
+    after = [generation(root, s) for s in range(10)]
+    assert after[:9] == before[:9] and after[9] != before[9]
+    assert book.shards == {} and len(read_shard(root, 9).inputs) == layout.SHARD_SIZE
 
 
 # --------------------------------------------------------------------------- Debouncer
@@ -151,7 +358,7 @@ def test_urgent_writes_bypass_the_debounce():
     d = Debouncer(interval=10)
     d.mark(0)
     d.written(0)
-    d.mark(1, urgent=True)  # terminal, or the first child is about to be created
+    d.mark(1, urgent=True)  # terminal, or the first Pod is about to be created
     assert d.due(1)
     d.written(1)
     d.mark(2)

@@ -1,67 +1,202 @@
-"""The thin API layer around the decision, with a fake API; and the per-job serializer."""
+"""The thin API layer of the KineticJob reconcile, against a fake API server; the serializer.
+
+`FakeKube` stands in for the Kubernetes API the way the operator sees it
+(`kinetic_operator.kube.Kube`): objects carry a resourceVersion that every
+write bumps, and a status write made from a stale copy is answered 409
+(`Conflict`), exactly like a merge patch carrying metadata.resourceVersion.
+Pods are plain dicts with whatever status a test gives them; the watch is
+played by `views()`, which summarises them as the operator's index would.
+test_batch_reconcile.py uses the same fake.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import copy
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from kinetic import layout, storage
+from kinetic.names import fmt_time
+from kinetic.resources import BATCH_PLURAL, JOB_PLURAL
 from kinetic_operator.handlers import setup
-from kinetic_operator.handlers.jobs import reconcile_job_sync
+from kinetic_operator.handlers.jobs import JobMemory, by_attempt, reconcile_job_sync
 from kinetic_operator.kube import Conflict, Rejected
-from kinetic_operator.observed import JobView, PodView
+from kinetic_operator.observed import PodView, summarize_pod
+from kinetic_operator.reaper import reap
 from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-SETTINGS = OperatorSettings(storage_root="gs://b", default_image="img:1")
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386, as the API server applies application/merge-patch+json."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
 
 
 class FakeKube:
-    """Records calls; `conflicts` makes the next N status patches fail with 409."""
+    """One namespace of an API server: custom objects, Pods, logs and Events.
 
-    def __init__(self, body: dict[str, Any] | None, conflicts: int = 0, reject: str = "") -> None:
-        self.body = body
-        self.conflicts = conflicts
-        self.reject = reject
+    ``interfere(plural, name)`` runs before every status write, as another
+    writer racing with the operator would (see `someone_writes`).
+    ``transient`` makes the next N Pod creations fail the way a timeout or
+    a 500 does; ``reject`` maps Pod names to the API server's refusal.
+    """
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.version = 0
         self.calls: list[tuple[str, Any]] = []
+        self.events: list[tuple[str, str, str]] = []
+        self.logs: dict[str, bytes] = {}
+        self.reject: dict[str, str] = {}
+        self.transient = 0
+        self.interfere: Callable[[str, str], None] | None = None
+        self.on_create: Callable[[dict[str, Any]], None] | None = None
+        self.on_delete: Callable[[str], None] | None = None
+
+    # --------------------------------------------------------------- objects
+
+    def _bump(self, obj: dict[str, Any]) -> None:
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+
+    def put(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(body)
+        self._bump(obj)
+        self.objects[(plural, obj["metadata"]["name"])] = obj
+        return copy.deepcopy(obj)
+
+    def someone_writes(self, plural: str, name: str, **spec: Any) -> None:
+        """A user (or anyone) changes the object: its resourceVersion moves on."""
+        obj = self.objects[(plural, name)]
+        obj["spec"] = {**obj["spec"], **spec}
+        obj["metadata"]["generation"] = obj["metadata"].get("generation", 1) + 1
+        self._bump(obj)
+
+    def status_of(self, plural: str, name: str) -> dict[str, Any]:
+        return self.objects[(plural, name)].get("status") or {}
+
+    def _get(self, plural: str, name: str) -> dict[str, Any] | None:
+        self.calls.append(("get", name))
+        obj = self.objects.get((plural, name))
+        return copy.deepcopy(obj) if obj is not None else None
 
     def get_kinetic_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self.calls.append(("get", name))
-        return copy.deepcopy(self.body)
+        return self._get(JOB_PLURAL, name)
 
-    def patch_status(self, namespace, name, new, old, resource_version) -> None:
-        if self.conflicts:
-            self.conflicts -= 1
-            self.body["metadata"]["resourceVersion"] += "x"  # someone else wrote
-            raise Conflict("moved")
-        self.calls.append(("patch", new["phase"]))
-        self.body["status"] = new
+    def get_kinetic_batch(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get(BATCH_PLURAL, name)
 
-    def create_job(self, manifest: dict[str, Any]) -> None:
-        if self.reject:
-            raise Rejected(self.reject)
-        self.calls.append(("create", manifest["metadata"]["name"]))
+    def patch_status(
+        self,
+        namespace: str,
+        name: str,
+        new: dict[str, Any],
+        old: dict[str, Any],
+        resource_version: str | None,
+        *,
+        plural: str = JOB_PLURAL,
+    ) -> dict[str, Any] | None:
+        if self.interfere is not None:
+            self.interfere(plural, name)
+        obj = self.objects.get((plural, name))
+        if obj is None:
+            return None
+        if resource_version is not None and resource_version != obj["metadata"]["resourceVersion"]:
+            self.calls.append(("conflict", name))
+            raise Conflict(f"{namespace}/{name} changed while reconciling")
+        patch = {key: None for key in old if key not in new} | new
+        obj["status"] = merge_patch(obj.get("status") or {}, patch)
+        self._bump(obj)
+        self.calls.append(("patch", obj["status"].get("phase")))
+        return copy.deepcopy(obj)
 
-    def delete_job(self, namespace: str, name: str) -> None:
+    # --------------------------------------------------------------- Pods
+
+    def create_pod(self, manifest: dict[str, Any]) -> None:
+        name = manifest["metadata"]["name"]
+        if name in self.reject:
+            self.calls.append(("rejected", name))
+            raise Rejected(self.reject[name])
+        if self.transient:
+            self.transient -= 1
+            self.calls.append(("unavailable", name))
+            raise RuntimeError("the API server is not answering")
+        if name in self.pods:
+            self.calls.append(("exists", name))
+            return
+        if self.on_create is not None:
+            self.on_create(manifest)
+        pod = copy.deepcopy(manifest)
+        pod["metadata"]["creationTimestamp"] = fmt_time(NOW)
+        pod["status"] = {"phase": "Pending"}
+        self.pods[name] = pod
+        self.calls.append(("create", name))
+
+    def delete_pod(self, namespace: str, name: str, *, now: bool = False) -> None:
         self.calls.append(("delete", name))
+        if self.on_delete is not None:
+            self.on_delete(name)
+        self.pods.pop(name, None)
 
-    def post_event(self, owner, type_, reason, message) -> None:
+    def pod_log(self, namespace: str, name: str) -> bytes | None:
+        return self.logs.get(name, f"log of {name}\n".encode())
+
+    def post_event(self, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
         self.calls.append(("event", reason))
+        self.events.append((type_, reason, message))
+
+    # --------------------------------------------------------------- the kubelet and the watch
+
+    def run_pod(self, name: str) -> None:
+        self.pods[name]["status"] = {"phase": "Running", "startTime": fmt_time(NOW)}
+
+    def end_pod(
+        self,
+        name: str,
+        ok: bool = True,
+        message: str | None = None,
+        finished: datetime = NOW,
+        **status: Any,
+    ) -> None:
+        terminated = {
+            "exitCode": 0 if ok else 1,
+            "reason": "Completed" if ok else "Error",
+            "finishedAt": fmt_time(finished),
+        }
+        if message is not None:
+            terminated["message"] = message
+        self.pods[name]["status"] = {
+            "phase": "Succeeded" if ok else "Failed",
+            "startTime": fmt_time(finished),
+            "containerStatuses": [{"name": "main", "state": {"terminated": terminated}}],
+            **status,
+        }
+
+    def views(self) -> list[PodView]:
+        """What the operator's Pod index holds."""
+        return [v for v in (summarize_pod(p) for p in self.pods.values()) if v is not None]
 
 
-def body(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
+def job_body(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
     return {
-        "metadata": {
-            "name": "kj",
-            "namespace": "ns",
-            "uid": "u",
-            "generation": 1,
-            "resourceVersion": "1",
-            **meta,
-        },
+        "apiVersion": "kinetic.dev/v1alpha1",
+        "kind": "KineticJob",
+        "metadata": {"name": "kj", "namespace": "ns", "uid": "u", "generation": 1, **meta},
         "spec": spec,
     }
 
@@ -69,81 +204,293 @@ def body(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
 SPEC = {"container": {"command": ["true"]}}
 
 
-def reconcile(kube: FakeKube, jobs=(), pods=()) -> float | None:
-    return reconcile_job_sync(kube, SETTINGS, "ns", "kj", jobs, pods, NOW)  # type: ignore[arg-type]
+@pytest.fixture
+def settings(tmp_path: Path) -> OperatorSettings:
+    return OperatorSettings(
+        storage_root=f"file://{tmp_path}/store", default_image="img:1", pod_ttl_seconds=120
+    )
 
 
-def test_new_job_writes_status_first_then_creates_then_tells():
-    kube = FakeKube(body(SPEC))
-    reconcile(kube)
+class Job:
+    """A KineticJob on the fake API, and the operator's memory of it across reconciles."""
+
+    def __init__(self, kube: FakeKube, settings: OperatorSettings, spec=SPEC, **meta: Any):
+        self.kube, self.settings, self.mem = kube, settings, JobMemory()
+        kube.put(JOB_PLURAL, job_body(spec, **meta))
+
+    def reconcile(self, now: datetime = NOW) -> float | None:
+        pods = by_attempt(self.kube.views(), self.mem.gone)
+        return reconcile_job_sync(self.kube, self.settings, "ns", "kj", pods, self.mem, now)
+
+    def deliver(self) -> None:
+        """The watch shows every Pod: what the Pod event handler does to the memory."""
+        for view in self.kube.views():
+            self.mem.creating.discard(view.attempt)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.kube.status_of(JOB_PLURAL, "kj")
+
+
+# ----------------------------------------------------------------------- starting
+
+
+def test_a_new_job_writes_its_attempt_in_status_then_creates_the_pod_then_tells(settings):
+    kube = FakeKube()
+    job = Job(kube, settings)
+    seen: list[int] = []
+    kube.on_create = lambda m: seen.append(job.status["attempt"])
+    assert job.reconcile() is None
     assert kube.calls == [
         ("get", "kj"),
         ("patch", "PENDING"),
         ("create", "kj-1"),
         ("event", "Started"),
     ]
+    assert seen == [1]  # the status named attempt 1 before its Pod existed
+    pod = kube.pods["kj-1"]
+    assert pod["metadata"]["labels"]["kinetic.dev/job"] == "kj"
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "u"
 
 
-def test_nothing_changed_means_no_write():
-    kube = FakeKube(body(SPEC))
-    reconcile(kube, [JobView("kj-1", 1)])
+def test_a_routine_reconcile_reads_nothing_and_writes_only_changes(settings):
+    kube = FakeKube()
+    job = Job(kube, settings)
+    job.reconcile()
+    job.deliver()
+    kube.run_pod("kj-1")
     kube.calls.clear()
-    reconcile(kube, [JobView("kj-1", 1)])
-    assert kube.calls == [("get", "kj")]
+    job.reconcile()  # from the copy its own write returned: no GET
+    assert kube.calls == [("patch", "RUNNING")]
+    kube.calls.clear()
+    job.reconcile()
+    assert kube.calls == []
 
 
-def test_a_conflict_rereads_and_decides_again_without_acting_twice():
-    kube = FakeKube(body(SPEC), conflicts=2)
-    reconcile(kube)
-    assert kube.calls.count(("get", "kj")) == 3
-    assert kube.calls.count(("create", "kj-1")) == 1 and kube.calls.count(("event", "Started")) == 1
+def test_a_stale_copy_gets_409_and_the_decision_is_made_again_from_a_fresh_read(settings):
+    """Attempt 1 failed and a retry is due, but the user cancelled meanwhile: the write from
+    the stale copy is refused, and the fresh decision cancels instead of creating kj-2."""
+    kube = FakeKube()
+    job = Job(kube, settings, {**SPEC, "retries": 1})
+    job.reconcile()
+    job.deliver()
+    kube.run_pod("kj-1")
+    job.reconcile()
+    kube.end_pod("kj-1", ok=False)
+    kube.someone_writes(JOB_PLURAL, "kj", cancel=True)  # the watch has not shown it yet
+    kube.calls.clear()
+    job.reconcile()
+    assert kube.calls[:3] == [("conflict", "kj"), ("get", "kj"), ("patch", "CANCELLED")]
+    assert ("create", "kj-2") not in kube.calls and set(kube.pods) == {"kj-1"}
+    assert job.status["phase"] == "CANCELLED" and job.status["observedGeneration"] == 2
 
 
-def test_endless_conflicts_give_up_for_a_retry_later():
+def test_acting_without_a_status_change_needs_a_fresh_read_first(settings):
+    """The reserved attempt's Pod is not seen: create it again, but only after a GET."""
+    kube = FakeKube()
+    job = Job(kube, settings)
+    job.reconcile()
+    del kube.pods["kj-1"]  # e.g. the create was lost with the process that made it
+    job.mem = JobMemory(body=job.mem.body)  # a new process (nothing "being created")
+    kube.calls.clear()
+    job.reconcile()
+    assert kube.calls == [("get", "kj"), ("create", "kj-1")]
+
+
+def test_endless_conflicts_give_up_for_a_retry_later(settings):
+    kube = FakeKube()
+    job = Job(kube, settings)
+    kube.interfere = lambda plural, name: kube.someone_writes(plural, name)
     with pytest.raises(Conflict):
-        reconcile(FakeKube(body(SPEC), conflicts=99))
+        job.reconcile()
+    assert kube.pods == {}
 
 
-def test_gone_or_deleting_jobs_are_left_alone():
-    kube = FakeKube(None)
-    reconcile(kube)
+def test_gone_or_deleting_jobs_are_left_alone(settings):
+    kube = FakeKube()
+    assert reconcile_job_sync(kube, settings, "ns", "kj", {}, JobMemory(), NOW) is None
     assert kube.calls == [("get", "kj")]
-    kube = FakeKube(body(SPEC, deletionTimestamp="2026-01-01T00:00:00Z"))
-    reconcile(kube, [], [PodView("kj-1-a", 1, deleting=True)])
+    kube = FakeKube()
+    Job(kube, settings, deletionTimestamp="2026-01-01T00:00:00Z").reconcile()
     assert kube.calls == [("get", "kj")]
 
 
-def test_invalid_spec_is_failed_and_nothing_is_created():
-    kube = FakeKube(body({"container": {"command": ["x"]}, "accelerator": "gpu-v100"}))
-    reconcile(kube)
+def test_invalid_spec_is_failed_and_nothing_is_created(settings):
+    kube = FakeKube()
+    job = Job(kube, settings, {"container": {"command": ["x"]}, "accelerator": "gpu-v100"})
+    job.reconcile()
     assert kube.calls == [("get", "kj"), ("patch", "FAILED"), ("event", "InvalidSpec")]
-    assert kube.body["status"]["message"].startswith("spec.accelerator: unknown accelerator")
+    assert job.status["message"].startswith("spec.accelerator: unknown accelerator")
+    assert kube.pods == {}
 
 
-def test_a_job_kubernetes_rejects_fails_the_kineticjob():
-    kube = FakeKube(body(SPEC), reject="spec.template.spec.containers[0].resources: bad")
-    reconcile(kube)
-    assert kube.calls[-2:] == [("patch", "FAILED"), ("event", "Rejected")]
-    assert "Kubernetes rejected Job kj-1" in kube.body["status"]["message"]
+def test_a_pod_kubernetes_rejects_fails_the_job(settings):
+    kube = FakeKube()
+    kube.reject["kj-1"] = 'Pod "kj-1" is invalid: spec.containers[0].resources: bad quantity'
+    job = Job(kube, settings)
+    assert job.reconcile() is None
+    assert kube.calls == [
+        ("get", "kj"),
+        ("patch", "PENDING"),
+        ("rejected", "kj-1"),
+        ("patch", "FAILED"),
+        ("event", "Rejected"),
+    ]
+    st = job.status
+    assert st["message"].startswith('Kubernetes rejected the Pod of attempt 1: Pod "kj-1"')
+    assert (st["attempts"][0]["outcome"], st["attempts"][0]["reason"]) == ("failure", "Rejected")
+    assert kube.pods == {}
+    kube.calls.clear()
+    job.reconcile()  # FAILED is final: nothing is tried again
+    assert kube.calls == []
 
 
-def test_a_mangled_status_does_not_crash_and_adopts_the_jobs():
-    b = body(SPEC)
-    b["status"] = {"phase": "BOGUS", "attempt": "many"}
-    kube = FakeKube(b)
-    reconcile(kube, [JobView("kj-1", 1)], [PodView("kj-1-a", 1, phase="Running")])
-    assert ("create", "kj-1") not in kube.calls and kube.body["status"]["phase"] == "RUNNING"
+def test_a_pod_that_could_not_be_created_for_a_moment_is_created_on_the_next_try(settings):
+    """A timeout or a 500 on create raises (the serializer retries the reconcile with
+    backoff); the retry must create the Pod, not wait forever for it to appear."""
+    kube = FakeKube()
+    kube.transient = 1
+    job = Job(kube, settings)
+    with pytest.raises(RuntimeError):
+        job.reconcile()
+    assert kube.pods == {}
+    job.reconcile()
+    assert "kj-1" in kube.pods
 
 
-def test_published_config():
-    assert setup.client_config(SETTINGS) == {
+def test_a_mangled_status_does_not_crash_and_adopts_the_pods(settings):
+    kube = FakeKube()
+    job = Job(kube, settings)
+    kube.objects[(JOB_PLURAL, "kj")]["status"] = {"phase": "BOGUS", "attempt": "many"}
+    kube.create_pod(
+        {
+            "metadata": {
+                "name": "kj-1",
+                "labels": {"kinetic.dev/job": "kj", "kinetic.dev/attempt": "1"},
+            }
+        }
+    )
+    kube.run_pod("kj-1")
+    kube.calls.clear()
+    job.reconcile()
+    assert not any(c[0] == "create" for c in kube.calls)
+    assert job.status["phase"] == "RUNNING" and job.status["attempt"] == 1
+
+
+# ----------------------------------------------------------------------- finished Pods
+
+
+def _finished_job(kube: FakeKube, settings: OperatorSettings, ended: datetime) -> Job:
+    job = Job(kube, settings)
+    job.reconcile()
+    job.deliver()
+    kube.run_pod("kj-1")
+    job.reconcile()
+    kube.end_pod("kj-1", message="the answer", finished=ended)
+    return job
+
+
+def test_a_finished_pod_goes_after_its_ttl_once_recorded_with_its_log_archived(settings):
+    kube = FakeKube()
+    job = _finished_job(kube, settings, NOW - timedelta(seconds=200))
+    kube.logs["kj-1"] = b"hello from kj-1\n"
+    archive = layout.job_log_uri(settings.storage_root, "kj", "kj-1")
+    at_delete: list[tuple[str, bytes]] = []
+    kube.on_delete = lambda name: at_delete.append(
+        (job.status["phase"], storage.read_bytes(archive))
+    )
+    job.reconcile()
+    assert job.status["phase"] == "SUCCEEDED" and job.mem.due == [("kj-1", archive)]
+    reap(kube, "ns", job.mem.due)  # what the reaper does, off the reconcile path
+    assert at_delete == [("SUCCEEDED", b"hello from kj-1\n")]
+    assert job.status["result"] == "the answer" and kube.pods == {}
+
+
+def test_a_finished_pod_within_its_ttl_is_kept_and_looked_at_again_when_due(settings):
+    kube = FakeKube()
+    job = _finished_job(kube, settings, NOW - timedelta(seconds=30))
+    assert job.reconcile() == pytest.approx(90)
+    assert job.mem.due == [] and job.status["phase"] == "SUCCEEDED"
+    job.reconcile(NOW + timedelta(seconds=91))
+    assert [pod for pod, _ in job.mem.due] == ["kj-1"]
+
+
+def test_pods_of_a_job_still_running_are_kept(settings):
+    kube = FakeKube()
+    job = Job(kube, settings, {**SPEC, "retries": 2})
+    job.reconcile()
+    job.deliver()
+    kube.end_pod("kj-1", ok=False, finished=NOW - timedelta(hours=1))
+    job.reconcile()
+    assert job.status["attempt"] == 2 and job.status["phase"] == "PENDING"
+    assert job.mem.due == []
+
+
+def test_pods_being_reaped_are_not_handed_out_twice(settings):
+    kube = FakeKube()
+    job = _finished_job(kube, settings, NOW - timedelta(seconds=200))
+    job.mem.reaping = {"kj-1"}
+    job.reconcile()
+    assert job.mem.due == []
+
+
+def test_a_log_that_cannot_be_archived_keeps_its_pod(settings, tmp_path):
+    blocked = tmp_path / "store" / "jobs" / "kj" / "logs"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("a file where the log directory should be")
+    kube = FakeKube()
+    job = _finished_job(kube, settings, NOW - timedelta(seconds=200))
+    assert job.reconcile() == 30.0  # looked at again soon
+    reap(kube, "ns", job.mem.due)
+    assert "kj-1" in kube.pods and not any(c[0] == "delete" for c in kube.calls)
+
+
+def test_without_a_storage_root_finished_pods_go_without_an_archive(settings):
+    kube = FakeKube()
+    ours = settings.model_copy(update={"storage_root": None})
+    job = Job(kube, ours)
+    job.reconcile()
+    job.deliver()
+    kube.end_pod("kj-1", finished=NOW - timedelta(seconds=200))
+    job.reconcile()
+    assert job.mem.due == [("kj-1", None)]
+    reap(kube, "ns", job.mem.due)
+    assert kube.pods == {}
+
+
+def test_a_finished_pod_is_not_handed_out_before_its_outcome_is_written(settings):
+    """The terminal write meets a 409 first: nothing is due in that round; after the fresh
+    read the outcome is written, and only then the Pod is due."""
+    kube = FakeKube()
+    job = _finished_job(kube, settings, NOW - timedelta(seconds=200))
+    races = [1]
+
+    def once(plural: str, name: str) -> None:
+        if races:
+            races.pop()
+            kube.someone_writes(plural, name)
+
+    kube.interfere = once
+    kube.calls.clear()
+    job.reconcile()
+    assert kube.calls.index(("conflict", "kj")) < kube.calls.index(("patch", "SUCCEEDED"))
+    assert job.status["phase"] == "SUCCEEDED" and [p for p, _ in job.mem.due] == ["kj-1"]
+    kube.interfere = lambda plural, name: kube.someone_writes(plural, name)  # always racing
+    job.mem = JobMemory()
+    kube.objects[(JOB_PLURAL, "kj")]["status"] = {}
+    with pytest.raises(Conflict):
+        job.reconcile()
+    assert job.mem.due == []  # never written: nothing may be deleted
+
+
+def test_published_config(settings):
+    ours = settings.model_copy(update={"storage_root": "gs://b"})
+    assert setup.client_config(ours) == {
         "defaultImage": "img:1",
-        "accelerators": ",".join(SETTINGS.accelerator_catalog.names()),
+        "accelerators": ",".join(ours.accelerator_catalog.names()),
         "storageRoot": "gs://b",
     }
-    assert "storageRoot" not in setup.client_config(
-        SETTINGS.model_copy(update={"storage_root": None})
-    )
+    assert "storageRoot" not in setup.client_config(ours.model_copy(update={"storage_root": None}))
 
 
 # ----------------------------------------------------------------------- serializer

@@ -1,4 +1,4 @@
-"""The batch/v1 Job built for an attempt, and what a KineticJob can never change in it."""
+"""The Pod built for an attempt of a KineticJob, and what a KineticJob can never change in it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import string
 from typing import Any
 
 import pytest
+from kinetic.names import job_pod_name
 from kinetic.resources import KineticJobSpec
 from kinetic_operator.catalog import default_catalog
 from kinetic_operator.job_logic import InvalidSpec, validate_spec
@@ -16,7 +17,7 @@ from kinetic_operator.podspec import (
     POD_SECURITY_CONTEXT,
     RESERVED_ENV,
     Owner,
-    build_job,
+    build_job_pod,
 )
 from kinetic_operator.settings import OperatorSettings
 
@@ -47,16 +48,20 @@ def env_of(manifest: dict[str, Any]) -> dict[str, str]:
 
 
 def main_container(manifest: dict[str, Any]) -> dict[str, Any]:
-    (container,) = manifest["spec"]["template"]["spec"]["containers"]
+    (container,) = manifest["spec"]["containers"]
     return container
 
 
-def test_container_job_manifest():
-    m = build_job(OWNER, container_spec(deadlineSeconds=30), SETTINGS, 2)
-    assert m["apiVersion"] == "batch/v1" and m["kind"] == "Job"
-    assert m["metadata"]["name"] == "kj-2"
+def test_container_job_pod():
+    m = build_job_pod(OWNER, container_spec(deadlineSeconds=30), SETTINGS, 2)
+    assert m["apiVersion"] == "v1" and m["kind"] == "Pod"
+    assert m["metadata"]["name"] == job_pod_name("kj", 2) == "kj-2"
     assert m["metadata"]["namespace"] == "ns"
-    assert m["metadata"]["labels"] == {"kinetic.dev/job": "kj", "kinetic.dev/attempt": "2"}
+    assert m["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "kinetic",
+        "kinetic.dev/job": "kj",
+        "kinetic.dev/attempt": "2",
+    }
     assert m["metadata"]["ownerReferences"] == [
         {
             "apiVersion": "kinetic.dev/v1alpha1",
@@ -67,35 +72,41 @@ def test_container_job_manifest():
             "blockOwnerDeletion": True,
         }
     ]
-    spec = m["spec"]
-    assert spec["backoffLimit"] == 0
-    assert spec["activeDeadlineSeconds"] == 30
-    assert "ttlSecondsAfterFinished" not in spec
-    assert spec["template"]["metadata"]["labels"] == m["metadata"]["labels"]
-    pod = spec["template"]["spec"]
-    assert pod["restartPolicy"] == "Never"
+    pod = m["spec"]
+    assert pod["restartPolicy"] == "Never"  # retries are the operator's, not the kubelet's
+    assert pod["activeDeadlineSeconds"] == 30
+    assert pod["enableServiceLinks"] is False
     c = main_container(m)
-    assert c["image"] == "busybox"
+    assert c["name"] == "main" and c["image"] == "busybox"
     assert c["command"] == ["sh", "-c"] and c["args"] == ["echo hi"]
+    assert c["terminationMessagePath"] == "/dev/termination-log"
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert env_of(m)["KINETIC_OUTPUT_DIR"] == "gs://kinetic/root/outputs/kj"
+    env = env_of(m)
+    assert env["KINETIC_OUTPUT_DIR"] == "gs://kinetic/root/outputs/kj"
+    assert (env["KINETIC_JOB_NAME"], env["KINETIC_JOB_NAMESPACE"]) == ("kj", "ns")
+    assert env["KINETIC_ATTEMPT"] == "2"
+    assert not any(
+        k.startswith(("KINETIC_PAYLOAD", "KINETIC_RESULT", "KINETIC_INPUT")) for k in env
+    )
     assert "resources" not in c and "nodeSelector" not in pod
 
 
 def test_no_deadline_means_no_active_deadline():
-    assert "activeDeadlineSeconds" not in build_job(OWNER, container_spec(), SETTINGS, 1)["spec"]
+    assert (
+        "activeDeadlineSeconds" not in build_job_pod(OWNER, container_spec(), SETTINGS, 1)["spec"]
+    )
 
 
 def test_image_precedence():
     spec = KineticJobSpec.model_validate({"container": {"command": ["true"]}})
-    assert main_container(build_job(OWNER, spec, SETTINGS, 1))["image"] == "runner:1"
+    assert main_container(build_job_pod(OWNER, spec, SETTINGS, 1))["image"] == "runner:1"
     spec = KineticJobSpec.model_validate({"container": {"command": ["true"]}, "image": "img:2"})
-    assert main_container(build_job(OWNER, spec, SETTINGS, 1))["image"] == "img:2"
-    assert main_container(build_job(OWNER, function_spec(), SETTINGS, 1))["image"] == "runner:1"
+    assert main_container(build_job_pod(OWNER, spec, SETTINGS, 1))["image"] == "img:2"
+    assert main_container(build_job_pod(OWNER, function_spec(), SETTINGS, 1))["image"] == "runner:1"
 
 
 def test_function_job_runs_the_runner_with_the_contract_env():
-    m = build_job(OWNER, function_spec(), SETTINGS, 1)
+    m = build_job_pod(OWNER, function_spec(), SETTINGS, 1)
     c = main_container(m)
     assert c["command"] == ["python", "-m", "kinetic.runner"] and "args" not in c
     env = env_of(m)
@@ -110,35 +121,22 @@ def test_function_job_runs_the_runner_with_the_contract_env():
 def test_explicit_result_uri_and_output_dir_win():
     spec = function_spec(resultURI="file:///r/result.pkl")
     spec.output_dir = "file:///out"
-    env = env_of(build_job(OWNER, spec, SETTINGS, 1))
+    env = env_of(build_job_pod(OWNER, spec, SETTINGS, 1))
     assert env["KINETIC_RESULT_URI"] == "file:///r/result.pkl"
     assert env["KINETIC_OUTPUT_DIR"] == "file:///out"
 
 
-def test_batch_child_inputs_and_labels():
-    owner = Owner(
-        "grp-1-3", "ns", "u", {"kinetic.dev/batch": "grp-1", "kinetic.dev/index": "3", "x": "y"}
-    )
+def test_function_inputs_reach_the_runner():
     spec = function_spec(inputJSON={"a": [1, 2]}, inputMode="kwargs")
-    m = build_job(owner, spec, SETTINGS, 1)
-    env = env_of(m)
+    env = env_of(build_job_pod(OWNER, spec, SETTINGS, 1))
     assert json.loads(env["KINETIC_INPUT_JSON"]) == {"a": [1, 2]}
     assert env["KINETIC_INPUT_MODE"] == "kwargs"
-    for labels in (m["metadata"]["labels"], m["spec"]["template"]["metadata"]["labels"]):
-        assert labels == {
-            "kinetic.dev/job": "grp-1-3",
-            "kinetic.dev/attempt": "1",
-            "kinetic.dev/batch": "grp-1",
-            "kinetic.dev/index": "3",
-        }
     spec = function_spec(inputURI="gs://b/in/3.pkl", inputSHA256=SHA)
-    env = env_of(build_job(owner, spec, SETTINGS, 1))
+    env = env_of(build_job_pod(OWNER, spec, SETTINGS, 1))
     assert env["KINETIC_INPUT_URI"] == "gs://b/in/3.pkl" and env["KINETIC_INPUT_SHA256"] == SHA
     # An explicit JSON null is still an input.
-    assert (
-        env_of(build_job(owner, function_spec(inputJSON=None), SETTINGS, 1))["KINETIC_INPUT_JSON"]
-        == "null"
-    )
+    pod = build_job_pod(OWNER, function_spec(inputJSON=None), SETTINGS, 1)
+    assert env_of(pod)["KINETIC_INPUT_JSON"] == "null"
 
 
 def test_user_env_comes_first_and_cannot_override_the_contract():
@@ -152,11 +150,11 @@ def test_user_env_comes_first_and_cannot_override_the_contract():
             ],
         }
     )
-    c = main_container(build_job(OWNER, spec, SETTINGS, 1))
+    c = main_container(build_job_pod(OWNER, spec, SETTINGS, 1))
     names = [e["name"] for e in c["env"]]
     assert names[0] == "A"
     assert names.count("KINETIC_RESULT_URI") == 1
-    assert env_of(build_job(OWNER, spec, SETTINGS, 1))["KINETIC_RESULT_URI"].startswith(
+    assert env_of(build_job_pod(OWNER, spec, SETTINGS, 1))["KINETIC_RESULT_URI"].startswith(
         "gs://kinetic/"
     )
 
@@ -165,8 +163,8 @@ def test_accelerator_resources_and_overrides():
     spec = container_spec(
         accelerator="gpu-a100x8", spot=True, resources={"cpu": "4", "memory": "16Gi"}
     )
-    m = build_job(OWNER, spec, SETTINGS, 1)
-    pod = m["spec"]["template"]["spec"]
+    m = build_job_pod(OWNER, spec, SETTINGS, 1)
+    pod = m["spec"]
     assert main_container(m)["resources"] == {
         "requests": {"cpu": "4", "memory": "16Gi"},
         "limits": {"nvidia.com/gpu": "8", "memory": "16Gi"},
@@ -176,7 +174,7 @@ def test_accelerator_resources_and_overrides():
         "cloud.google.com/gke-spot": "true",
     }
     assert {t["key"] for t in pod["tolerations"]} == {"nvidia.com/gpu", "cloud.google.com/gke-spot"}
-    tpu = build_job(OWNER, container_spec(accelerator="tpu-v6e-4"), SETTINGS, 1)
+    tpu = build_job_pod(OWNER, container_spec(accelerator="tpu-v6e-4"), SETTINGS, 1)
     assert main_container(tpu)["resources"] == {"limits": {"google.com/tpu": "4"}}
 
 
@@ -184,7 +182,8 @@ def test_accelerator_resources_and_overrides():
 
 
 def assert_restricted(m: dict[str, Any], settings: OperatorSettings = SETTINGS) -> None:
-    pod = m["spec"]["template"]["spec"]
+    assert m["kind"] == "Pod"
+    pod = m["spec"]
     assert pod["securityContext"] == {
         "runAsNonRoot": True,
         "runAsUser": 65532,
@@ -218,12 +217,12 @@ def assert_restricted(m: dict[str, Any], settings: OperatorSettings = SETTINGS) 
 
 
 def test_the_shared_security_dicts_are_never_mutated():
-    m = build_job(OWNER, container_spec(), SETTINGS, 1)
-    m["spec"]["template"]["spec"]["securityContext"]["seccompProfile"]["type"] = "Unconfined"
+    m = build_job_pod(OWNER, container_spec(), SETTINGS, 1)
+    m["spec"]["securityContext"]["seccompProfile"]["type"] = "Unconfined"
     main_container(m)["securityContext"]["capabilities"]["drop"].clear()
     assert POD_SECURITY_CONTEXT["seccompProfile"] == {"type": "RuntimeDefault"}
     assert CONTAINER_SECURITY_CONTEXT["capabilities"] == {"drop": ["ALL"]}
-    assert_restricted(build_job(OWNER, container_spec(), SETTINGS, 1))
+    assert_restricted(build_job_pod(OWNER, container_spec(), SETTINGS, 1))
 
 
 @pytest.mark.parametrize(
@@ -298,16 +297,21 @@ def test_every_valid_kineticjob_yields_a_restricted_pod(seed):
     )
     assert isinstance(spec, KineticJobSpec), spec
     attempt = rng.randint(1, 100)
-    m = build_job(OWNER, spec, SETTINGS, attempt)
+    m = build_job_pod(OWNER, spec, SETTINGS, attempt)
     assert_restricted(m)
     # The runner contract is the operator's alone: each reserved name once, with our value.
     names = [e["name"] for e in main_container(m)["env"]]
     assert all(names.count(n) <= 1 for n in RESERVED_ENV)
     env = env_of(m)
     assert env["KINETIC_ATTEMPT"] == str(attempt) and env["KINETIC_JOB_NAME"] == "kj"
+    assert m["metadata"]["name"] == job_pod_name("kj", attempt)
+    assert m["metadata"]["labels"]["kinetic.dev/attempt"] == str(attempt)
+    assert m["spec"].get("activeDeadlineSeconds") == raw.get("deadlineSeconds")
+    assert m["spec"]["restartPolicy"] == "Never"
+    assert [o["uid"] for o in m["metadata"]["ownerReferences"]] == ["uid-1"]
 
 
 def test_another_service_account_comes_only_from_the_operator():
     other = SETTINGS.model_copy(update={"runner_service_account": "sa-from-helm"})
-    m = build_job(OWNER, container_spec(), other, 1)
+    m = build_job_pod(OWNER, container_spec(), other, 1)
     assert_restricted(m, other)

@@ -13,7 +13,7 @@ from kinetic import kube
 from kinetic.batches import BatchHandle, attach_batch, list_batches
 from kinetic.cli.jobs import CONTEXT, NAMESPACE
 from kinetic.cli.output import OUTPUT_OPTION, Format, console, emit, fail
-from kinetic.ranges import parse_ranges
+from kinetic.ranges import RangeError, parse_ranges
 
 app = typer.Typer(
     no_args_is_help=True, help="Batches: list, status, watch, results, cancel, cleanup."
@@ -61,13 +61,22 @@ def status(
     group_id: str,
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,
+    inputs: bool = typer.Option(
+        False, "--inputs", help="Also list every launched input's status (GROUP-INDEX ids)."
+    ),
     output: Format = OUTPUT_OPTION,
 ) -> None:
-    """Show a batch's counts, index ranges and conditions."""
+    """Show a batch's counts, index ranges and conditions (and with --inputs, each input)."""
     h = _handle(group_id, namespace, context)
     st = h.status()
+    rows = (
+        [{"input": f"{h.group_id}-{i}", "index": i, "phase": s.value} for i, s in h.statuses()]
+        if inputs
+        else None
+    )
     if output is not Format.table:
-        emit({"groupId": h.group_id, "name": h.name, "tags": h.tags, **st}, output)
+        extra = {} if rows is None else {"inputs": rows}
+        emit({"groupId": h.group_id, "name": h.name, "tags": h.tags, **st, **extra}, output)
         return
     emit(
         {
@@ -85,6 +94,8 @@ def status(
         },
         output,
     )
+    if rows is not None:
+        emit(rows, output, title="inputs")
 
 
 def _live_table(h: BatchHandle, st: dict[str, Any], started: float, first_done: int) -> Table:
@@ -131,7 +142,7 @@ def watch(
                 for i in parse_ranges(st.get("failedIndexes", "")):
                     if i not in reported:
                         reported.add(i)
-                        reason = h.child(i).describe().get("message") or "submission failure"
+                        reason = h.child(i).message() or "no message"
                         live.console.print(f"[red]input {i} failed[/red]: {reason}")
                 live.update(_live_table(h, st, started, first))
         except TimeoutError:
@@ -146,7 +157,7 @@ def results(
         None, help="Seconds to wait; the batch keeps running after."
     ),
     cleanup: bool = typer.Option(
-        False, "--cleanup/--keep", help="Delete each child after reading it."
+        False, "--cleanup/--keep", help="Delete each input's stored result after reading it."
     ),
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,
@@ -177,22 +188,47 @@ def results(
 
 
 @app.command()
-def cancel(group_id: str, namespace: str | None = NAMESPACE, context: str | None = CONTEXT) -> None:
-    """Stop launching and cancel every running child."""
-    _handle(group_id, namespace, context).cancel()
-    console.print(f"{group_id}: cancel requested")
+def cancel(
+    group_id: str,
+    only: str | None = typer.Option(
+        None, "--inputs", help="Cancel only these inputs, as ranges ('3,7-9'); the rest carry on."
+    ),
+    namespace: str | None = NAMESPACE,
+    context: str | None = CONTEXT,
+) -> None:
+    """Stop launching and cancel every running input (or, with --inputs, only some)."""
+    h = _handle(group_id, namespace, context)
+    if only is None:
+        h.cancel()
+        console.print(f"{group_id}: cancel requested")
+        return
+    try:
+        indexes = parse_ranges(only)
+    except RangeError as e:
+        raise fail(f"--inputs {only!r}: {e}. Write ranges like '3,7-9'.") from None
+    out_of_range = [i for i in indexes if i >= h.total]
+    if out_of_range:
+        raise fail(
+            f"--inputs {only!r}: batch {group_id} has {h.total} inputs (0 to {h.total - 1}); "
+            f"there is no input {out_of_range[0]}"
+        )
+    try:
+        h.cancel_inputs(indexes)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    console.print(f"{group_id}: cancel requested for inputs {only}")
 
 
 @app.command()
 def cleanup(
     group_id: str,
-    k8s: bool = typer.Option(True, "--k8s/--no-k8s", help="Delete the batch and its children."),
+    k8s: bool = typer.Option(True, "--k8s/--no-k8s", help="Delete the batch and its Pods."),
     gcs: bool = typer.Option(
         True, "--storage/--no-storage", help="Delete artifacts and the manifest."
     ),
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,
 ) -> None:
-    """Delete a batch, its children and (by default) all its stored artifacts."""
+    """Delete a batch, its Pods and (by default) all its stored artifacts and logs."""
     _handle(group_id, namespace, context).cleanup(k8s=k8s, gcs=gcs)
     console.print(f"{group_id}: cleaned up")

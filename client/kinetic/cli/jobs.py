@@ -1,4 +1,8 @@
-"""`kinetic jobs ...`: look after single jobs from a shell."""
+"""`kinetic jobs ...`: look after single jobs, and single inputs of batches, from a shell.
+
+Every command but `list` takes a KineticJob's name or a batch input's id,
+``<group id>-<index>``: the same handle answers both (`kinetic.attach`).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +22,9 @@ from kinetic.jobs import (
 )
 
 app = typer.Typer(
-    no_args_is_help=True, help="Single jobs: list, status, logs, result, cancel, cleanup."
+    no_args_is_help=True,
+    help="Single jobs (or one input of a batch, as GROUP-INDEX): list, status, logs, result, "
+    "cancel, cleanup.",
 )
 
 NAMESPACE = typer.Option(None, "--namespace", "-n", help="Namespace (default: the kubeconfig's).")
@@ -48,12 +54,11 @@ def _row(h: JobHandle, status: dict[str, Any]) -> dict[str, Any]:
 def list_(
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,
-    all_: bool = typer.Option(False, "--all", help="Include children of batches."),
     output: Format = OUTPUT_OPTION,
 ) -> None:
-    """List the jobs in a namespace."""
+    """List the jobs in a namespace (a batch's inputs: `kinetic batches status GROUP --inputs`)."""
     try:
-        listed = list_jobs_with_status(namespace, context, include_batch_children=all_)
+        listed = list_jobs_with_status(namespace, context)
     except kube.ClusterUnreachable as e:
         raise fail(str(e)) from None
     emit([_row(h, status) for h, status in listed], output, title="jobs")
@@ -66,7 +71,7 @@ def status(
     context: str | None = CONTEXT,
     output: Format = OUTPUT_OPTION,
 ) -> None:
-    """Show a job's phase, attempts and message."""
+    """Show a job's (or a batch input's) phase, attempts and message."""
     h = _handle(job_id, namespace, context)
     st = h.describe()
     if output is not Format.table:
@@ -79,7 +84,7 @@ def status(
             [
                 {
                     "attempt": a.get("attempt"),
-                    "job": a.get("job"),
+                    "pod": a.get("pod"),
                     "outcome": a.get("outcome"),
                     "exit_code": a.get("exitCode"),
                     "reason": a.get("reason"),
@@ -100,7 +105,7 @@ def logs(
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,
 ) -> None:
-    """Print a job's logs (its current attempt)."""
+    """Print a job's logs (its newest attempt; archived once its Pod is gone)."""
     h = _handle(job_id, namespace, context)
     if follow:
         h.logs(follow=True)
@@ -138,7 +143,7 @@ def result(
 
 @app.command()
 def cancel(job_id: str, namespace: str | None = NAMESPACE, context: str | None = CONTEXT) -> None:
-    """Stop a job; it ends CANCELLED."""
+    """Stop a job, or one input of a batch (the others carry on); it ends CANCELLED."""
     h = _handle(job_id, namespace, context)
     final = h.cancel()
     console.print(f"{job_id}: {final.value}")
@@ -148,7 +153,7 @@ def cancel(job_id: str, namespace: str | None = NAMESPACE, context: str | None =
 def cleanup(
     job_id: str,
     k8s: bool = typer.Option(
-        True, "--k8s/--no-k8s", help="Delete the resource, its Jobs and Pods."
+        True, "--k8s/--no-k8s", help="Delete the resource and its Pods (an input: its Pods)."
     ),
     gcs: bool = typer.Option(
         True, "--storage/--no-storage", help="Delete stored payload and result."

@@ -400,10 +400,15 @@ class Agent:
         self.stopping = threading.Event()
         self.synced = threading.Event()  # /healthz: registered and first pod sync done
         self.bin_dir = os.path.dirname(sys.executable)
+        # A kubelet passes none of its own environment to containers; this node passes the
+        # machine's (PATH, the venv, the storage emulator) but not what would make pods
+        # behave unlike pods: the cluster's credentials, or a ban on bytecode caches that
+        # would recompile every module at every pod start.
         self.base_env = {
             k: v
             for k, v in os.environ.items()
-            if k != "KUBECONFIG" and not k.startswith("KUBERNETES_")
+            if k not in ("KUBECONFIG", "PYTHONDONTWRITEBYTECODE")
+            and not k.startswith("KUBERNETES_")
         }
         self.base_env["VIRTUAL_ENV"] = str(Path(self.bin_dir).parent)
         self.version = "v0.0.0-kinetic"

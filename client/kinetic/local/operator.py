@@ -54,8 +54,17 @@ def chart_dir(repo_root: Path) -> Path:
     return repo_root / "helm" / "kinetic"
 
 
+# Finished attempt Pods are kept this long on the local cluster (the chart's default
+# is two minutes): long enough to look at, short enough for tests to see the archive.
+LOCAL_POD_TTL_SECONDS = 20
+
+
 def chart_values(cfg: LocalConfig) -> dict:
-    return {"storageRoot": cfg.storage_root, "operator": {"enabled": False}}
+    return {
+        "storageRoot": cfg.storage_root,
+        "operator": {"enabled": False},
+        "podTTLSeconds": LOCAL_POD_TTL_SECONDS,
+    }
 
 
 def install_chart(cfg: LocalConfig, repo_root: Path) -> bool:

@@ -1,52 +1,45 @@
-"""KineticBatch handlers: every event about a batch or one of its children reconciles the batch.
+"""KineticBatch handlers: every event about a batch or one of its Pods reconciles the batch.
 
 Level-triggered, like the KineticJob handlers: an event only names the
-batch; `reconcile_batch` reads the batch from the API, takes the children
-from a Kopf index (`batch_children`), asks `batch_logic.decide_batch` what to
-do, writes the status conditionally on the resourceVersion it read, and only
-then acts — writes the manifest, creates children, cancels children, posts
-events. All of a batch's triggers go through one `Serializer` key, so a burst
-of child events costs a reconcile or two, and no two reconciles of a batch
-ever overlap. No polling: the only timed wake-ups are the manifest debounce
-and "launch the next slice" for batches with no concurrency limit.
+batch; `reconcile_batch` takes the freshest copy of the batch it holds (the
+watch's, or the answer to its own last write), the batch's attempt Pods
+from a Kopf index of small summaries, asks `batch_logic.decide_batch` what
+to do, writes the status conditionally on the resourceVersion it read, and
+only then acts — writes the manifest, creates Pods, stops Pods, posts
+events. All of a batch's triggers go through one `Serializer` key, so a
+burst of Pod events costs a reconcile or two, and no two reconciles of a
+batch ever overlap. Routine status writes of a busy batch are coalesced to
+at most one per ``status_interval``; launches and the end are written at
+once. No polling: the only timed wake-ups are that coalescing, the manifest
+debounce, more launches for a batch with no limit, and finished Pods
+waiting out their TTL.
 
-What the operator keeps in memory (`Memory`) is a cache, never the truth:
-the accepted spec and the input hashes (both re-read from storage after a
-restart), the last manifest written, and what it last saw of each child —
-which is what makes a *deleted* child distinguishable from a child the
-index has not caught up with yet (see `_children`).
+What the operator keeps in memory (`BatchMemory`) is a cache, never the
+truth: the accepted spec and the input hashes (both re-read from storage
+after a restart), the attempt history of inputs still running, Pods it
+created that the watch has not shown yet, and tombstones of Pods deleted
+before their outcome was recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from kinetic import storage
-from kinetic.fanout import (
-    child_labels,
-    child_name,
-    child_spec,
-    parse_sha256_list,
-    validate_batch_spec,
-)
-from kinetic.ranges import IndexSet
+from kinetic import layout, storage
+from kinetic.fanout import input_count, parse_sha256_list, validate_batch_spec
+from kinetic.names import LABEL_BATCH
 from kinetic.resources import (
-    API_VERSION,
-    BATCH_KIND,
     BATCH_PLURAL,
     GROUP,
-    JOB_KIND,
-    JOB_PLURAL,
-    LABEL_BATCH,
     VERSION,
     KineticBatchSpec,
     KineticBatchStatus,
@@ -56,88 +49,83 @@ from pydantic import ValidationError
 
 from kinetic_operator import batch_logic
 from kinetic_operator.batch_logic import (
-    Cancel,
-    ChildObservation,
+    CreatePods,
     Event,
-    Launch,
+    Recorded,
+    StopPods,
+    UnitObservation,
     WriteManifest,
+    compact_status,
     immutable_change,
     merge_mutable,
-    observe_child,
+    unit_inputs,
     with_condition,
 )
-from kinetic_operator.kube import Kube, Rejected, get_kube, until_settled
-from kinetic_operator.manifest import Debouncer, build_manifest, encode_manifest, manifest_uri
+from kinetic_operator.batch_pods import UnitRefused, build_unit_pod, log_uri
+from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube, until_settled
+from kinetic_operator.manifest import (
+    Debouncer,
+    ManifestBook,
+    build_header,
+    read_header,
+    recorded_from,
+)
+from kinetic_operator.observed import PodView, batch_key, summarize_pod
+from kinetic_operator.reaper import due_pods
 from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings, get_settings
+from kinetic_operator.state import Fresh, operator_state
 
 log = logging.getLogger("kinetic.operator")
 
 LABELLED = {LABEL_BATCH: kopf.PRESENT}
-MAX_LAUNCHES = 200  # children created per reconcile; more follow at once (maxConcurrent: null)
-MANIFEST_INTERVAL = 10.0  # seconds between routine manifest writes of one batch
-LIVE_GETS = 20  # above this many children to double-check, one LIST instead of GETs
+MAX_LAUNCHES = 200  # Pods created per reconcile; more follow at once (maxConcurrent: null)
 CREATE_THREADS = 8
 
 COND_MANIFEST = "ManifestWritten"
 COND_SPEC = "SpecAccepted"
 
-serializer = Serializer()
-
 
 class ManifestNotWritten(Exception):
-    """The manifest must exist before the first child; the Serializer retries with backoff."""
+    """The manifest must exist before the first Pod; the Serializer retries with backoff."""
 
 
 @dataclass
-class Memory:
+class BatchMemory:
     """What the operator remembers about one batch between reconciles — caches only."""
 
     uid: str | None = None
-    last: dict[int, ChildObservation] = field(default_factory=dict)  # last sight of each child
-    tombstones: dict[int, ChildObservation] = field(default_factory=dict)  # confirmed gone
-    rejected: dict[int, ChildObservation] = field(default_factory=dict)  # could not be created
+    body: Fresh = field(default_factory=Fresh)
     accepted: KineticBatchSpec | None = None
     hashes: list[str | None] | None = None
-    previous: dict[str, Any] | None = None  # the manifest as last written
-    previous_loaded: bool = False
-    debouncer: Debouncer = field(default_factory=lambda: Debouncer(interval=MANIFEST_INTERVAL))
+    creating: dict[int, int] = field(default_factory=dict)  # unit -> attempt, not seen yet
+    gone: dict[int, dict[int, PodView]] = field(default_factory=dict)  # tombstones
+    refused: dict[int, dict[int, PodView]] = field(default_factory=dict)  # could not create
+    extra: Recorded | None = None  # outcomes the status's cut ranges leave out
+    durable: Recorded | None = None  # outcomes in the last manifest written
+    recorded: Recorded = field(default_factory=Recorded)
+    book: ManifestBook | None = None
+    debouncer: Debouncer = field(default_factory=Debouncer)
+    last_write: float | None = None
     wake_at: float | None = None
-
-    def reset(self, uid: str | None) -> None:
-        """A batch of the same name but another uid: forget the old one's caches."""
-        fresh = Memory(uid=uid, last=self.last, tombstones=self.tombstones)
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, getattr(fresh, f.name))
+    expire_at: float | None = None  # no finished Pod is due for deletion before this
+    due: list[tuple[str, str | None]] = field(default_factory=list)  # Pods to reap now
+    reaping: set[str] = field(default_factory=set)
 
 
-memory: dict[tuple[str, str], Memory] = {}
-
-
-def _memory(key: tuple[str, str]) -> Memory:
-    return memory.setdefault(key, Memory())
+def _memory(memo: Any, key: tuple[str, str]) -> BatchMemory:
+    batches: dict[tuple[str, str], BatchMemory] = operator_state(memo).batches
+    return batches.setdefault(key, BatchMemory())
 
 
 # ----------------------------------------------------------------------- index
 
 
-@kopf.index(GROUP, VERSION, JOB_PLURAL, labels=LABELLED)
-def batch_children(
-    namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any
-) -> dict[tuple[str, str], tuple[int, ChildObservation]]:
-    """Children by (namespace, batch) as (index, observation).
-
-    Also remembers the last sight of each child, so that when a child
-    vanishes from the index its last phase is known.
-    """
-    seen = observe_child(body)
-    if seen is None:
-        return {}
-    key = (namespace, labels[LABEL_BATCH])
-    mem = _memory(key)
-    mem.last[seen[0]] = seen[1]
-    mem.tombstones.pop(seen[0], None)
-    return {key: seen}
+@kopf.index("v1", "pods", labels=LABELLED)
+def batch_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodView]:
+    """Attempt Pods of batches by (namespace, batch), summarised."""
+    key, view = batch_key(body), summarize_pod(body)
+    return {key: view} if key and view and view.index is not None else {}
 
 
 # ----------------------------------------------------------------------- triggers
@@ -145,47 +133,39 @@ def batch_children(
 
 @kopf.on.event(GROUP, VERSION, BATCH_PLURAL)
 async def kinetic_batch_event(
-    type: str, namespace: str, name: str, batch_children: kopf.Index, **_: Any
-) -> None:
-    """A batch was created or changed: reconcile it. Deleted: forget it."""
-    if type == "DELETED":
-        memory.pop((namespace, name), None)
-        return
-    await reconcile_batch(namespace, name, batch_children)
-
-
-@kopf.on.event(GROUP, VERSION, JOB_PLURAL, labels=LABELLED)
-async def batch_child_event(
     type: str,
     namespace: str,
     name: str,
-    labels: kopf.Labels,
     body: kopf.Body,
-    batch_children: kopf.Index,
+    batch_pods: kopf.Index,
+    memo: Any,
     **_: Any,
 ) -> None:
-    """A child changed or went away: reconcile its batch.
-
-    A DELETED event becomes a tombstone only once a live read confirms the
-    child is gone: deciding "deleted" from a lagging cache would relaunch it.
-    """
-    batch = labels[LABEL_BATCH]
-    key = (namespace, batch)
+    """A batch was created or changed: reconcile it. Deleted: forget it."""
+    key = (namespace, name)
     if type == "DELETED":
-        seen = observe_child(body)
-        mem = memory.get(key)
-        if seen is None or mem is None:
-            return  # not a child we track, or its batch is gone already
-        gone = await asyncio.to_thread(lambda: get_kube().get_kinetic_job(namespace, name) is None)
-        if gone:
-            mem.tombstones[seen[0]] = dataclasses.replace(seen[1], present=False)
-    await reconcile_batch(namespace, batch, batch_children)
+        operator_state(memo).batches.pop(key, None)
+        return
+    _memory(memo, key).body.offer(dict(body))
+    await reconcile_batch(namespace, name, batch_pods, memo)
 
 
-@kopf.on.cleanup()
-def stop_batch_retries(**_: Any) -> None:
-    """Pending retries and wake-ups die with the process; a restart re-lists everything."""
-    serializer.cancel_all()
+@kopf.on.event("v1", "pods", labels=LABELLED)
+async def batch_pod_event(
+    type: str, body: kopf.Body, batch_pods: kopf.Index, memo: Any, **_: Any
+) -> None:
+    """A Pod of a batch changed or went away: reconcile its batch."""
+    key, view = batch_key(body), summarize_pod(body)
+    if key is None or view is None or view.index is None:
+        return
+    if type == "DELETED" and key not in operator_state(memo).batches:
+        return  # its batch is gone (garbage collection): nothing to reconcile
+    mem = _memory(memo, key)
+    if mem.creating.get(view.index) == view.attempt:
+        del mem.creating[view.index]
+    if type == "DELETED":
+        mem.gone.setdefault(view.index, {})[view.attempt] = replace(view, gone=True)
+    await reconcile_batch(key[0], key[1], batch_pods, memo)
 
 
 # ----------------------------------------------------------------------- admission
@@ -234,96 +214,107 @@ if get_settings().webhook_enabled:
 # ----------------------------------------------------------------------- reconcile
 
 
-@dataclass(frozen=True)
-class ChildrenView:
-    """Immutable copies, taken on the event loop, of what the reconcile thread needs."""
-
-    indexed: dict[int, ChildObservation]
-    tombstones: dict[int, ChildObservation]
-    last: dict[int, ChildObservation]
-    rejected: dict[int, ChildObservation]
-
-
-async def reconcile_batch(namespace: str, name: str, batch_children: kopf.Index) -> None:
+async def reconcile_batch(namespace: str, name: str, batch_pods: kopf.Index, memo: Any) -> None:
     """Bring KineticBatch namespace/name one step closer to done; serialized per batch."""
     key = (namespace, name)
+    state = operator_state(memo)
+    serializer: Serializer = state.serializer
     loop = asyncio.get_running_loop()
 
     async def work() -> None:
-        mem = _memory(key)
-        view = ChildrenView(
-            indexed=dict(batch_children.get(key, ())),
-            tombstones=dict(mem.tombstones),
-            last=dict(mem.last),
-            rejected=dict(mem.rejected),
-        )
+        mem = _memory(memo, key)
+        mem.reaping = set(state.reaper.in_flight(("batch", *key)))
+        units = observe_units(batch_pods.get(key, ()), mem)
         recheck = await asyncio.to_thread(
-            reconcile_batch_sync, get_kube(), get_settings(), mem, namespace, name, view
+            reconcile_batch_sync, get_kube(), get_settings(), mem, namespace, name, units
         )
+        if mem.body.get() is None:  # the batch is gone: forget it
+            state.batches.pop(key, None)
+            return
+        state.reaper.submit(get_kube(), ("batch", *key), namespace, mem.due)
         if recheck is None:
             return
         at = loop.time() + recheck
-        if mem.wake_at is None or at < mem.wake_at - 0.05:
+        if mem.wake_at is None or at < mem.wake_at - 0.01 or mem.wake_at < loop.time():
             mem.wake_at = at
-            serializer.later(key, wake, recheck)
+            serializer.later(("batch", *key), wake, recheck)
 
     async def wake() -> None:
-        _memory(key).wake_at = None
+        _memory(memo, key).wake_at = None
         await work()
 
-    await serializer.run(key, work)
+    await serializer.run(("batch", *key), work)
+
+
+def observe_units(pods: Iterable[PodView], mem: BatchMemory) -> dict[int, UnitObservation]:
+    """The Pods of each unit (index first, then tombstones and refusals), and creations."""
+    grouped: dict[int, dict[int, PodView]] = {}
+    for source in (mem.refused, mem.gone):
+        for unit, views in source.items():
+            grouped.setdefault(unit, {}).update(views)
+    for pod in pods:
+        if pod.index is not None:
+            grouped.setdefault(pod.index, {})[pod.attempt] = pod
+    units = {unit: UnitObservation(views) for unit, views in grouped.items()}
+    for unit, attempt in mem.creating.items():
+        units[unit] = UnitObservation(grouped.get(unit, {}), creating=attempt)
+    return units
 
 
 def reconcile_batch_sync(
     kube: Kube,
     settings: OperatorSettings,
-    mem: Memory,
+    mem: BatchMemory,
     namespace: str,
     name: str,
-    view: ChildrenView,
+    units: dict[int, UnitObservation],
     now: datetime | None = None,
 ) -> float | None:
-    """Read, decide, write status, act — from the top again if the batch moved meanwhile.
+    """Read, decide, write status, act — from a fresh read again if the batch moved meanwhile.
 
-    Returns in how many seconds to look again (manifest debounce, more
-    launches), or None.
+    Returns in how many seconds to look again, or None.
     """
-    return until_settled(
-        lambda _: _reconcile_once(
-            kube, settings, mem, namespace, name, view, now or datetime.now(UTC)
-        ),
-        f"{namespace}/{name}",
-    )
+
+    def one_round(round_: int) -> float | None:
+        body = mem.body.get() if round_ == 0 else None
+        fresh = body is None
+        if body is None:
+            body = kube.get_kinetic_batch(namespace, name)
+            mem.body.set(body)
+        when = now or datetime.now(UTC)
+        return _reconcile_once(kube, settings, mem, namespace, name, body, fresh, units, when)
+
+    return until_settled(one_round, f"{namespace}/{name}")
 
 
 def _reconcile_once(
     kube: Kube,
     settings: OperatorSettings,
-    mem: Memory,
+    mem: BatchMemory,
     namespace: str,
     name: str,
-    view: ChildrenView,
+    body: dict[str, Any] | None,
+    fresh: bool,
+    units: dict[int, UnitObservation],
     now: datetime,
 ) -> float | None:
-    body = kube.get_kinetic_batch(namespace, name)
     if body is None:
-        memory.pop((namespace, name), None)
-        return None  # deleted; its children go with it through ownerReferences
+        return None  # deleted; its Pods go with it through ownerReferences
     meta = body.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return None  # being deleted: start nothing new
     if mem.uid != meta.get("uid"):
-        mem.reset(meta.get("uid"))
+        _forget(mem, meta.get("uid"))
+    root = settings.storage_root or ""
     raw = body.get("status") or {}
     old = _parse_status(raw, namespace, name)
-    write = _Writer(kube, namespace, name, raw, meta.get("resourceVersion"))
+    write = _Writer(kube, mem, namespace, name, raw, meta.get("resourceVersion"))
     generation = meta.get("generation")
 
     spec, problems = _load_spec(body, settings)
-    running = not Phase(old.phase).terminal
     refused: str | None = None
-    if spec is not None and not problems and running:
-        spec, refused = _accept(mem, settings.storage_root or "", name, meta.get("uid"), spec)
+    if spec is not None and not problems and not Phase(old.phase).terminal:
+        spec, refused = _accept(mem, root, name, meta.get("uid"), spec)
         problems = _load_hashes(mem, spec)
     if spec is None or problems:
         decision = batch_logic.invalid_batch(old, problems, now, generation=generation)
@@ -332,58 +323,214 @@ def _reconcile_once(
             kube.post_event(body, event.type, event.reason, event.message)
         return None
 
-    children = _children(kube, mem, namespace, name, old, view)
+    _load_durable(mem, root, name, old)
     decision = batch_logic.decide_batch(
-        spec, old, children, now, generation=generation, max_launches=MAX_LAUNCHES
+        spec,
+        old,
+        units,
+        now,
+        batch=name,
+        generation=generation,
+        max_launches=MAX_LAUNCHES,
+        max_disruptions=settings.max_disruptions,
+        extra=mem.extra,
     )
     status, spec_events = _spec_condition(decision.status, refused, now)
+    status = compact_status(status)
+    clock = time.monotonic()
     if decision.write_status or status.wire() != old.wire():
-        # Conflict: nothing below runs; decide again from a fresh read.
-        write.status(status, force=bool(decision.launch))
+        wait = _coalesce(mem, settings, decision.urgent, clock)
+        if wait is not None:
+            return wait  # a routine update: written with the next one
+        write.status(status, force=bool(decision.creates))  # Conflict: decide again
+    elif not fresh and (decision.creates or decision.stops):
+        raise Conflict("acting on a cached copy: read it afresh first")
+    mem.recorded = decision.recorded
+    book = _book(mem, root, name)
+    total = input_count(spec.inputs)
+    book.note(decision.plans, spec.chunk_size, total, container=spec.template.container is not None)
     for event in spec_events:
         kube.post_event(body, "Warning", event.reason, event.message)
 
-    root = settings.storage_root or ""
-    clock = time.monotonic()
-    manifest = _ManifestWrite(mem, write, root, name, spec, children, meta, now)
+    manifest = _ManifestWrite(mem, write, settings, name, namespace, spec, meta, now)
     for action in decision.actions:
         match action:
             case WriteManifest(urgent=urgent, blocking=blocking):
                 mem.debouncer.mark(clock, urgent=urgent)
                 if (blocking or mem.debouncer.due(clock)) and not manifest.run(clock) and blocking:
                     raise ManifestNotWritten(
-                        f"{namespace}/{name}: the manifest could not be written, so no child "
+                        f"{namespace}/{name}: the manifest could not be written, so no Pod "
                         "is created yet; retrying"
                     )
-            case Launch(indexes=indexes):
-                _launch(kube, mem, body, spec, root, indexes, view)
-            case Cancel(indexes=indexes):
-                with ThreadPoolExecutor(max_workers=CREATE_THREADS) as pool:
-                    names = [child_name(name, i) for i in indexes]
-                    list(pool.map(lambda child: kube.cancel_kinetic_job(namespace, child), names))
+            case CreatePods(units=todo):
+                _create(kube, settings, mem, name, namespace, meta.get("uid", ""), spec, todo)
+            case StopPods(pods=pods):
+                _each(lambda pod: kube.delete_pod(namespace, pod), pods)
             case Event(type=type_, reason=reason, message=message):
                 kube.post_event(body, type_, reason, message)
-    if _manifest_stale(mem, decision.status, root, name):
-        mem.debouncer.mark(clock, urgent=True)
     if mem.debouncer.due(clock):
         manifest.run(clock)
+    _prune(mem, spec.chunk_size, total)
 
-    waits = [w for w in (mem.debouncer.delay(time.monotonic()),) if w is not None]
-    if decision.more or (mem.rejected.keys() - view.rejected.keys()):
+    waits = [mem.debouncer.delay(time.monotonic())]
+    waits.append(_expire(settings, mem, name, units, spec.chunk_size, total, now))
+    if decision.more or mem.refused.keys() & {u for u, _ in decision.creates}:
         waits.append(0.0)
-    return min(waits) if waits else None
+    found = [w for w in waits if w is not None]
+    return min(found) if found else None
 
 
 # ----------------------------------------------------------------------- pieces
 
 
+def _forget(mem: BatchMemory, uid: str | None) -> None:
+    """A batch of the same name but another uid: nothing remembered applies to it."""
+    fresh = BatchMemory(uid=uid, body=mem.body)
+    for name in BatchMemory.__dataclass_fields__:
+        setattr(mem, name, getattr(fresh, name))
+
+
+def _coalesce(
+    mem: BatchMemory, settings: OperatorSettings, urgent: bool, clock: float
+) -> float | None:
+    """Seconds to hold a routine status write back, or None to write it now."""
+    if urgent or mem.last_write is None:
+        mem.last_write = clock
+        return None
+    due = mem.last_write + settings.status_interval
+    if clock >= due:
+        mem.last_write = clock
+        return None
+    return due - clock
+
+
+def _book(mem: BatchMemory, root: str, name: str) -> ManifestBook:
+    if mem.book is None:
+        mem.book = ManifestBook(root, name)
+    return mem.book
+
+
+def _load_durable(mem: BatchMemory, root: str, name: str, old: KineticBatchStatus) -> None:
+    """Once per batch and process: what the stored manifest already records.
+
+    It tells which finished Pods may be deleted (their outcome is safe in
+    storage), and completes the status's ranges when they were cut.
+    """
+    if mem.durable is not None:
+        return
+    header = read_header(root, name) if old.manifest_uri else None
+    mem.durable = recorded_from(header) or Recorded()
+    if old.truncated:
+        mem.extra = mem.durable
+
+
+def _create(
+    kube: Kube,
+    settings: OperatorSettings,
+    mem: BatchMemory,
+    name: str,
+    namespace: str,
+    uid: str,
+    spec: KineticBatchSpec,
+    todo: Iterable[tuple[int, int]],
+) -> None:
+    """Create the Pods for ``(unit, attempt)`` pairs, a few at a time; AlreadyExists is fine.
+
+    A Pod that cannot be built or that the API server refuses becomes a
+    failed attempt in memory, so the next decision spends a retry on it
+    (and fails the inputs once they are spent) instead of looping on it.
+    """
+
+    def one(pair: tuple[int, int]) -> None:
+        unit, attempt = pair
+        try:
+            pod = build_unit_pod(name, namespace, uid, spec, settings, unit, attempt, mem.hashes)
+            mem.creating[unit] = attempt
+            kube.create_pod(pod)
+        except (UnitRefused, Rejected) as exc:
+            mem.creating.pop(unit, None)
+            why = f"input {unit} could not be launched: {exc}"
+            mem.refused.setdefault(unit, {})[attempt] = PodView(
+                name=f"{name}-{unit}-{attempt}",
+                attempt=attempt,
+                index=unit,
+                phase="Failed",
+                terminated_reason="Rejected",
+                termination_message=why,
+            )
+
+    _each(one, list(todo))
+
+
+def _each(fn: Any, items: Any) -> None:
+    items = list(items)
+    if len(items) <= 1:
+        for item in items:
+            fn(item)
+        return
+    with ThreadPoolExecutor(max_workers=min(CREATE_THREADS, len(items))) as pool:
+        list(pool.map(fn, items))
+
+
+def _prune(mem: BatchMemory, chunk: int, total: int) -> None:
+    """Forget tombstones and refusals of units whose inputs have all been recorded."""
+    terminal = mem.recorded.terminal
+    for source in (mem.gone, mem.refused):
+        for unit in [u for u in source if not unit_inputs(u, chunk, total) - terminal]:
+            del source[unit]
+
+
+def _expire(
+    settings: OperatorSettings,
+    mem: BatchMemory,
+    name: str,
+    units: dict[int, UnitObservation],
+    chunk: int,
+    total: int,
+    now: datetime,
+) -> float | None:
+    """Hand the reaper the finished Pods past their TTL whose outcomes the manifest holds.
+
+    Scans the batch's Pods only when one may be due, so a batch with
+    thousands of finished Pods waiting out their TTL costs nothing per
+    reconcile. Returns the seconds until the next Pod is due.
+    """
+    mem.due = []
+    clock = now.timestamp()
+    if mem.expire_at is not None and clock < mem.expire_at:
+        return mem.expire_at - clock
+    safe = (mem.durable or Recorded()).terminal
+    done = [
+        pod
+        for unit, obs in units.items()
+        if unit not in mem.refused and not (unit_inputs(unit, chunk, total) - safe)
+        for pod in obs.pods.values()
+    ]
+    due, wait = due_pods(done, now, settings.pod_ttl_seconds, mem.reaping)
+    mem.due = [
+        (p.name, log_uri(settings, name, p.name) if settings.storage_root else None) for p in due
+    ]
+    mem.expire_at = None if wait is None else clock + wait
+    return wait
+
+
 class _Writer:
-    """Conditional status writes that follow our own resourceVersion."""
+    """Conditional status writes that follow our own resourceVersion.
+
+    Each answer becomes the memory's freshest copy of the batch, so the next
+    reconcile starts from it without a read.
+    """
 
     def __init__(
-        self, kube: Kube, namespace: str, name: str, raw: dict[str, Any], version: str | None
+        self,
+        kube: Kube,
+        mem: BatchMemory,
+        namespace: str,
+        name: str,
+        raw: dict[str, Any],
+        version: str | None,
     ) -> None:
-        self.kube, self.namespace, self.name = kube, namespace, name
+        self.kube, self.mem, self.namespace, self.name = kube, mem, namespace, name
         self.raw, self.version = raw, version
 
     @property
@@ -392,7 +539,7 @@ class _Writer:
 
     def status(self, status: KineticBatchStatus, *, force: bool = False) -> None:
         """Patch the status if it changed; `force` patches even an equal one, as a
-        compare-and-swap on the resourceVersion before creating children."""
+        compare-and-swap on the resourceVersion before creating Pods."""
         # Empty range strings are left out: this API server reads "" in a merge
         # patch as null, which the schema refuses; absent means "" when read back.
         new = {k: v for k, v in status.wire().items() if v != ""}
@@ -401,6 +548,7 @@ class _Writer:
         written = self.kube.patch_status(
             self.namespace, self.name, new, self.raw, self.version, plural=BATCH_PLURAL
         )
+        self.mem.body.set(written)
         if written is not None:
             self.version = (written.get("metadata") or {}).get("resourceVersion")
             self.raw = new
@@ -431,13 +579,8 @@ def _load_spec(
     return spec, validate_batch_spec(spec)
 
 
-def accepted_spec_uri(root: str, group_id: str) -> str:
-    """Where the spec a batch was accepted with is kept: next to its manifest."""
-    return f"{root.rstrip('/')}/batches/{group_id}/accepted-spec.json"
-
-
 def _accept(
-    mem: Memory, root: str, name: str, uid: str | None, spec: KineticBatchSpec
+    mem: BatchMemory, root: str, name: str, uid: str | None, spec: KineticBatchSpec
 ) -> tuple[KineticBatchSpec, str | None]:
     """The spec to act on, and a refusal message if someone changed an immutable field.
 
@@ -446,17 +589,17 @@ def _accept(
     only take effect for maxConcurrent and cancel.
     """
     if mem.accepted is None:
-        uri = accepted_spec_uri(root, name)
+        uri = layout.accepted_spec_uri(root, name)
         doc = {"uid": uid, "spec": spec.wire()}
         try:
-            storage.write_if_generation(uri, encode_manifest(doc), 0)
+            storage.write_if_generation(uri, _encode(doc), 0)
             mem.accepted = spec
         except storage.PreconditionFailed:
             stored = _read_json(uri)
             if stored and stored.get("uid") == uid:
                 mem.accepted = KineticBatchSpec.model_validate(stored["spec"])
             else:  # left over from an older batch of the same name
-                storage.write_bytes(uri, encode_manifest(doc))
+                storage.write_bytes(uri, _encode(doc))
                 mem.accepted = spec
     change = immutable_change(mem.accepted, spec)
     if change is None:
@@ -464,7 +607,7 @@ def _accept(
     return merge_mutable(mem.accepted, spec), change
 
 
-def _load_hashes(mem: Memory, spec: KineticBatchSpec) -> list[str]:
+def _load_hashes(mem: BatchMemory, spec: KineticBatchSpec) -> list[str]:
     """Read the input hash list once per batch; a bad list fails the batch."""
     uri = spec.inputs.sha256_uri
     if uri is None or mem.hashes is not None:
@@ -498,105 +641,8 @@ def _spec_condition(
     return new, [Event("Warning", "SpecChangeRefused", message)] if fresh else []
 
 
-def _children(
-    kube: Kube,
-    mem: Memory,
-    namespace: str,
-    name: str,
-    old: KineticBatchStatus,
-    view: ChildrenView,
-) -> dict[int, ChildObservation]:
-    """What the decision sees: the index, tombstones, refused creates, and live checks.
-
-    An active child that this process has seen but that is missing from the
-    index was either deleted (its DELETED event may still be on its way) or
-    the index is simply behind. Only a live read can tell; without it the
-    decision would create the child again and run its input twice.
-    """
-    children = dict(view.indexed)
-    for index, obs in [*view.tombstones.items(), *view.rejected.items()]:
-        children.setdefault(index, obs)
-    suspects = [
-        i for i in IndexSet.parse(old.active_indexes) if i not in children and i in view.last
-    ]
-    if not suspects:
-        return children
-    if len(suspects) <= LIVE_GETS:
-        found = [kube.get_kinetic_job(namespace, child_name(name, i)) for i in suspects]
-        bodies = [b for b in found if b is not None]
-    else:
-        bodies = kube.list_batch_children(namespace, name)
-    live = dict(filter(None, (observe_child(b) for b in bodies)))
-    for i in suspects:
-        if i in live:
-            children[i] = live[i]
-        else:
-            mem.tombstones[i] = children[i] = dataclasses.replace(view.last[i], present=False)
-    return children
-
-
-def _launch(
-    kube: Kube,
-    mem: Memory,
-    body: dict[str, Any],
-    spec: KineticBatchSpec,
-    root: str,
-    indexes: IndexSet,
-    view: ChildrenView,
-) -> None:
-    """Create the children for `indexes`, a few at a time; AlreadyExists is success.
-
-    A child the API server refuses (or an input without a hash) is recorded
-    as a failed child in memory, so the next decision marks its input
-    failed instead of retrying a create that cannot work.
-    """
-    meta = body["metadata"]
-    batch, namespace = meta["name"], meta["namespace"]
-    owner = {
-        "apiVersion": API_VERSION,
-        "kind": BATCH_KIND,
-        "name": batch,
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-    def one(index: int) -> None:
-        if index in view.last and index not in view.indexed and index not in view.tombstones:
-            return  # seen before and vanished: never recreate (see _children)
-        sha = None
-        if mem.hashes is not None:
-            sha = mem.hashes[index]
-            if sha is None:
-                mem.rejected[index] = _refused(index, "the input hash list has no entry for it")
-                return
-        child = {
-            "apiVersion": API_VERSION,
-            "kind": JOB_KIND,
-            "metadata": {
-                "name": child_name(batch, index),
-                "namespace": namespace,
-                "labels": {
-                    "app.kubernetes.io/managed-by": "kinetic",
-                    **child_labels(batch, index),
-                },
-                "ownerReferences": [owner],
-            },
-            "spec": child_spec(batch, spec, index, root, input_sha256=sha).wire(),
-        }
-        try:
-            kube.create_kinetic_job(child)
-        except Rejected as exc:
-            mem.rejected[index] = _refused(index, f"Kubernetes rejected it: {exc}")
-
-    with ThreadPoolExecutor(max_workers=min(CREATE_THREADS, max(1, len(indexes)))) as pool:
-        list(pool.map(one, indexes))
-
-
-def _refused(index: int, why: str) -> ChildObservation:
-    return ChildObservation(
-        phase=Phase.FAILED, present=False, message=f"input {index} could not be launched: {why}"
-    )
+def _encode(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def _read_json(uri: str) -> dict[str, Any] | None:
@@ -609,48 +655,39 @@ def _read_json(uri: str) -> dict[str, Any] | None:
         return None
 
 
-def _manifest_stale(mem: Memory, status: KineticBatchStatus, root: str, name: str) -> bool:
-    """After a restart: does the stored manifest lag the status (a write lost mid-crash)?"""
-    if mem.previous_loaded or status.manifest_uri is None:
-        return False
-    mem.previous_loaded = True
-    mem.previous = _read_json(status.manifest_uri or manifest_uri(root, name))
-    prev = mem.previous or {}
-    return prev.get("phase") != Phase(status.phase).value or prev.get("launched") != status.launched
-
-
 class _ManifestWrite:
     """Write the manifest as the batch stands, and record the outcome in the status."""
 
     def __init__(
         self,
-        mem: Memory,
+        mem: BatchMemory,
         write: _Writer,
-        root: str,
+        settings: OperatorSettings,
         name: str,
+        namespace: str,
         spec: KineticBatchSpec,
-        children: dict[int, ChildObservation],
         meta: dict[str, Any],
         now: datetime,
     ) -> None:
-        self.mem, self.writer, self.uri = mem, write, manifest_uri(root, name)
-        self.name, self.spec, self.children, self.meta, self.now = name, spec, children, meta, now
+        self.mem, self.writer, self.root = mem, write, settings.storage_root or ""
+        self.uri = layout.manifest_uri(self.root, name)
+        self.name, self.namespace, self.spec, self.meta, self.now = name, namespace, spec, meta, now
 
     def run(self, clock: float) -> bool:
         status = self.writer.current
-        if not self.mem.previous_loaded:
-            _manifest_stale(self.mem, status, "", self.name)
-        manifest = build_manifest(
+        recorded = self.mem.recorded
+        header = build_header(
             self.name,
+            self.namespace,
             self.spec,
             status,
-            self.children,
+            recorded,
             created=self.meta.get("creationTimestamp"),
             now=self.now,
-            previous=self.mem.previous,
+            shards=[],
         )
         try:
-            storage.write_bytes(self.uri, encode_manifest(manifest))
+            _book(self.mem, self.root, self.name).write(header, recorded)
         except Exception as exc:  # noqa: BLE001 — storage down or refusing: retried, shown
             self.mem.debouncer.failed(clock)
             log.warning("Could not write manifest %s: %s", self.uri, exc)
@@ -660,8 +697,7 @@ class _ManifestWrite:
             )
             return False
         self.mem.debouncer.written(clock)
-        self.mem.previous = manifest
-        self.mem.previous_loaded = True
+        self.mem.durable = recorded
         done = status.model_copy(update={"manifest_uri": self.uri})
         self.writer.status(
             with_condition(

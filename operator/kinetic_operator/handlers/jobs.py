@@ -1,66 +1,71 @@
-"""KineticJob handlers: every event about a job, its Jobs or its Pods reconciles it.
+"""KineticJob handlers: every event about a job or one of its attempt Pods reconciles it.
 
 Level-triggered: a handler never looks at what changed. It names the
-KineticJob the event is about and calls `reconcile_job`, which reads the
-whole current state — the KineticJob from the API, its attempts' Jobs and
-Pods from Kopf's in-memory indexes — asks `job_logic.decide` what to do, and
-does it. No timers, no polling: the watches deliver every change, and on a
-restart Kopf lists every object again, which reconciles every job once.
+KineticJob the event is about and calls `reconcile_job`, which takes the
+freshest copy of the KineticJob it has (the watch's, or the answer to its
+own last write), its attempt Pods from a Kopf index of small summaries,
+asks `job_logic.decide` what to do, and does it. No polling: the watches
+deliver every change; the only timed wake-up is the deletion of finished
+Pods after their TTL, which the reaper does off the reconcile path.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from kinetic.resources import GROUP, JOB_PLURAL, LABEL_JOB, VERSION, KineticJobStatus, Phase
+from kinetic import layout
+from kinetic.names import LABEL_JOB
+from kinetic.resources import GROUP, JOB_KIND, JOB_PLURAL, VERSION, KineticJobStatus, Phase
 
 from kinetic_operator import job_logic, podspec
-from kinetic_operator.job_logic import CreateAttempt, DeleteAttempt, Event, InvalidSpec
+from kinetic_operator.job_logic import CreatePod, DeletePod, Event, InvalidSpec
 from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube, until_settled
-from kinetic_operator.observed import JobView, PodView, job_key, summarize_job, summarize_pod
+from kinetic_operator.observed import PodView, job_key, summarize_pod
+from kinetic_operator.reaper import due_pods
 from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings, get_settings
+from kinetic_operator.state import Fresh, operator_state
 
 log = logging.getLogger("kinetic.operator")
 
 LABELLED = {LABEL_JOB: kopf.PRESENT}
 
-serializer = Serializer()
 
+@dataclass
+class JobMemory:
+    """What the operator remembers about one KineticJob between reconciles — a cache only.
 
-# ----------------------------------------------------------------------- indexes
-
-
-@kopf.index("batch", "v1", "jobs", labels=LABELLED)
-def attempt_jobs(body: kopf.Body, **_: Any) -> dict[tuple[str, str], JobView]:
-    """Attempt Jobs by (namespace, KineticJob name), summarised."""
-    key = job_key(body)
-    return {key: summarize_job(body)} if key else {}
-
-
-@kopf.index(GROUP, VERSION, JOB_PLURAL)
-def kinetic_jobs(
-    body: kopf.Body, namespace: str, name: str, **_: Any
-) -> dict[tuple[str, str], dict[str, Any]]:
-    """The last seen copy of each KineticJob, so a reconcile starts without a GET.
-
-    A copy may be behind the API server; that is safe because every action
-    follows a status write conditional on the copy's resourceVersion.
+    ``creating``: attempts whose Pod this process created and the watch has
+    not shown yet (so a lagging index is not mistaken for a lost Pod).
+    ``gone``: tombstones of attempt Pods seen and then deleted.
     """
-    return {(namespace, name): copy.deepcopy(dict(body))}
+
+    body: Fresh = field(default_factory=Fresh)
+    creating: set[int] = field(default_factory=set)
+    gone: dict[int, PodView] = field(default_factory=dict)
+    due: list[tuple[str, str | None]] = field(default_factory=list)  # Pods to reap now
+    reaping: set[str] = field(default_factory=set)
+
+
+def _memory(memo: Any, key: tuple[str, str]) -> JobMemory:
+    jobs: dict[tuple[str, str], JobMemory] = operator_state(memo).jobs
+    return jobs.setdefault(key, JobMemory())
+
+
+# ----------------------------------------------------------------------- index
 
 
 @kopf.index("v1", "pods", labels=LABELLED)
-def attempt_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodView]:
-    """Attempt Pods by (namespace, KineticJob name), summarised."""
-    key = job_key(body)
-    return {key: summarize_pod(body)} if key else {}
+def job_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodView]:
+    """Attempt Pods of KineticJobs by (namespace, job), summarised."""
+    key, view = job_key(body), summarize_pod(body)
+    return {key: view} if key and view else {}
 
 
 # ----------------------------------------------------------------------- triggers
@@ -68,66 +73,68 @@ def attempt_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodView]:
 
 @kopf.on.event(GROUP, VERSION, JOB_PLURAL)
 async def kinetic_job_event(
-    namespace: str,
-    name: str,
-    attempt_jobs: kopf.Index,
-    attempt_pods: kopf.Index,
-    kinetic_jobs: kopf.Index,
-    **_: Any,
+    type: str, namespace: str, name: str, body: kopf.Body, job_pods: kopf.Index, memo: Any, **_: Any
 ) -> None:
-    """A KineticJob was created, changed or deleted: reconcile it."""
-    await reconcile_job(namespace, name, attempt_jobs, attempt_pods, kinetic_jobs)
+    """A KineticJob was created or changed: reconcile it. Deleted: forget it."""
+    key = (namespace, name)
+    if type == "DELETED":
+        operator_state(memo).jobs.pop(key, None)
+        return
+    _memory(memo, key).body.offer(dict(body))
+    await reconcile_job(namespace, name, job_pods, memo)
 
 
-@kopf.on.event("batch", "v1", "jobs", labels=LABELLED)
 @kopf.on.event("v1", "pods", labels=LABELLED)
-async def attempt_event(
-    namespace: str,
-    labels: kopf.Labels,
-    attempt_jobs: kopf.Index,
-    attempt_pods: kopf.Index,
-    kinetic_jobs: kopf.Index,
-    **_: Any,
+async def job_pod_event(
+    type: str, body: kopf.Body, job_pods: kopf.Index, memo: Any, **_: Any
 ) -> None:
-    """An attempt's Job or Pod changed or went away: reconcile the KineticJob that owns it."""
-    await reconcile_job(namespace, labels[LABEL_JOB], attempt_jobs, attempt_pods, kinetic_jobs)
-
-
-@kopf.on.cleanup()
-def stop_retries(**_: Any) -> None:
-    """Pending retries die with the process; the next start re-lists everything."""
-    serializer.cancel_all()
+    """An attempt Pod changed or went away: reconcile the KineticJob that owns it."""
+    key, view = job_key(body), summarize_pod(body)
+    if key is None or view is None:
+        return
+    if type == "DELETED" and key not in operator_state(memo).jobs:
+        return  # its KineticJob is gone (garbage collection): nothing to reconcile
+    mem = _memory(memo, key)
+    mem.creating.discard(view.attempt)
+    if type == "DELETED":
+        mem.gone[view.attempt] = replace(view, gone=True)
+    await reconcile_job(key[0], key[1], job_pods, memo)
 
 
 # ----------------------------------------------------------------------- reconcile
 
 
-async def reconcile_job(
-    namespace: str,
-    name: str,
-    attempt_jobs: kopf.Index,
-    attempt_pods: kopf.Index,
-    kinetic_jobs: kopf.Index,
-) -> None:
+async def reconcile_job(namespace: str, name: str, job_pods: kopf.Index, memo: Any) -> None:
     """Bring KineticJob namespace/name one step closer to done; serialized per job.
 
-    The indexes are read on the event loop (where Kopf updates them) and
-    handed to a worker thread as immutable snapshots, because the API calls
-    are blocking.
+    The index is read on the event loop (where Kopf updates it) and handed
+    to a worker thread as an immutable snapshot, because the API calls block.
     """
     key = (namespace, name)
+    state = operator_state(memo)
+    serializer: Serializer = state.serializer
 
     async def work() -> None:
-        jobs = tuple(attempt_jobs.get(key, ()))
-        pods = tuple(attempt_pods.get(key, ()))
-        seen = next(iter(kinetic_jobs.get(key, ())), None)
+        mem = _memory(memo, key)
+        mem.reaping = set(state.reaper.in_flight(("job", *key)))
+        pods = by_attempt(job_pods.get(key, ()), mem.gone)
         recheck = await asyncio.to_thread(
-            reconcile_job_sync, get_kube(), get_settings(), namespace, name, jobs, pods, seen=seen
+            reconcile_job_sync, get_kube(), get_settings(), namespace, name, pods, mem
         )
+        if mem.body.get() is None:  # the KineticJob is gone: forget it
+            state.jobs.pop(key, None)
+            return
+        state.reaper.submit(get_kube(), ("job", *key), namespace, mem.due)
         if recheck is not None:
-            serializer.later(key, work, recheck)
+            serializer.later(("job", *key), work, recheck)
 
-    await serializer.run(key, work)
+    await serializer.run(("job", *key), work)
+
+
+def by_attempt(pods: Iterable[PodView], gone: Mapping[int, PodView]) -> dict[int, PodView]:
+    """Attempt number -> the Pod's last sight: the index's, else its tombstone."""
+    seen = {p.attempt: p for p in pods}
+    return {**gone, **seen}
 
 
 def reconcile_job_sync(
@@ -135,24 +142,24 @@ def reconcile_job_sync(
     settings: OperatorSettings,
     namespace: str,
     name: str,
-    jobs: Iterable[JobView],
-    pods: Iterable[PodView],
+    pods: Mapping[int, PodView],
+    mem: JobMemory,
     now: datetime | None = None,
-    *,
-    seen: dict[str, Any] | None = None,
 ) -> float | None:
-    """Read, decide, write status, act — redone from the top if someone wrote meanwhile.
+    """Read, decide, write status, act — redone from a fresh read if someone wrote meanwhile.
 
-    The first round may start from `seen`, the copy the watch delivered; after
-    a conflict every round reads the object afresh. Returns in how many
-    seconds to look again, when the decision asked for it.
+    Returns in how many seconds to look again (finished Pods waiting out
+    their TTL), or None.
     """
 
     def one_round(round_: int) -> float | None:
-        copy_ok = round_ == 0 and seen is not None
-        body = seen if copy_ok else kube.get_kinetic_job(namespace, name)
+        body = mem.body.get() if round_ == 0 else None
+        fresh = body is None
+        if body is None:
+            body = kube.get_kinetic_job(namespace, name)
+            mem.body.set(body)
         when = now or datetime.now(UTC)
-        return _reconcile_once(kube, settings, namespace, name, body, not copy_ok, jobs, pods, when)
+        return _reconcile_once(kube, settings, namespace, name, body, fresh, pods, mem, when)
 
     return until_settled(one_round, f"{namespace}/{name}")
 
@@ -164,12 +171,12 @@ def _reconcile_once(
     name: str,
     body: dict[str, Any] | None,
     fresh: bool,
-    jobs: Iterable[JobView],
-    pods: Iterable[PodView],
+    pods: Mapping[int, PodView],
+    mem: JobMemory,
     now: datetime,
 ) -> float | None:
     if body is None:
-        return None  # deleted; its Jobs go with it through ownerReferences
+        return None  # deleted; its Pods go with it through ownerReferences
     meta = body.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return None  # being deleted (e.g. foreground cascade): start nothing new
@@ -183,17 +190,13 @@ def _reconcile_once(
     )
     old = body.get("status") or {}
     status = _parse_status(old, namespace, name)
-    if _index_may_lag(status, jobs, pods):
-        live_jobs, live_pods = kube.read_attempts(namespace, name)
-        jobs = [summarize_job(j) for j in live_jobs]
-        pods = [summarize_pod(p) for p in live_pods]
     decision = job_logic.decide(
         name=name,
         spec=spec,
         status=status,
-        jobs=jobs,
         pods=pods,
         now=now,
+        creating=status.attempt in mem.creating,
         generation=meta.get("generation"),
         bounds=job_logic.Bounds(settings.max_disruptions, settings.attempt_history),
         result_uri=None
@@ -202,33 +205,44 @@ def _reconcile_once(
     )
 
     # Status first, conditional on the version we read: if it moved, nothing
-    # below happens and we decide again from the fresh object. A decision that
+    # below happens and we decide again from a fresh read. A decision that
     # acts without changing status has no such check, so it must come from a
-    # fresh read, not from the watch's copy (which may predate a cancel).
+    # fresh read, not from a cached copy (which may predate a cancel).
     new = decision.status.wire()
     if new != old:
-        kube.patch_status(namespace, name, new, old, meta.get("resourceVersion"))
+        written = kube.patch_status(namespace, name, new, old, meta.get("resourceVersion"))
+        mem.body.set(written)
     elif not fresh and any(not isinstance(a, Event) for a in decision.actions):
-        raise Conflict("acting on the watch's copy: read it afresh first")
+        raise Conflict("acting on a cached copy: read it afresh first")
 
-    owner = podspec.Owner(name, namespace, meta.get("uid", ""), meta.get("labels") or {})
+    owner = podspec.Owner(name, namespace, meta.get("uid", ""), JOB_KIND)
     for action in decision.actions:
         match action:
-            case CreateAttempt(attempt=n) if not isinstance(spec, InvalidSpec):
+            case CreatePod(attempt=n) if not isinstance(spec, InvalidSpec):
+                mem.creating.add(n)
                 try:
-                    kube.create_job(podspec.build_job(owner, spec, settings, n))
+                    kube.create_pod(podspec.build_job_pod(owner, spec, settings, n))
                 except Rejected as exc:
-                    _reject(kube, body, decision.status, new, n, str(exc), now)
+                    mem.creating.discard(n)
+                    _reject(kube, mem, body, decision.status, new, n, str(exc), now)
                     return None
-            case DeleteAttempt(job=job):
-                kube.delete_job(namespace, job)
+            case DeletePod(pod=pod):
+                kube.delete_pod(namespace, pod)
             case Event(type=type_, reason=reason, message=message):
                 kube.post_event(body, type_, reason, message)
-    return decision.recheck_after
+    mem.due = []
+    if not Phase(decision.status.phase).terminal:
+        return None  # a running job's failed attempts are its history: kept until it ends
+    due, wait = due_pods(pods.values(), now, settings.pod_ttl_seconds, mem.reaping)
+    root = settings.storage_root
+    mem.due = [(p.name, layout.job_log_uri(root, name, p.name) if root else None) for p in due]
+    waits = [w for w in (wait, 30.0 if due else None) if w is not None]
+    return min(waits) if waits else None
 
 
 def _reject(
     kube: Kube,
+    mem: JobMemory,
     body: dict[str, Any],
     status: KineticJobStatus,
     written: dict[str, Any],
@@ -236,35 +250,17 @@ def _reject(
     why: str,
     now: datetime,
 ) -> None:
-    """Kubernetes refused the attempt's Job (e.g. an invalid memory quantity): fail the job."""
+    """Kubernetes refused the attempt's Pod (e.g. an invalid memory quantity): fail the job."""
     meta = body["metadata"]
-    job = podspec.attempt_job_name(meta["name"], attempt)
-    message = f"Kubernetes rejected Job {job}: {why}"
+    message = f"Kubernetes rejected the Pod of attempt {attempt}: {why}"
     failed = job_logic.rejected(status, message, now).wire()
     # Our own patch above bumped the resourceVersion; this write follows it unconditionally.
-    kube.patch_status(meta["namespace"], meta["name"], failed, written, None)
+    mem.body.set(kube.patch_status(meta["namespace"], meta["name"], failed, written, None))
     kube.post_event(body, "Warning", "Rejected", message)
 
 
-def _index_may_lag(
-    status: KineticJobStatus, jobs: Iterable[JobView], pods: Iterable[PodView]
-) -> bool:
-    """True when the indexes miss something the status says exists.
-
-    The Job and Pod indexes come from separate watches, and our own status
-    write can overtake both; an absence seen only in the indexes is not yet a
-    deletion. A live read settles it — rarely, so this is no polling loop.
-    """
-    if not status.attempts or Phase(status.phase).terminal:
-        return False
-    current = status.attempts[-1]
-    if all(j.name != current.job for j in jobs):
-        return True
-    return current.pod is not None and all(p.name != current.pod for p in pods)
-
-
 def _parse_status(raw: dict[str, Any], namespace: str, name: str) -> KineticJobStatus:
-    """Our own last status; if someone else mangled it, start from what the Jobs show."""
+    """Our own last status; if someone else mangled it, start from what the Pods show."""
     try:
         return KineticJobStatus.model_validate(raw)
     except ValueError as exc:

@@ -1,0 +1,665 @@
+"""One input of a batch, seen from the client: `InputHandle` and what it reads.
+
+There is no Kubernetes object per input. What the client knows of input
+``i`` comes from three places, in this order of authority:
+
+1. the batch status: counts and index ranges. An input recorded there as
+   succeeded, failed or cancelled never changes again. When the ranges were
+   cut at the status size cap (``status.truncated``), the manifest header
+   holds them complete;
+2. the Pods of the input's unit (``kinetic.dev/batch=<grp>``,
+   ``kinetic.dev/index=<unit start>``), while it is not recorded: the newest
+   attempt's phase says PENDING or RUNNING. Finished Pods are deleted by the
+   operator after a TTL, their logs archived first;
+3. the manifest shard holding the input: its attempt history, a container
+   input's result (termination message) and what went wrong. It outlives the
+   Pods and the batch itself.
+
+A handle keeps no state beyond what it was created with, so one from
+`kinetic.attach("<grp>-<i>")` in another process is as good as the original.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from annotated_types import MaxLen
+
+from kinetic import kube, layout, names, payload, storage
+from kinetic import resources as r
+from kinetic.jobs import (
+    JobCancelled,
+    JobFailed,
+    JobHandle,
+    JobStatus,
+    _notify,
+)
+from kinetic.manifest import (
+    InputRecord,
+    ManifestHeader,
+    ManifestShard,
+    decode_header,
+    decode_shard,
+)
+from kinetic.ranges import IndexSet
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1Pod
+
+
+log = logging.getLogger("kinetic")
+
+INPUT_MODES = ("auto", "single", "args", "kwargs")
+_UNBOUNDED_WARNING_THRESHOLD = 100
+_HEADER_READ_INTERVAL = 2.0  # seconds between manifest header reads while a status is truncated
+_RECORD_WAIT = 30.0  # how long to wait for the manifest to catch up (it is <= ~10 s behind)
+_READERS = 16  # parallel storage reads when collecting results
+_RECORDED = ("SUCCEEDED", "FAILED", "CANCELLED")  # outcomes a manifest record keeps for good
+_UNENDED = ("pending", "running")  # attempt outcomes that may still change
+_ATTEMPT_OUTCOME = {
+    JobStatus.SUCCEEDED: "success",
+    JobStatus.FAILED: "failure",
+    JobStatus.CANCELLED: "cancelled",
+}
+
+
+def _cancel_indexes_limit() -> int:
+    """The schema's bound on spec.cancelIndexes, read from the model so the two never differ."""
+    for meta in r.KineticBatchSpec.model_fields["cancel_indexes"].metadata:
+        if isinstance(meta, MaxLen):
+            return meta.max_length
+    return 65536
+
+
+class SubmissionError(RuntimeError):
+    """An input that could not be packaged, so it never ran."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(f"input {index} was not submitted: {message}")
+        self.index = index
+
+
+# --------------------------------------------------------------------------- storage records
+
+
+def read_manifest(storage_root: str, group_id: str) -> ManifestHeader | None:
+    """The batch's manifest header, or None when there is none (or of another version)."""
+    try:
+        return decode_header(storage.read_bytes(layout.manifest_uri(storage_root, group_id)))
+    except storage.NotFound:
+        return None
+
+
+def read_shard(storage_root: str, group_id: str, shard: int) -> ManifestShard | None:
+    """One manifest shard, or None before the operator first wrote it."""
+    try:
+        return decode_shard(
+            storage.read_bytes(layout.manifest_shard_uri(storage_root, group_id, shard))
+        )
+    except storage.NotFound:
+        return None
+
+
+def status_from_header(header: ManifestHeader) -> dict[str, Any]:
+    """The parts of a batch status the manifest header also records (its ranges complete)."""
+    succeeded, failed, cancelled = (
+        IndexSet.parse(header.succeeded_indexes),
+        IndexSet.parse(header.failed_indexes),
+        IndexSet.parse(header.cancelled_indexes),
+    )
+    return {
+        "phase": header.phase,
+        "total": header.total,
+        "launched": header.launched,
+        "succeededIndexes": header.succeeded_indexes,
+        "failedIndexes": header.failed_indexes,
+        "cancelledIndexes": header.cancelled_indexes,
+        "counts": {
+            "succeeded": len(succeeded),
+            "failed": len(failed),
+            "cancelled": len(cancelled),
+        },
+    }
+
+
+class RecordedOutcomes:
+    """Which inputs the operator has recorded terminal, complete even when the status is truncated.
+
+    Recorded outcomes never revert, so what was learnt from any copy of the
+    status, or from the manifest header, stays true: everything is merged.
+    The header is read only when the status says its ranges were cut and
+    they do not yet account for its counts, and at most every couple of
+    seconds (it is written debounced, so reading it on every event is waste).
+    """
+
+    def __init__(self, read_header: Callable[[], ManifestHeader | None]) -> None:
+        self._read_header = read_header
+        self.succeeded = IndexSet()
+        self.failed = IndexSet()
+        self.cancelled = IndexSet()
+        self._header_read_at: float | None = None
+
+    def merge(self, succeeded: str, failed: str, cancelled: str) -> None:
+        self.succeeded = self.succeeded | IndexSet.parse(succeeded)
+        self.failed = self.failed | IndexSet.parse(failed)
+        self.cancelled = self.cancelled | IndexSet.parse(cancelled)
+
+    def update(self, status: dict[str, Any], final: bool = False) -> None:
+        """Take in a status; with final=True wait (bounded) for a lagging header to catch up."""
+        self.merge(
+            status.get("succeededIndexes", ""),
+            status.get("failedIndexes", ""),
+            status.get("cancelledIndexes", ""),
+        )
+        if not status.get("truncated"):
+            return
+        counts = status.get("counts") or {}
+        want = sum(counts.get(k, 0) for k in ("succeeded", "failed", "cancelled"))
+        deadline = time.monotonic() + _RECORD_WAIT
+        while self.known < want:
+            since = (
+                None if self._header_read_at is None else time.monotonic() - self._header_read_at
+            )
+            if since is not None and since < _HEADER_READ_INTERVAL:
+                if not final:
+                    return
+                time.sleep(_HEADER_READ_INTERVAL - since)
+            self._header_read_at = time.monotonic()
+            header = self._read_header()
+            if header is not None:
+                self.merge(
+                    header.succeeded_indexes, header.failed_indexes, header.cancelled_indexes
+                )
+            if not final or time.monotonic() > deadline:
+                return
+
+    @property
+    def known(self) -> int:
+        return len(self.succeeded) + len(self.failed) + len(self.cancelled)
+
+    def done(self) -> IndexSet:
+        return self.succeeded | self.failed | self.cancelled
+
+    def of(self, index: int) -> JobStatus | None:
+        if index in self.succeeded:
+            return JobStatus.SUCCEEDED
+        if index in self.failed:
+            return JobStatus.FAILED
+        if index in self.cancelled:
+            return JobStatus.CANCELLED
+        return None
+
+
+def terminated_state(pod: V1Pod) -> Any:
+    """The main container's terminated state, or None while it has not ended."""
+    statuses = (pod.status and pod.status.container_statuses) or []
+    if not statuses or statuses[0].state is None:
+        return None
+    return statuses[0].state.terminated
+
+
+def live_phase(pod: V1Pod | None) -> JobStatus:
+    """What a user sees of an input from its newest Pod, before the batch records an outcome.
+
+    A Pod that has ended but is not recorded yet still counts as RUNNING: the
+    operator is about to record it, or to retry it.
+    """
+    if pod is None:
+        return JobStatus.PENDING
+    phase = pod.status.phase if pod.status else None
+    return JobStatus.PENDING if phase in (None, "Pending", "Unknown") else JobStatus.RUNNING
+
+
+def _chunk_outcome(message: str | None, index: int) -> str | None:
+    """A chunk Pod's own report of one input ("success"/"failure"), from its termination message."""
+    try:
+        report = json.loads(message or "")
+        if index in IndexSet.parse(report.get("succeeded", "")):
+            return "success"
+        if index in IndexSet.parse(report.get("failed", "")):
+            return "failure"
+    except (ValueError, AttributeError):
+        pass
+    return None
+
+
+# --------------------------------------------------------------------------- one input
+
+
+@dataclass
+class InputHandle(JobHandle):
+    """One input of a batch, with the same questions and actions as a job's handle.
+
+    ``job_id`` is ``<group>-<index>``; ``group_id`` and ``group_index`` are
+    set. Answers come from the batch (status, Pods) and the manifest, never
+    from an object of the input's own: there is none.
+    """
+
+    container: bool = False
+    chunk_size: int = 1
+
+    @property
+    def index(self) -> int:
+        assert self.group_index is not None
+        return self.group_index
+
+    @property
+    def group(self) -> str:
+        assert self.group_id is not None
+        return self.group_id
+
+    @property
+    def unit(self) -> int:
+        """The first input of the unit (the Pod) that runs this input."""
+        return names.unit_start(self.index, self.chunk_size)
+
+    # ----------------------------------------------------------------- reading
+
+    def _batch(self) -> dict | None:
+        return kube.get(r.BATCH_PLURAL, self.namespace, self.group, self.context)
+
+    def _header(self) -> ManifestHeader | None:
+        return read_manifest(self._root(), self.group)
+
+    def _record(self) -> InputRecord | None:
+        """This input's record in its manifest shard, or None before the operator wrote it."""
+        shard = read_shard(self._root(), self.group, layout.shard_of(self.index))
+        return None if shard is None else shard.inputs.get(str(self.index))
+
+    def _get(self) -> dict | None:
+        """The batch: the object whose status records this input."""
+        return self._batch()
+
+    def _pod_selector(self) -> str:
+        return f"{names.LABEL_BATCH}={self.group},{names.LABEL_INDEX}={self.unit}"
+
+    def _archived_log_uri(self, pod: str) -> str:
+        return layout.batch_log_uri(self._root(), self.group, pod)
+
+    def _last_recorded_pod(self) -> str | None:
+        record = self._record()
+        if record is None or not record.attempts:
+            return None
+        return max(record.attempts, key=lambda a: a.attempt).pod
+
+    # ----------------------------------------------------------------- observing
+
+    def status(self) -> JobStatus:
+        """SUCCEEDED/FAILED/CANCELLED once recorded, else RUNNING/PENDING from its Pod.
+
+        NOT_FOUND when neither the batch nor its manifest knows the input (or
+        the batch was deleted before the input ended).
+        """
+        obj = self._batch()
+        if obj is None:
+            return self._status_after_batch()
+        status = obj.get("status", {})
+        if self.index >= (status.get("total") or input_total(obj["spec"].get("inputs", {}))):
+            return JobStatus.NOT_FOUND
+        outcomes = RecordedOutcomes(self._header)
+        outcomes.update(status, final=r.Phase(status.get("phase", "PENDING")).terminal)
+        recorded = outcomes.of(self.index)
+        if recorded is not None:
+            return recorded
+        return self._live_status()
+
+    def _live_status(self) -> JobStatus:
+        pods = self._live_pods()
+        return live_phase(pods[-1] if pods else None)
+
+    def _status_after_batch(self) -> JobStatus:
+        """The input's status once the batch is gone: the manifest's record, else NOT_FOUND."""
+        header = self._header()
+        if header is None or self.index >= header.total:
+            return JobStatus.NOT_FOUND
+        outcomes = RecordedOutcomes(lambda: header)
+        outcomes.merge(header.succeeded_indexes, header.failed_indexes, header.cancelled_indexes)
+        recorded = outcomes.of(self.index)
+        if recorded is not None:
+            return recorded
+        record = self._record()
+        if record is not None and record.outcome in _RECORDED:
+            return JobStatus(record.outcome)
+        return JobStatus.NOT_FOUND
+
+    def attempts(self) -> list[dict[str, Any]]:
+        """The input's attempts, oldest first: the manifest's history merged with live Pods.
+
+        Each is an `AttemptRecord` as JSON (attempt, pod, startTime, endTime,
+        exitCode, reason, message, outcome). The manifest is written
+        debounced, so the newest attempts come from their Pods.
+        """
+        merged = self._merged_attempts(self._record(), self._live_pods())
+        if merged and merged[-1].get("outcome") in _UNENDED:
+            return self._settled(merged, self.status())
+        return merged
+
+    def _merged_attempts(self, record: InputRecord | None, pods: list[V1Pod]) -> list[dict]:
+        by_attempt: dict[int, dict[str, Any]] = {
+            a.attempt: a.wire() for a in (record.attempts if record else [])
+        }
+        for pod in pods:
+            number = int((pod.metadata.labels or {}).get(names.LABEL_ATTEMPT, 0))
+            if number < 1:
+                continue
+            known = by_attempt.get(number)
+            if known is None or known.get("outcome") in _UNENDED:
+                by_attempt[number] = {**(known or {}), **self._attempt_from_pod(pod, number)}
+        return [by_attempt[n] for n in sorted(by_attempt)]
+
+    @staticmethod
+    def _settled(attempts: list[dict], phase: JobStatus) -> list[dict]:
+        """Once the batch recorded the input's end, its newest attempt ended that way too.
+
+        (Its Pod may still be stopping, and the manifest is written debounced.)
+        """
+        outcome = _ATTEMPT_OUTCOME.get(phase)
+        if outcome is None or not attempts or attempts[-1].get("outcome") not in _UNENDED:
+            return attempts
+        return [*attempts[:-1], {**attempts[-1], "outcome": outcome}]
+
+    def _attempt_from_pod(self, pod: V1Pod, number: int) -> dict[str, Any]:
+        phase = pod.status.phase if pod.status else None
+        out: dict[str, Any] = {"attempt": number, "pod": pod.metadata.name}
+        if pod.status and pod.status.start_time:
+            out["startTime"] = names.fmt_time(pod.status.start_time)
+        ended = terminated_state(pod)
+        if ended is not None:
+            if ended.finished_at:
+                out["endTime"] = names.fmt_time(ended.finished_at)
+            out["exitCode"] = ended.exit_code
+            if ended.reason:
+                out["reason"] = ended.reason
+        if phase == "Running":
+            out["outcome"] = "running"
+        elif phase in ("Succeeded", "Failed"):
+            if self.chunk_size > 1:
+                chunk = _chunk_outcome(ended.message if ended else None, self.index)
+                out["outcome"] = chunk or "running"
+            else:
+                out["outcome"] = "success" if phase == "Succeeded" else "failure"
+        else:
+            out["outcome"] = "pending"
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """The input's phase, attempts and message, shaped like a KineticJob's status."""
+        phase = self.status()
+        record = self._record()
+        attempts = self._settled(self._merged_attempts(record, self._live_pods()), phase)
+        out: dict[str, Any] = {
+            "groupId": self.group,
+            "index": self.index,
+            "phase": phase.value,
+            "attempt": attempts[-1]["attempt"] if attempts else 0,
+            "attempts": attempts,
+        }
+        message = self._message(record, attempts)
+        if message:
+            out["message"] = message
+        if self.container and phase is JobStatus.SUCCEEDED:
+            out["result"] = self._container_result()
+        return out
+
+    def message(self) -> str | None:
+        """Why the input failed (or was cancelled), as the operator recorded it; None if unknown."""
+        return self._message(self._record())
+
+    def _message(
+        self, record: InputRecord | None, attempts: list[dict[str, Any]] | None = None
+    ) -> str | None:
+        """Why the input ended as it did: the manifest's word, its last attempt's, or submission."""
+        if record is not None and record.message:
+            return record.message
+        if attempts is None:
+            attempts = [a.wire() for a in record.attempts] if record is not None else []
+        for attempt in reversed(attempts):
+            if attempt.get("message"):
+                return attempt["message"]
+        return self._submission_message()
+
+    def _submission_message(self) -> str | None:
+        obj = self._batch()
+        if obj is not None:
+            failures = obj["spec"].get("submissionFailures") or []
+            return next((f["message"] for f in failures if f["index"] == self.index), None)
+        header = self._header()
+        if header is not None:
+            found = (f for f in header.submission_failures if f.index == self.index)
+            return next((f.message for f in found), None)
+        return None
+
+    def wait(
+        self,
+        timeout: float | None = None,
+        on_status_change: Callable[[JobStatus], None] | None = None,
+    ) -> JobStatus:
+        """Block on a watch of the batch until this input is recorded terminal.
+
+        TimeoutError leaves it running. PENDING/RUNNING changes are reported
+        to `on_status_change` as the batch's status changes (its counts move
+        whenever any input starts or ends).
+        """
+        outcomes = RecordedOutcomes(self._header)
+        last: JobStatus | None = None
+        for obj in kube.watch_one(
+            r.BATCH_PLURAL, self.namespace, self.group, timeout, self.context
+        ):
+            if obj is None:
+                current = self._status_after_batch()
+            else:
+                status = obj.get("status", {})
+                final = r.Phase(status.get("phase", "PENDING")).terminal
+                outcomes.update(status, final=final)
+                recorded = outcomes.of(self.index)
+                if recorded is not None:
+                    current = recorded
+                elif final:  # the batch ended without a word on this input
+                    current = JobStatus.NOT_FOUND
+                elif on_status_change is not None:
+                    current = self._live_status()
+                else:
+                    continue
+            if current != last:
+                last = current
+                _notify(on_status_change, current)
+            if current.terminal:
+                return current
+        return JobStatus.NOT_FOUND
+
+    def result(
+        self,
+        timeout: float | None = None,
+        cleanup: bool | None = None,
+        on_status_change: Callable[[JobStatus], None] | None = None,
+    ) -> Any:
+        """Wait for the input and return its value, or raise its exception.
+
+        Functions: the value the runner stored (by default the stored result
+        is deleted after a successful read, like a job's). Containers: the
+        termination message. A cancelled input raises JobCancelled, one that
+        left no result JobFailed, a submission failure SubmissionError.
+        """
+        final = self.wait(timeout=timeout, on_status_change=on_status_change)
+        return self._value(final, cleanup)
+
+    def _value(self, final: JobStatus, cleanup: bool | None) -> Any:
+        if final is JobStatus.CANCELLED:
+            raise JobCancelled(f"input {self.index} of batch {self.group} was cancelled")
+        if self.container:
+            if final is JobStatus.SUCCEEDED:
+                return self._container_result()
+            raise self._failure(final)
+        outcome = self._read_result()
+        if outcome is None:
+            raise self._failure(final)
+        if cleanup if cleanup is not None else outcome.ok:
+            self.cleanup(k8s=False)
+        return payload.raise_remote(outcome)
+
+    def _failure(self, final: JobStatus) -> Exception:
+        """The exception for an input that left no result to return."""
+        where = f"input {self.index} of batch {self.group}"
+        if final is JobStatus.SUCCEEDED:
+            return JobFailed(
+                f"{where} succeeded, but its result is no longer at {self.result_uri}: it was "
+                "deleted after an earlier read (results(cleanup=True) and result() do that by "
+                "default; pass cleanup=False to keep results)"
+            )
+        submitted = self._submission_message()
+        if submitted is not None:
+            return SubmissionError(self.index, submitted)
+        if final is JobStatus.NOT_FOUND:
+            return JobFailed(
+                f"{where} is unknown: the batch is gone from namespace {self.namespace} and its "
+                "manifest has no outcome for it"
+            )
+        record = self._record()
+        if record is None or record.outcome not in _RECORDED:
+            record = self._wait_for_record()
+        return JobFailed(f"{where} {final.value}: {self._message(record) or 'no message'}")
+
+    def _wait_for_record(self) -> InputRecord | None:
+        """The input's record once the manifest has its outcome (it is written debounced)."""
+        deadline = time.monotonic() + _RECORD_WAIT
+        while True:
+            record = self._record()
+            if record is not None and record.outcome in _RECORDED:
+                return record
+            if time.monotonic() > deadline:
+                return record
+            time.sleep(1.0)
+
+    def _container_result(self) -> str | None:
+        """The succeeded attempt's termination message: from its Pod, else from the manifest.
+
+        Pods are listed first: the operator writes the shard before it deletes
+        a Pod, so a Pod missing from the list is already in the shard.
+        """
+        for pod in reversed(self._live_pods()):
+            ended = terminated_state(pod)
+            if pod.status and pod.status.phase == "Succeeded" and ended is not None:
+                return ended.message
+        record = self._wait_for_record()
+        return record.result if record is not None and record.outcome == "SUCCEEDED" else None
+
+    # ----------------------------------------------------------------- acting
+
+    def cancel(self, timeout: float = 180) -> JobStatus:
+        """Cancel this input alone and wait until the batch records it ended.
+
+        Its index is added to the batch's ``spec.cancelIndexes``; the other
+        inputs carry on. An input that already ended keeps its outcome.
+        """
+        if add_cancel_indexes(self.namespace, self.group, [self.index], self.context) is None:
+            return self._status_after_batch()
+        return self.wait(timeout=timeout)
+
+    def cleanup(self, k8s: bool = True, gcs: bool = True, timeout: float = 180) -> None:
+        """Delete the input's Pods (k8s) and its stored result (gcs); never the manifest.
+
+        A running input is cancelled first (deleting its Pod alone would only
+        get it re-run). With gcs=False the logs of the deleted Pods are
+        archived first, so they stay readable. Outputs under
+        KINETIC_OUTPUT_DIR are kept either way.
+        """
+        if k8s:
+            final = self.status()
+            if not final.terminal:
+                final = self.cancel(timeout=timeout)
+            if final is not JobStatus.NOT_FOUND:
+                self._delete_pods(archive_logs=not gcs)
+        if gcs and self.result_uri is not None:
+            storage.delete_prefix(layout.input_dir(self._root(), self.group, self.index) + "/")
+
+    def _delete_pods(self, archive_logs: bool) -> None:
+        pods = self._live_pods()
+        if not pods:
+            return
+        if self.chunk_size > 1:
+            siblings = range(self.unit, self.unit + self.chunk_size)
+            obj = self._batch()
+            outcomes = RecordedOutcomes(self._header)
+            if obj is not None:
+                outcomes.update(obj.get("status", {}), final=True)
+            if any(outcomes.of(i) is None for i in siblings if i < self._total(obj)):
+                log.info(
+                    "keeping %s: other inputs of its chunk have not ended", pods[-1].metadata.name
+                )
+                return
+        # The operator writes the input's record before it deletes a Pod itself; give it the
+        # chance to, so what only the Pod knows (a container's result) is not lost with it.
+        self._wait_for_record()
+        for pod in pods:
+            name = pod.metadata.name
+            if archive_logs:
+                self._archive_log(name)
+            kube.delete_pod(name, self.namespace, self.context)
+
+    def _archive_log(self, pod: str) -> None:
+        """Keep a Pod's log where the operator would have put it (if it has not already)."""
+        text = kube.pod_log(pod, self.namespace, None, self.context)
+        if not text:
+            return
+        try:
+            storage.write_if_generation(self._archived_log_uri(pod), text.encode(), 0)
+        except storage.PreconditionFailed:
+            pass  # already archived
+
+    def _total(self, obj: dict | None) -> int:
+        if obj is not None:
+            return obj.get("status", {}).get("total") or input_total(obj["spec"].get("inputs", {}))
+        header = self._header()
+        return header.total if header is not None else 0
+
+
+def add_cancel_indexes(
+    namespace: str, group_id: str, indexes: Iterable[int], context: str | None
+) -> dict | None:
+    """Add inputs to the batch's spec.cancelIndexes; None when the batch is gone.
+
+    A guarded update (resourceVersion, retried on conflict), so a concurrent
+    change by another client is never overwritten. Inputs already ended and
+    batches already ended are left alone.
+    """
+    wanted = IndexSet(indexes)
+    limit = _cancel_indexes_limit()
+
+    def change(obj: dict) -> dict | None:
+        status = obj.get("status", {})
+        if r.Phase(status.get("phase", "PENDING")).terminal:
+            return None
+        done = IndexSet.parse(status.get("succeededIndexes", "")).union(
+            IndexSet.parse(status.get("failedIndexes", "")),
+            IndexSet.parse(status.get("cancelledIndexes", "")),
+        )
+        current = IndexSet.parse(obj["spec"].get("cancelIndexes", ""))
+        updated = current | (wanted - done)
+        if updated == current:
+            return None
+        text = str(updated)
+        if len(text) > limit:
+            raise ValueError(
+                f"spec.cancelIndexes of batch {group_id} would be {len(text)} characters, over "
+                f"its limit of {limit}: cancel runs of consecutive inputs, or the whole batch "
+                "with BatchHandle.cancel()"
+            )
+        return {"cancelIndexes": text}
+
+    return kube.update_spec(r.BATCH_PLURAL, namespace, group_id, change, context)
+
+
+def input_total(inputs: dict) -> int:
+    if "count" in inputs:
+        return inputs["count"]
+    if "items" in inputs:
+        return len(inputs["items"])
+    total = 1
+    for values in inputs.get("grid", {}).values():
+        total *= len(values)
+    return total

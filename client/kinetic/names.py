@@ -1,0 +1,79 @@
+"""Names, labels and time formats that the client and the operator share.
+
+Every attempt is one Pod whose name is a pure function of what it runs, so
+that creating it twice is a no-op and any process can find it again:
+
+* attempt ``a`` of KineticJob ``job`` is Pod ``<job>-<a>``;
+* attempt ``a`` of the work unit that starts at input ``i`` of KineticBatch
+  ``grp`` is Pod ``<grp>-<i>-<a>``. A unit is one input, or ``chunkSize``
+  consecutive inputs (then ``i`` is the first of them).
+
+A batch input's own id, for `kinetic.attach` and `kinetic jobs ...`, is
+``<grp>-<i>``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+LABEL_JOB = "kinetic.dev/job"
+LABEL_BATCH = "kinetic.dev/batch"
+LABEL_INDEX = "kinetic.dev/index"
+LABEL_ATTEMPT = "kinetic.dev/attempt"
+LABEL_CHUNK = "kinetic.dev/chunk"  # how many inputs the Pod runs, when more than one
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "kinetic"
+
+MAX_POD_NAME = 63  # Pod names become hostnames and label values
+
+
+def job_pod_name(job: str, attempt: int) -> str:
+    """Attempt ``attempt`` of KineticJob ``job``."""
+    return f"{job}-{attempt}"
+
+
+def input_pod_name(batch: str, index: int, attempt: int) -> str:
+    """Attempt ``attempt`` of the unit starting at input ``index`` of batch ``batch``."""
+    return f"{batch}-{index}-{attempt}"
+
+
+def input_id(batch: str, index: int) -> str:
+    """The id of one input of a batch: ``<grp>-<i>``."""
+    return f"{batch}-{index}"
+
+
+def split_input_id(job_id: str) -> tuple[str, int] | None:
+    """``("grp-…", i)`` for an input id ``grp-…-i``, else None.
+
+    Only batch names of the client's form (``grp-`` + 8 hex) are recognised
+    without a lookup; callers that find no KineticJob of that name may still
+    try the longer form themselves.
+    """
+    match = re.match(r"^(grp-[0-9a-f]{8})-(0|[1-9][0-9]{0,8})$", job_id)
+    if match is None:
+        return None
+    return match.group(1), int(match.group(2))
+
+
+def unit_start(index: int, chunk_size: int) -> int:
+    """The first input of the unit that runs input ``index``."""
+    return index - index % max(1, chunk_size)
+
+
+# --------------------------------------------------------------------------- time
+
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def fmt_time(t: datetime) -> str:
+    """RFC 3339 in UTC with a Z, to the second, as Kubernetes writes times."""
+    if t.tzinfo is None:
+        raise ValueError("times must be timezone-aware (UTC)")
+    return t.astimezone(UTC).strftime(TIME_FORMAT)
+
+
+def parse_time(text: str) -> datetime:
+    """The inverse of `fmt_time` (also takes fractional seconds and offsets)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -1,0 +1,115 @@
+"""One attempt of one unit of a KineticBatch as a Pod. Pure: no API calls.
+
+A unit is one input, or ``spec.chunkSize`` consecutive inputs of a function
+batch. A one-input unit runs exactly like a KineticJob (the runner's single
+contract, or the user's container with the input in its environment); a
+chunk hands the runner every input of the unit in ``KINETIC_CHUNK`` and the
+function once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from kinetic import layout
+from kinetic.fanout import child_spec, input_count
+from kinetic.names import (
+    LABEL_ATTEMPT,
+    LABEL_BATCH,
+    LABEL_CHUNK,
+    LABEL_INDEX,
+    input_id,
+    input_pod_name,
+)
+from kinetic.resources import BATCH_KIND, KineticBatchSpec
+
+from kinetic_operator.batch_logic import unit_inputs
+from kinetic_operator.podspec import Owner, build_pod, function_env
+from kinetic_operator.settings import OperatorSettings
+
+
+class UnitRefused(Exception):
+    """This unit cannot be given a Pod (e.g. an input without a hash); it fails."""
+
+
+def build_unit_pod(
+    batch: str,
+    namespace: str,
+    uid: str,
+    spec: KineticBatchSpec,
+    settings: OperatorSettings,
+    unit: int,
+    attempt: int,
+    hashes: Sequence[str | None] | None,
+) -> dict[str, Any]:
+    """The Pod of attempt ``attempt`` of the unit starting at input ``unit``."""
+    root = settings.storage_root or ""
+    total = input_count(spec.inputs)
+    indexes = list(unit_inputs(unit, spec.chunk_size, total))
+    labels = {LABEL_BATCH: batch, LABEL_INDEX: str(unit), LABEL_ATTEMPT: str(attempt)}
+    env = {
+        "KINETIC_JOB_NAME": input_id(batch, unit),
+        "KINETIC_JOB_NAMESPACE": namespace,
+        "KINETIC_ATTEMPT": str(attempt),
+    }
+    if len(indexes) == 1:
+        child = child_spec(batch, spec, unit, root, input_sha256=_hash(hashes, unit, spec))
+        if child.function is not None:  # containers get it with their input, in spec.env
+            env["KINETIC_INDEX"] = str(unit)
+        if child.output_dir:
+            env["KINETIC_OUTPUT_DIR"] = child.output_dir
+        env |= function_env(child)
+    else:
+        labels[LABEL_CHUNK] = str(len(indexes))
+        child = spec.template
+        env |= function_env(child)
+        env["KINETIC_INPUT_MODE"] = spec.input_mode
+        env["KINETIC_CHUNK"] = json.dumps(
+            [_chunk_entry(batch, spec, i, root, hashes) for i in indexes], separators=(",", ":")
+        )
+    owner = Owner(batch, namespace, uid, BATCH_KIND)
+    return build_pod(
+        owner,
+        child,
+        settings,
+        name=input_pod_name(batch, unit, attempt),
+        labels=labels,
+        env=env,
+    )
+
+
+def _chunk_entry(
+    batch: str,
+    spec: KineticBatchSpec,
+    index: int,
+    root: str,
+    hashes: Sequence[str | None] | None,
+) -> dict[str, Any]:
+    one = child_spec(batch, spec, index, root, input_sha256=_hash(hashes, index, spec))
+    fn = one.function
+    assert fn is not None  # validate_batch_spec: chunks are function templates only
+    entry: dict[str, Any] = {"index": index, "resultURI": fn.result_uri}
+    if one.output_dir:
+        entry["outputDir"] = one.output_dir
+    if fn.input_uri is not None:
+        entry["inputURI"] = fn.input_uri
+        entry["inputSHA256"] = fn.input_sha256
+    else:
+        entry["inputJSON"] = fn.input_json
+    return entry
+
+
+def _hash(hashes: Sequence[str | None] | None, index: int, spec: KineticBatchSpec) -> str | None:
+    if spec.inputs.count is None or hashes is None:
+        return None
+    digest = hashes[index]
+    if digest is None:
+        raise UnitRefused(f"input {index} has no entry in the input hash list")
+    return digest
+
+
+def log_uri(settings: OperatorSettings, batch: str, pod: str) -> str:
+    """Where the log of one of the batch's Pods is archived."""
+    return layout.batch_log_uri(settings.storage_root or "", batch, pod)

@@ -1,0 +1,69 @@
+"""What the operator keeps in memory between reconciles: caches, never the truth.
+
+The truth is in the resources (status), their Pods and storage. What is
+kept here only saves reads and tells a lagging watch from a deletion; after
+a restart Kopf lists everything again and each object is reconciled from
+scratch. It lives in Kopf's operator-wide ``memo`` (set up at start-up), so
+handlers of every resource share it without module globals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kinetic_operator.reaper import Reaper
+from kinetic_operator.serial import Serializer
+
+
+def _version(body: dict[str, Any] | None) -> int | None:
+    raw = ((body or {}).get("metadata") or {}).get("resourceVersion")
+    return int(raw) if isinstance(raw, str) and raw.isdigit() else None
+
+
+@dataclass
+class Fresh:
+    """The freshest copy of one object seen so far: from its watch or our own writes.
+
+    A copy may still be behind the API server; every write made from it is
+    conditional on its resourceVersion, so a stale copy costs one retry,
+    never a wrong action. Versions are compared as numbers only to prefer
+    the newer of two copies (a heuristic: if it is ever wrong, the
+    conditional write catches it).
+    """
+
+    body: dict[str, Any] | None = None
+
+    def offer(self, body: dict[str, Any] | None) -> None:
+        """Keep ``body`` unless the copy held is newer."""
+        held, new = _version(self.body), _version(body)
+        if held is None or new is None or new >= held:
+            self.body = body
+
+    def set(self, body: dict[str, Any] | None) -> None:
+        """Replace the copy (a fresh read, or the answer to our own write)."""
+        self.body = body
+
+    def get(self) -> dict[str, Any] | None:
+        return self.body
+
+
+@dataclass
+class OperatorState:
+    """Per-object caches for both kinds, the one serializer of reconciles, and the reaper
+    of finished Pods."""
+
+    jobs: dict[tuple[str, str], Any] = field(default_factory=dict)
+    batches: dict[tuple[str, str], Any] = field(default_factory=dict)
+    serializer: Serializer = field(default_factory=Serializer)
+    reaper: Reaper = field(default_factory=Reaper)
+
+
+def operator_state(memo: Any) -> OperatorState:
+    """The state in Kopf's memo (created at start-up; created here for direct callers)."""
+    state = getattr(memo, "kinetic", None) if memo is not None else None
+    if state is None:
+        state = OperatorState()
+        if memo is not None:
+            memo.kinetic = state
+    return state

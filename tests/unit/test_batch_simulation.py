@@ -1,0 +1,596 @@
+"""Whole batches run by repeated `decide_batch` calls against a simulated cluster.
+
+`World` plays the API server, the kubelets, the watch and the operator's
+memory, and applies each decision the way the handler layer must: the
+status write first (conditional on the resourceVersion the decision was made
+from: a stale decision gets a 409 and does nothing), then the actions in
+order. Around that, at random:
+
+* Pods start, and end in success or failure (per input: some inputs always
+  fail, some are flaky, chunks report each input on its own);
+* Pods are deleted by hand or evicted while they run (disruptions);
+* the operator crashes between its status write and its actions: the
+  actions are lost, and so is everything it kept in memory (Pods it was
+  creating, tombstones); after the restart the watch lists every Pod again;
+* the watch lags: changes, creations and deletions reach the operator late;
+* a reconcile decides from a stale copy of the status;
+* finished Pods are deleted (their TTL) once their inputs are recorded;
+* users cancel single inputs (spec.cancelIndexes) or the whole batch.
+
+After every step the invariants hold: no more live Pods than maxConcurrent,
+never two live Pods for one input, every Pod created for an input reserved
+in the status, an outcome once recorded never changes, and no input runs more
+attempts than retries + its disruptions + 1. Every batch ends, and every
+recorded outcome is what actually happened.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kinetic.names import input_pod_name
+from kinetic.ranges import IndexSet
+from kinetic.resources import KineticBatchSpec, KineticBatchStatus, Phase
+from kinetic_operator.batch_logic import (
+    CreatePods,
+    Event,
+    Recorded,
+    StopPods,
+    WriteManifest,
+    compact_status,
+    decide_batch,
+    unit_inputs,
+)
+from kinetic_operator.handlers.batches import BatchMemory, _prune, observe_units
+from kinetic_operator.observed import PodView
+
+SHA = "a" * 64
+T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+BATCH = "g"
+KNOWN_EVENTS = {
+    "Launching",
+    "Adopted",
+    "SubmissionFailed",
+    "InputsFailed",
+    "FailFast",
+    "Cancelling",
+    "Succeeded",
+    "Failed",
+    "Cancelled",
+}
+
+
+def make_spec(n: int, **extra: Any) -> KineticBatchSpec:
+    return KineticBatchSpec.model_validate(
+        {
+            "template": {"function": {"payloadURI": "gs://b/f.pkl", "sha256": SHA}},
+            "inputs": {"count": n, "uriPrefix": "gs://b/inputs"},
+            **extra,
+        }
+    )
+
+
+def complete(recorded: Recorded) -> dict[int, str]:
+    """Input -> outcome, from a complete record."""
+    out = dict.fromkeys(recorded.succeeded, "succeeded")
+    out |= dict.fromkeys(recorded.failed, "failed")
+    out |= dict.fromkeys(recorded.cancelled, "cancelled")
+    return out
+
+
+def outcomes(status: KineticBatchStatus | None) -> dict[int, str]:
+    """Input -> outcome, as recorded in a status."""
+    if status is None:
+        return {}
+    out: dict[int, str] = {}
+    for name in ("succeeded", "failed", "cancelled"):
+        for i in IndexSet.parse(getattr(status, f"{name}_indexes")):
+            assert i not in out, f"input {i} recorded twice: {status}"
+            out[i] = name
+    return out
+
+
+@dataclass
+class SimPod:
+    """A Pod as the API server holds it."""
+
+    name: str
+    unit: int
+    attempt: int
+    inputs: tuple[int, ...]
+    phase: str = "Pending"
+    reason: str | None = None
+    exit_code: int | None = None
+    message: str | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.phase in ("Pending", "Running")
+
+    def view(self) -> PodView:
+        terminated = {"Succeeded": "Completed", "Failed": "Error"}.get(self.phase)
+        return PodView(
+            name=self.name,
+            attempt=self.attempt,
+            index=self.unit,
+            chunk=len(self.inputs),
+            phase=self.phase,
+            reason=self.reason,
+            exit_code=self.exit_code,
+            terminated_reason=terminated if self.reason is None else None,
+            termination_message=self.message,
+        )
+
+
+@dataclass
+class World:
+    spec: KineticBatchSpec
+    rng: random.Random
+    doomed: set[int] = field(default_factory=set)  # every attempt fails
+    flaky: set[int] = field(default_factory=set)  # an attempt fails half the time
+    max_disruptions: int = 2
+    lag: float = 0.5  # chance that a pending watch event is not delivered yet
+    cap: int | None = None  # cut the status's ranges at this many characters, as the handler
+    # the API server
+    status: KineticBatchStatus | None = None
+    rv: int = 0
+    pods: dict[str, SimPod] = field(default_factory=dict)
+    # the watch: what the operator's index holds, and events not delivered yet
+    index: dict[str, PodView] = field(default_factory=dict)
+    undelivered: set[str] = field(default_factory=set)
+    final: dict[str, PodView] = field(default_factory=dict)  # last state of deleted Pods
+    # storage: the outcomes the manifest holds (written on WriteManifest, debounced)
+    manifest: Recorded = field(default_factory=Recorded)
+    # the operator's memory
+    mem: BatchMemory = field(default_factory=BatchMemory)
+    extra: Recorded | None = None  # every outcome, when the status's ranges may be cut
+    last: Recorded = field(default_factory=Recorded)  # the latest complete record
+    snapshots: list[tuple[int, KineticBatchStatus | None]] = field(default_factory=list)
+    clock: datetime = T0
+    # what happened, for the invariants
+    recorded: dict[int, str] = field(default_factory=dict)
+    created: Counter = field(default_factory=Counter)
+    disrupted: Counter = field(default_factory=Counter)
+    succeeded_for_real: set[int] = field(default_factory=set)
+    failed_for_real: set[int] = field(default_factory=set)
+    events: list[Event] = field(default_factory=list)
+    conflicts: int = 0
+    crashes: int = 0
+    peak_live: int = 0
+    ended_before_cancel: bool = False
+
+    def __post_init__(self) -> None:
+        self.total = self.spec.inputs.count or 0
+        self.chunk = self.spec.chunk_size
+
+    # ------------------------------------------------------------------ the operator
+
+    def reconcile(self, mode: str = "normal", max_launches: int | None = None) -> str:
+        """One reconcile: decide, write the status conditionally, then act."""
+        if mode == "stale" and self.snapshots:
+            rv, status = self.rng.choice(self.snapshots)
+        else:
+            rv, status = self.rv, self.status
+        self.clock += timedelta(seconds=1)
+        d = decide_batch(
+            self.spec,
+            status,
+            observe_units(list(self.index.values()), self.mem),
+            self.clock,
+            batch=BATCH,
+            max_launches=max_launches,
+            max_disruptions=self.max_disruptions,
+            extra=self.extra,
+        )
+        new = d.status if self.cap is None else compact_status(d.status, self.cap)
+        changed = status is None or new.wire() != status.wire()
+        if d.write_status or changed:
+            if rv != self.rv:  # the conditional PATCH answers 409: nothing below happens
+                self.conflicts += 1
+                return "conflict"
+            self._write(new, d.recorded)
+        elif rv != self.rv and (d.creates or d.stops):
+            self.conflicts += 1  # acting on a cached copy: the handler reads afresh first
+            return "conflict"
+        self.mem.recorded = d.recorded
+        if self.cap is not None:
+            self.extra = d.recorded  # the complete outcomes stay in memory
+        if mode == "crash":  # died after the status write: actions and memory lost
+            self.restart()
+            return "crash"
+        for action in d.actions:
+            if isinstance(action, CreatePods):
+                for unit, attempt in action.units:
+                    self._create(unit, attempt)
+            elif isinstance(action, StopPods):
+                for name in action.pods:
+                    self._delete(name)
+            elif isinstance(action, WriteManifest):
+                assert self.status is not None
+                if action.urgent or action.blocking or self.rng.random() < 0.5:  # debounced
+                    self.manifest = d.recorded
+                if self.status.manifest_uri is None:
+                    done = self.status.model_copy(update={"manifest_uri": "gs://b/m"})
+                    self._write(done, d.recorded)
+            elif isinstance(action, Event):
+                self.events.append(action)
+        _prune(self.mem, self.chunk, self.total)
+        return "ok"
+
+    def restart(self) -> None:
+        """A new operator process: empty memory; Kopf lists every Pod before it reconciles."""
+        self.crashes += 1
+        self.mem = BatchMemory()
+        truncated = self.status is not None and self.status.truncated
+        self.extra = self.manifest if truncated else None  # what the handler loads
+        self.index = {name: pod.view() for name, pod in self.pods.items()}
+        self.undelivered.clear()
+        self.final.clear()
+
+    def _write(self, new: KineticBatchStatus, recorded: Recorded) -> None:
+        now = complete(recorded)
+        assert set(outcomes(new).items()) <= set(now.items()), "the status says otherwise"
+        for i, outcome in self.recorded.items():
+            assert now.get(i) == outcome, f"input {i} was recorded {outcome}, now {now.get(i)}"
+        for i, outcome in now.items():
+            self.recorded.setdefault(i, outcome)
+        self.last = recorded
+        if self.status is not None:
+            self._check_no_reserve_after_stop(self.status, new)
+        self.snapshots = [*self.snapshots[-4:], (self.rv, self.status)]
+        self.status = new
+        self.rv += 1
+
+    def _check_no_reserve_after_stop(self, old: KineticBatchStatus, new: KineticBatchStatus):
+        stopped = self.spec.cancel or (self.spec.fail_fast and bool(old.failed_indexes))
+        if stopped:
+            grown = IndexSet.parse(new.active_indexes) - IndexSet.parse(old.active_indexes)
+            assert not grown, f"inputs {grown} reserved after the batch stopped launching"
+
+    def _create(self, unit: int, attempt: int) -> None:
+        self.mem.creating[unit] = attempt  # as the handler does before it calls the API
+        name = input_pod_name(BATCH, unit, attempt)
+        if name in self.pods:
+            return  # AlreadyExists
+        assert self.status is not None
+        inputs = tuple(unit_inputs(unit, self.chunk, self.total))
+        reserved = IndexSet.parse(self.status.active_indexes)
+        assert reserved & IndexSet(inputs), f"Pod {name} created for a unit not reserved"
+        self.pods[name] = SimPod(name, unit, attempt, inputs)
+        self.created[unit] += 1
+        self.undelivered.add(name)
+
+    def _delete(self, name: str) -> None:
+        pod = self.pods.pop(name, None)
+        if pod is not None:
+            self.final[name] = pod.view()
+            self.undelivered.add(name)
+
+    # ------------------------------------------------------------------ the cluster
+
+    def deliver(self, everything: bool = False) -> None:
+        """The watch delivers pending events (some of them, when it lags)."""
+        for name in sorted(self.undelivered):
+            if not everything and self.rng.random() < self.lag:
+                continue
+            self.undelivered.discard(name)
+            if name in self.pods:
+                view = self.pods[name].view()
+                self.index[name] = view
+            else:
+                view = self.final.pop(name)
+                self.index.pop(name, None)
+                gone = self.mem.gone.setdefault(view.index, {})  # type: ignore[arg-type]
+                gone[view.attempt] = replace(view, gone=True)
+            if self.mem.creating.get(view.index) == view.attempt:  # type: ignore[arg-type]
+                del self.mem.creating[view.index]  # type: ignore[arg-type]
+
+    def live(self) -> list[SimPod]:
+        return [p for p in self.pods.values() if p.live]
+
+    def advance(self) -> None:
+        """A kubelet moves one live Pod along: Pending -> Running -> an ending."""
+        live = self.live()
+        if not live:
+            return
+        pod = self.rng.choice(live)
+        if pod.phase == "Pending":
+            pod.phase = "Running"
+        else:
+            self._finish(pod)
+        self.undelivered.add(pod.name)
+
+    def _finish(self, pod: SimPod) -> None:
+        ok, bad = [], []
+        for i in pod.inputs:
+            # a chunk's runner skips an input whose result is already recorded
+            good = i in self.succeeded_for_real or (
+                i not in self.doomed and (i not in self.flaky or self.rng.random() < 0.5)
+            )
+            (ok if good else bad).append(i)
+        self.succeeded_for_real.update(ok)
+        self.failed_for_real.update(bad)
+        if len(pod.inputs) > 1:
+            pod.message = json.dumps({"succeeded": str(IndexSet(ok)), "failed": str(IndexSet(bad))})
+        else:
+            pod.message = f"out-{pod.inputs[0]}" if ok else "Traceback: ValueError: boom"
+        pod.phase, pod.exit_code = ("Succeeded", 0) if not bad else ("Failed", 1)
+
+    def disrupt(self) -> None:
+        """Someone deletes a running Pod by hand, or the node evicts it."""
+        live = self.live()
+        if not live:
+            return
+        pod = self.rng.choice(live)
+        self.disrupted[pod.unit] += 1
+        if self.rng.random() < 0.5:
+            self._delete(pod.name)
+        else:
+            pod.phase, pod.reason = "Failed", "Evicted"
+            self.undelivered.add(pod.name)
+
+    def expire(self) -> None:
+        """Finished Pods past their TTL go, once the manifest records every input of theirs."""
+        done = complete(self.manifest)
+        for pod in list(self.pods.values()):
+            if not pod.live and all(i in done for i in pod.inputs) and self.rng.random() < 0.5:
+                self._delete(pod.name)
+
+    def cancel_one(self) -> None:
+        if not self.total:
+            return
+        i = self.rng.randrange(self.total)
+        asked = IndexSet.parse(self.spec.cancel_indexes) | IndexSet([i])
+        self.spec = self.spec.model_copy(update={"cancel_indexes": str(asked)})
+
+    # ------------------------------------------------------------------ invariants
+
+    def check(self) -> None:
+        live = self.live()
+        self.peak_live = max(self.peak_live, len(live))
+        limit = self.spec.max_concurrent
+        if limit is not None:
+            assert len(live) <= limit, f"{len(live)} live Pods, maxConcurrent {limit}"
+        per_unit = Counter(p.unit for p in live)
+        assert all(n == 1 for n in per_unit.values()), f"two live Pods for one input: {per_unit}"
+        for unit, n in self.created.items():
+            bound = self.spec.retries + self.disrupted[unit] + 1
+            assert n <= bound, f"unit {unit} ran {n} attempts; at most {bound} allowed"
+        s = self.status
+        if s is not None:
+            active = IndexSet.parse(s.active_indexes)
+            assert not (active & IndexSet(outcomes(s))), s
+            c = s.counts
+            assert c.pending + c.running + c.succeeded + c.failed + c.cancelled == s.total
+
+    def finished(self) -> bool:
+        return (
+            self.status is not None
+            and Phase(self.status.phase).terminal
+            and not self.live()
+            and not self.undelivered
+        )
+
+    def run(self, *, chaos: float = 1.0, limit: int = 6000, cancel_rate: float = 0.0) -> None:
+        for _ in range(limit):
+            r = self.rng.random()
+            if r < 0.03 * chaos:
+                self.reconcile("crash")
+            elif r < 0.07 * chaos:
+                self.reconcile("stale")
+            elif r < 0.10 * chaos:
+                self.disrupt()
+            elif r < 0.14 * chaos:
+                self.expire()
+            elif r < 0.14 * chaos + cancel_rate:
+                self.cancel_one()
+            elif r < 0.45:
+                self.advance()
+            elif r < 0.65:
+                self.deliver(everything=self.rng.random() < 0.2)
+            else:
+                self.reconcile(max_launches=self.rng.choice([None, None, 2]))
+            self.check()
+            if self.finished():
+                self.final_checks()
+                return
+        raise AssertionError(f"the batch did not end: {self.status}")
+
+    def final_checks(self) -> None:
+        s = self.status
+        assert s is not None
+        got = complete(self.last)
+        assert set(got) == set(range(self.total)), "an input never ended"
+        assert s.active_indexes == ""
+        spec = self.spec
+        asked = IndexSet.parse(spec.cancel_indexes)
+        fail_fast = spec.fail_fast and bool(self.last.failed)
+        for i, outcome in got.items():
+            unit = i - i % self.chunk
+            if outcome == "succeeded":
+                assert i in self.succeeded_for_real, f"input {i} recorded succeeded, never did"
+            elif outcome == "failed":
+                too_many = self.disrupted[unit] > self.max_disruptions
+                assert i in self.failed_for_real or too_many, f"input {i} failed, never did"
+            else:
+                assert i in asked or spec.cancel or fail_fast, f"input {i} cancelled unasked"
+        if spec.cancel and not self.ended_before_cancel:
+            assert s.phase == Phase.CANCELLED  # what the user asked for, whatever else ended
+        elif self.last.failed:
+            assert s.phase == Phase.FAILED
+        elif self.last.cancelled:
+            assert s.phase == Phase.CANCELLED
+        else:
+            assert s.phase == Phase.SUCCEEDED
+        reasons = Counter(e.reason for e in self.events)
+        assert set(reasons) <= KNOWN_EVENTS, reasons
+        assert reasons["Succeeded"] + reasons["Failed"] + reasons["Cancelled"] <= 1, reasons
+        assert reasons["Launching"] <= 1 and reasons["InputsFailed"] <= len(self.last.failed)
+
+
+def world(seed: int, **extra: Any) -> World:
+    rng = random.Random(seed)
+    n = extra.pop("n", rng.randrange(0, 30))
+    doomed = {i for i in range(n) if rng.random() < 0.08}
+    flaky = {i for i in range(n) if rng.random() < 0.2} - doomed
+    spec = make_spec(n, **extra)
+    return World(spec=spec, rng=rng, doomed=doomed, flaky=flaky)
+
+
+# =========================================================================== the runs
+
+
+@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("limit", [1, 3, None], ids=["max1", "max3", "unlimited"])
+def test_random_batches_end_with_every_input_run_within_its_attempts(seed, limit):
+    rng = random.Random(seed)
+    w = world(seed * 7 + (limit or 0), maxConcurrent=limit, retries=rng.randrange(3))
+    w.run()
+    assert w.status is not None and w.status.progress.endswith(f"/{w.total}")
+    never_ran = set(range(w.total)) - {i for u in w.created for i in unit_inputs(u, 1, w.total)}
+    assert never_ran <= set(w.last.cancelled)
+
+
+@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("chunk", [2, 3])
+def test_random_chunked_batches(seed, chunk):
+    rng = random.Random(seed)
+    w = world(
+        1000 + seed,
+        n=rng.randrange(1, 30),
+        chunkSize=chunk,
+        maxConcurrent=rng.choice([1, 2, None]),
+        retries=rng.randrange(2),
+    )
+    w.run()
+
+
+@pytest.mark.parametrize("seed", range(25))
+@pytest.mark.parametrize(
+    ("fail_fast", "cancel_running"),
+    [(False, False), (True, False), (True, True), (False, True)],
+    ids=["row1-continue", "row2-stop-launching", "row3-cancel-running", "row4-no-effect"],
+)
+def test_random_fail_fast_table(seed, fail_fast, cancel_running):
+    w = world(
+        2000 + seed,
+        n=25,
+        maxConcurrent=4,
+        failFast=fail_fast,
+        cancelRunningOnFail=cancel_running,
+        retries=seed % 2,
+    )
+    w.doomed |= {seed % 25}
+    w.run()
+    s = w.status
+    assert s is not None and s.phase == Phase.FAILED
+    if not fail_fast:  # rows 1 and 4: everything ran, nothing was cancelled
+        assert not w.last.cancelled and set(w.created) == set(range(25))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_single_input_cancels(seed):
+    rng = random.Random(seed)
+    w = world(3000 + seed, n=20, maxConcurrent=rng.choice([2, 5, None]), chunkSize=seed % 2 + 1)
+    w.run(cancel_rate=0.01)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_whole_batch_cancel(seed):
+    w = world(4000 + seed, n=30, maxConcurrent=4)
+    for _ in range(seed * 10):
+        w.reconcile()
+        w.advance()
+        w.deliver()
+        w.check()
+    ended = w.status is not None and Phase(w.status.phase).terminal
+    before = w.status
+    w.ended_before_cancel = ended
+    w.spec = w.spec.model_copy(update={"cancel": True})
+    w.run()
+    assert w.status is not None
+    if ended:  # a cancel after the end changes nothing
+        assert w.status.wire() == before.wire()  # type: ignore[union-attr]
+    else:
+        assert w.status.phase == Phase.CANCELLED
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_batches_whose_status_ranges_are_cut(seed):
+    """The handler cuts long range strings (`truncated`); the complete outcomes are kept in
+    memory and, across a restart, come from the manifest. Nothing may be forgotten."""
+    rng = random.Random(seed)
+    w = world(
+        5000 + seed,
+        n=rng.randrange(10, 30),
+        maxConcurrent=rng.choice([2, 4, None]),
+        retries=rng.randrange(2),
+        failFast=rng.random() < 0.3,
+    )
+    w.cap = 8
+    w.flaky |= set(range(1, w.total, 2))  # scattered outcomes: long range strings
+    w.run(cancel_rate=0.005)
+    assert w.status is not None
+
+
+def test_the_chaos_really_happens():
+    """The runs above are only worth something if crashes, conflicts and disruptions occur."""
+    totals: Counter = Counter()
+    for seed in range(30):
+        w = world(seed, n=20, maxConcurrent=3, retries=1)
+        w.run()
+        totals.update(
+            crashes=w.crashes,
+            conflicts=w.conflicts,
+            disruptions=sum(w.disrupted.values()),
+            retried=sum(1 for n in w.created.values() if n > 1),
+        )
+    assert totals["crashes"] > 20 and totals["conflicts"] > 20
+    assert totals["disruptions"] > 20 and totals["retried"] > 20
+
+
+def test_a_stale_decision_cannot_rerun_an_input_whose_pod_expired():
+    """Why the status write must be conditional even when a decision only (re)creates."""
+    w = world(0, n=3, maxConcurrent=1)
+    w.reconcile()
+    w.deliver(everything=True)
+    stale = (w.rv, w.status)
+    w.pods["g-0-1"].phase = "Succeeded"
+    w.undelivered.add("g-0-1")
+    w.deliver(everything=True)
+    w.reconcile()  # records 0, launches 1
+    w._delete("g-0-1")  # its TTL
+    w.deliver(everything=True)
+    w.mem.gone.clear()  # and a restart forgot its tombstone
+    d = decide_batch(
+        w.spec, stale[1], observe_units(list(w.index.values()), w.mem), T0, batch=BATCH
+    )
+    assert (0, 1) in d.creates  # decided on the stale status, 0 looks reserved but never run
+    w.snapshots = [stale]
+    assert w.reconcile("stale") == "conflict"  # ...so it never gets to act
+    assert w.created[0] == 1 and "g-0-1" not in w.pods
+
+
+def test_cancelling_an_input_whose_pod_the_watch_has_not_shown_yet():
+    """Input 0's Pod was created, the watch has not delivered it, and the user cancels input 0.
+
+    Its Pod runs on unseen; the slot it holds must not go to another input until it
+    is stopped, and it must be stopped.
+    """
+    w = world(0, n=3, maxConcurrent=1)
+    w.lag = 1.0  # nothing is delivered until asked
+    w.reconcile()
+    assert set(w.pods) == {"g-0-1"} and w.mem.creating == {0: 1}
+    w.pods["g-0-1"].phase = "Running"
+    w.spec = w.spec.model_copy(update={"cancel_indexes": "0"})
+    w.reconcile()
+    w.check()
+    w.reconcile()
+    w.check()  # at most maxConcurrent live Pods
+    assert "g-0-1" not in w.pods or not w.pods["g-0-1"].live
