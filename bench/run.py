@@ -447,7 +447,29 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 0.7 * len(modes) + 2.8))
     colors = {"job": "#888888", "container": "#2a9d8f", "function": "#264653", "chunked": "#e9c46a"}
     walls = [result["modes"][m].get("wall_seconds") or 0 for m in modes]
-    ax1.barh(modes, walls, color=[colors.get(m, "#457b9d") for m in modes])
+    # each bar in three parts: submitting (functions: packaging and upload), running,
+    # and collecting results after the batch ended (functions)
+    submit, running, collect = [], [], []
+    for m, wall in zip(modes, walls, strict=True):
+        marks = result["modes"][m].get("milestones") or {}
+        a = min(marks.get("submitted", 0.0), wall)
+        b = min(marks.get("all_done", wall), wall)
+        submit.append(a)
+        running.append(max(b - a, 0.0))
+        collect.append(max(wall - b, 0.0))
+    color = [colors.get(m, "#457b9d") for m in modes]
+    ax1.barh(modes, submit, color=color, alpha=0.35, hatch="//", label="submitting")
+    ax1.barh(modes, running, left=submit, color=color, label="running")
+    ax1.barh(
+        modes,
+        collect,
+        left=[a + b for a, b in zip(submit, running, strict=True)],
+        color=color,
+        alpha=0.35,
+        hatch="..",
+        label="collecting results",
+    )
+    ax1.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
     for y, m in enumerate(modes):
         d = result["modes"][m]
         if "wall_seconds" not in d:

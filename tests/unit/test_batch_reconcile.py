@@ -382,6 +382,29 @@ def test_a_truncated_status_never_makes_a_recorded_input_run_again(settings, mon
     assert "Adopted" not in batch.events()
 
 
+def test_a_restart_right_after_a_truncated_status_write_forgets_nothing(settings, monkeypatch):
+    """The status was written with cut ranges, and the manifest (debounced) does not have
+    the newest outcomes yet when the operator restarts: they must not be forgotten."""
+    small = lambda status: batch_logic.compact_status(status, cap=20)  # noqa: E731
+    monkeypatch.setattr(batches, "compact_status", small)
+    kube = FakeKube()
+    batch = Batch(kube, settings, container_batch(24, maxConcurrent=20))
+    batch.reconcile()  # the first manifest write; routine ones wait for the interval
+    batch.deliver()
+    for i in range(20):
+        kube.end_pod(pod_name(i), ok=i % 2 == 0)
+    batch.reconcile()
+    st = batch.status
+    assert st["truncated"] is True
+    assert (st["counts"]["succeeded"], st["counts"]["failed"]) == (10, 10)
+    batch.restart()
+    kube.calls.clear()
+    batch.reconcile()
+    st = batch.status
+    assert (st["counts"]["succeeded"], st["counts"]["failed"]) == (10, 10), "outcomes went back"
+    assert "Adopted" not in batch.events() and batch.created() == []
+
+
 def test_after_a_restart_a_truncated_status_is_completed_from_the_manifest(settings, monkeypatch):
     small = lambda status: batch_logic.compact_status(status, cap=20)  # noqa: E731
     monkeypatch.setattr(batches, "compact_status", small)

@@ -128,7 +128,7 @@ class SimPod:
         )
 
 
-@dataclass
+@dataclass(repr=False)
 class World:
     spec: KineticBatchSpec
     rng: random.Random
@@ -168,6 +168,14 @@ class World:
     def __post_init__(self) -> None:
         self.total = self.spec.inputs.count or 0
         self.chunk = self.spec.chunk_size
+
+    def __repr__(self) -> str:  # short: pytest prints it on every failure
+        s = self.status
+        return (
+            f"World(total={self.total}, chunk={self.chunk}, max={self.spec.max_concurrent}, "
+            f"retries={self.spec.retries}, phase={s.phase if s else None}, "
+            f"live={sorted(p.name for p in self.live())}, crashes={self.crashes})"
+        )
 
     # ------------------------------------------------------------------ the operator
 
