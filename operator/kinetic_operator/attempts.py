@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from kinetic.names import fmt_time
+from kinetic.names import fmt_time, parse_time
 from kinetic.resources import AttemptRecord
 
 from kinetic_operator.observed import PodView
@@ -229,9 +229,11 @@ def plan_unit(
 
 def _ended(pod: PodView | None, known: AttemptRecord | None, *, is_current: bool) -> _End | None:
     """How an attempt ended, or None while it is still on its way (or not created yet)."""
+    if known is not None and known.outcome in ("success", "failure") and (pod is None or pod.gone):
+        return _End(known.outcome, known.reason or "Unknown", known.message, known.exit_code)
     if pod is None:
-        if known is not None and known.outcome in ("success", "failure", "disruption"):
-            return _End(known.outcome, known.reason or "Unknown", known.message, known.exit_code)
+        if known is not None and known.outcome == "disruption":
+            return _End("disruption", known.reason or "Unknown", known.message, known.exit_code)
         if is_current:
             return None
         return _End("disruption", "PodLost", "its Pod was deleted before it was seen to end")
@@ -241,6 +243,8 @@ def _ended(pod: PodView | None, known: AttemptRecord | None, *, is_current: bool
     if pod.phase == "Failed":
         if pod.reason == "DeadlineExceeded":
             return _End("failure", "DeadlineExceeded", "exceeded its deadline", pod.exit_code)
+        if disrupted == "PodDeleted" and _ended_before_deletion(pod):
+            disrupted = None  # it had failed on its own; the deletion came later
         if disrupted is not None:
             return _End("disruption", disrupted, pod.message or f"pod {pod.name}: {disrupted}")
         return _End(
@@ -253,6 +257,20 @@ def _ended(pod: PodView | None, known: AttemptRecord | None, *, is_current: bool
         reason = disrupted or "PodDeleted"
         return _End("disruption", reason, pod.message or f"pod {pod.name} was deleted")
     return None
+
+
+def _ended_before_deletion(pod: PodView) -> bool:
+    """A failed Pod deleted afterwards (by hand, or by cleanup) failed on its own.
+
+    Times are to the second: a container killed by the deletion ends in the
+    same second or later, so only a strictly earlier end is taken as its own.
+    A tombstone with no deletion time was last seen failed before it went.
+    """
+    if pod.deleted_at is None:
+        return pod.gone
+    if pod.finished_at is None:
+        return False
+    return parse_time(pod.finished_at) < parse_time(pod.deleted_at)
 
 
 def _disruption(pod: PodView) -> str | None:

@@ -147,6 +147,7 @@ class Recorded:
     succeeded: IndexSet = field(default_factory=IndexSet)
     failed: IndexSet = field(default_factory=IndexSet)
     cancelled: IndexSet = field(default_factory=IndexSet)
+    active: IndexSet = field(default_factory=IndexSet)  # reserved, not ended (when known)
 
     @property
     def terminal(self) -> IndexSet:
@@ -157,6 +158,7 @@ class Recorded:
             self.succeeded | other.succeeded,
             self.failed | other.failed,
             self.cancelled | other.cancelled,
+            self.active | other.active,
         )
 
 
@@ -310,11 +312,13 @@ def decide_batch(
     _follow_units(w, units, cancel_all=_cancel_running(w))
     if _cancel_running(w):  # the first failure was just recorded: cancel the rest too
         _follow_units(w, units, cancel_all=True)
+    terminal = w.terminal
+    w.creates = [(u, a) for u, a in w.creates if (w.inputs_of(u) - terminal) & w.active]
     _adopt(w, units)
-    fresh, unlaunched, more = _launch_or_stop(w, max_launches)
+    fresh, unlaunched, more = _launch_or_stop(w, max_launches, units)
     new = _status(w, old, generation, fresh)
     actions = _actions(w, old, old_recorded, new, fresh, unlaunched, new_submission)
-    recorded = Recorded(w.succeeded, w.failed, w.cancelled)
+    recorded = Recorded(w.succeeded, w.failed, w.cancelled, w.active - w.terminal)
     changed = new.wire() != old.wire()
     return BatchDecision(
         status=new,
@@ -353,7 +357,7 @@ def _start(
         succeeded=known.succeeded,
         failed=known.failed,
         cancelled=known.cancelled - known.succeeded - known.failed,
-        active=_parse(old.active_indexes) - known.terminal,
+        active=(_parse(old.active_indexes) | known.active) - known.terminal,
         launched=old.launched,
     )
 
@@ -392,15 +396,28 @@ def _follow_units(w: _Work, units: Mapping[int, UnitObservation], *, cancel_all:
 
     Units with no live Pod and no active input (finished, waiting out their
     TTL) are skipped without a look: at 10,000 inputs most units are those.
+    Outcomes are collected and merged into the sets once, at the end, so a
+    pass costs the same however scattered the recorded outcomes are.
     """
     active_units = {w.unit_of(i) for i in w.active}
-    live_units = {u for u, obs in units.items() if any(p.live for p in obs.pods.values())}
+    busy = {
+        u
+        for u, obs in units.items()
+        if obs.creating is not None or any(p.live for p in obs.pods.values())
+    }
     terminal = w.terminal
-    for unit in sorted(active_units | live_units):
+    stopping = set(w.stops)
+    ended: dict[str, list[IndexSet]] = {"succeeded": [], "failed": [], "cancelled": []}
+    running: list[IndexSet] = []
+    for unit in sorted(active_units | busy):
         obs = units.get(unit, UnitObservation())
         open_inputs = w.inputs_of(unit) - terminal
-        if not open_inputs:  # settled: any Pod still live is a stray
-            w.stops.extend(p.name for p in obs.pods.values() if p.live and p.name not in w.stops)
+        if not open_inputs:  # settled: stop any Pod still live, or still being created
+            strays = [p.name for p in obs.pods.values() if p.live]
+            if obs.creating is not None and obs.creating not in obs.pods:
+                strays.append(input_pod_name(w.batch, unit, obs.creating))
+            w.stops.extend(p for p in strays if p not in stopping)
+            stopping.update(strays)
             continue
         if unit not in active_units:
             continue  # Pods the status does not know of: `_adopt` looks at them
@@ -414,33 +431,37 @@ def _follow_units(w: _Work, units: Mapping[int, UnitObservation], *, cancel_all:
             now=w.now,
         )
         w.plans[unit] = plan
-        w.stops.extend(p for p in plan.stop if p not in w.stops)
+        w.stops.extend(p for p in plan.stop if p not in stopping)
+        stopping.update(plan.stop)
         if plan.create is not None and (unit, plan.create) not in w.creates:
             w.creates.append((unit, plan.create))
         if plan.outcome == "running":
-            w.running = w.running | open_inputs
+            running.append(open_inputs)
         if plan.terminal:
-            _record_unit(w, unit, plan, open_inputs)
-            terminal = terminal | open_inputs
+            _record_unit(w, plan, open_inputs, ended)
+    w.running = w.running.union(*running)
+    w.succeeded = w.succeeded.union(*ended["succeeded"])
+    w.failed = w.failed.union(*ended["failed"])
+    w.newly_failed = w.newly_failed.union(*ended["failed"])
+    w.cancelled = w.cancelled.union(*ended["cancelled"])
+    done = IndexSet().union(*ended["succeeded"], *ended["failed"], *ended["cancelled"])
+    w.active = w.active - done
 
 
-def _record_unit(w: _Work, unit: int, plan: UnitPlan, open_inputs: IndexSet) -> None:
+def _record_unit(
+    w: _Work, plan: UnitPlan, open_inputs: IndexSet, ended: dict[str, list[IndexSet]]
+) -> None:
     """A unit ended: its inputs' outcomes, with a chunk's own per-input report."""
     if plan.outcome == "succeeded":
-        ok, rest = open_inputs, IndexSet()
-    else:
-        ok = _reported_ok(plan) & open_inputs
-        rest = open_inputs - ok
-    w.succeeded = w.succeeded | ok
-    if plan.outcome == "failed":
-        w.failed = w.failed | rest
-        w.newly_failed = w.newly_failed | rest
-        if rest and not w.fail_messages:
-            first = rest.min()
-            w.fail_messages.append(f"Input {first} failed: {plan.message}")
-    elif plan.outcome == "cancelled":
-        w.cancelled = w.cancelled | rest
-    w.active = w.active - open_inputs
+        ended["succeeded"].append(open_inputs)
+        return
+    ok = _reported_ok(plan) & open_inputs if w.chunk > 1 else IndexSet()
+    rest = open_inputs - ok
+    if ok:
+        ended["succeeded"].append(ok)
+    ended[plan.outcome].append(rest)
+    if plan.outcome == "failed" and rest and not w.fail_messages:
+        w.fail_messages.append(f"Input {rest.min()} failed: {plan.message}")
 
 
 def _reported_ok(plan: UnitPlan) -> IndexSet:
@@ -472,14 +493,30 @@ def _adopt(w: _Work, units: Mapping[int, UnitObservation]) -> None:
         w.launched = max(w.launched, (w.adopted.max() or 0) + 1)
 
 
-def _launch_or_stop(w: _Work, max_launches: int | None) -> tuple[IndexSet, IndexSet, bool]:
-    """Reserve new units up to maxConcurrent, or, when stopping, cancel what never ran."""
+def _launch_or_stop(
+    w: _Work, max_launches: int | None, units: Mapping[int, UnitObservation]
+) -> tuple[IndexSet, IndexSet, bool]:
+    """Reserve new units up to maxConcurrent, or, when stopping, cancel what never ran.
+
+    A slot is held by every active unit and by every Pod still live or being
+    created (the Pod of a cancelled input holds its slot until it stops).
+    """
     fail_fast = w.spec.fail_fast and bool(w.failed)
-    unlaunched = IndexSet.range(0, w.total) - w.terminal - w.active
+    terminal = w.terminal
+    unlaunched = IndexSet.range(0, w.total) - terminal - w.active
     if w.spec.cancel or fail_fast:
         w.cancelled = w.cancelled | unlaunched
         return IndexSet(), unlaunched, False
-    running_units = len({w.unit_of(i) for i in w.active})
+    held = {w.unit_of(i) for i in w.active} | {
+        u
+        for u, obs in units.items()
+        if u < w.total
+        and (
+            (obs.creating is not None and obs.creating not in obs.pods)
+            or any(p.live for p in obs.pods.values())
+        )
+    }
+    running_units = len(held)
     slots = len(unlaunched)
     if w.spec.max_concurrent is not None:
         slots = min(slots, max(0, w.spec.max_concurrent - running_units))
@@ -498,8 +535,7 @@ def _launch_or_stop(w: _Work, max_launches: int | None) -> tuple[IndexSet, Index
             i = unit + w.chunk
         if len(picked) >= slots:
             break
-    for unit in picked:
-        fresh = fresh | (w.inputs_of(unit) - w.terminal - w.active)
+    fresh = IndexSet().union(*(w.inputs_of(unit) - terminal - w.active for unit in picked))
     if fresh:
         w.active = w.active | fresh
         w.launched = max(w.launched, (fresh.max() or 0) + 1)
@@ -629,11 +665,16 @@ def _settled(
 
 
 def compact_status(status: KineticBatchStatus, cap: int = RANGE_CAP) -> KineticBatchStatus:
-    """``status`` with each outcome range string cut to ``cap`` characters at an item
-    boundary, and ``truncated`` set when anything was cut (the manifest has them whole)."""
+    """``status`` with each range string cut to ``cap`` characters at an item boundary,
+    and ``truncated`` set when anything was cut.
+
+    The manifest has the outcome ranges whole, and the operator keeps the
+    active ones in memory; after a restart, inputs cut from ``activeIndexes``
+    are found again through their Pods.
+    """
     cut = False
     update: dict[str, Any] = {}
-    for name in ("succeeded_indexes", "failed_indexes", "cancelled_indexes"):
+    for name in ("succeeded_indexes", "failed_indexes", "cancelled_indexes", "active_indexes"):
         text = getattr(status, name)
         if len(text) > cap:
             update[name] = text[: text.rfind(",", 0, cap)]

@@ -64,7 +64,10 @@ def build_unit_pod(
     else:
         labels[LABEL_CHUNK] = str(len(indexes))
         child = spec.template
-        env |= function_env(child)
+        fn = child.function
+        assert fn is not None  # validate_batch_spec: chunks are function templates only
+        env["KINETIC_PAYLOAD_URI"] = fn.payload_uri
+        env["KINETIC_PAYLOAD_SHA256"] = fn.sha256
         env["KINETIC_INPUT_MODE"] = spec.input_mode
         env["KINETIC_CHUNK"] = json.dumps(
             [_chunk_entry(batch, spec, i, root, hashes) for i in indexes], separators=(",", ":")

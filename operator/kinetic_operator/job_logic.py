@@ -197,6 +197,11 @@ def decide(
     elif isinstance(spec, InvalidSpec):
         _finish(w, Phase.FAILED, spec.message)
         w.event("Warning", "InvalidSpec", spec.message)
+        w.actions.extend(DeletePod(p.name) for p in pods.values() if p.live)
+        for rec in st.attempts:
+            if rec.outcome in ("pending", "running"):
+                rec.outcome, rec.reason = "cancelled", "InvalidSpec"
+                rec.end_time = rec.end_time or fmt_time(now)
     else:
         if result_uri is not None:
             st.result_uri = result_uri

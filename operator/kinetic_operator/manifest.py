@@ -109,6 +109,7 @@ class ManifestBook:
     dirty: set[int] = field(default_factory=set)
     written: set[int] = field(default_factory=set)
     loaded: set[int] = field(default_factory=set)
+    header_read: bool = False
 
     def note(
         self, plans: Mapping[int, UnitPlan], chunk: int, total: int, *, container: bool
@@ -135,7 +136,7 @@ class ManifestBook:
             for index, rec in records.items():
                 outcome = _recorded_outcome(index, recorded)
                 if outcome is not None and rec.outcome != outcome:
-                    records[index] = rec.model_copy(update={"outcome": outcome})
+                    records[index] = _settled(rec, outcome)
                     self.dirty.add(shard)
 
     def write(self, header: ManifestHeader, recorded: Recorded) -> None:
@@ -145,6 +146,10 @@ class ManifestBook:
         written: it will not change again.
         """
         self.settle(recorded)
+        if not self.header_read:  # shards an earlier process wrote stay listed
+            stored = read_header(self.root, self.batch)
+            self.written.update(stored.shards if stored is not None else ())
+            self.header_read = True
         terminal = recorded.terminal
         for shard in sorted(self.dirty):
             records = self._merged(shard)
@@ -181,6 +186,16 @@ class ManifestBook:
                 records.setdefault(int(key), rec)
             self.written.add(shard)
         return records
+
+
+def _settled(rec: InputRecord, outcome: str) -> InputRecord:
+    """``rec`` with the batch's outcome; a last attempt still open ends with it."""
+    attempts = list(rec.attempts)
+    if attempts and attempts[-1].outcome in ("pending", "running") and outcome != "SUCCEEDED":
+        attempts[-1] = attempts[-1].model_copy(
+            update={"outcome": "cancelled" if outcome == "CANCELLED" else "failure"}
+        )
+    return rec.model_copy(update={"outcome": outcome, "attempts": attempts})
 
 
 def _recorded_outcome(index: int, recorded: Recorded) -> str | None:

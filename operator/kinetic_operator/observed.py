@@ -32,6 +32,7 @@ class PodView:
     phase: str = "Pending"
     created: str | None = None
     deleting: bool = False
+    deleted_at: str | None = None
     gone: bool = False
     reason: str | None = None
     message: str | None = None
@@ -110,6 +111,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodView | None:
         phase=status.get("phase") or "Pending",
         created=meta.get("creationTimestamp"),
         deleting=bool(meta.get("deletionTimestamp")),
+        deleted_at=meta.get("deletionTimestamp"),
         reason=status.get("reason"),
         message=_clip(status.get("message")),
         start_time=status.get("startTime"),

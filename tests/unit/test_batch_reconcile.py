@@ -134,7 +134,7 @@ def test_the_manifest_and_the_reservation_come_before_any_pod(settings):
         (read_header(batch.root, GRP) is not None, batch.status.get("activeIndexes", ""))
     )
     batch.reconcile()
-    assert batch.created() == [pod_name(0), pod_name(1)]
+    assert sorted(batch.created()) == [pod_name(0), pod_name(1)]
     assert checks == [(True, "0-1"), (True, "0-1")]
     st = batch.status
     assert st["launched"] == 2 and st["manifestURI"] == layout.manifest_uri(batch.root, GRP)
@@ -155,7 +155,7 @@ def test_a_stale_copy_gets_409_and_no_pod_is_created_from_it(settings):
     kube.calls.clear()
     batch.reconcile()
     assert kube.calls[:2] == [("conflict", GRP), ("get", GRP)]
-    assert batch.created() == [] and kube.pods == {}
+    assert sorted(batch.created()) == [] and kube.pods == {}
     assert batch.status["phase"] == "CANCELLED"
     assert batch.status["cancelledIndexes"] == "0-3"
 
@@ -292,7 +292,7 @@ def test_finished_pods_go_after_their_ttl_once_their_shard_is_written(settings):
     # The tombstones that follow change nothing, and nothing runs again.
     kube.calls.clear()
     batch.reconcile()
-    assert batch.created() == [] and batch.status["phase"] == "SUCCEEDED"
+    assert sorted(batch.created()) == [] and batch.status["phase"] == "SUCCEEDED"
 
 
 def test_finished_pods_within_their_ttl_are_kept(settings):
@@ -377,7 +377,7 @@ def test_a_truncated_status_never_makes_a_recorded_input_run_again(settings, mon
         batch.reconcile()
         st = batch.status
         counts.append((st["counts"]["succeeded"], st["counts"]["failed"]))
-    assert batch.created() == [], "inputs recorded before were launched again"
+    assert sorted(batch.created()) == [], "inputs recorded before were launched again"
     assert counts == [(10, 10)] * 4, "recorded outcomes went back"
     assert "Adopted" not in batch.events()
 
@@ -416,7 +416,7 @@ def test_after_a_restart_a_truncated_status_is_completed_from_the_manifest(setti
     kube.pods.clear()  # every Pod expired
     kube.calls.clear()
     batch.reconcile()
-    assert batch.created() == [] and batch.status["counts"]["failed"] == 12
+    assert sorted(batch.created()) == [] and batch.status["counts"]["failed"] == 12
 
 
 def test_the_manifest_interval_setting_paces_routine_manifest_writes(settings):
@@ -442,7 +442,9 @@ def test_a_restart_adopts_pods_and_creates_nothing_twice(settings):
     batch.restart()
     kube.calls.clear()
     batch.reconcile()
-    assert batch.created() == [pod_name(3)]  # 1's slot; 2 is seen Pending: not created again
+    assert sorted(batch.created()) == [
+        pod_name(3)
+    ]  # 1's slot; 2 is seen Pending: not created again
     assert batch.status["succeededIndexes"] == "1"
     assert ("exists", pod_name(2)) not in kube.calls
 
@@ -457,7 +459,7 @@ def test_a_chunked_function_batch_records_each_input(settings, tmp_path):
     }
     batch = Batch(kube, settings, spec)
     batch.reconcile()
-    assert batch.created() == [pod_name(0), pod_name(2), pod_name(4)]
+    assert sorted(batch.created()) == [pod_name(0), pod_name(2), pod_name(4)]
     assert kube.pods[pod_name(0)]["metadata"]["labels"]["kinetic.dev/chunk"] == "2"
     batch.deliver()
     kube.end_pod(pod_name(0), ok=False, message='{"succeeded":"1","failed":"0"}')

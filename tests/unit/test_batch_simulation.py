@@ -202,6 +202,8 @@ class World:
             if rv != self.rv:  # the conditional PATCH answers 409: nothing below happens
                 self.conflicts += 1
                 return "conflict"
+            if new.truncated and d.recorded.terminal - self.manifest.terminal:
+                self.manifest = d.recorded  # as the handler: outcomes stored before cut
             self._write(new, d.recorded)
         elif rv != self.rv and (d.creates or d.stops):
             self.conflicts += 1  # acting on a cached copy: the handler reads afresh first
@@ -248,17 +250,22 @@ class World:
             assert now.get(i) == outcome, f"input {i} was recorded {outcome}, now {now.get(i)}"
         for i, outcome in now.items():
             self.recorded.setdefault(i, outcome)
-        self.last = recorded
         if self.status is not None:
-            self._check_no_reserve_after_stop(self.status, new)
+            self._check_no_reserve_after_stop(self.status, new, recorded)
+        self.last = recorded
         self.snapshots = [*self.snapshots[-4:], (self.rv, self.status)]
         self.status = new
         self.rv += 1
 
-    def _check_no_reserve_after_stop(self, old: KineticBatchStatus, new: KineticBatchStatus):
+    def _check_no_reserve_after_stop(
+        self, old: KineticBatchStatus, new: KineticBatchStatus, recorded: Recorded
+    ) -> None:
         stopped = self.spec.cancel or (self.spec.fail_fast and bool(old.failed_indexes))
         if stopped:
-            grown = IndexSet.parse(new.active_indexes) - IndexSet.parse(old.active_indexes)
+            before, after = IndexSet.parse(old.active_indexes), IndexSet.parse(new.active_indexes)
+            if (new.truncated or old.truncated) and self.last is not None:  # complete sets
+                before, after = before | self.last.active, recorded.active
+            grown = after - before
             assert not grown, f"inputs {grown} reserved after the batch stopped launching"
 
     def _create(self, unit: int, attempt: int) -> None:
@@ -269,6 +276,8 @@ class World:
         assert self.status is not None
         inputs = tuple(unit_inputs(unit, self.chunk, self.total))
         reserved = IndexSet.parse(self.status.active_indexes)
+        if self.status.truncated and self.extra is not None:
+            reserved = reserved | self.extra.active  # the part the cut status leaves out
         assert reserved & IndexSet(inputs), f"Pod {name} created for a unit not reserved"
         self.pods[name] = SimPod(name, unit, attempt, inputs)
         self.created[unit] += 1

@@ -48,6 +48,7 @@ def test_a_failed_pod_of_a_kineticjob():
         phase="Failed",
         created="2026-01-01T00:00:01Z",
         deleting=True,
+        deleted_at="2026-01-01T00:00:09Z",
         start_time="2026-01-01T00:00:02Z",
         exit_code=137,
         terminated_reason="OOMKilled",

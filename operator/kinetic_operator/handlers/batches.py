@@ -324,6 +324,7 @@ def _reconcile_once(
         return None
 
     _load_durable(mem, root, name, old)
+    mem.debouncer.interval = settings.manifest_interval
     decision = batch_logic.decide_batch(
         spec,
         old,
@@ -338,21 +339,31 @@ def _reconcile_once(
     status, spec_events = _spec_condition(decision.status, refused, now)
     status = compact_status(status)
     clock = time.monotonic()
+    book = _book(mem, root, name)
+    total = input_count(spec.inputs)
+    manifest = _ManifestWrite(mem, write, settings, name, namespace, spec, meta, now)
     if decision.write_status or status.wire() != old.wire():
         wait = _coalesce(mem, settings, decision.urgent, clock)
         if wait is not None:
             return wait  # a routine update: written with the next one
+        if status.truncated and not _durable(mem, decision.recorded):
+            # The status is about to leave outcomes out: they must be in storage first.
+            mem.recorded = decision.recorded
+            book.note(decision.plans, spec.chunk_size, total, container=_is_container(spec))
+            if not manifest.run(clock):
+                raise ManifestNotWritten(
+                    f"{namespace}/{name}: the manifest could not be written, so the status "
+                    "is not cut yet; retrying"
+                )
         write.status(status, force=bool(decision.creates))  # Conflict: decide again
+        mem.extra = decision.recorded
     elif not fresh and (decision.creates or decision.stops):
         raise Conflict("acting on a cached copy: read it afresh first")
     mem.recorded = decision.recorded
-    book = _book(mem, root, name)
-    total = input_count(spec.inputs)
-    book.note(decision.plans, spec.chunk_size, total, container=spec.template.container is not None)
+    book.note(decision.plans, spec.chunk_size, total, container=_is_container(spec))
     for event in spec_events:
         kube.post_event(body, "Warning", event.reason, event.message)
 
-    manifest = _ManifestWrite(mem, write, settings, name, namespace, spec, meta, now)
     for action in decision.actions:
         match action:
             case WriteManifest(urgent=urgent, blocking=blocking):
@@ -388,6 +399,16 @@ def _forget(mem: BatchMemory, uid: str | None) -> None:
     fresh = BatchMemory(uid=uid, body=mem.body)
     for name in BatchMemory.__dataclass_fields__:
         setattr(mem, name, getattr(fresh, name))
+
+
+def _is_container(spec: KineticBatchSpec) -> bool:
+    return spec.template.container is not None
+
+
+def _durable(mem: BatchMemory, recorded: Recorded) -> bool:
+    """Whether every outcome in ``recorded`` is already in the stored manifest."""
+    safe = (mem.durable or Recorded()).terminal
+    return not (recorded.terminal - safe)
 
 
 def _coalesce(
@@ -446,7 +467,11 @@ def _create(
         try:
             pod = build_unit_pod(name, namespace, uid, spec, settings, unit, attempt, mem.hashes)
             mem.creating[unit] = attempt
-            kube.create_pod(pod)
+            try:
+                kube.create_pod(pod)
+            except Exception:
+                mem.creating.pop(unit, None)  # not created: the next reconcile tries again
+                raise
         except (UnitRefused, Rejected) as exc:
             mem.creating.pop(unit, None)
             why = f"input {unit} could not be launched: {exc}"

@@ -226,6 +226,9 @@ def _reconcile_once(
                     mem.creating.discard(n)
                     _reject(kube, mem, body, decision.status, new, n, str(exc), now)
                     return None
+                except Exception:
+                    mem.creating.discard(n)  # not created: the next reconcile tries again
+                    raise
             case DeletePod(pod=pod):
                 kube.delete_pod(namespace, pod)
             case Event(type=type_, reason=reason, message=message):
