@@ -106,9 +106,10 @@ class PodCounter(threading.Thread):
 def probe(ns: str, during: str, t0: float, timeout: float) -> dict[str, Any]:
     """Submit one container KineticJob and time its Pod's creation and start.
 
-    "Exists" is the Pod's ADDED event, "starts" its first phase past Pending,
-    both on a Pod watch opened before the job was created, so nothing is
-    missed and no polling interval is added.
+    "Exists" is the Pod's ADDED event (the operator's part), "scheduled" the
+    first version bound to a node (the scheduler's), "starts" its first phase
+    past Pending (the node's), all on a Pod watch opened before the job was
+    created, so nothing is missed and no polling interval is added.
     """
     core = kube.core()
     name = f"probe-{uuid.uuid4().hex[:8]}"
@@ -126,6 +127,7 @@ def probe(ns: str, during: str, t0: float, timeout: float) -> dict[str, Any]:
         "at_seconds": round(submitted - t0, 1),
         "job": name,
         "pod_seconds": None,
+        "scheduled_seconds": None,
         "start_seconds": None,
     }
     kube.create(r.JOB_PLURAL, ns, body)
@@ -146,6 +148,8 @@ def probe(ns: str, during: str, t0: float, timeout: float) -> dict[str, Any]:
                 if out["pod_seconds"] is None:
                     out["pod_seconds"] = round(now, 2)
                     out["pod"] = pod.metadata.name
+                if out["scheduled_seconds"] is None and pod.spec.node_name:
+                    out["scheduled_seconds"] = round(now, 2)  # bound: the rest is the node
                 if (pod.status.phase or "Pending") != "Pending":
                     out["start_seconds"] = round(now, 2)
                     w.stop()
@@ -187,9 +191,11 @@ def summarise_probes(probes: list[dict[str, Any]], deleted_by: float | None) -> 
         ps = [p for p in probes if p["during"] == during]
         starts = [p["start_seconds"] for p in ps]
         pods = [p["pod_seconds"] for p in ps]
+        bound = [p.get("scheduled_seconds") for p in ps]
         out[during] = {
             "probes": len(ps),
             "max_pod_seconds": max((x for x in pods if x is not None), default=None),
+            "max_scheduled_seconds": max((x for x in bound if x is not None), default=None),
             "max_start_seconds": max((x for x in starts if x is not None), default=None),
             "not_started": sum(1 for x in starts if x is None),
         }
@@ -327,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
             ok = p["start_seconds"] is not None and p["start_seconds"] <= PROBE_LIMIT_SECONDS
             progress.console.print(
                 f"probe during {p['during']:6} at {p['at_seconds']:6.1f}s: pod after "
-                f"{p['pod_seconds']}s, running after {p['start_seconds']}s "
+                f"{p['pod_seconds']}s, bound after {p['scheduled_seconds']}s, "
+                f"running after {p['start_seconds']}s "
                 + ("[green]ok" if ok else f"[red]slow {p.get('error', '')}")
             )
 
@@ -422,6 +429,13 @@ def main(argv: list[str] | None = None) -> int:
         "probe_starts_within_5s_while_deleting": ps["delete"]["probes"] > 0
         and ps["delete"]["not_started"] == 0
         and ps["delete"]["max_start_seconds"] <= PROBE_LIMIT_SECONDS,
+        # the operator's part alone: the probe job's Pod exists (creation, not start)
+        "probe_pod_created_within_5s_while_running": ps["run"]["probes"] > 0
+        and ps["run"]["max_pod_seconds"] is not None
+        and ps["run"]["max_pod_seconds"] <= PROBE_LIMIT_SECONDS,
+        "probe_pod_created_within_5s_while_deleting": ps["delete"]["probes"] > 0
+        and ps["delete"]["max_pod_seconds"] is not None
+        and ps["delete"]["max_pod_seconds"] <= PROBE_LIMIT_SECONDS,
         "batch_succeeded": final.get("phase") == "SUCCEEDED",
     }
     result["series"] = {

@@ -5,20 +5,9 @@ KineticBatch and returns. Concurrency, retries, fail-fast and the manifest
 are the operator's job, so the submitting process may exit at once and any
 process can pick the batch up again with `attach_batch()`.
 
-There is no Kubernetes object per input. What the client knows of input
-``i`` comes from three places, in this order of authority:
-
-1. the batch status: counts and index ranges. An input recorded there as
-   succeeded, failed or cancelled never changes again. When the ranges were
-   cut at the status size cap (``status.truncated``), the manifest header
-   holds them complete;
-2. the Pods of the input's unit (``kinetic.dev/batch=<grp>``,
-   ``kinetic.dev/index=<unit start>``), while it is not recorded: the newest
-   attempt's phase says PENDING or RUNNING. Finished Pods are deleted by the
-   operator after a TTL, their logs archived first;
-3. the manifest shard holding the input: its attempt history, a container
-   input's result (termination message) and what went wrong. It outlives the
-   Pods and the batch itself.
+There is no Kubernetes object per input: `kinetic.inputs` says where what
+the client knows of one input comes from (the batch status, its Pods, the
+manifest), and `InputHandle` reads it.
 
 Handles keep no state beyond what they were created with, so a handle from
 `attach_batch()` or `kinetic.attach("<grp>-<i>")` in another process is as
@@ -41,6 +30,7 @@ from kinetic import kube, layout, names, payload, storage
 from kinetic import resources as r
 from kinetic.config import ClientConfig, resolve
 from kinetic.inputs import (
+    RECORD_WAIT,
     InputHandle,
     RecordedOutcomes,
     SubmissionError,
@@ -73,16 +63,7 @@ log = logging.getLogger("kinetic")
 
 INPUT_MODES = ("auto", "single", "args", "kwargs")
 _UNBOUNDED_WARNING_THRESHOLD = 100
-_HEADER_READ_INTERVAL = 2.0  # seconds between manifest header reads while a status is truncated
-_RECORD_WAIT = 30.0  # how long to wait for the manifest to catch up (it is <= ~10 s behind)
 _READERS = 16  # parallel storage reads when collecting results
-_RECORDED = ("SUCCEEDED", "FAILED", "CANCELLED")  # outcomes a manifest record keeps for good
-_UNENDED = ("pending", "running")  # attempt outcomes that may still change
-_ATTEMPT_OUTCOME = {
-    JobStatus.SUCCEEDED: "success",
-    JobStatus.FAILED: "failure",
-    JobStatus.CANCELLED: "cancelled",
-}
 
 
 class BatchError(Exception):
@@ -430,7 +411,7 @@ class BatchHandle:
             ended = terminated_state(pod)
             if index in wanted and pod.status.phase == "Succeeded" and ended is not None:
                 found[index] = ended.message
-        deadline = time.monotonic() + _RECORD_WAIT
+        deadline = time.monotonic() + RECORD_WAIT
         while True:
             missing = wanted - set(found)
             for shard_no in sorted({layout.shard_of(i) for i in missing}):

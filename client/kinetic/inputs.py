@@ -54,11 +54,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kinetic")
 
-INPUT_MODES = ("auto", "single", "args", "kwargs")
-_UNBOUNDED_WARNING_THRESHOLD = 100
 _HEADER_READ_INTERVAL = 2.0  # seconds between manifest header reads while a status is truncated
-_RECORD_WAIT = 30.0  # how long to wait for the manifest to catch up (it is <= ~10 s behind)
-_READERS = 16  # parallel storage reads when collecting results
+RECORD_WAIT = 30.0  # how long to wait for the manifest to catch up (it is <= ~10 s behind)
 _RECORDED = ("SUCCEEDED", "FAILED", "CANCELLED")  # outcomes a manifest record keeps for good
 _UNENDED = ("pending", "running")  # attempt outcomes that may still change
 _ATTEMPT_OUTCOME = {
@@ -160,7 +157,7 @@ class RecordedOutcomes:
             return
         counts = status.get("counts") or {}
         want = sum(counts.get(k, 0) for k in ("succeeded", "failed", "cancelled"))
-        deadline = time.monotonic() + _RECORD_WAIT
+        deadline = time.monotonic() + RECORD_WAIT
         while self.known < want:
             since = (
                 None if self._header_read_at is None else time.monotonic() - self._header_read_at
@@ -526,7 +523,7 @@ class InputHandle(JobHandle):
 
     def _wait_for_record(self) -> InputRecord | None:
         """The input's record once the manifest has its outcome (it is written debounced)."""
-        deadline = time.monotonic() + _RECORD_WAIT
+        deadline = time.monotonic() + RECORD_WAIT
         while True:
             record = self._record()
             if record is not None and record.outcome in _RECORDED:
@@ -575,7 +572,7 @@ class InputHandle(JobHandle):
             if final is not JobStatus.NOT_FOUND:
                 self._delete_pods(archive_logs=not gcs)
         if gcs and self.result_uri is not None:
-            storage.delete_prefix(layout.input_dir(self._root(), self.group, self.index) + "/")
+            storage.delete(self.result_uri)  # the only object in the input's own folder
 
     def _delete_pods(self, archive_logs: bool) -> None:
         pods = self._live_pods()

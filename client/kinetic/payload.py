@@ -179,6 +179,12 @@ def _installed_dirs() -> tuple[str, ...]:
     return tuple(os.path.realpath(d).rstrip(os.sep) + os.sep for d in dirs if d)
 
 
+@functools.cache
+def _realpath(file: str) -> str:
+    """A module file's real path, resolved once per process (every input pickle asks)."""
+    return os.path.realpath(file)
+
+
 def _is_local_module(module: types.ModuleType, installed: tuple[str, ...]) -> bool:
     """Whether ``module`` is the user's own code (not stdlib, not an installed package)."""
     name = getattr(module, "__name__", "")
@@ -188,7 +194,7 @@ def _is_local_module(module: types.ModuleType, installed: tuple[str, ...]) -> bo
     file = getattr(module, "__file__", None)
     if not isinstance(file, str) or not file.endswith(".py"):
         return False  # builtins, C extensions and namespace packages stay by reference
-    path = os.path.realpath(file)
+    path = _realpath(file)
     if f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path:
         return False
     return not path.startswith(installed)

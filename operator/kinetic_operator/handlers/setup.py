@@ -8,7 +8,7 @@ off the things that would grow objects or flood the event log.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from kinetic.names import LABEL_MANAGED_BY, MANAGED_BY
@@ -20,17 +20,24 @@ from kinetic_operator.webhook import configure_admission
 
 log = logging.getLogger("kinetic.operator")
 
-# Kopf's diff-base annotation would copy these into metadata (capped at 256 KiB,
-# kopf issue 1087). Event handlers store nothing; this guards any change
-# handler added later (e.g. for KineticBatch) from copying big fields.
-IGNORED_FIELDS = [
-    "status",
-    "spec.inputs",
-    "spec.template",
-    "spec.submissionFailures",
-    "spec.function.inputJSON",
-    "spec.env",
-]
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """Kopf's record of an object's last-handled state, kept nowhere.
+
+    Kopf builds that record (a deep copy of the whole body) on every event,
+    for change handlers to diff against. This operator has none — only
+    event handlers and indexes — so at thousands of Pod events a second
+    the copies were pure cost, and storing them would grow every object.
+    """
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return cast(kopf.BodyEssence, {})
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
 
 
 @kopf.on.startup()
@@ -42,9 +49,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # add one event per handler run per object.
     settings.posting.level = logging.WARNING
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kinetic.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="kinetic.dev", key="last-handled-configuration", ignored_fields=IGNORED_FIELDS
-    )
+    settings.persistence.diffbase_storage = NoDiffBase()
     # Kopf logs a line per handler run per object at INFO; at thousands of
     # children that drowns what matters. Our own logger stays at INFO.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
