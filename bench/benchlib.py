@@ -35,6 +35,8 @@ from kinetic import resources as r
 from kinetic.local import LocalConfig
 from kinetic.local.procs import read_live_pid
 from kubernetes import client, watch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -490,3 +492,15 @@ def now_iso() -> str:
 
 def first(items: Iterable[Any], default: Any = None) -> Any:
     return next(iter(items), default)
+
+
+def progress_bar(console: Console) -> Progress:
+    """The live display both benchmarks show: one bar per run, with a detail column."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[detail]}"),
+        console=console,
+    )

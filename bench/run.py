@@ -38,7 +38,7 @@ from kinetic import resources as r
 from kinetic.local import use_local_cluster
 from kubernetes import client, watch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
 COMMAND = ["sh", "-c", "echo task; sleep 0.2"]
@@ -576,14 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     result["background"] = idle_writes.to_json(seconds=idle_seconds)
 
     modes: dict[str, dict[str, Any]] = {}
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[detail]}"),
-        console=console,
-    ) as progress:
+    with bl.progress_bar(console) as progress:
         for mode in chosen:
             modes[mode] = measure(
                 mode, runners[mode], cfg, sampler, progress, args.settle, args.cleanup_timeout

@@ -29,7 +29,6 @@ from kinetic import resources as r
 from kinetic.local import use_local_cluster
 from kubernetes import watch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 # A log file or CI gets a table wide enough to read; a terminal keeps its own width.
 console = Console() if sys.stdout.isatty() else Console(width=120)
@@ -320,14 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     for th in (follower, pods, prober):
         th.start()
 
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[detail]}"),
-        console=console,
-    ) as progress:
+    with bl.progress_bar(console) as progress:
 
         def show(p: dict[str, Any]) -> None:
             ok = p["start_seconds"] is not None and p["start_seconds"] <= PROBE_LIMIT_SECONDS

@@ -161,8 +161,6 @@ def operator(kube: Kube, kube_env: dict[str, str], tmp_path_factory) -> Iterator
         print(f"operator log: {log_path}", file=sys.stderr)
 
 
-
-
 @pytest.fixture(scope="session")
 def client_env(kube: Kube, kube_env: dict[str, str], operator: None) -> Iterator[dict[str, str]]:
     """os.environ set up for the in-process kinetic client, as a user's shell would be."""

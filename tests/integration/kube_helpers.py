@@ -5,9 +5,11 @@ A plain module rather than conftest, so test files can import it unambiguously.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,3 +74,13 @@ def wait_for(
         f"timed out after {timeout}s waiting for {what}"
         + (f" (last error: {last_exc})" if last_exc else "")
     )
+
+
+def run_client(script: str, env: dict[str, str], timeout: float) -> dict:
+    """Run a client script in a fresh Python process (another user's, or a later session)
+    and return the JSON object it printed last; fails with its stderr if it failed."""
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])

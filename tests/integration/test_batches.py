@@ -31,7 +31,7 @@ from kinetic import resources as r
 from kinetic.batches import BatchError, SubmissionError, read_manifest, read_shard
 from kinetic.config import resolve
 from kinetic.jobs import JobCancelled, JobStatus
-from kube_helpers import REPO, Kube, wait_for
+from kube_helpers import REPO, Kube, run_client, wait_for
 from kubernetes import watch
 
 pytestmark = pytest.mark.integration
@@ -466,15 +466,7 @@ def test_attach_batch_from_another_process_mid_batch(ns: str, client_env: dict) 
         """
     )
     wait_for(lambda: _batch(ns, batch.group_id).get("status", {}).get("launched"), timeout=60)
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        env=client_env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT + 60,
-    )
-    assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    seen = run_client(script, client_env, timeout=TIMEOUT + 60)
     assert seen["total"] == 4 and seen["submission"] == [1]
     assert len(seen["first_slots"]) == 4 and seen["first_slots"][1] is None
     assert seen["first_slots"][3] is None  # not launched yet (one at a time, 5 s each)

@@ -23,7 +23,7 @@ from kinetic import layout, names, storage
 from kinetic.config import resolve
 from kinetic.inputs import InputHandle
 from kinetic.jobs import JobCancelled, JobStatus
-from kube_helpers import Kube, wait_for
+from kube_helpers import Kube, run_client, wait_for
 from kubernetes import client
 
 pytestmark = pytest.mark.integration
@@ -234,15 +234,7 @@ def test_attach_one_input_from_another_process(ns: str, client_env: dict) -> Non
         }}))
         """
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        env=client_env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT + 60,
-    )
-    assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    seen = run_client(script, client_env, timeout=TIMEOUT + 60)
     assert seen["type"] == "InputHandle" and seen["job_id"] == f"{batch.group_id}-1"
     assert (seen["index"], seen["value"], seen["status"]) == (1, 27, "SUCCEEDED")
     assert "cubing 3" in seen["log"]

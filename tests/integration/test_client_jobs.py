@@ -22,7 +22,7 @@ from kinetic import names, payload, storage
 from kinetic import resources as r
 from kinetic.config import resolve
 from kinetic.jobs import JobFailed, JobStatus, new_job_id, submit_job
-from kube_helpers import Kube, wait_for
+from kube_helpers import Kube, run_client, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -246,11 +246,7 @@ def test_attach_and_list_from_a_separate_process(ns: str, client_env: dict[str, 
         print(json.dumps({{"value": job.result(timeout=120), "listed": listed}}))
         """
     )
-    out = subprocess.run(
-        [sys.executable, "-c", script], env=client_env, capture_output=True, text=True, timeout=180
-    )
-    assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    seen = run_client(script, client_env, timeout=180)
     assert seen == {"value": 144, "listed": [job.job_id]}
 
 
