@@ -38,6 +38,8 @@ from kinetic.resources import AttemptRecord
 from kinetic_operator.observed import PodView
 
 UnitOutcome = Literal["pending", "running", "succeeded", "failed", "cancelled"]
+AttemptCause = Literal["first", "retry", "disruption"]
+"""Why an attempt is started: the first, after a failure (a retry), after a disruption."""
 
 _DISRUPTION_REASONS = {
     "EvictionByEvictionAPI": "Evicted",
@@ -77,6 +79,7 @@ class UnitPlan:
     failures: int = 0
     disruptions: int = 0
     last: PodView | None = None
+    cause: AttemptCause | None = None  # why ``create`` is needed (for metrics)
 
     @property
     def terminal(self) -> bool:
@@ -121,6 +124,7 @@ def plan_unit(
             "Attempt 1 is starting.",
             create=1,
             records=(_pending(1, pod_name),),
+            cause="first",
         )
 
     records: list[AttemptRecord] = []
@@ -181,6 +185,7 @@ def plan_unit(
                 f"Attempt {current} is starting.",
                 create=current,
                 stop=strays,
+                cause="first" if current == 1 else None,  # else: the cause was not kept
             )
         if pod.phase == "Running":
             return plan(
@@ -224,6 +229,7 @@ def plan_unit(
         create=nxt,
         stop=strays + ((pod.name,) if pod is not None and pod.live else ()),
         last=pod,
+        cause="retry" if end.outcome == "failure" else "disruption",
     )
 
 

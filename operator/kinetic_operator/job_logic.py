@@ -35,7 +35,7 @@ from kinetic.resources import (
 )
 from pydantic import ValidationError
 
-from kinetic_operator.attempts import Limits, UnitPlan, plan_unit
+from kinetic_operator.attempts import AttemptCause, Limits, UnitPlan, plan_unit
 from kinetic_operator.catalog import Catalog, UnknownAccelerator, resolve
 from kinetic_operator.observed import PodView
 
@@ -63,9 +63,10 @@ class Bounds:
 
 @dataclass(frozen=True)
 class CreatePod:
-    """Create the Pod of attempt `attempt` (AlreadyExists means done)."""
+    """Create the Pod of attempt `attempt` (AlreadyExists means done); `cause` says why."""
 
     attempt: int
+    cause: AttemptCause | None = None
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,7 @@ def _apply(w: _Work, spec: KineticJobSpec, plan: UnitPlan, bounds: Bounds) -> No
     phase = _PHASES[plan.outcome]
     if plan.create is not None:
         st.start_time = st.start_time or fmt_time(w.now)
-        w.actions.append(CreatePod(plan.create))
+        w.actions.append(CreatePod(plan.create, plan.cause))
         pod = job_pod_name(w.name, plan.create)
         if before == 0:
             w.event("Normal", "Started", f"Started attempt 1 as Pod {pod}.")

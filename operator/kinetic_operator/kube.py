@@ -24,6 +24,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from kinetic_operator import metrics
+
 log = logging.getLogger("kinetic.operator")
 T = TypeVar("T")
 
@@ -70,7 +72,32 @@ def load_config() -> client.ApiClient:
     except ConfigException:
         config.load_kube_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
-    return client.ApiClient(configuration)
+    return count_errors(client.ApiClient(configuration))
+
+
+def count_errors(api: client.ApiClient) -> client.ApiClient:
+    """Count every answer of 400 and above (and every request with no answer) in metrics.
+
+    Wrapped at the REST layer, under every API call the operator makes, so
+    no call site can forget it; Kopf's own watches go through its own client.
+    """
+    request = api.rest_client.request
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        try:
+            response = request(*args, **kwargs)
+        except ApiException as exc:
+            metrics.api_error(exc.status or None)
+            raise
+        except Exception:
+            metrics.api_error(None)
+            raise
+        if response.status >= 400:
+            metrics.api_error(response.status)
+        return response
+
+    api.rest_client.request = counted  # type: ignore[method-assign]
+    return api
 
 
 class Kube:
@@ -147,14 +174,31 @@ class Kube:
 
     # ------------------------------------------------------------------ attempt Pods
 
-    def create_pod(self, manifest: dict[str, Any]) -> None:
-        """Create an attempt's Pod; if it exists already, that is the same attempt (same name)."""
+    def create_pod(self, manifest: dict[str, Any]) -> bool:
+        """Create an attempt's Pod; if it exists already, that is the same attempt (same name).
+
+        Returns whether this call created it (False: it was there already).
+        """
         meta = manifest["metadata"]
-        with _creating():
-            self.core.create_namespaced_pod(
-                meta["namespace"], manifest, _request_timeout=REQUEST_TIMEOUT
+        try:
+            # The answer is not read: decoding the whole Pod into client
+            # models was CPU spent per input for nothing.
+            _drain(
+                self.core.create_namespaced_pod(
+                    meta["namespace"],
+                    manifest,
+                    _request_timeout=REQUEST_TIMEOUT,
+                    _preload_content=False,
+                )
             )
-            log.debug("Created Pod %s/%s", meta["namespace"], meta["name"])
+        except ApiException as exc:
+            if exc.status == 409:
+                return False  # an earlier run made it
+            if exc.status in (400, 422):
+                raise Rejected(_api_message(exc)) from exc
+            raise
+        log.debug("Created Pod %s/%s", meta["namespace"], meta["name"])
+        return True
 
     def delete_pod(self, namespace: str, name: str, *, now: bool = False) -> None:
         """Delete an attempt's Pod; one that is gone needs no deleting.
@@ -163,11 +207,14 @@ class Kube:
         process left to stop, so there is nothing to wait for.
         """
         with _unless_gone():
-            self.core.delete_namespaced_pod(
-                name,
-                namespace,
-                grace_period_seconds=0 if now else None,
-                _request_timeout=REQUEST_TIMEOUT,
+            _drain(
+                self.core.delete_namespaced_pod(
+                    name,
+                    namespace,
+                    grace_period_seconds=0 if now else None,
+                    _request_timeout=REQUEST_TIMEOUT,
+                    _preload_content=False,
+                )
             )
             log.debug("Deleted Pod %s/%s", namespace, name)
 
@@ -257,17 +304,10 @@ class Kube:
             )
 
 
-@contextmanager
-def _creating() -> Iterator[None]:
-    """Create something: AlreadyExists means an earlier run made it; a refusal is Rejected."""
-    try:
-        yield
-    except ApiException as exc:
-        if exc.status == 409:
-            return
-        if exc.status in (400, 422):
-            raise Rejected(_api_message(exc)) from exc
-        raise
+def _drain(response: Any) -> None:
+    """Read an answer we do not need and give its connection back to the pool."""
+    response.read()
+    response.release_conn()
 
 
 @contextmanager

@@ -107,6 +107,14 @@ class OperatorSettings(BaseSettings):
         "port on the webhook host (KINETIC_WEBHOOK_PORT).",
     )
 
+    metrics_port: int = Field(
+        8000,
+        ge=0,
+        le=65535,
+        description="Port of the Prometheus /metrics endpoint; 0 serves none "
+        "(KINETIC_METRICS_PORT).",
+    )
+
     @field_validator("runner_command", mode="before")
     @classmethod
     def _split_command(cls, value: Any) -> Any:

@@ -217,3 +217,24 @@ def test_a_recorded_failure_stays_a_failure_when_its_pod_is_deleted_later() -> N
         known=known,
     )
     assert (p.outcome, p.failures, p.disruptions) == ("failed", 2, 0)
+
+
+@pytest.mark.parametrize(
+    ("pods", "kw", "cause"),
+    [
+        ((), {"reserved": 0}, "first"),
+        ((), {}, "first"),  # attempt 1 reserved, its Pod never seen: still the first
+        ((failed(1),), {"retries": 1}, "retry"),
+        ((pod(1, gone=True),), {}, "disruption"),
+        ((failed(1, reason="Evicted"),), {}, "disruption"),
+        ((failed(2),), {"reserved": 2, "retries": 1}, "retry"),
+        # attempt 2 reserved, its Pod never seen: why it was started is not kept
+        ((failed(1),), {"reserved": 2, "retries": 1}, None),
+        ((pod(1),), {}, None),  # nothing to create, nothing to explain
+    ],
+)
+def test_each_created_attempt_says_why_it_is_started(
+    pods: tuple[PodView, ...], kw: dict[str, object], cause: str | None
+) -> None:
+    """The metrics tell first attempts, retries and disruption re-runs apart by this."""
+    assert plan(*pods, **kw).cause == cause  # type: ignore[arg-type]

@@ -136,7 +136,7 @@ def assert_settled(d: Decision, spec: Any, pods: list[PodView], **kw: Any) -> No
 
 def test_first_decision_reserves_attempt_one_in_the_status_and_creates_its_pod():
     d = run(generation=7)
-    assert d.actions[0] == CreatePod(1) and deletes(d) == []
+    assert d.actions[0] == CreatePod(1, "first") and deletes(d) == []
     assert events(d) == [("Normal", "Started")]
     st = d.status
     assert (st.phase, st.attempt, st.failures, st.disruptions) == ("PENDING", 1, 0, 0)

@@ -42,6 +42,11 @@ def webhook_port() -> int:
     return int(os.environ.get("KINETIC_WEBHOOK_PORT", 18443))
 
 
+def metrics_port() -> int:
+    """Where the local operator serves Prometheus metrics."""
+    return int(os.environ.get("KINETIC_METRICS_PORT", 18090))
+
+
 def webhook_enabled(settings: dict[str, str] | None = None) -> bool:
     """KINETIC_WEBHOOK_ENABLED from the environment, else the chart's settings, else on."""
     value = os.environ.get("KINETIC_WEBHOOK_ENABLED")
@@ -151,6 +156,7 @@ def env(cfg: LocalConfig, base: dict[str, str]) -> dict[str, str]:
         "KINETIC_WEBHOOK_HOST": "127.0.0.1",
         "KINETIC_WEBHOOK_ADDR": "127.0.0.1",
         "KINETIC_WEBHOOK_PORT": str(webhook_port()),
+        "KINETIC_METRICS_PORT": str(metrics_port()),
         "KUBECONFIG": str(cfg.component_kubeconfig("operator")),
         "STORAGE_EMULATOR_HOST": cfg.storage_emulator_host,
         "PYTHONUNBUFFERED": "1",

@@ -27,7 +27,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -47,7 +47,8 @@ from kinetic.resources import (
 )
 from pydantic import ValidationError
 
-from kinetic_operator import batch_logic
+from kinetic_operator import batch_logic, metrics
+from kinetic_operator.attempts import AttemptCause
 from kinetic_operator.batch_logic import (
     CreatePods,
     Event,
@@ -225,9 +226,10 @@ async def reconcile_batch(namespace: str, name: str, batch_pods: kopf.Index, mem
         mem = _memory(memo, key)
         mem.reaping = set(state.reaper.in_flight(("batch", *key)))
         units = observe_units(batch_pods.get(key, ()), mem)
-        recheck = await asyncio.to_thread(
-            reconcile_batch_sync, get_kube(), get_settings(), mem, namespace, name, units
-        )
+        with metrics.reconcile_timer(metrics.KIND_BATCH):
+            recheck = await asyncio.to_thread(
+                reconcile_batch_sync, get_kube(), get_settings(), mem, namespace, name, units
+            )
         if mem.body.get() is None:  # the batch is gone: forget it
             state.batches.pop(key, None)
             return
@@ -374,7 +376,10 @@ def _reconcile_once(
                         "is created yet; retrying"
                     )
             case CreatePods(units=todo):
-                _create(kube, settings, mem, name, namespace, meta.get("uid", ""), spec, todo)
+                causes = {u: p.cause for u, p in decision.plans.items()}
+                _create(
+                    kube, settings, mem, name, namespace, meta.get("uid", ""), spec, todo, causes
+                )
             case StopPods(pods=pods):
                 _each(lambda pod: kube.delete_pod(namespace, pod), pods)
             case Event(type=type_, reason=reason, message=message):
@@ -454,6 +459,7 @@ def _create(
     uid: str,
     spec: KineticBatchSpec,
     todo: Iterable[tuple[int, int]],
+    causes: Mapping[int, AttemptCause | None] | None = None,
 ) -> None:
     """Create the Pods for ``(unit, attempt)`` pairs, a few at a time; AlreadyExists is fine.
 
@@ -468,7 +474,10 @@ def _create(
             pod = build_unit_pod(name, namespace, uid, spec, settings, unit, attempt, mem.hashes)
             mem.creating[unit] = attempt
             try:
-                kube.create_pod(pod)
+                if kube.create_pod(pod):
+                    inputs = len(unit_inputs(unit, spec.chunk_size, input_count(spec.inputs)))
+                    cause = "first" if attempt == 1 else (causes or {}).get(unit)
+                    metrics.attempt_created(metrics.KIND_BATCH, cause, inputs)
             except Exception:
                 mem.creating.pop(unit, None)  # not created: the next reconcile tries again
                 raise
@@ -576,7 +585,18 @@ class _Writer:
         self.mem.body.set(written)
         if written is not None:
             self.version = (written.get("metadata") or {}).get("resourceVersion")
+            _count_ends(self.raw, new)
             self.raw = new
+
+
+def _count_ends(before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Inputs a status write just recorded as ended, counted once (the write landed)."""
+    was, now = (s.get("counts") or {} for s in (before, after))
+    metrics.inputs_ended(
+        metrics.KIND_BATCH,
+        succeeded=now.get("succeeded", 0) - was.get("succeeded", 0),
+        failed=now.get("failed", 0) - was.get("failed", 0),
+    )
 
 
 def _parse_status(raw: dict[str, Any], namespace: str, name: str) -> KineticBatchStatus:

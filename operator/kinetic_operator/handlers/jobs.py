@@ -23,7 +23,7 @@ from kinetic import layout
 from kinetic.names import LABEL_JOB
 from kinetic.resources import GROUP, JOB_KIND, JOB_PLURAL, VERSION, KineticJobStatus, Phase
 
-from kinetic_operator import job_logic, podspec
+from kinetic_operator import job_logic, metrics, podspec
 from kinetic_operator.job_logic import CreatePod, DeletePod, Event, InvalidSpec
 from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube, until_settled
 from kinetic_operator.observed import PodView, job_key, summarize_pod
@@ -118,9 +118,10 @@ async def reconcile_job(namespace: str, name: str, job_pods: kopf.Index, memo: A
         mem = _memory(memo, key)
         mem.reaping = set(state.reaper.in_flight(("job", *key)))
         pods = by_attempt(job_pods.get(key, ()), mem.gone)
-        recheck = await asyncio.to_thread(
-            reconcile_job_sync, get_kube(), get_settings(), namespace, name, pods, mem
-        )
+        with metrics.reconcile_timer(metrics.KIND_JOB):
+            recheck = await asyncio.to_thread(
+                reconcile_job_sync, get_kube(), get_settings(), namespace, name, pods, mem
+            )
         if mem.body.get() is None:  # the KineticJob is gone: forget it
             state.jobs.pop(key, None)
             return
@@ -212,16 +213,18 @@ def _reconcile_once(
     if new != old:
         written = kube.patch_status(namespace, name, new, old, meta.get("resourceVersion"))
         mem.body.set(written)
+        _count_end(status.phase, decision.status.phase)
     elif not fresh and any(not isinstance(a, Event) for a in decision.actions):
         raise Conflict("acting on a cached copy: read it afresh first")
 
     owner = podspec.Owner(name, namespace, meta.get("uid", ""), JOB_KIND)
     for action in decision.actions:
         match action:
-            case CreatePod(attempt=n) if not isinstance(spec, InvalidSpec):
+            case CreatePod(attempt=n, cause=cause) if not isinstance(spec, InvalidSpec):
                 mem.creating.add(n)
                 try:
-                    kube.create_pod(podspec.build_job_pod(owner, spec, settings, n))
+                    if kube.create_pod(podspec.build_job_pod(owner, spec, settings, n)):
+                        metrics.attempt_created(metrics.KIND_JOB, cause)
                 except Rejected as exc:
                     mem.creating.discard(n)
                     _reject(kube, mem, body, decision.status, new, n, str(exc), now)
@@ -243,6 +246,16 @@ def _reconcile_once(
     return min(waits) if waits else None
 
 
+def _count_end(before: Phase | str, after: Phase | str) -> None:
+    """A status just written that ends the job counts its one input as ended."""
+    if Phase(before).terminal:
+        return
+    if Phase(after) == Phase.SUCCEEDED:
+        metrics.inputs_ended(metrics.KIND_JOB, succeeded=1)
+    elif Phase(after) == Phase.FAILED:
+        metrics.inputs_ended(metrics.KIND_JOB, failed=1)
+
+
 def _reject(
     kube: Kube,
     mem: JobMemory,
@@ -259,6 +272,7 @@ def _reject(
     failed = job_logic.rejected(status, message, now).wire()
     # Our own patch above bumped the resourceVersion; this write follows it unconditionally.
     mem.body.set(kube.patch_status(meta["namespace"], meta["name"], failed, written, None))
+    metrics.inputs_ended(metrics.KIND_JOB, failed=1)
     kube.post_event(body, "Warning", "Rejected", message)
 
 

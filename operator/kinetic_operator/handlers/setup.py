@@ -13,6 +13,7 @@ from typing import Any, cast
 import kopf
 from kinetic.names import LABEL_MANAGED_BY, MANAGED_BY
 
+from kinetic_operator import metrics
 from kinetic_operator.kube import get_kube
 from kinetic_operator.settings import OperatorSettings, get_settings
 from kinetic_operator.state import OperatorState, operator_state
@@ -88,6 +89,29 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
             ours.webhook_port,
             ours.webhook_host or "(the listening address)",
         )
+
+
+@kopf.on.startup()
+def serve_metrics(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """Serve Prometheus metrics; gauges read the operator's memory at each scrape."""
+    state = operator_state(memo)
+    metrics.watch_queue(lambda: len(state.serializer))
+    metrics.phases_collector(
+        {
+            metrics.KIND_JOB: lambda: _phases(state.jobs.values()),
+            metrics.KIND_BATCH: lambda: _phases(state.batches.values()),
+        }
+    )
+    port = get_settings().metrics_port
+    if port:
+        metrics.serve(port)
+        logger.info("Prometheus metrics on port %d at /metrics", port)
+
+
+def _phases(memories: Any) -> list[str]:
+    """The phase of each remembered object (copied first: the watch may add one meanwhile)."""
+    found = (metrics.phase_of(m.body.get()) for m in list(memories))
+    return [p for p in found if p is not None]
 
 
 @kopf.on.cleanup()
