@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what a fresh Debian machine lacks to run the local cluster and the tests:
-# etcd (etcd-server), kubectl (kubernetes-client as a fallback), make, procps,
+# etcd (etcd-server), kubectl (kubernetes-client as a fallback), make, procps, lua5.1,
 # the Python venv module, and the Kubernetes control-plane binaries (built once
 # from Debian's source package by build-kube.sh, cached under ~/.cache/kinetic).
 # Idempotent: a fast no-op when everything is present.
@@ -18,6 +18,8 @@ have pgrep || need+=(procps)
 have ss || need+=(iproute2)
 have curl || need+=(curl)
 have git || need+=(git)
+# The Argo CD health check is tested with the Lua dialect Argo CD embeds.
+have lua5.1 || need+=(lua5.1)
 # The Makefile prefers pyenv's 3.12; the system python3 needs the venv module otherwise.
 if ! ls -d "$HOME"/.pyenv/versions/3.12*/bin/python3.12 >/dev/null 2>&1 && ! have python3.12; then
   python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv python3-pip)

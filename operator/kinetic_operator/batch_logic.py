@@ -83,6 +83,7 @@ from kinetic.resources import (
 )
 
 from kinetic_operator.attempts import Limits, UnitPlan, plan_unit
+from kinetic_operator.conditions import READINESS, readiness
 from kinetic_operator.observed import PodView
 
 __all__ = [
@@ -747,7 +748,8 @@ def _conditions(
     message: str,
     stamp: str,
 ) -> list[Condition]:
-    """Running, Complete, Failed for this phase; other conditions are kept.
+    """Running, Complete, Failed for this phase, then Ready, Reconciling and Stalled
+    (kstatus, see `conditions`); other conditions are kept.
 
     Complete is True only when every input succeeded, Failed is True when
     the batch ended FAILED or CANCELLED (so ``kubectl wait
@@ -792,7 +794,9 @@ def _conditions(
                 last_transition_time=stamp if moved else prev.last_transition_time,  # type: ignore[union-attr]
             )
         )
-    out.extend(c for c in old if c.type not in wanted)
+    now_reason = running_reason if phase is Phase.RUNNING else reason
+    out += readiness(old, phase, now_reason, message, stamp)
+    out.extend(c for c in old if c.type not in wanted and c.type not in READINESS)
     return out
 
 

@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from kinetic_operator.attempts import AttemptCause, Limits, UnitPlan, plan_unit
 from kinetic_operator.catalog import Catalog, UnknownAccelerator, resolve
+from kinetic_operator.conditions import readiness
 from kinetic_operator.observed import PodView
 
 __all__ = ["fmt_time", "parse_time"]
@@ -259,7 +260,8 @@ _CONDITIONS = {"Running": Phase.RUNNING, "Complete": Phase.SUCCEEDED, "Failed": 
 
 
 def _set_conditions(w: _Work) -> None:
-    """Running, Complete and Failed; lastTransitionTime moves only when status flips."""
+    """Running, Complete and Failed, then Ready, Reconciling and Stalled (kstatus);
+    lastTransitionTime moves only when a status flips."""
     st = w.status
     phase = Phase(st.phase)
     existing = {c.type: c for c in st.conditions}
@@ -277,6 +279,8 @@ def _set_conditions(w: _Work) -> None:
                 last_transition_time=fmt_time(w.now) if changed else old.last_transition_time,
             )
         )
+    reason = phase.value.title()
+    out += readiness(st.conditions, phase, reason, st.message, fmt_time(w.now))
     st.conditions = out
 
 
