@@ -45,7 +45,11 @@ def conditions(**values: str) -> list[dict[str, str]]:
             "10/10 succeeded",
         ),
         (
-            batch("FAILED", message="Invalid batch: spec.inputs.grid", conditions=conditions(Stalled="True")),
+            batch(
+                "FAILED",
+                message="Invalid batch: spec.inputs.grid",
+                conditions=conditions(Stalled="True"),
+            ),
             "Degraded",
             "Invalid batch: spec.inputs.grid",
         ),
@@ -53,11 +57,19 @@ def conditions(**values: str) -> list[dict[str, str]]:
         # a new spec the operator has not acted on yet: the old outcome says nothing
         (batch("SUCCEEDED", generation=2, observed=1), "Progressing", "generation 2"),
         # a KineticJob's status has the same shape
-        ({"kind": "KineticJob", "metadata": {"generation": 1}, "status": {"phase": "SUCCEEDED"}}, "Healthy", "Succeeded"),
+        (
+            {"kind": "KineticJob", "metadata": {"generation": 1}, "status": {"phase": "SUCCEEDED"}},
+            "Healthy",
+            "Succeeded",
+        ),
         # text Lua must not mangle
-        (batch("FAILED", message='exit 1: "bad" \\ naïve\nsecond line'), "Degraded", 'exit 1: "bad" \\ naïve\nsecond line'),
+        (
+            batch("FAILED", message='exit 1: "bad" \\ naïve\nsecond line'),
+            "Degraded",
+            'exit 1: "bad" \\ naïve\nsecond line',
+        ),
     ],
-)  # fmt: skip
+)
 def test_health_from_phase_conditions_and_generation(
     argo_health: ArgoHealth, obj: dict, health: str, says: str
 ) -> None:

@@ -15,16 +15,37 @@ def as_table(conditions: list[Condition]) -> dict[str, tuple[str, str | None]]:
     return {c.type: (c.status, c.reason) for c in conditions}
 
 
+WAIT = ("False", "InProgress")  # False while the object is still in progress
+
+
 @pytest.mark.parametrize(
     ("phase", "reason", "ready", "reconciling", "stalled"),
     [
-        (Phase.PENDING, "Pending", ("False", "InProgress"), ("True", "Pending"), ("False", "InProgress")),
-        (Phase.RUNNING, "Running", ("False", "InProgress"), ("True", "Running"), ("False", "InProgress")),
-        (Phase.SUCCEEDED, "AllSucceeded", ("True", "AllSucceeded"), ("False", "AllSucceeded"), ("False", "AllSucceeded")),
-        (Phase.FAILED, "InvalidSpec", ("False", "InvalidSpec"), ("False", "InvalidSpec"), ("True", "InvalidSpec")),
-        (Phase.CANCELLED, "Cancelled", ("False", "Cancelled"), ("False", "Cancelled"), ("True", "Cancelled")),
+        (Phase.PENDING, "Pending", WAIT, ("True", "Pending"), WAIT),
+        (Phase.RUNNING, "Running", WAIT, ("True", "Running"), WAIT),
+        (
+            Phase.SUCCEEDED,
+            "AllSucceeded",
+            ("True", "AllSucceeded"),
+            ("False", "AllSucceeded"),
+            ("False", "AllSucceeded"),
+        ),
+        (
+            Phase.FAILED,
+            "InvalidSpec",
+            ("False", "InvalidSpec"),
+            ("False", "InvalidSpec"),
+            ("True", "InvalidSpec"),
+        ),
+        (
+            Phase.CANCELLED,
+            "Cancelled",
+            ("False", "Cancelled"),
+            ("False", "Cancelled"),
+            ("True", "Cancelled"),
+        ),
     ],
-)  # fmt: skip
+)
 def test_exactly_one_of_ready_reconciling_stalled_is_true(
     phase: Phase, reason: str, ready: tuple, reconciling: tuple, stalled: tuple
 ) -> None:
