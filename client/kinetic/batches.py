@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kinetic import kube, layout, names, payload, storage
+from kinetic import kube, layout, limits, names, payload, storage
 from kinetic import resources as r
 from kinetic.config import ClientConfig, resolve
 from kinetic.inputs import (
@@ -575,6 +575,12 @@ def submit_map(
             len(items),
         )
     cfg = fn._config()
+    # The operator's bounds, before anything is uploaded: the same check its webhook makes.
+    _refuse(
+        limits.check_batch_spec(
+            {"inputs": {"count": len(items)}}, storage_root=None, max_inputs=cfg.max_inputs
+        )
+    )
     group_id = new_group_id()
     root = cfg.storage_root
 
@@ -627,8 +633,14 @@ def submit_map(
         },
         "spec": _spec_body(spec) | {"maxConcurrent": max_concurrent},
     }
+    _refuse(limits.check_batch_spec(body["spec"], storage_root=root, max_inputs=cfg.max_inputs))
     created = kube.create(r.BATCH_PLURAL, cfg.namespace, body, cfg.context)
     return BatchHandle.from_resource(created, root, cfg.context)
+
+
+def _refuse(problems: list[str]) -> None:
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 def _spec_body(spec: r.KineticBatchSpec) -> dict[str, Any]:

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
+from kinetic.limits import DEFAULT_MAX_INPUTS
+
 DEFAULT_OPERATOR_NAMESPACE = "kinetic-system"
 CONFIGMAP_NAME = "kinetic-config"
 
@@ -28,6 +30,8 @@ class ClientConfig:
     storage_root: str
     context: str | None = None
     image: str | None = None
+    # The operator's cap on inputs per batch (its published maxInputs), checked before upload.
+    max_inputs: int = DEFAULT_MAX_INPUTS
 
 
 def resolve(
@@ -47,7 +51,20 @@ def resolve(
         )
     ns = namespace or os.environ.get("KINETIC_NAMESPACE") or _kubeconfig_namespace(context)
     image = os.environ.get("KINETIC_IMAGE") or published.get("defaultImage")
-    return ClientConfig(namespace=ns, storage_root=root.rstrip("/"), context=context, image=image)
+    return ClientConfig(
+        namespace=ns,
+        storage_root=root.rstrip("/"),
+        context=context,
+        image=image,
+        max_inputs=_int(published.get("maxInputs"), DEFAULT_MAX_INPUTS),
+    )
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return int(value) if value else default
+    except ValueError:
+        return default
 
 
 def _operator_namespace() -> str:

@@ -32,6 +32,8 @@ _KEPT = (
     "maxLength",
     "minItems",
     "maxItems",
+    "minProperties",
+    "maxProperties",
     "required",
     "default",
     "format",

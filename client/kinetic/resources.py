@@ -9,10 +9,12 @@ snake_case in Python and camelCase on the wire, as Kubernetes expects.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from kinetic import limits as L
 
 # Re-exported for callers that import every API fact from here; they live in kinetic.names.
 from kinetic.names import LABEL_ATTEMPT as LABEL_ATTEMPT
@@ -34,7 +36,7 @@ ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 STORAGE_URI_PATTERN = r"^(gs|file)://.+"
 RANGES_PATTERN = r"^([0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?$"
-MAX_CHUNK_SIZE = 256
+MAX_CHUNK_SIZE = L.MAX_CHUNK_SIZE
 
 
 class Wire(BaseModel):
@@ -75,8 +77,12 @@ InputMode = Literal["auto", "single", "args", "kwargs"]
 class EnvVar(Wire):
     """One environment variable for the job's process."""
 
-    name: str = Field(pattern=ENV_NAME_PATTERN, description="Variable name, a shell identifier.")
-    value: str = Field("", description="Literal value.")
+    name: str = Field(
+        pattern=ENV_NAME_PATTERN,
+        max_length=L.MAX_ENV_NAME_LENGTH,
+        description="Variable name, a shell identifier.",
+    )
+    value: str = Field("", max_length=L.MAX_ENV_VALUE_LENGTH, description="Literal value.")
 
 
 class FunctionSpec(Wire):
@@ -84,56 +90,81 @@ class FunctionSpec(Wire):
 
     payload_uri: str = Field(
         pattern=STORAGE_URI_PATTERN,
+        max_length=L.MAX_URI_LENGTH,
         alias="payloadURI",
         description="gs:// or file:// URI of the cloudpickled call (or a batch's function.pkl).",
     )
     sha256: str = Field(
         pattern=SHA256_PATTERN,
+        max_length=64,
         description="Hex SHA-256 of the payload; the runner refuses to unpickle anything else.",
     )
     result_uri: str | None = Field(
         None,
         pattern=STORAGE_URI_PATTERN,
+        max_length=L.MAX_URI_LENGTH,
         alias="resultURI",
         description="Where the runner writes result.pkl. "
         "Defaults to <root>/jobs/<name>/result.pkl.",
     )
-    name: str | None = Field(None, max_length=253, description="The function's name, for display.")
+    name: str | None = Field(
+        None, max_length=L.MAX_NAME_LENGTH, description="The function's name, for display."
+    )
     input_uri: str | None = Field(
         None,
         pattern=STORAGE_URI_PATTERN,
+        max_length=L.MAX_URI_LENGTH,
         alias="inputURI",
         description="Batch children: the pickled input this call receives.",
     )
     input_sha256: str | None = Field(
         None,
         pattern=SHA256_PATTERN,
+        max_length=64,
         alias="inputSHA256",
         description="Batch children: hex SHA-256 of the pickled input.",
     )
     input_json: Any = Field(
         None,
         alias="inputJSON",
-        description="Batch children: an inline JSON input (from items or grid).",
+        description="Batch children: an inline JSON input (from items or grid), nested at "
+        f"most {L.MAX_DEPTH} levels deep.",
     )
     input_mode: InputMode | None = Field(
         None, description="How the input is passed: auto, single, args or kwargs."
     )
 
 
+Arg = Annotated[str, Field(max_length=L.MAX_ARG_LENGTH)]
+
+
 class ContainerSpec(Wire):
     """A plain container command; its termination message becomes the job's result."""
 
-    image: str | None = Field(None, description="Container image. Defaults to the job's image.")
-    command: list[str] = Field(min_length=1, description="Command to run (the entrypoint).")
-    args: list[str] = Field(default_factory=list, description="Arguments to the command.")
+    image: str | None = Field(
+        None, max_length=L.MAX_IMAGE_LENGTH, description="Container image. Defaults to the job's."
+    )
+    command: list[Arg] = Field(
+        min_length=1,
+        max_length=L.MAX_COMMAND_ITEMS,
+        description="Command to run (the entrypoint).",
+    )
+    args: list[Arg] = Field(
+        default_factory=list,
+        max_length=L.MAX_COMMAND_ITEMS,
+        description="Arguments to the command.",
+    )
 
 
 class ResourceOverrides(Wire):
     """Resource requests for the job's container, on top of what the accelerator implies."""
 
-    cpu: str | None = Field(None, description="CPU request, e.g. '500m' or '2'.")
-    memory: str | None = Field(None, description="Memory request and limit, e.g. '4Gi'.")
+    cpu: str | None = Field(
+        None, max_length=L.MAX_QUANTITY_LENGTH, description="CPU request, e.g. '500m' or '2'."
+    )
+    memory: str | None = Field(
+        None, max_length=L.MAX_QUANTITY_LENGTH, description="Memory request and limit, e.g. '4Gi'."
+    )
 
 
 JOB_SPEC_ONE_OF = [{"required": ["function"]}, {"required": ["container"]}]
@@ -151,22 +182,33 @@ class KineticJobSpec(Wire):
     accelerator: str = Field(
         "cpu",
         pattern=ACCELERATOR_PATTERN,
+        max_length=L.MAX_ACCELERATOR_LENGTH,
         description="cpu, gpu-<type>[x<count>] (gpu-l4, gpu-a100x8) or tpu-<type>-<chips> "
         "(tpu-v5e-1). The operator's catalog maps it to resources and node selectors.",
     )
-    image: str | None = Field(None, description="Container image. Defaults to the operator's.")
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables.")
+    image: str | None = Field(
+        None,
+        max_length=L.MAX_IMAGE_LENGTH,
+        description="Container image. Defaults to the operator's.",
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=L.MAX_ENV, description="Extra environment variables."
+    )
     spot: bool = Field(False, description="Schedule on spot (preemptible) capacity.")
     output_dir: str | None = Field(
         None,
         pattern=STORAGE_URI_PATTERN,
+        max_length=L.MAX_URI_LENGTH,
         description="Exported to the job as KINETIC_OUTPUT_DIR. Defaults to <root>/outputs/<name>.",
     )
     retries: int = Field(
-        0, ge=0, le=100, description="Extra attempts after an application failure."
+        0, ge=0, le=L.MAX_RETRIES, description="Extra attempts after an application failure."
     )
     deadline_seconds: int | None = Field(
-        None, ge=1, description="Wall-clock limit per attempt; exceeding it fails the attempt."
+        None,
+        ge=1,
+        le=L.MAX_DEADLINE_SECONDS,
+        description="Wall-clock limit per attempt; exceeding it fails the attempt.",
     )
     resources: ResourceOverrides | None = Field(
         None, description="Resource requests on top of what the accelerator implies."
@@ -177,9 +219,16 @@ class KineticJobSpec(Wire):
 class SubmissionFailure(Wire):
     """An input the client could not package; it counts as a failure of the batch."""
 
-    index: int = Field(ge=0, description="Index of the input.")
-    message: str = Field(max_length=4096, description="Why it could not be submitted.")
+    index: int = Field(ge=0, le=L.MAX_INPUTS_CEILING, description="Index of the input.")
+    message: str = Field(
+        max_length=L.MAX_MESSAGE_LENGTH, description="Why it could not be submitted."
+    )
 
+
+GridKey = Annotated[str, Field(max_length=L.MAX_GRID_KEY_LENGTH)]
+GridValues = Annotated[list[Any], Field(max_length=L.MAX_GRID_VALUES)]
+TagKey = Annotated[str, Field(max_length=L.MAX_TAG_KEY_LENGTH)]
+TagValue = Annotated[str, Field(max_length=L.MAX_TAG_VALUE_LENGTH)]
 
 INPUTS_ONE_OF = [{"required": ["count"]}, {"required": ["items"]}, {"required": ["grid"]}]
 
@@ -189,25 +238,43 @@ class BatchInputs(Wire):
 
     model_config = ConfigDict(json_schema_extra={"oneOf": INPUTS_ONE_OF})
 
-    count: int | None = Field(None, ge=0, description="Number of inputs pickled in storage.")
+    count: int | None = Field(
+        None,
+        ge=0,
+        le=L.MAX_INPUTS_CEILING,
+        description="Number of inputs pickled in storage (the operator's maxInputs setting "
+        "caps it further).",
+    )
     uri_prefix: str | None = Field(
         None,
         pattern=STORAGE_URI_PATTERN,
+        max_length=L.MAX_URI_LENGTH,
         alias="uriPrefix",
         description="With count: folder holding <index>.pkl for each input.",
     )
     sha256_uri: str | None = Field(
         None,
         pattern=STORAGE_URI_PATTERN,
+        max_length=L.MAX_URI_LENGTH,
         alias="sha256URI",
-        description="With count: JSON list of each input's hex SHA-256.",
+        description="With count: JSON list of each input's hex SHA-256, under the storage "
+        "root; needs sha256.",
     )
     sha256: str | None = Field(
-        None, pattern=SHA256_PATTERN, description="With count: hex SHA-256 of sha256URI."
-    )
-    items: list[Any] | None = Field(None, description="Inline JSON inputs, one child per item.")
-    grid: dict[str, list[Any]] | None = Field(
         None,
+        pattern=SHA256_PATTERN,
+        max_length=64,
+        description="With count: hex SHA-256 of sha256URI (required with it).",
+    )
+    items: list[Any] | None = Field(
+        None,
+        max_length=L.MAX_ITEMS,
+        description="Inline JSON inputs, one child per item; each nested at most "
+        f"{L.MAX_DEPTH} levels deep, {L.MAX_INLINE_BYTES} bytes of JSON in all.",
+    )
+    grid: dict[GridKey, GridValues] | None = Field(
+        None,
+        max_length=L.MAX_GRID_KEYS,
         description="Named lists; one child per combination (cartesian product, "
         "last key in sorted order varies fastest).",
     )
@@ -224,6 +291,7 @@ class KineticBatchSpec(Wire):
     max_concurrent: int | None = Field(
         64,
         ge=1,
+        le=L.MAX_CONCURRENT,
         description="Most Pods running at once; null starts every input at once.",
     )
     chunk_size: int = Field(
@@ -236,21 +304,27 @@ class KineticBatchSpec(Wire):
     cancel_indexes: str | None = Field(
         None,
         pattern=RANGES_PATTERN,
-        max_length=65536,
+        max_length=L.MAX_CANCEL_INDEXES_LENGTH,
         description="Inputs to cancel, as ranges ('3,7-9'); may grow on a running batch.",
     )
-    retries: int = Field(0, ge=0, le=100, description="Extra attempts per input after a failure.")
+    retries: int = Field(
+        0, ge=0, le=L.MAX_RETRIES, description="Extra attempts per input after a failure."
+    )
     fail_fast: bool = Field(False, description="Launch no new inputs after the first failure.")
     cancel_running_on_fail: bool = Field(
         False, description="With failFast: also cancel running inputs on the first failure."
     )
     cancel: bool = Field(False, description="Set to true to stop launching and cancel every Pod.")
-    name: str | None = Field(None, max_length=253, description="A human-readable name.")
-    tags: dict[str, str] = Field(
-        default_factory=dict, description="Free-form labels for the batch."
+    name: str | None = Field(
+        None, max_length=L.MAX_NAME_LENGTH, description="A human-readable name."
+    )
+    tags: dict[TagKey, TagValue] = Field(
+        default_factory=dict, max_length=L.MAX_TAGS, description="Free-form labels for the batch."
     )
     submission_failures: list[SubmissionFailure] = Field(
-        default_factory=list, description="Inputs the client could not package."
+        default_factory=list,
+        max_length=L.MAX_SUBMISSION_FAILURES,
+        description="Inputs the client could not package.",
     )
 
 

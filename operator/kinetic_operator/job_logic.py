@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from kinetic import limits
 from kinetic.names import MAX_POD_NAME, fmt_time, job_pod_name, parse_time
 from kinetic.resources import (
     Condition,
@@ -43,6 +44,7 @@ from kinetic_operator.observed import PodView
 __all__ = ["fmt_time", "parse_time"]
 
 MAX_TEXT = 4096
+R_INVALID_SPEC = "InvalidSpec"
 
 # ----------------------------------------------------------------------- inputs & outputs
 
@@ -113,6 +115,9 @@ def validate_spec(
     what a schema cannot express (one-of, the catalog, name length) and
     anything created before the CRD was current.
     """
+    too_big = limits.check_job_spec(raw)  # first: a hostile value is judged before parsing
+    if too_big:
+        return InvalidSpec("; ".join(too_big))
     try:
         spec = KineticJobSpec.model_validate(raw if raw is not None else {})
     except ValidationError as exc:
@@ -167,6 +172,7 @@ class _Work:
     name: str
     now: datetime
     actions: list[Action] = field(default_factory=list)
+    reason: str | None = None  # the True condition's reason, when not the phase's name
 
     def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
         self.actions.append(Event(type_, reason, message))
@@ -198,6 +204,7 @@ def decide(
         w.actions.extend(DeletePod(p.name) for p in pods.values() if p.live)
     elif isinstance(spec, InvalidSpec):
         _finish(w, Phase.FAILED, spec.message)
+        w.reason = R_INVALID_SPEC
         w.event("Warning", "InvalidSpec", spec.message)
         w.actions.extend(DeletePod(p.name) for p in pods.values() if p.live)
         for rec in st.attempts:
@@ -270,11 +277,16 @@ def _set_conditions(w: _Work) -> None:
         value: Literal["True", "False"] = "True" if phase is when else "False"
         old = existing.get(type_)
         changed = old is None or old.status != value
+        reason = phase.value.title()
+        if value == "True":
+            # InvalidSpec says more than Failed; it stays once set, as the job stays failed.
+            kept = old.reason if old is not None and not changed else None
+            reason = w.reason or (kept if kept == R_INVALID_SPEC else reason)
         out.append(
             Condition(
                 type=type_,
                 status=value,
-                reason=phase.value.title(),
+                reason=reason,
                 message=st.message if value == "True" else None,
                 last_transition_time=fmt_time(w.now) if changed else old.last_transition_time,
             )

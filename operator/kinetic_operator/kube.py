@@ -24,7 +24,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from kinetic_operator import metrics
+from kinetic_operator import deepjson, metrics
 
 log = logging.getLogger("kinetic.operator")
 T = TypeVar("T")
@@ -117,13 +117,20 @@ class Kube:
 
     def _get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, name, _request_timeout=REQUEST_TIMEOUT
+            resp = self.custom.get_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+                _request_timeout=REQUEST_TIMEOUT,
+                _preload_content=False,
             )
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
+        return _decoded(resp)
 
     def patch_status(
         self,
@@ -149,7 +156,7 @@ class Kube:
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
         try:
-            return self.custom.patch_namespaced_custom_object_status(
+            resp = self.custom.patch_namespaced_custom_object_status(
                 GROUP,
                 VERSION,
                 namespace,
@@ -158,6 +165,7 @@ class Kube:
                 body,
                 _content_type=MERGE_PATCH,
                 _request_timeout=REQUEST_TIMEOUT,
+                _preload_content=False,
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -165,6 +173,7 @@ class Kube:
             if exc.status == 404:
                 return None  # deleted meanwhile: nothing left to report on
             raise
+        return _decoded(resp)
 
     # ------------------------------------------------------------------ KineticBatches
 
@@ -281,6 +290,15 @@ class Kube:
 
     # ------------------------------------------------------------------ configuration
 
+    def patch_webhook_configuration(self, name: str, webhooks: list[dict[str, Any]]) -> None:
+        """Replace the webhooks of the ValidatingWebhookConfiguration ``name`` (merge patch)."""
+        client.AdmissionregistrationV1Api(self.api).patch_validating_webhook_configuration(
+            name,
+            {"webhooks": webhooks},
+            _content_type=MERGE_PATCH,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+
     def publish_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
         """Create or replace the ConfigMap from which clients learn the storage root."""
         body = {
@@ -308,6 +326,11 @@ def _drain(response: Any) -> None:
     """Read an answer we do not need and give its connection back to the pool."""
     response.read()
     response.release_conn()
+
+
+def _decoded(resp: Any) -> dict[str, Any]:
+    """A custom object from a raw answer: decoded safely, since it may be nested very deep."""
+    return deepjson.loads(resp.data)
 
 
 @contextmanager

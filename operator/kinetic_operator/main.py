@@ -9,4 +9,8 @@ or `python -m kinetic_operator`, which takes the namespaces from
 KINETIC_NAMESPACES (comma-separated; empty means all).
 """
 
-from kinetic_operator.handlers import batches, jobs, setup  # noqa: F401 — registers handlers
+from kinetic_operator import deepjson
+from kinetic_operator.handlers import admission, batches, jobs, setup  # noqa: F401 — registers
+
+# Before Kopf starts watching: decode watch events and lists safely, however deep.
+deepjson.install()

@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Annotated, Any
 
 import yaml
+from kinetic.limits import DEFAULT_MAX_INPUTS, MAX_INPUTS_CEILING
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -85,10 +86,20 @@ class OperatorSettings(BaseSettings):
         "(KINETIC_MANIFEST_INTERVAL).",
     )
 
+    max_inputs: int = Field(
+        DEFAULT_MAX_INPUTS,
+        ge=1,
+        le=MAX_INPUTS_CEILING,
+        description="Most inputs one KineticBatch may have (count, items or grid points); "
+        "larger batches are refused at admission and failed by the operator "
+        "(KINETIC_MAX_INPUTS). Published to clients, which refuse before uploading.",
+    )
+
     webhook_enabled: bool = Field(
         True,
-        description="Serve the admission webhook that rejects changes to a batch's "
-        "immutable fields at `kubectl apply` time (KINETIC_WEBHOOK_ENABLED).",
+        description="Serve the validating admission webhook: the bounds of KineticJobs and "
+        "KineticBatches and the immutable fields of a batch, at `kubectl apply` time "
+        "(KINETIC_WEBHOOK_ENABLED).",
     )
     webhook_host: str | None = Field(
         None,

@@ -1,36 +1,155 @@
-"""The admission webhook's HTTPS server: Kopf's, with a certificate made by `cryptography`.
+"""The admission webhook's HTTPS server, and the configuration that points the API server at it.
 
-Kopf serves the webhook and keeps the ValidatingWebhookConfiguration
-(`WEBHOOK_CONFIG`) pointing at it, with the server's self-signed certificate
-as the CA bundle, so no cert-manager or Secret is needed. Kopf's own
-self-signing needs `certbuilder`; we already depend on `cryptography`, so
-only the certificate-building step is replaced. A new certificate is made at
-every start, and Kopf re-patches the configuration with it.
+Kopf serves the webhook; this module adds three things to its server:
+
+* the self-signed certificate is built with `cryptography` (Kopf's own
+  self-signing needs `certbuilder`), a new one at every start;
+* the ValidatingWebhookConfiguration ``kinetic.dev`` — shipped by the Helm
+  chart, empty — is patched with our webhooks, this server's URL and its
+  certificate as the CA bundle. Kopf's own "managed" mode is not used: it
+  would also create a MutatingWebhookConfiguration, and it needs permission
+  to create configurations, which the operator is not given; patching the
+  one named configuration is all it may do;
+* admission reviews are decoded with `deepjson.loads_bounded`, so an object
+  nested thousands of levels deep is judged (and refused) instead of
+  crashing the request, which would let it through (the webhook fails open).
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
-from collections.abc import Collection
+import json
+import logging
+from collections.abc import AsyncIterator, Collection
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import aiohttp.web
 import kopf
+from kinetic.resources import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
 
+from kinetic_operator import deepjson
 from kinetic_operator.settings import OperatorSettings
 
-# Name of the ValidatingWebhookConfiguration Kopf creates and patches (RBAC names it too).
+log = logging.getLogger("kinetic.operator")
+
+# Name of the ValidatingWebhookConfiguration the chart ships and the operator patches.
 WEBHOOK_CONFIG = "kinetic.dev"
 CERT_DAYS = 3650
+TIMEOUT_SECONDS = 10
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One validating webhook: a Kopf handler id and the resource it judges."""
+
+    id: str
+    plural: str
+    operations: tuple[str, ...] = ("CREATE", "UPDATE")
+
+
+JOB_HOOK = Hook("kinetic-job-spec", JOB_PLURAL)
+BATCH_HOOK = Hook("kinetic-batch-spec", BATCH_PLURAL)
+HOOKS = (JOB_HOOK, BATCH_HOOK)
+
+
+def webhook_entries(client_config: dict[str, Any], hooks: Collection[Hook] = HOOKS) -> list[dict]:
+    """The configuration's ``webhooks``: one per hook, at ``<url>/<id>``, failing open.
+
+    Fail open (failurePolicy Ignore): with the operator down, objects are
+    still admitted and the operator applies the same checks when it
+    returns. sideEffects None: the API server also asks about dry runs.
+    """
+    url = str(client_config.get("url", "")).rstrip("/")
+    entries = []
+    for hook in hooks:
+        config = {"url": f"{url}/{hook.id}"}
+        if client_config.get("caBundle"):
+            config["caBundle"] = client_config["caBundle"]
+        entries.append(
+            {
+                "name": f"{hook.id}.{WEBHOOK_CONFIG}",
+                "clientConfig": config,
+                "rules": [
+                    {
+                        "apiGroups": [GROUP],
+                        "apiVersions": [VERSION],
+                        "resources": [hook.plural],
+                        "operations": list(hook.operations),
+                        "scope": "Namespaced",
+                    }
+                ],
+                "failurePolicy": "Ignore",
+                "matchPolicy": "Equivalent",
+                "sideEffects": "None",
+                "timeoutSeconds": TIMEOUT_SECONDS,
+                "admissionReviewVersions": ["v1", "v1beta1"],
+            }
+        )
+    return entries
+
+
+def publish_webhooks(client_config: dict[str, Any]) -> bool:
+    """Point the chart's ValidatingWebhookConfiguration at this server; False if it could not.
+
+    A failure is logged, never fatal: the operator still applies every
+    check to what it reconciles, so a missing configuration only means
+    bad objects are refused later (FAILED) instead of at admission.
+    """
+    from kinetic_operator.kube import get_kube
+
+    try:
+        get_kube().patch_webhook_configuration(WEBHOOK_CONFIG, webhook_entries(client_config))
+    except Exception as exc:  # noqa: BLE001 — logged; the operator-side checks remain
+        log.error(
+            "Could not patch ValidatingWebhookConfiguration %s (install it with the Helm chart; "
+            "the operator may only patch it): %s. Bad objects will be failed by the operator "
+            "instead of refused at admission.",
+            WEBHOOK_CONFIG,
+            exc,
+        )
+        return False
+    log.info(
+        "ValidatingWebhookConfiguration %s points at %s", WEBHOOK_CONFIG, client_config.get("url")
+    )
+    return True
 
 
 class WebhookServer(kopf.WebhookServer):
-    """Kopf's webhook server; only the self-signed certificate is built differently."""
+    """Kopf's webhook server, with our certificate, configuration and safe decoding."""
 
     @staticmethod
     def build_certificate(
         hostnames: Collection[str], password: str | None = None
     ) -> tuple[bytes, bytes]:
         return self_signed_certificate(hostnames, password)
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        async for client_config in super().__call__(fn):
+            await asyncio.to_thread(publish_webhooks, dict(client_config))
+            yield client_config
+
+    @staticmethod
+    async def _serve(fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        """Kopf's request handling, after cutting what is nested too deep to handle."""
+        text = await request.text()
+        doc = deepjson.loads_bounded(text)
+        return await kopf.WebhookServer._serve(fn, _Decoded(request, json.dumps(doc)))
+
+
+class _Decoded:
+    """An aiohttp request whose body is replaced by a safely re-encoded one."""
+
+    def __init__(self, request: aiohttp.web.Request, text: str) -> None:
+        self._request, self._text = request, text
+
+    async def text(self) -> str:
+        return self._text
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._request, name)
 
 
 def self_signed_certificate(
@@ -92,7 +211,7 @@ def _is_ip(name: str) -> bool:
 
 
 def configure_admission(settings: kopf.OperatorSettings, ours: OperatorSettings) -> None:
-    """Serve the webhook and let Kopf manage its configuration, if enabled."""
+    """Serve the webhook, if enabled; its server patches the configuration (Kopf manages none)."""
     if not ours.webhook_enabled:
         return
     settings.admission.server = WebhookServer(
@@ -100,4 +219,4 @@ def configure_admission(settings: kopf.OperatorSettings, ours: OperatorSettings)
         port=ours.webhook_port,
         host=ours.webhook_host or None,
     )
-    settings.admission.managed = WEBHOOK_CONFIG
+    settings.admission.managed = None

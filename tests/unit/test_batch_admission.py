@@ -9,13 +9,16 @@ import kopf
 import pytest
 from kinetic.resources import KineticBatchSpec, KineticBatchStatus
 from kinetic_operator.handlers import batches
-from kinetic_operator.handlers.batches import (
-    BatchMemory,
-    check_spec_update,
-    validate_batch_update,
-)
+from kinetic_operator.handlers.admission import check_spec_update, validate_batch, validate_job
+from kinetic_operator.handlers.batches import BatchMemory
 from kinetic_operator.settings import OperatorSettings
-from kinetic_operator.webhook import WEBHOOK_CONFIG, configure_admission, self_signed_certificate
+from kinetic_operator.webhook import (
+    BATCH_HOOK,
+    JOB_HOOK,
+    configure_admission,
+    self_signed_certificate,
+    webhook_entries,
+)
 
 SHA = "0" * 64
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -71,43 +74,63 @@ def test_updates_it_cannot_judge_are_allowed():
     check_spec_update(None, body(spec()))
 
 
-def test_the_kopf_handler_takes_old_and_body():
-    with pytest.raises(kopf.AdmissionError):
-        validate_batch_update(
-            old=kopf.Body(body(spec())), body=kopf.Body(body(spec(inputs={"items": [9]})))
+def test_the_kopf_handler_takes_old_body_and_operation():
+    def call(old: dict | None, new: dict, operation: str) -> None:
+        validate_batch(
+            old=kopf.Body(old) if old else None, body=kopf.Body(new), operation=operation
         )
-    validate_batch_update(old=kopf.Body(body(spec())), body=kopf.Body(body(spec(cancel=True))))
+
+    with pytest.raises(kopf.AdmissionError):
+        call(body(spec()), body(spec(inputs={"items": [9]})), "UPDATE")
+    call(body(spec()), body(spec(cancel=True)), "UPDATE")
+    call(None, body(spec(inputs={"items": [9]})), "CREATE")  # a create changes nothing
+    with pytest.raises(kopf.AdmissionError, match=r"spec.inputs.items\[1\] is nested more"):
+        call(None, body(spec(inputs={"items": [[[1]], _deep(40)]})), "CREATE")
 
 
-def test_the_webhook_is_registered_for_batch_updates_only_and_fails_open():
+def _deep(levels: int) -> list:
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_job_handler_refuses_a_deep_inline_input():
+    job = {"metadata": {"name": "j"}, "spec": {"function": {"inputJSON": _deep(33)}}}
+    with pytest.raises(kopf.AdmissionError) as err:
+        validate_job(body=kopf.Body(job))
+    assert err.value.code == 422
+    assert "spec.function.inputJSON is nested more than 32 levels" in str(err.value)
+    validate_job(body=kopf.Body({"spec": {"function": {"inputJSON": _deep(32)}}}))
+
+
+def test_both_kinds_are_judged_on_create_and_update_and_fail_open():
     registry = kopf.get_default_registry()
-    handlers = [h for h in registry._webhooks.get_all_handlers() if h.fn is validate_batch_update]
-    assert len(handlers) == 1
-    h = handlers[0]
-    assert list(h.operations) == ["UPDATE"]
-    assert h.ignore_failures is True and h.side_effects is False and h.persistent is False
-    assert h.subresource is None
-    from kopf._cogs.structs.references import Resource
-    from kopf._core.engines.admission import build_webhooks
-
-    resources = [
-        Resource("kinetic.dev", "v1alpha1", "kineticbatches"),
-        Resource("kinetic.dev", "v1alpha1", "kineticjobs"),
-        Resource("", "v1", "pods"),
-        Resource("batch", "v1", "jobs"),
+    ours = {h.id: h for h in registry._webhooks.get_all_handlers()}
+    for hook, fn in ((JOB_HOOK, validate_job), (BATCH_HOOK, validate_batch)):
+        h = ours[hook.id]
+        assert h.fn is fn
+        assert list(h.operations) == ["CREATE", "UPDATE"]
+        assert h.ignore_failures is True and h.side_effects is False
+        assert h.subresource is None  # status writes are not judged
+    entries = webhook_entries({"url": "https://127.0.0.1:9443/", "caBundle": "Q0E="})
+    assert [e["name"] for e in entries] == [
+        "kinetic-job-spec.kinetic.dev",
+        "kinetic-batch-spec.kinetic.dev",
     ]
-    [webhook] = build_webhooks(
-        [h], resources=resources, name_suffix=WEBHOOK_CONFIG, client_config={"url": "https://x"}
-    )
-    assert webhook["failurePolicy"] == "Ignore"
-    assert webhook["sideEffects"] == "None"
-    assert webhook["rules"] == [
+    batch = entries[1]
+    assert batch["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/kinetic-batch-spec",
+        "caBundle": "Q0E=",
+    }
+    assert batch["failurePolicy"] == "Ignore" and batch["sideEffects"] == "None"
+    assert batch["rules"] == [
         {
             "apiGroups": ["kinetic.dev"],
             "apiVersions": ["v1alpha1"],
             "resources": ["kineticbatches"],
-            "operations": ["UPDATE"],
-            "scope": "*",
+            "operations": ["CREATE", "UPDATE"],
+            "scope": "Namespaced",
         }
     ]
 
@@ -118,7 +141,8 @@ def test_admission_settings():
     assert settings.admission.server is None and settings.admission.managed is None
     ours = OperatorSettings(webhook_host="kinetic-operator.kinetic-system.svc", webhook_port=9443)
     configure_admission(settings, ours)
-    assert settings.admission.managed == WEBHOOK_CONFIG
+    # Kopf manages no configuration (it would create a mutating one): our server patches ours.
+    assert settings.admission.managed is None
     server = settings.admission.server
     assert isinstance(server, kopf.WebhookServer)
     assert (server.host, server.port, server.addr) == (

@@ -23,12 +23,21 @@ def test_chart_lints_clean() -> None:
     assert serious == []
 
 
+def _plain(name: str) -> str:
+    """A template with its template lines (and template comments) dropped: plain YAML."""
+    text = (CHART / "templates" / name).read_text()
+    text = text.split("*/ -}}", 1)[-1] if text.startswith("{{- /*") else text
+    return "\n".join(line for line in text.splitlines() if "{{" not in line)
+
+
 def _rbac_rules() -> list[dict]:
-    text = (CHART / "templates" / "rbac.yaml").read_text()
-    # Drop template lines: the rules themselves are plain YAML.
-    plain = "\n".join(line for line in text.splitlines() if "{{" not in line)
-    docs = [d for d in yaml.safe_load_all(plain) if d]
-    return [rule for d in docs if d["kind"] in ("ClusterRole", "Role") for rule in d["rules"]]
+    docs = [d for d in yaml.safe_load_all(_plain("rbac.yaml")) if d]
+    rules = [
+        rule for d in docs if d["kind"] in ("ClusterRole", "Role") for rule in d.get("rules") or []
+    ]
+    namespaced = yaml.safe_load(_plain("_rbac_rules.tpl"))  # included by the roles above
+    assert namespaced and all("verbs" in r for r in namespaced)
+    return rules + namespaced
 
 
 def test_operator_cannot_change_pods_or_escalate() -> None:
@@ -53,3 +62,35 @@ def test_every_setting_the_chart_passes_is_one_the_operator_reads() -> None:
     passed = set(re.findall(r"^\s+(KINETIC_\w+):", text, re.M))
     read = {f"KINETIC_{name.upper()}" for name in OperatorSettings.model_fields}
     assert passed and passed <= read, f"the operator ignores {sorted(passed - read)}"
+
+
+def test_operator_may_only_patch_its_one_webhook_configuration() -> None:
+    """No creating any webhook configuration, no mutating ones at all, patch of one by name."""
+    webhook_rules = [r for r in _rbac_rules() if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert webhook_rules == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations"],
+            "resourceNames": ["kinetic.dev"],
+            "verbs": ["patch"],
+        }
+    ]
+    shipped = yaml.safe_load(_plain("webhook.yaml"))
+    assert shipped["kind"] == "ValidatingWebhookConfiguration"
+    assert shipped["metadata"]["name"] == "kinetic.dev"
+    assert "webhooks" not in shipped  # the operator's entries survive a helm upgrade
+
+
+def test_watch_namespaces_sets_the_operator_flags_and_roles() -> None:
+    deployment = (CHART / "templates" / "deployment.yaml").read_text()
+    command = deployment[deployment.index("command:") : deployment.index("kinetic_operator.main")]
+    # --all-namespaces only in the else branch of the watchNamespaces loop.
+    assert (
+        command.index("{{- range .Values.watchNamespaces }}")
+        < command.index("--namespace={{ . }}")
+        < command.index("{{- else }}")
+        < command.index("--all-namespaces")
+    )
+    rbac = (CHART / "templates" / "rbac.yaml").read_text()
+    assert '{{- if not .Values.watchNamespaces }}\n  {{- include "kinetic.namespacedRules"' in rbac
+    assert "{{- range .Values.watchNamespaces }}" in rbac and "kind: Role\n" in rbac

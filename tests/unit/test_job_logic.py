@@ -624,7 +624,7 @@ def test_invalid_spec_fails_without_creating_anything():
     st = d.status
     assert st.phase == "FAILED" and st.attempt == 0 and st.attempts == []
     assert st.message.startswith("spec.container.command")
-    assert cond(st, "Failed").status == "True" and cond(st, "Failed").reason == "Failed"
+    assert cond(st, "Failed").status == "True" and cond(st, "Failed").reason == "InvalidSpec"
     assert run(InvalidSpec("spec.x: y"), st).actions == ()  # said once
 
 

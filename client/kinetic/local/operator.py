@@ -96,7 +96,14 @@ def install_chart(cfg: LocalConfig, repo_root: Path) -> bool:
     try:
         asyncio.run(
             helm.Upgrade(config).run(
-                RELEASE, str(chart), values=values, install=True, create_namespace=True, wait=False
+                RELEASE,
+                str(chart),
+                values=values,
+                install=True,
+                create_namespace=True,
+                wait=False,
+                # Adopt the webhook configuration an older operator created itself.
+                take_ownership=True,
             )
         )
     except helm.HelmError as e:

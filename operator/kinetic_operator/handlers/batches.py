@@ -34,8 +34,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from kinetic import layout, storage
+from kinetic import layout, limits, storage
 from kinetic.fanout import input_count, parse_sha256_list, validate_batch_spec
+from kinetic.limits import hash_list_max_bytes
 from kinetic.names import LABEL_BATCH
 from kinetic.resources import (
     BATCH_PLURAL,
@@ -63,6 +64,7 @@ from kinetic_operator.batch_logic import (
     with_condition,
 )
 from kinetic_operator.batch_pods import UnitRefused, build_unit_pod, log_uri
+from kinetic_operator.bounded_read import TooLarge, read_at_most
 from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube, until_settled
 from kinetic_operator.manifest import (
     Debouncer,
@@ -167,49 +169,6 @@ async def batch_pod_event(
     if type == "DELETED":
         mem.gone.setdefault(view.index, {})[view.attempt] = replace(view, gone=True)
     await reconcile_batch(key[0], key[1], batch_pods, memo)
-
-
-# ----------------------------------------------------------------------- admission
-
-
-def check_spec_update(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-    """Raise `kopf.AdmissionError` (422) if an update changes an immutable field of a batch.
-
-    Only maxConcurrent and cancel may change on an existing batch. Updates
-    this cannot judge are allowed: an old spec that does not parse (the
-    operator never accepted it either), or a new one that does not (the
-    operator fails the batch with a readable message). The operator-side
-    refusal (`_accept`) stays in place for updates that bypass the webhook.
-    """
-    try:
-        before = KineticBatchSpec.model_validate((old or {}).get("spec") or {})
-        after = KineticBatchSpec.model_validate((new or {}).get("spec") or {})
-    except ValidationError:
-        return
-    message = immutable_change(before, after)
-    if message is not None:
-        raise kopf.AdmissionError(message, code=422)
-
-
-def validate_batch_update(old: kopf.Body | None, body: kopf.Body, **_: Any) -> None:
-    """The validating webhook for UPDATE of a KineticBatch (main resource, not status)."""
-    check_spec_update(dict(old) if old is not None else None, dict(body))
-
-
-if get_settings().webhook_enabled:
-    # Fail open (failurePolicy Ignore): with the operator down, updates pass and
-    # the reconcile's refusal still applies. Not persistent: Kopf removes the
-    # webhook from the configuration when the operator stops cleanly.
-    kopf.on.validate(
-        GROUP,
-        VERSION,
-        BATCH_PLURAL,
-        id="batch-immutable-spec",
-        operations=["UPDATE"],
-        side_effects=False,
-        ignore_failures=True,
-        persistent=False,
-    )(validate_batch_update)
 
 
 # ----------------------------------------------------------------------- reconcile
@@ -615,6 +574,12 @@ def _load_spec(
         return None, [
             "the operator has no storage root (KINETIC_STORAGE_ROOT) for the batch manifest"
         ]
+    # First, on the raw spec: a hostile value (deep, huge) is judged before it is parsed.
+    too_big = limits.check_batch_spec(
+        body.get("spec"), storage_root=settings.storage_root, max_inputs=settings.max_inputs
+    )
+    if too_big:
+        return None, too_big
     try:
         spec = KineticBatchSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
@@ -658,12 +623,14 @@ def _load_hashes(mem: BatchMemory, spec: KineticBatchSpec) -> list[str]:
     if uri is None or mem.hashes is not None:
         return []
     try:
-        data = storage.read_bytes(uri)
+        data = read_at_most(uri, hash_list_max_bytes(spec.inputs.count or 0))
         mem.hashes = parse_sha256_list(
             data, expected_sha256=spec.inputs.sha256, count=spec.inputs.count or 0
         )
     except storage.NotFound:
         return [f"spec.inputs.sha256URI {uri} does not exist"]
+    except TooLarge as exc:
+        return [f"spec.inputs.sha256URI: {exc}"]
     except ValueError as exc:
         return [f"spec.inputs.sha256URI {uri}: {exc}"]
     return []

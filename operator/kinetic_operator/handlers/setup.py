@@ -148,6 +148,7 @@ def client_config(settings: OperatorSettings) -> dict[str, str]:
     data = {
         "defaultImage": settings.default_image,
         "accelerators": ",".join(settings.accelerator_catalog.names()),
+        "maxInputs": str(settings.max_inputs),
     }
     if settings.storage_root:
         data["storageRoot"] = settings.storage_root

@@ -1,0 +1,305 @@
+"""Every bound on what a user may put in a KineticJob or KineticBatch, and the checks for them.
+
+One module, no I/O, used by three parties so they always agree:
+
+* the pydantic models in `kinetic.resources` (and so the CRD schemas that
+  `make crds` generates from them) take their maxLength / maxItems /
+  maximum from the constants here;
+* the operator's validating webhook refuses what a schema cannot express
+  (nesting depth and size of inline JSON, the total input count, where the
+  input hash list may live), and the operator applies the very same checks
+  again to whatever was stored while the webhook was down;
+* the client refuses a batch before uploading anything.
+
+The limits are generous for real work and finite on purpose: an object
+nested thousands of levels deep, or a grid of 2^63 points, must be refused
+with a sentence, not crash or stall the operator.
+
+Every check walks JSON iteratively: the objects it judges may be nested far
+deeper than Python's recursion limit.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+# --------------------------------------------------------------------------- schema bounds
+# (the CRD enforces these; pydantic enforces them again in the operator and the client)
+
+MAX_NAME_LENGTH = 253  # display names, like a Kubernetes object name
+MAX_URI_LENGTH = 2048  # gs:// and file:// URIs
+MAX_IMAGE_LENGTH = 1024  # registry/repository:tag@sha256:digest fits with room to spare
+MAX_ACCELERATOR_LENGTH = 64
+MAX_QUANTITY_LENGTH = 64  # "500m", "4Gi"
+MAX_COMMAND_ITEMS = 1024  # entries of container command, and of args
+MAX_ARG_LENGTH = 32768  # one command or args entry
+MAX_ENV = 256  # environment variables per job
+MAX_ENV_NAME_LENGTH = 256
+MAX_ENV_VALUE_LENGTH = 32768
+MAX_RETRIES = 100
+MAX_DEADLINE_SECONDS = 30 * 24 * 3600  # thirty days per attempt
+MAX_CONCURRENT = 100_000  # Pods at once per batch
+MAX_CHUNK_SIZE = 256  # inputs per Pod
+MAX_ITEMS = 100_000  # inline items of one batch (the object must also fit in etcd)
+MAX_GRID_KEYS = 64
+MAX_GRID_VALUES = 10_000  # values of one grid key
+MAX_GRID_KEY_LENGTH = 128  # becomes part of an environment variable's name
+MAX_TAGS = 64
+MAX_TAG_KEY_LENGTH = 253
+MAX_TAG_VALUE_LENGTH = 1024
+MAX_SUBMISSION_FAILURES = 10_000
+MAX_MESSAGE_LENGTH = 4096
+MAX_CANCEL_INDEXES_LENGTH = 65536
+MAX_INPUTS_CEILING = 100_000_000  # schema maximum of inputs.count; the setting may not exceed it
+
+# --------------------------------------------------------------------------- admission bounds
+# (beyond what a structural schema can say; checked by the webhook, the operator, the client)
+
+MAX_DEPTH = 32  # lists/objects nested inside one inline input
+MAX_INLINE_BYTES = 1024 * 1024  # inline inputs of one object, as compact JSON
+DEFAULT_MAX_INPUTS = 1_000_000  # the operator's maxInputs setting, unless changed
+# The input hash list is `json.dumps(list_of_hex)`: '"<64 hex>", ' is 68 bytes an entry.
+HASH_LIST_ENTRY_BYTES = 68
+HASH_LIST_SLACK = 4096
+
+
+def hash_list_max_bytes(count: int) -> int:
+    """The most bytes the operator reads of ``inputs.sha256URI`` for ``count`` inputs."""
+    return max(count, 0) * HASH_LIST_ENTRY_BYTES + HASH_LIST_SLACK
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def json_depth(value: Any, limit: int = MAX_DEPTH) -> int:
+    """How many lists/objects are nested in ``value`` (a scalar is 0, ``[1]`` is 1).
+
+    Stops counting at ``limit + 1``, so a hostile value costs no more than
+    what it takes to find it is too deep; iterative, so any depth is safe.
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Iterable[Any] = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        depth += 1
+        if depth > limit:
+            return limit + 1
+        deepest = max(deepest, depth)
+        stack.extend((child, depth) for child in children)
+    return deepest
+
+
+def json_size(value: Any, limit: int = MAX_INLINE_BYTES) -> int:
+    """Bytes of ``value`` as compact JSON (UTF-8), counted up to ``limit + 1``.
+
+    An estimate that is exact for strings without escapes and never less
+    than the encoding for the rest; iterative, like `json_depth`.
+    """
+    total = 0
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            total += 2 + max(len(node) - 1, 0) + len(node)  # braces, commas, colons
+            for key, child in node.items():
+                total += _scalar_size(str(key))
+                stack.append(child)
+        elif isinstance(node, list | tuple):
+            total += 2 + max(len(node) - 1, 0)
+            stack.extend(node)
+        else:
+            total += _scalar_size(node)
+        if total > limit:
+            return limit + 1
+    return total
+
+
+def _scalar_size(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass")) + 2
+    if value is None or value is True:
+        return 4
+    if value is False:
+        return 5
+    return len(repr(value))
+
+
+def capped_product(lengths: Iterable[int], cap: int) -> int:
+    """The product of ``lengths``, or ``cap + 1`` as soon as it exceeds ``cap``.
+
+    A grid's point count is this product; computed plainly it is a number
+    of any size (63 keys of two values: 2^63), which no status field can
+    hold. Any zero makes the product zero, wherever it comes.
+    """
+    sizes = list(lengths)
+    if any(n <= 0 for n in sizes):
+        return 0
+    total = 1
+    for n in sizes:
+        total *= n
+        if total > cap:
+            return cap + 1
+    return total
+
+
+def under_root(uri: str, root: str) -> bool:
+    """Whether ``uri`` names an object strictly below the storage ``root``.
+
+    No '.', '..' or empty path segments below the root, so the answer
+    cannot be fooled by a path that climbs back out once resolved.
+    """
+    base = root.rstrip("/")
+    if not base or not uri.startswith(base + "/"):
+        return False
+    rest = uri[len(base) + 1 :]
+    if not rest or "\\" in rest or "\x00" in rest:
+        return False
+    segments = rest.split("/")
+    return all(s not in ("", ".", "..") for s in segments) and posixpath.normpath(rest) == rest
+
+
+def _fmt(n: int) -> str:
+    return f"{n:,}"
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def check_inline(path: str, value: Any, budget: list[int]) -> list[str]:
+    """Depth and size of one inline JSON value at ``path``; ``budget`` is bytes left (shared)."""
+    depth = json_depth(value, MAX_DEPTH)
+    if depth > MAX_DEPTH:
+        return [
+            f"{path} is nested more than {MAX_DEPTH} levels deep (lists and objects inside "
+            f"each other); the limit is {MAX_DEPTH}: pass deep data as a pickled input instead"
+        ]
+    size = json_size(value, budget[0])
+    if size > budget[0]:
+        return [
+            f"{path}: inline inputs exceed the limit of {_fmt(MAX_INLINE_BYTES)} bytes of JSON "
+            "in total: upload large inputs to storage (inputs.count with uriPrefix) instead"
+        ]
+    budget[0] -= size
+    return []
+
+
+def _inline_values(inputs: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    items = inputs.get("items")
+    if isinstance(items, list):
+        for i, item in enumerate(items):
+            yield f"spec.inputs.items[{i}]", item
+    grid = inputs.get("grid")
+    if isinstance(grid, dict):
+        for key, values in grid.items():
+            yield f"spec.inputs.grid.{key}", values
+
+
+def input_total(inputs: dict[str, Any], cap: int) -> int:
+    """The batch's input count, capped at ``cap + 1`` (raw spec; unknown shapes count 0)."""
+    if isinstance(inputs.get("count"), int):
+        return int(inputs["count"])
+    if isinstance(inputs.get("items"), list):
+        return len(inputs["items"])
+    grid = inputs.get("grid")
+    if isinstance(grid, dict):
+        return capped_product((len(v) if isinstance(v, list) else 0 for v in grid.values()), cap)
+    return 0
+
+
+def _check_function_input(path: str, function: Any, budget: list[int]) -> list[str]:
+    if isinstance(function, dict) and "inputJSON" in function:
+        return check_inline(f"{path}.inputJSON", function["inputJSON"], budget)
+    return []
+
+
+def check_job_spec(spec: Any) -> list[str]:
+    """What a KineticJob's spec breaks beyond its schema: its inline input's depth and size."""
+    if not isinstance(spec, dict):
+        return []
+    return _check_function_input("spec.function", spec.get("function"), [MAX_INLINE_BYTES])
+
+
+def check_batch_spec(
+    spec: Any, *, storage_root: str | None, max_inputs: int = DEFAULT_MAX_INPUTS
+) -> list[str]:
+    """What a KineticBatch's spec breaks beyond its schema, one sentence per problem.
+
+    Checks, on the raw spec as stored: inline items and grid (depth, total
+    size), the total input count against ``max_inputs`` (the operator's
+    setting), and that ``inputs.sha256URI`` lies under ``storage_root`` and
+    comes with ``inputs.sha256``. ``storage_root`` None skips the location
+    check (the client without configuration; the operator refuses anyway).
+    """
+    if not isinstance(spec, dict):
+        return []
+    problems: list[str] = _check_keys(spec.get("tags"), "spec.tags", MAX_TAG_KEY_LENGTH)
+    budget = [MAX_INLINE_BYTES]
+    template = spec.get("template")
+    if isinstance(template, dict):
+        problems += _check_function_input(
+            "spec.template.function", template.get("function"), budget
+        )
+    inputs = spec.get("inputs")
+    if not isinstance(inputs, dict):
+        return problems
+    for path, value in _inline_values(inputs):
+        found = check_inline(path, value, budget)
+        if found:
+            problems += found
+            break  # one sentence is enough; the rest is likely the same
+    problems += _check_keys(inputs.get("grid"), "spec.inputs.grid", MAX_GRID_KEY_LENGTH)
+    problems += _check_count(inputs, max_inputs)
+    problems += _check_hash_list(inputs, storage_root)
+    return problems
+
+
+def _check_keys(mapping: Any, path: str, limit: int) -> list[str]:
+    """Key lengths of a map (a structural schema cannot bound them)."""
+    if not isinstance(mapping, dict):
+        return []
+    for key in mapping:
+        if len(str(key)) > limit:
+            return [f"{path} has a key of {len(str(key)):,} characters; the limit is {limit}"]
+    return []
+
+
+def _check_count(inputs: dict[str, Any], max_inputs: int) -> list[str]:
+    total = input_total(inputs, max_inputs)
+    if total <= max_inputs:
+        return []
+    fix = "split the work into several batches"
+    limit = f"the limit is {_fmt(max_inputs)} inputs per batch (the operator's maxInputs setting)"
+    grid = inputs.get("grid")
+    if isinstance(grid, dict) and "count" not in inputs and "items" not in inputs:
+        return [
+            f"spec.inputs.grid makes more than {_fmt(max_inputs)} inputs (the product of its "
+            f"{len(grid)} lists' lengths); {limit}: {fix}"
+        ]
+    field = "count" if isinstance(inputs.get("count"), int) else "items"
+    return [f"spec.inputs.{field} is {_fmt(total)} inputs; {limit}: {fix}"]
+
+
+def _check_hash_list(inputs: dict[str, Any], storage_root: str | None) -> list[str]:
+    uri = inputs.get("sha256URI")
+    if uri is None:
+        return []
+    problems = []
+    if not inputs.get("sha256"):
+        problems.append(
+            "spec.inputs.sha256 is required with spec.inputs.sha256URI: the operator trusts "
+            "the hash list only if it hashes to this"
+        )
+    if storage_root and not (isinstance(uri, str) and under_root(uri, storage_root)):
+        problems.append(
+            f"spec.inputs.sha256URI must be under the storage root {storage_root.rstrip('/')}/ "
+            f"(got {str(uri)[:200]!r}): the operator reads it with its own credentials"
+        )
+    return problems

@@ -1,0 +1,26 @@
+{{- /*
+What the operator needs in every namespace it watches: granted by the ClusterRole
+when it watches all of them, by a Role in each when watchNamespaces is set.
+*/ -}}
+{{- define "kinetic.namespacedRules" }}
+  - apiGroups: [kinetic.dev]
+    resources: [kineticjobs, kineticbatches]
+    verbs: [get, list, watch]
+  - apiGroups: [kinetic.dev]
+    resources: [kineticjobs/status, kineticbatches/status]
+    verbs: [patch]
+  # Owner references with blockOwnerDeletion (attempt Pods of a job or a batch)
+  # need this where OwnerReferencesPermissionEnforcement is on.
+  - apiGroups: [kinetic.dev]
+    resources: [kineticjobs/finalizers, kineticbatches/finalizers]
+    verbs: [update]
+  - apiGroups: [""]
+    resources: [pods]
+    verbs: [get, list, watch, create, delete]
+  - apiGroups: [""]
+    resources: [pods/log]
+    verbs: [get]
+  - apiGroups: ["", events.k8s.io]
+    resources: [events]
+    verbs: [create]
+{{- end }}

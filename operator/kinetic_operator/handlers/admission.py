@@ -1,0 +1,103 @@
+"""The validating webhook: CREATE and UPDATE of KineticJobs and KineticBatches.
+
+What a structural schema cannot say is judged here, with the same pure
+checks (`kinetic.limits`) that the operator applies again to whatever was
+stored while the webhook was down, and that the client applies before it
+uploads anything: the nesting depth and size of inline inputs, the number
+of inputs (against the operator's ``maxInputs``), and where the input hash
+list may live. An UPDATE of a batch is also refused when it changes a field
+that cannot change on a running batch. Dry runs (`kubectl apply
+--dry-run=server`) are judged the same way; the handlers have no side
+effects.
+
+Every refusal is a 422 whose message names the field, the limit and the fix;
+`kubectl` prints it after ``admission webhook "…" denied the request:``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+from kinetic import limits
+from kinetic.resources import GROUP, VERSION, KineticBatchSpec
+from pydantic import ValidationError
+
+from kinetic_operator.batch_logic import immutable_change
+from kinetic_operator.settings import OperatorSettings, get_settings
+from kinetic_operator.webhook import BATCH_HOOK, JOB_HOOK
+
+
+def job_problems(body: dict[str, Any] | None) -> list[str]:
+    """Why a KineticJob must be refused at admission (empty: admit it)."""
+    return limits.check_job_spec((body or {}).get("spec"))
+
+
+def batch_problems(
+    old: dict[str, Any] | None, new: dict[str, Any] | None, settings: OperatorSettings
+) -> list[str]:
+    """Why a KineticBatch create (``old`` None) or update must be refused (empty: admit it)."""
+    problems = limits.check_batch_spec(
+        (new or {}).get("spec"),
+        storage_root=settings.storage_root,
+        max_inputs=settings.max_inputs,
+    )
+    if problems or old is None:
+        return problems
+    change = immutable_change_of(old, new)
+    return [change] if change else []
+
+
+def immutable_change_of(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str | None:
+    """The message for an update that changes an immutable field of a batch, else None.
+
+    Only maxConcurrent, cancel and cancelIndexes may change on an existing
+    batch. Updates this cannot judge are allowed: an old spec that does not
+    parse (the operator never accepted it either), or a new one that does
+    not (the operator fails the batch with a readable message). The
+    operator-side refusal stays in place for updates that bypass the webhook.
+    """
+    try:
+        before = KineticBatchSpec.model_validate((old or {}).get("spec") or {})
+        after = KineticBatchSpec.model_validate((new or {}).get("spec") or {})
+    except ValidationError:
+        return None
+    return immutable_change(before, after)
+
+
+def check_spec_update(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+    """Raise `kopf.AdmissionError` (422) if an update changes an immutable field of a batch."""
+    change = immutable_change_of(old, new)
+    if change is not None:
+        raise kopf.AdmissionError(change, code=422)
+
+
+def _refuse(problems: list[str]) -> None:
+    if problems:
+        raise kopf.AdmissionError("; ".join(problems), code=422)
+
+
+def validate_job(body: kopf.Body, **_: Any) -> None:
+    """The validating webhook of KineticJobs (main resource; CREATE and UPDATE)."""
+    _refuse(job_problems(dict(body)))
+
+
+def validate_batch(old: kopf.Body | None, body: kopf.Body, operation: str, **_: Any) -> None:
+    """The validating webhook of KineticBatches (main resource; CREATE and UPDATE)."""
+    before = dict(old) if operation == "UPDATE" and old is not None else None
+    _refuse(batch_problems(before, dict(body), get_settings()))
+
+
+if get_settings().webhook_enabled:
+    for hook, fn in ((JOB_HOOK, validate_job), (BATCH_HOOK, validate_batch)):
+        # ignore_failures mirrors the configuration's failurePolicy Ignore (see webhook.py).
+        kopf.on.validate(
+            GROUP,
+            VERSION,
+            hook.plural,
+            id=hook.id,
+            operations=list(hook.operations),
+            side_effects=False,
+            ignore_failures=True,
+            persistent=False,
+        )(fn)

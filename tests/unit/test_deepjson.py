@@ -1,0 +1,78 @@
+"""Decoding what the API server may hold: a document too deep for `json` is cut, not fatal."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kinetic.limits import json_depth
+from kinetic_operator import deepjson
+
+
+def deep_event(levels: int, name: str = "deep") -> str:
+    item = "[" * levels + "1" + "]" * levels
+    meta = json.dumps({"name": name, "namespace": "ns", "uid": "u1", "resourceVersion": "7"})
+    return (
+        '{"type":"ADDED","object":{"kind":"KineticBatch","metadata":' + meta + ","
+        '"spec":{"inputs":{"items":[' + item + ', "a ] [ { string"]}}}}'
+    )
+
+
+def test_json_itself_fails_on_such_a_document():
+    with pytest.raises(RecursionError):
+        json.loads(deep_event(3000))
+
+
+@pytest.mark.parametrize("levels", [3000, 9999, 50_000])
+def test_a_deep_document_is_cut_and_keeps_its_identity(levels: int):
+    doc = deepjson.loads(deep_event(levels))
+    obj = doc["object"]
+    assert obj["metadata"] == {
+        "name": "deep",
+        "namespace": "ns",
+        "uid": "u1",
+        "resourceVersion": "7",
+    }
+    items = obj["spec"]["inputs"]["items"]
+    assert items[1] == "a ] [ { string"  # brackets inside strings do not count
+    assert 32 < json_depth(items[0], 10_000) <= deepjson.CUT_DEPTH
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": [1, {"b": "c\\"]"}], "d": null}',
+        "[]",
+        '"just a string with [ and {"',
+        '{"k": "\\\\", "l": [[], {}]}',
+    ],
+)
+def test_shallow_documents_decode_exactly_as_json_does(text: str):
+    assert deepjson.loads(text) == json.loads(text)
+    assert deepjson.cut_deep(text) == text
+
+
+def test_cut_deep_replaces_each_too_deep_value_with_null():
+    assert deepjson.cut_deep('[[[1]],[2],{"a":{"b":[]}}]', 2) == '[[null],[2],{"a":null}]'
+    assert json.loads(deepjson.cut_deep("[" * 5 + "]" * 5, 3)) == [[[None]]]
+
+
+def test_bytes_are_accepted():
+    assert deepjson.loads(deep_event(2000).encode())["object"]["metadata"]["name"] == "deep"
+
+
+def test_bounded_cuts_what_json_could_decode_but_python_code_could_not_walk():
+    text = "[" * 1200 + "]" * 1200  # json decodes it; a recursive walk would fail
+    assert json_depth(deepjson.loads_bounded(text), 10_000) == deepjson.CUT_DEPTH
+
+
+def test_install_puts_the_safe_decoder_where_kopf_reads_watch_streams():
+    from kopf._cogs.clients import api
+
+    deepjson.install()
+    assert api.json.loads is deepjson.loads
+    assert api.get.__module__ == deepjson.__name__
+
+    # What Kopf's watch stream does with each line (kopf._cogs.clients.api.stream).
+    line = deep_event(3000).encode() + b"\n"
+    assert api.json.loads(line.decode("utf-8"))["object"]["metadata"]["uid"] == "u1"
