@@ -11,8 +11,9 @@ every start, and Kopf re-patches the configuration with it.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Collection
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import kopf
 
@@ -24,7 +25,21 @@ CERT_DAYS = 3650
 
 
 class WebhookServer(kopf.WebhookServer):
-    """Kopf's webhook server; only the self-signed certificate is built differently."""
+    """Kopf's webhook server, reached through a Service when one is named.
+
+    The self-signed certificate is built differently; with ``service`` set
+    ("namespace/name"), the configuration names that Service (and the
+    listening port) instead of a URL: an API server resolves no cluster DNS,
+    but it finds a Service's endpoints.
+    """
+
+    def __init__(self, *args: Any, service: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.service = service
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        async for config in super().__call__(fn):
+            yield service_client_config(config, self.service, self.port)
 
     @staticmethod
     def build_certificate(
@@ -83,6 +98,23 @@ def self_signed_certificate(
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
+def service_client_config(
+    config: dict[str, Any], service: str | None, port: int | None
+) -> dict[str, Any]:
+    """Kopf's URL client config -> one naming the Service (same CA bundle), if one is given."""
+    if not service:
+        return config
+    namespace, _, name = service.partition("/")
+    if not namespace or not name:
+        raise ValueError(f"KINETIC_WEBHOOK_SERVICE={service!r}: expected namespace/name")
+    out: dict[str, Any] = {"service": {"namespace": namespace, "name": name, "path": ""}}
+    if port:
+        out["service"]["port"] = port
+    if config.get("caBundle"):
+        out["caBundle"] = config["caBundle"]
+    return out
+
+
 def _is_ip(name: str) -> bool:
     try:
         ipaddress.ip_address(name)
@@ -99,5 +131,6 @@ def configure_admission(settings: kopf.OperatorSettings, ours: OperatorSettings)
         addr=ours.webhook_addr or None,
         port=ours.webhook_port,
         host=ours.webhook_host or None,
+        service=ours.webhook_service or None,
     )
     settings.admission.managed = WEBHOOK_CONFIG
