@@ -176,11 +176,13 @@ def test_probes_decide_readiness_endpoints_and_restarts(kube: Kube, namespace: s
                     name="web",
                     image=IMAGE,
                     command=["sh", "-c", script],
-                    working_dir="/srv/www",
+                    working_dir="/tmp/kinetic-probe-www",
                     ports=[client.V1ContainerPort(name="http", container_port=port)],
                     readiness_probe=probe("/ready", 1),
                     liveness_probe=probe("/alive", 2, delay=2),
-                    volume_mounts=[client.V1VolumeMount(name="www", mount_path="/srv/www")],
+                    volume_mounts=[
+                        client.V1VolumeMount(name="www", mount_path="/tmp/kinetic-probe-www")
+                    ],
                 )
             ],
             volumes=[client.V1Volume(name="www", empty_dir=client.V1EmptyDirVolumeSource())],
