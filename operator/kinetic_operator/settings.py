@@ -106,6 +106,13 @@ class OperatorSettings(BaseSettings):
         description="Host name the API server uses to reach the webhook, e.g. the "
         "operator Service's DNS name (KINETIC_WEBHOOK_HOST). Empty: the listening address.",
     )
+    webhook_service: str | None = Field(
+        None,
+        description="namespace/name of the Service in front of the webhook "
+        "(KINETIC_WEBHOOK_SERVICE). Set (the chart does): the API server reaches the webhook "
+        "through that Service's endpoints, as it must for an operator running in a pod. "
+        "Empty: it calls https://<webhook host>:<port> directly.",
+    )
     webhook_addr: str = Field(
         "0.0.0.0",
         description="Address the webhook server listens on (KINETIC_WEBHOOK_ADDR).",

@@ -5,9 +5,12 @@ Kopf serves the webhook; this module adds three things to its server:
 * the self-signed certificate is built with `cryptography` (Kopf's own
   self-signing needs `certbuilder`), a new one at every start;
 * the ValidatingWebhookConfiguration ``kinetic.dev`` — shipped by the Helm
-  chart, empty — is patched with our webhooks, this server's URL and its
-  certificate as the CA bundle. Kopf's own "managed" mode is not used: it
-  would also create a MutatingWebhookConfiguration, and it needs permission
+  chart, empty — is patched with our webhooks, where to reach this server
+  and its certificate as the CA bundle. In a cluster that is the chart's
+  Service (``KINETIC_WEBHOOK_SERVICE``, "namespace/name"): an API server
+  resolves no cluster DNS names, but it finds a Service's endpoints.
+  Elsewhere (an operator run by hand) it is this server's URL. Kopf's own
+  "managed" mode is not used: it would also create a MutatingWebhookConfiguration, and it needs permission
   to create configurations, which the operator is not given; patching the
   one named configuration is all it may do;
 * admission reviews are decoded with `deepjson.loads_bounded`, so an object
@@ -55,19 +58,24 @@ BATCH_HOOK = Hook("kinetic-batch-spec", BATCH_PLURAL)
 HOOKS = (JOB_HOOK, BATCH_HOOK)
 
 
-def webhook_entries(client_config: dict[str, Any], hooks: Collection[Hook] = HOOKS) -> list[dict]:
-    """The configuration's ``webhooks``: one per hook, at ``<url>/<id>``, failing open.
+def webhook_entries(
+    client_config: dict[str, Any],
+    hooks: Collection[Hook] = HOOKS,
+    *,
+    service: str | None = None,
+    port: int | None = None,
+) -> list[dict]:
+    """The configuration's ``webhooks``: one per hook, at ``/<id>``, failing open.
 
-    Fail open (failurePolicy Ignore): with the operator down, objects are
-    still admitted and the operator applies the same checks when it
-    returns. sideEffects None: the API server also asks about dry runs.
+    Each is reached through ``service`` ("namespace/name", on ``port``) when
+    one is named, else at Kopf's URL. Fail open (failurePolicy Ignore): with
+    the operator down, objects are still admitted and the operator applies
+    the same checks when it returns. sideEffects None: the API server also
+    asks about dry runs.
     """
-    url = str(client_config.get("url", "")).rstrip("/")
     entries = []
     for hook in hooks:
-        config = {"url": f"{url}/{hook.id}"}
-        if client_config.get("caBundle"):
-            config["caBundle"] = client_config["caBundle"]
+        config = _client_config(client_config, hook, service, port)
         entries.append(
             {
                 "name": f"{hook.id}.{WEBHOOK_CONFIG}",
@@ -91,7 +99,28 @@ def webhook_entries(client_config: dict[str, Any], hooks: Collection[Hook] = HOO
     return entries
 
 
-def publish_webhooks(client_config: dict[str, Any]) -> bool:
+def _client_config(
+    kopf_config: dict[str, Any], hook: Hook, service: str | None, port: int | None
+) -> dict[str, Any]:
+    """Where the API server sends ``hook``'s reviews, and the CA it trusts there."""
+    config: dict[str, Any]
+    if service:
+        namespace, _, name = service.partition("/")
+        if not namespace or not name:
+            raise ValueError(f"KINETIC_WEBHOOK_SERVICE={service!r}: expected namespace/name")
+        config = {"service": {"namespace": namespace, "name": name, "path": f"/{hook.id}"}}
+        if port:
+            config["service"]["port"] = port
+    else:
+        config = {"url": f"{str(kopf_config.get('url', '')).rstrip('/')}/{hook.id}"}
+    if kopf_config.get("caBundle"):
+        config["caBundle"] = kopf_config["caBundle"]
+    return config
+
+
+def publish_webhooks(
+    client_config: dict[str, Any], service: str | None = None, port: int | None = None
+) -> bool:
     """Point the chart's ValidatingWebhookConfiguration at this server; False if it could not.
 
     A failure is logged, never fatal: the operator still applies every
@@ -101,7 +130,8 @@ def publish_webhooks(client_config: dict[str, Any]) -> bool:
     from kinetic_operator.kube import get_kube
 
     try:
-        get_kube().patch_webhook_configuration(WEBHOOK_CONFIG, webhook_entries(client_config))
+        entries = webhook_entries(client_config, service=service, port=port)
+        get_kube().patch_webhook_configuration(WEBHOOK_CONFIG, entries)
     except Exception as exc:  # noqa: BLE001 — logged; the operator-side checks remain
         log.error(
             "Could not patch ValidatingWebhookConfiguration %s (install it with the Helm chart; "
@@ -112,13 +142,23 @@ def publish_webhooks(client_config: dict[str, Any]) -> bool:
         )
         return False
     log.info(
-        "ValidatingWebhookConfiguration %s points at %s", WEBHOOK_CONFIG, client_config.get("url")
+        "ValidatingWebhookConfiguration %s points at %s",
+        WEBHOOK_CONFIG,
+        f"Service {service}" if service else client_config.get("url"),
     )
     return True
 
 
 class WebhookServer(kopf.WebhookServer):
-    """Kopf's webhook server, with our certificate, configuration and safe decoding."""
+    """Kopf's webhook server, with our certificate, configuration and safe decoding.
+
+    ``service`` ("namespace/name") names the Service the API server reaches
+    it through; without one, the configuration carries Kopf's URL.
+    """
+
+    def __init__(self, *args: Any, service: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.service = service
 
     @staticmethod
     def build_certificate(
@@ -128,7 +168,7 @@ class WebhookServer(kopf.WebhookServer):
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
         async for client_config in super().__call__(fn):
-            await asyncio.to_thread(publish_webhooks, dict(client_config))
+            await asyncio.to_thread(publish_webhooks, dict(client_config), self.service, self.port)
             yield client_config
 
     @staticmethod
@@ -218,5 +258,6 @@ def configure_admission(settings: kopf.OperatorSettings, ours: OperatorSettings)
         addr=ours.webhook_addr or None,
         port=ours.webhook_port,
         host=ours.webhook_host or None,
+        service=ours.webhook_service or None,
     )
     settings.admission.managed = None

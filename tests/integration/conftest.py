@@ -111,6 +111,14 @@ def _alive(pid_file: Path) -> bool:
     return True
 
 
+def _installed(kube: Kube) -> bool:
+    """The chart's operator Deployment exists (`make cluster-up`, or a user's `helm install`)."""
+    got = kube.kubectl(
+        "get", "deployment", "-A", "-l", "app.kubernetes.io/name=kinetic", "-o", "name", check=False
+    )
+    return got.returncode == 0 and bool(got.stdout.strip())
+
+
 @pytest.fixture(scope="session")
 def operator(kube: Kube, kube_env: dict[str, str], tmp_path_factory) -> Iterator[None]:
     """CRDs installed and an operator serving every namespace."""
@@ -126,7 +134,7 @@ def operator(kube: Kube, kube_env: dict[str, str], tmp_path_factory) -> Iterator
 
     state = Path(os.environ.get("KINETIC_LOCAL_DIR") or REPO / ".local")
     external = os.environ.get("KINETIC_TEST_OPERATOR") == "external"
-    if external or _alive(state / "run" / "operator.pid"):
+    if external or _installed(kube) or _alive(state / "run" / "operator.pid"):
         yield
         return
 

@@ -315,7 +315,8 @@ def test_max_concurrent_none_launches_everything_at_once(ns: str) -> None:
         what="all five inputs to be launched",
     )
     assert status["counts"]["succeeded"] == 0  # launched before any finished
-    assert len(_pods(ns, batch.group_id)) == 5
+    # The launch is recorded before the Pods are created: they follow within moments.
+    wait_for(lambda: len(_pods(ns, batch.group_id)) == 5, timeout=5, what="five Pods")
     assert batch.results(timeout=TIMEOUT) == list(range(5))
 
 

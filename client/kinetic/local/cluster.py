@@ -152,6 +152,9 @@ class Cluster:
                 f"--kubelet-client-key={pki.key('apiserver-kubelet-client')}",
                 f"--kubelet-certificate-authority={pki.ca_crt}",
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
+                # Webhooks behind a Service are called at its endpoints (the pod IPs): no
+                # kube-proxy here routes a ClusterIP.
+                "--enable-aggregator-routing=true",
                 f"--feature-gates={FEATURE_GATES}",
                 "--allow-privileged=true",
                 "--max-requests-inflight=800",
@@ -267,18 +270,50 @@ class Cluster:
             Component("node", p.node, node, self.node_ready, 60, "KINETIC_NODE_PORT"),
         ]
 
-    def operator_component(self) -> Component:
-        """The operator, last: it needs the chart's RBAC, the node and the bucket."""
-        return Component(
-            "operator",
-            kinetic_operator.health_port(),
-            kinetic_operator.argv,
-            lambda: kinetic_operator.ready(self.cfg),
-            60,
-            "KINETIC_OPERATOR_PORT",
-            env=lambda base: kinetic_operator.env(self.cfg, base),
-            more_ports=((kinetic_operator.webhook_port(), "KINETIC_WEBHOOK_PORT"),),
+    def operator_status(self) -> dict:
+        """The operator's row in `status`: its Deployment's Pod, read from the API."""
+        row = {
+            "component": "operator",
+            "state": "unknown",
+            "pid": None,
+            "port": kinetic_operator.webhook_port(),
+            "log": f"kubectl -n {kinetic_operator.NAMESPACE} logs "
+            f"deploy/{kinetic_operator.DEPLOYMENT}",
+        }
+        try:
+            pod = kinetic_operator.operator_pod(self.cfg)
+        except Exception:  # noqa: BLE001 - the API server is down: say so, do not fail
+            return row
+        if pod is None:
+            row["state"] = "stopped"
+        else:
+            row["state"] = "running" if kinetic_operator.pod_ready(pod) else "starting"
+            row["pid"] = kinetic_operator.container_pid(pod)
+        return row
+
+    def ensure_operator(self, started: list[str], out: Callable[[str], None]) -> None:
+        """Wait for the chart's operator Pod to be Ready; replace it if its process is gone.
+
+        A killed operator process would be restarted by the node after a
+        back-off, as a kubelet does; `up` replaces the Pod at once instead.
+        """
+        c = self.cfg
+        kinetic_operator.remove_finished_pods(c)
+        what = (
+            f"the operator's Pod to be Ready (kubectl -n {kinetic_operator.NAMESPACE} "
+            f"logs deploy/{kinetic_operator.DEPLOYMENT}; node log"
         )
+        try:
+            wait_until(lambda: kinetic_operator.ready(c), 5, what + ")")
+        except ClusterError:
+            if kinetic_operator.stuck(c):
+                out("the operator's process is not running; replacing its Pod")
+                kinetic_operator.restart(c)
+            started.append("operator")
+            wait_until(
+                lambda: kinetic_operator.ready(c), 180, what, self.log_file("node"), interval=0.5
+            )
+        kinetic_operator.write_pid_file(c, self.pid_file("operator"))
 
     # ---- readiness beyond "the process answers" -----------------------------------------------
     def node_ready(self) -> bool:
@@ -370,13 +405,7 @@ class Cluster:
         if self.repo_root is not None and kinetic_operator.chart_dir(self.repo_root).exists():
             if kinetic_operator.install_chart(c, self.repo_root):
                 started.append("helm chart")
-            wait_until(
-                lambda: bool(kinetic_operator.write_kubeconfig(c)),
-                60,
-                "the operator ServiceAccount's token (kube-controller-manager)",
-                self.log_file("kube-controller-manager"),
-            )
-            self._start_wave([self.operator_component()], started, out)
+            self.ensure_operator(started, out)
         else:
             out("no Helm chart next to this install: the operator was not started")
         elapsed = time.monotonic() - t0
@@ -436,7 +465,8 @@ class Cluster:
         stopped = []
         for name in extra + names:
             pf = self.pid_file(name)
-            pid = read_live_pid(pf)
+            # The operator is a pod: the node stops it with every other pod.
+            pid = read_live_pid(pf) if name != "operator" else None
             if pid is not None:
                 stop_pid(pid, grace=20 if name == "node" else 10)
                 stopped.append(f"{name} ({pid})")
@@ -465,6 +495,7 @@ class Cluster:
             node = "Ready" if node_is_ready(n) else "NotReady"
         except Exception:  # noqa: BLE001
             pass
+        rows.append(self.operator_status())
         rows.append(
             {
                 "component": f"node/{self.cfg.node_name}",
@@ -479,7 +510,7 @@ class Cluster:
     def components_for_status(self) -> list[Component]:
         # Binaries are not needed to report status; use placeholders.
         self._bins = dict.fromkeys(["etcd", "fake-gcs-server", *binaries.KUBE_COMPONENTS], "")
-        return [*self.components(), self.operator_component()]
+        return self.components()
 
 
 def node_is_ready(node: dict) -> bool:

@@ -28,6 +28,8 @@ from kubernetes.client.rest import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
 from kinetic.local import podspec as ps
+from kinetic.local import probes as pr
+from kinetic.local import volumes as vol
 from kinetic.local.logserver import LogServer
 from kinetic.local.procs import proc_start_time, read_live_pid, stop_pid, write_pidfile
 
@@ -69,7 +71,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tpus", default=env("KINETIC_NODE_TPUS", "0"), help="google.com/tpu")
     p.add_argument("--ephemeral-storage", default=env("KINETIC_NODE_EPHEMERAL_STORAGE", "100Gi"))
     p.add_argument("--heartbeat", type=float, default=10.0, help="seconds between Lease renewals")
+    p.add_argument(
+        "--pod-ip",
+        default=env("KINETIC_NODE_POD_IP", ""),
+        help="IP reported as every pod's status.podIP (default: this machine's first "
+        "non-loopback IPv4 address; Endpoints refuse loopback addresses)",
+    )
     return p.parse_args(argv)
+
+
+def detect_pod_ip() -> str:
+    """This machine's first global IPv4 address: pods share the host's network, and the
+    API server (on this machine) reaches a Service's endpoints there."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["ip", "-4", "-o", "addr", "show", "scope", "global"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            if "inet" in parts:
+                return parts[parts.index("inet") + 1].split("/")[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    import socket
+
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return ps.LOOPBACK
 
 
 def capacity_from_args(a: argparse.Namespace) -> dict[str, str]:
@@ -114,6 +148,8 @@ class PodWorker(threading.Thread):
         ]
         self.procs: dict[str, object] = {}
         self.specs: dict[str, ps.ProcessSpec] = {}
+        self.probes: dict[str, list[pr.Probe]] = {}
+        self.report_lock = threading.Lock()
         self.stop_event = threading.Event()
         self.stop_grace = 30.0
         self.stop_reason: str | None = None  # None: deletion; else report Failed with it
@@ -153,8 +189,9 @@ class PodWorker(threading.Thread):
         (self.dir / "work").mkdir(parents=True, exist_ok=True)
         spec = self.pod["spec"]
         try:
+            self._write_volumes()
             for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
-                self.specs[c["name"]] = ps.process_spec(
+                pspec = ps.process_spec(
                     self.pod,
                     c,
                     node_name=self.agent.name,
@@ -162,7 +199,23 @@ class PodWorker(threading.Thread):
                     base_env=self.agent.base_env,
                     bin_dir=self.agent.bin_dir,
                     lookup=self.agent.lookup,
+                    pod_ip=self.agent.pod_ip,
+                    service_env=self.agent.service_env,
                 )
+                mounts = vol.container_mounts(self.pod, c, str(self.dir / "volumes"))
+                if mounts and not self.agent.can_mount:
+                    raise ps.PodConfigError(
+                        f"container {c['name']!r} mounts volumes: the process node needs root "
+                        "and `unshare` (util-linux) for a per-pod mount namespace"
+                    )
+                if mounts:  # workingDir may be a mount: entered inside the namespace
+                    pspec.argv = vol.mount_namespace_argv(pspec.argv, mounts, c.get("workingDir"))
+                    pspec.cwd = str(self.dir / "work")
+                self.specs[c["name"]] = pspec
+            for c in spec.get("containers") or []:
+                self.probes[c["name"]] = pr.container_probes(c, self.agent.pod_ip)
+                run = next(r for r in self.app_runs if r.name == c["name"])
+                run.ready = pr.initial_ready(self.probes[c["name"]])
         except ps.PodConfigError as e:
             for r in self.init_runs + self.app_runs:
                 r.waiting_reason, r.waiting_message = "CreateContainerConfigError", str(e)
@@ -202,6 +255,28 @@ class PodWorker(threading.Thread):
                     self._start(run)
                     self._report()
         self._report()
+
+    def _write_volumes(self) -> None:
+        """Each volume's files under <pod dir>/volumes/<name>, as the kubelet prepares them."""
+        root = self.dir / "volumes"
+        for volume in self.pod["spec"].get("volumes") or []:
+            files = vol.volume_files(
+                self.pod,
+                volume,
+                node_name=self.agent.name,
+                pod_ip=self.agent.pod_ip,
+                fetch=self.agent.fetch_data,
+                token=lambda aud, secs: self.agent.request_token(self.pod, aud, secs),
+            )
+            if files is None:  # hostPath: mounted as it is
+                continue
+            vdir = root / volume["name"]
+            vdir.mkdir(parents=True, exist_ok=True)
+            for f in files:
+                path = vdir / f.path
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(f.content)
+                os.chmod(path, f.mode)
 
     def _should_restart(self, run: ps.ContainerRun) -> bool:
         if self.restart_policy == "Always":
@@ -257,6 +332,8 @@ class PodWorker(threading.Thread):
         run.pid = proc.pid
         self.procs[run.name] = proc
         write_pidfile(self.dir / f"{run.name}.pid", proc.pid)
+        if self.probes.get(run.name):
+            Prober(self, run, proc, self.probes[run.name]).start()
         log.info(
             "pod %s/%s container %s started pid %d: %s",
             self.ns,
@@ -364,16 +441,125 @@ class PodWorker(threading.Thread):
     def _report(
         self, phase: str | None = None, reason: str | None = None, message: str | None = None
     ) -> None:
-        status = ps.pod_status(
-            self.init_runs,
-            self.app_runs,
-            self.restart_policy,
-            self.start_time,
-            reason=reason,
-            message=message,
-            phase=phase,
-        )
-        self.agent.patch_status(self.ns, self.pod_name, status)
+        with self.report_lock:  # the worker and the probers report; one status at a time
+            status = ps.pod_status(
+                self.init_runs,
+                self.app_runs,
+                self.restart_policy,
+                self.start_time,
+                reason=reason,
+                message=message,
+                phase=phase,
+                pod_ip=self.agent.pod_ip,
+            )
+            self.agent.patch_status(self.ns, self.pod_name, status)
+
+    def kill_container(self, run: ps.ContainerRun, proc: object, why: str) -> None:
+        """Stop one container (its liveness failed); the worker's loop restarts it."""
+        grace = self.pod["spec"].get("terminationGracePeriodSeconds")
+        grace = 30.0 if grace is None else float(grace)
+        log.info("pod %s/%s container %s: %s; killing it", self.ns, self.pod_name, run.name, why)
+        self.agent.event(self.pod, "Warning", "Unhealthy", f"{why}; container will be restarted")
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # type: ignore[attr-defined]
+        except OSError:
+            return
+        end = time.monotonic() + grace
+        while time.monotonic() < end and proc.poll() is None:  # type: ignore[attr-defined]
+            time.sleep(0.1)
+        if proc.poll() is None:  # type: ignore[attr-defined]
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+            except OSError:
+                pass
+
+
+class Prober(threading.Thread):
+    """Probes one running container until its process exits, as the kubelet's workers do."""
+
+    def __init__(
+        self, worker: PodWorker, run: ps.ContainerRun, proc: object, probes: list[pr.Probe]
+    ):
+        super().__init__(name=f"probe-{worker.pod_name}/{run.name}", daemon=True)
+        self.worker, self.run_, self.proc, self.probes = worker, run, proc, probes
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and not self.worker.stop_event.is_set()  # type: ignore[attr-defined]
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except Exception:  # noqa: BLE001 - a prober must not take the node down
+            log.exception("prober %s", self.name)
+
+    def _loop(self) -> None:
+        started = time.monotonic()
+        states = {p.kind: pr.ProbeState() for p in self.probes}
+        due = {p.kind: started + p.initial_delay for p in self.probes}
+        startup_done = not any(p.kind == "startup" for p in self.probes)
+        while self.alive():
+            now = time.monotonic()
+            for probe in self.probes:
+                if now < due[probe.kind] or (probe.kind != "startup" and not startup_done):
+                    continue
+                if probe.kind == "startup" and startup_done:
+                    continue
+                due[probe.kind] = now + probe.period
+                ok, detail = check(probe, self.proc.pid)  # type: ignore[attr-defined]
+                if not self.alive():
+                    return
+                before = states[probe.kind].verdict
+                states[probe.kind] = state = pr.observe(probe, states[probe.kind], ok)
+                if not ok:
+                    log.info("%s: %s probe failed: %s", self.name, probe.kind, detail)
+                if probe.kind == "startup" and state.verdict:
+                    startup_done = True
+                elif probe.kind in ("startup", "liveness") and state.verdict is False:
+                    why = f"{probe.kind.capitalize()} probe failed: {detail}"
+                    self.worker.kill_container(self.run_, self.proc, why)
+                    return
+                elif probe.kind == "readiness" and state.verdict != before:
+                    self.run_.ready = bool(state.verdict)
+                    if not ok:
+                        self.worker.agent.event(
+                            self.worker.pod,
+                            "Warning",
+                            "Unhealthy",
+                            f"Readiness probe failed: {detail}",
+                        )
+                    self.worker._report()
+            time.sleep(0.1)
+
+
+def check(probe: pr.Probe, pid: int) -> tuple[bool, str]:
+    """Run one probe: (success, what happened)."""
+    import socket
+    import subprocess
+    import urllib.error
+    import urllib.request
+
+    try:
+        if probe.action == "http":
+            import ssl
+
+            ctx = ssl._create_unverified_context()  # the kubelet does not verify either
+            try:
+                with urllib.request.urlopen(probe.target, timeout=probe.timeout, context=ctx) as r:
+                    status = r.status
+            except urllib.error.HTTPError as e:
+                status = e.code
+            return pr.http_ok(status), f"HTTP GET {probe.target}: {status}"
+        if probe.action == "tcp":
+            host, port = probe.target.rsplit(":", 1)
+            with socket.create_connection((host, int(port)), timeout=probe.timeout):
+                return True, f"connected to {probe.target}"
+        # exec: inside the container's mount namespace
+        argv = ["nsenter", "-t", str(pid), "-m", "--", *probe.command]
+        done = subprocess.run(argv, capture_output=True, timeout=probe.timeout)
+        return done.returncode == 0, f"{list(probe.command)} exited {done.returncode}"
+    except Exception as e:  # noqa: BLE001 - any failure to answer is a failed probe
+        target = probe.target or list(probe.command)
+        return False, f"{probe.action} {target}: {e}"
 
 
 class Agent:
@@ -412,6 +598,12 @@ class Agent:
         }
         self.base_env["VIRTUAL_ENV"] = str(Path(self.bin_dir).parent)
         self.version = "v0.0.0-kinetic"
+        self.pod_ip: str = args.pod_ip or detect_pod_ip()
+        from urllib.parse import urlparse
+
+        api = urlparse(cfg.host)
+        self.service_env = vol.service_env(api.hostname or ps.LOOPBACK, api.port or 443)
+        self.can_mount = os.geteuid() == 0 and shutil.which("unshare") is not None
 
     # ---- API helpers ----
     def _retry(self, what: str, fn: Callable[[], object], attempts: int = 8) -> object | None:
@@ -447,6 +639,66 @@ class Agent:
         self._retry(
             f"delete {ns}/{name}",
             lambda: self.core.delete_namespaced_pod(name, ns, body=body, grace_period_seconds=0),
+        )
+
+    def fetch_data(self, kind: str, ns: str, name: str) -> dict[str, bytes] | None:
+        """A ConfigMap's or Secret's data as bytes, for volumes; None if it does not exist."""
+        import base64
+
+        try:
+            if kind == "configMap":
+                cm = self.core.read_namespaced_config_map(name, ns)
+                data = {k: v.encode() for k, v in (cm.data or {}).items()}
+                data.update({k: base64.b64decode(v) for k, v in (cm.binary_data or {}).items()})
+                return data
+            secret = self.core.read_namespaced_secret(name, ns)
+            return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def request_token(self, pod: dict, audience: str | None, seconds: int) -> str:
+        """A ServiceAccount token bound to the pod (TokenRequest), as for projected volumes."""
+        md = pod["metadata"]
+        sa = pod["spec"].get("serviceAccountName") or "default"
+        body = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(
+                audiences=[audience] if audience else [],
+                expiration_seconds=max(seconds, 600),
+                bound_object_ref=client.V1BoundObjectReference(
+                    api_version="v1", kind="Pod", name=md["name"], uid=md["uid"]
+                ),
+            )
+        )
+        got = self.core.create_namespaced_service_account_token(sa, md["namespace"], body)
+        return got.status.token
+
+    def event(self, pod: dict, etype: str, reason: str, message: str) -> None:
+        """Post an Event about the pod (probe failures), as `kubectl describe` shows them."""
+        md = pod["metadata"]
+        now = ps.now_iso()
+        body = {
+            "metadata": {"generateName": f"{md['name']}.", "namespace": md["namespace"]},
+            "involvedObject": {
+                "kind": "Pod",
+                "namespace": md["namespace"],
+                "name": md["name"],
+                "uid": md["uid"],
+                "apiVersion": "v1",
+            },
+            "type": etype,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": "kubelet", "host": self.name},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._retry(
+            f"event for {md['namespace']}/{md['name']}",
+            lambda: self.core.create_namespaced_event(md["namespace"], body),
+            attempts=2,
         )
 
     def lookup(self, kind: str, ns: str, name: str, key: str) -> str | dict | None:
@@ -642,7 +894,14 @@ class Agent:
             for c in spec.get("containers") or []
         ]
         status = ps.pod_status(
-            [], runs, "Never", now, reason="NodeRestarted", message=msg, phase="Failed"
+            [],
+            runs,
+            "Never",
+            now,
+            reason="NodeRestarted",
+            message=msg,
+            phase="Failed",
+            pod_ip=self.pod_ip,
         )
         log.info(
             "pod %s/%s orphaned by a node restart: marking Failed", md["namespace"], md["name"]
@@ -708,7 +967,9 @@ class Agent:
             log.warning("pod %s/%s rejected: %s", md["namespace"], md["name"], message)
             names = [c["name"] for c in pod["spec"].get("containers") or []]
             self.patch_status(
-                md["namespace"], md["name"], ps.failed_status(reason, message, names, time.time())
+                md["namespace"],
+                md["name"],
+                ps.failed_status(reason, message, names, time.time(), self.pod_ip),
             )
             return
         worker.start()
@@ -818,10 +1079,11 @@ class Agent:
             log.warning("lease: %s", e)
         threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
         log.info(
-            "process node %s ready: capacity %s, logs on https://127.0.0.1:%d",
+            "process node %s ready: capacity %s, logs on https://127.0.0.1:%d, pod IP %s",
             self.name,
             self.capacity,
             self.args.port,
+            self.pod_ip,
         )
         try:
             self.watch_loop()

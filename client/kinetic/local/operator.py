@@ -1,12 +1,18 @@
-"""Run the operator on the local cluster the way a real cluster would.
+"""Run the operator on the local cluster exactly as a user installs it: the Helm chart.
 
-The Helm chart is installed with the real Helm library (helm-sdkpy): CRDs,
-ServiceAccount, least-privilege RBAC and the operator's settings. Only its
-Deployment is switched off, because the process node would run the pod
-without the ServiceAccount token a kubelet mounts. Instead `kopf run` is
-started here as a local process with a kubeconfig holding that same
-ServiceAccount's token, so the operator has exactly the chart's permissions:
-an RBAC gap fails the tests here, not in a user's cluster.
+The chart is installed with the real Helm library (helm-sdkpy): CRDs,
+ServiceAccount, least-privilege RBAC, settings, the Service in front of the
+admission webhook and the operator's Deployment. Its Pod runs on the process
+node, which gives it what a kubelet would (the ServiceAccount token in a
+per-pod mount namespace, KUBERNETES_SERVICE_HOST/PORT, the /tmp emptyDir,
+probes, a pod IP the API server reaches through the Service's endpoints).
+Only the image differs: the node ignores images, so the chart's
+``operator.command`` points at the repository's virtualenv.
+
+After code changes, restart it like any Deployment
+(``kubectl -n kinetic-system rollout restart deploy/kinetic-operator``), or
+kill its process (``kill $(cat .local/run/operator.pid)``) and run
+``kinetic local up``, which replaces a pod that is not Ready.
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 from kinetic.local.config import LocalConfig
@@ -30,7 +35,7 @@ RELEASE = "kinetic"
 NAMESPACE = "kinetic-system"
 SERVICE_ACCOUNT = "kinetic-operator"
 SETTINGS_CONFIGMAP = "kinetic-operator-settings"
-WEBHOOK_CONFIG = "kinetic.dev"  # the ValidatingWebhookConfiguration the operator manages
+WEBHOOK_CONFIG = "kinetic.dev"  # the ValidatingWebhookConfiguration the operator patches
 
 
 def health_port() -> int:
@@ -43,7 +48,7 @@ def webhook_port() -> int:
 
 
 def metrics_port() -> int:
-    """Where the local operator serves Prometheus metrics."""
+    """Where the local operator serves Prometheus metrics (pods share the host network)."""
     return int(os.environ.get("KINETIC_METRICS_PORT", 18090))
 
 
@@ -64,11 +69,28 @@ def chart_dir(repo_root: Path) -> Path:
 LOCAL_POD_TTL_SECONDS = 20
 
 
+DEPLOYMENT = "kinetic-operator"
+POD_SELECTOR = f"app.kubernetes.io/name=kinetic,app.kubernetes.io/instance={RELEASE}"
+
+
 def chart_values(cfg: LocalConfig) -> dict:
+    """What the local install overrides: this repo's Kopf, this cluster's ports and bucket.
+
+    Pods share the machine's network, so the webhook and health ports come
+    from this cluster's port set: two local clusters on one machine must not
+    collide.
+    """
+    kopf = Path(sys.executable).with_name("kopf")
     return {
         "storageRoot": cfg.storage_root,
-        "operator": {"enabled": False},
         "podTTLSeconds": LOCAL_POD_TTL_SECONDS,
+        "operator": {"enabled": True, "command": [str(kopf)], "healthPort": health_port()},
+        "webhook": {"port": webhook_port()},
+        "metrics": {"port": metrics_port()},
+        "extraEnv": [
+            {"name": "STORAGE_EMULATOR_HOST", "value": cfg.storage_emulator_host},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+        ],
     }
 
 
@@ -112,104 +134,99 @@ def install_chart(cfg: LocalConfig, repo_root: Path) -> bool:
     return True
 
 
-def write_kubeconfig(cfg: LocalConfig) -> Path:
-    """A kubeconfig that authenticates as the chart's ServiceAccount (its 1.20 token Secret)."""
-    sa = _get_json(cfg, "get", "serviceaccount", SERVICE_ACCOUNT, "-n", NAMESPACE)
-    secrets = [s["name"] for s in sa.get("secrets") or []]
-    if not secrets:
-        raise ClusterError(f"ServiceAccount {NAMESPACE}/{SERVICE_ACCOUNT} has no token yet")
-    secret = _get_json(cfg, "get", "secret", secrets[0], "-n", NAMESPACE)
-    token = base64.b64decode(secret["data"]["token"]).decode()
-    path = cfg.component_kubeconfig("operator")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "kinetic-local",
-                        "cluster": {
-                            "server": cfg.apiserver_url,
-                            "certificate-authority": str(cfg.pki_dir / "ca.crt"),
-                        },
-                    }
-                ],
-                "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
-                "contexts": [
-                    {
-                        "name": "operator",
-                        "context": {"cluster": "kinetic-local", "user": SERVICE_ACCOUNT},
-                    }
-                ],
-                "current-context": "operator",
-            },
-            indent=2,
-        )
-    )
-    os.chmod(path, 0o600)
-    return path
-
-
-def env(cfg: LocalConfig, base: dict[str, str]) -> dict[str, str]:
-    """The operator's environment: the chart's settings, as the Deployment would get them."""
-    data = _settings_data(cfg)
-    return {
-        **base,
-        **data,
-        # The API server runs on this machine: it calls the webhook on loopback.
-        "KINETIC_WEBHOOK_ENABLED": "true" if webhook_enabled(data) else "false",
-        "KINETIC_WEBHOOK_HOST": "127.0.0.1",
-        "KINETIC_WEBHOOK_ADDR": "127.0.0.1",
-        "KINETIC_WEBHOOK_PORT": str(webhook_port()),
-        "KINETIC_METRICS_PORT": str(metrics_port()),
-        "KUBECONFIG": str(cfg.component_kubeconfig("operator")),
-        "STORAGE_EMULATOR_HOST": cfg.storage_emulator_host,
-        "PYTHONUNBUFFERED": "1",
-    }
-
-
-def argv() -> list[str]:
-    kopf = Path(sys.executable).with_name("kopf")
-    return [
-        str(kopf),
-        "run",
-        "--standalone",
-        "--all-namespaces",
-        f"--liveness=http://127.0.0.1:{health_port()}/healthz",
-        "-m",
-        "kinetic_operator.main",
+def operator_pod(cfg: LocalConfig) -> dict | None:
+    """The Deployment's current Pod (not one being deleted or already finished), if any."""
+    pods = _get_json(cfg, "get", "pods", "-n", NAMESPACE, "-l", POD_SELECTOR).get("items") or []
+    live = [
+        p
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
     ]
+    live.sort(key=lambda p: p["metadata"]["creationTimestamp"], reverse=True)
+    return live[0] if live else None
+
+
+def pod_ready(pod: dict | None) -> bool:
+    conds = ((pod or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def container_pid(pod: dict | None) -> int | None:
+    """The operator process's pid, from the process node's ``process://<pid>`` container id."""
+    for st in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        cid = st.get("containerID") or ""
+        if (
+            st.get("name") == "operator"
+            and cid.startswith("process://")
+            and "running" in (st.get("state") or {})
+        ):
+            return int(cid.removeprefix("process://"))
+    return None
 
 
 def ready(cfg: LocalConfig) -> bool:
-    """Kopf's liveness endpoint answers once the operator has started watching.
-
-    With the admission webhook on, the operator is also ready only once the
-    webhook configuration in the cluster trusts the certificate this very
-    process serves: before that, `kubectl apply` would skip the webhook (a
-    stale one from a previous run fails open).
-    """
-    url = f"http://127.0.0.1:{health_port()}/healthz"
-    with urllib.request.urlopen(url, timeout=2) as r:
-        if r.status != 200:
-            return False
+    """The operator's Pod is Ready (Kopf's /healthz answers) and, with the admission
+    webhook on, the cluster's webhook configuration trusts the certificate that very
+    Pod serves: before that, `kubectl apply` would skip the webhook (it fails open)."""
+    pod = operator_pod(cfg)
+    if not pod_ready(pod):
+        return False
     if not webhook_enabled(_settings_data(cfg)):
         return True
-    return webhook_ready(cfg)
+    return webhook_ready(cfg, pod["status"]["podIP"])  # type: ignore[index]
 
 
-def webhook_ready(cfg: LocalConfig) -> bool:
-    """The webhook answers TLS on its port and the cluster's configuration points at it."""
-    served = _served_certificate("127.0.0.1", webhook_port())
+def stuck(cfg: LocalConfig) -> bool:
+    """The Pod's container is not running (killed, crashed, waiting out a back-off)."""
+    pod = operator_pod(cfg)
+    if pod is None:
+        return False
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return any("running" not in (st.get("state") or {}) for st in statuses)
+
+
+def restart(cfg: LocalConfig) -> None:
+    """Replace the Pod, as `kubectl delete pod` would: the Deployment starts a fresh one."""
+    _kubectl(cfg, "delete", "pods", "-n", NAMESPACE, "-l", POD_SELECTOR, "--wait=false")
+
+
+def remove_finished_pods(cfg: LocalConfig) -> None:
+    """Pods the node failed when it stopped: the Deployment has replaced them already."""
+    _kubectl(
+        cfg,
+        "delete",
+        "pods",
+        "-n",
+        NAMESPACE,
+        "-l",
+        POD_SELECTOR,
+        "--field-selector=status.phase=Failed",
+        "--wait=false",
+        check=False,
+    )
+
+
+def write_pid_file(cfg: LocalConfig, path: Path) -> int | None:
+    """Record the operator process (``<pid> <start>``) for tools that signal or measure it."""
+    from kinetic.local.procs import write_pidfile
+
+    pid = container_pid(operator_pod(cfg))
+    if pid is None:
+        path.unlink(missing_ok=True)
+        return None
+    write_pidfile(path, pid)
+    return pid
+
+
+def webhook_ready(cfg: LocalConfig, pod_ip: str) -> bool:
+    """The Pod serves TLS on the webhook port and the cluster's configuration trusts it."""
+    served = _served_certificate(pod_ip, webhook_port())
     out = _kubectl(cfg, "get", "validatingwebhookconfiguration", WEBHOOK_CONFIG, "-o", "json")
     for hook in json.loads(out).get("webhooks") or []:
         client = hook.get("clientConfig") or {}
-        if f":{webhook_port()}/" not in client.get("url", ""):
-            continue
         bundle = base64.b64decode(client.get("caBundle") or "").decode(errors="replace")
-        if ssl.PEM_cert_to_DER_cert(bundle) == served:
+        if bundle and ssl.PEM_cert_to_DER_cert(bundle) == served:
             return True
     return False
 

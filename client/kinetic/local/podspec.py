@@ -49,7 +49,10 @@ def pod_dir_name(pod: Mapping) -> str:
 _FIELD_LABEL = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
 
 
-def field_ref(pod: Mapping, path: str, node_name: str) -> str:
+LOOPBACK = "127.0.0.1"
+
+
+def field_ref(pod: Mapping, path: str, node_name: str, pod_ip: str = LOOPBACK) -> str:
     """The subset of the downward API a process can use."""
     md = pod.get("metadata", {})
     simple = {
@@ -58,8 +61,8 @@ def field_ref(pod: Mapping, path: str, node_name: str) -> str:
         "metadata.uid": md.get("uid", ""),
         "spec.nodeName": pod.get("spec", {}).get("nodeName") or node_name,
         "spec.serviceAccountName": pod.get("spec", {}).get("serviceAccountName", ""),
-        "status.podIP": "127.0.0.1",
-        "status.hostIP": "127.0.0.1",
+        "status.podIP": pod_ip,
+        "status.hostIP": pod_ip,
     }
     if path in simple:
         return simple[path]
@@ -99,6 +102,7 @@ def container_env(
     container: Mapping,
     node_name: str,
     lookup: Lookup | None = None,
+    pod_ip: str = LOOPBACK,
 ) -> dict[str, str]:
     """envFrom then env, in order, with $(VAR) expansion against what came before."""
     ns = pod["metadata"]["namespace"]
@@ -122,7 +126,7 @@ def container_env(
         if "valueFrom" in var and var["valueFrom"]:
             vf = var["valueFrom"]
             if vf.get("fieldRef"):
-                env[name] = field_ref(pod, vf["fieldRef"]["fieldPath"], node_name)
+                env[name] = field_ref(pod, vf["fieldRef"]["fieldPath"], node_name, pod_ip)
             elif vf.get("configMapKeyRef") or vf.get("secretKeyRef"):
                 kind = "configMapKeyRef" if vf.get("configMapKeyRef") else "secretKeyRef"
                 ref = vf[kind]
@@ -150,8 +154,14 @@ def process_spec(
     base_env: Mapping[str, str],
     bin_dir: str | None = None,
     lookup: Lookup | None = None,
+    pod_ip: str = LOOPBACK,
+    service_env: Mapping[str, str] | None = None,
 ) -> ProcessSpec:
-    """Pod + container -> argv/env/cwd. The image is ignored: no entrypoint exists here."""
+    """Pod + container -> argv/env/cwd. The image is ignored: no entrypoint exists here.
+
+    ``service_env`` is what a kubelet adds for the API server's Service
+    (KUBERNETES_SERVICE_HOST/PORT): in-cluster clients find the API with it.
+    """
     name = container["name"]
     command = list(container.get("command") or [])
     args = list(container.get("args") or [])
@@ -171,9 +181,10 @@ def process_spec(
             "HOSTNAME": md["name"],
             "KINETIC_TERMINATION_LOG": term_log,
             "KINETIC_POD_DIR": str(pod_dir),
+            **(service_env or {}),
         }
     )
-    own = container_env(pod, container, node_name, lookup)
+    own = container_env(pod, container, node_name, lookup, pod_ip)
     env.update(own)
     argv = [expand(a, own) for a in command + args]
     cwd = container.get("workingDir") or str(pod_dir / "work")
@@ -279,6 +290,8 @@ class ContainerRun:
     last_state: dict = field(default_factory=dict)
     waiting_reason: str = "ContainerCreating"
     waiting_message: str = ""
+    # The readiness probe's verdict; None: no readiness probe, ready while running.
+    ready: bool | None = None
 
     def reset_for_restart(self, message: str) -> None:
         """Keep the finished run as lastState and wait (CrashLoopBackOff) for the next one."""
@@ -286,6 +299,8 @@ class ContainerRun:
         self.restart_count += 1
         self.pid = self.started_at = self.finished_at = self.exit_code = None
         self.reason = None
+        if self.ready is not None:
+            self.ready = False
         self.message = ""
         self.waiting_reason, self.waiting_message = "CrashLoopBackOff", message
 
@@ -326,7 +341,7 @@ def container_status(run: ContainerRun, ready_when_running: bool = True) -> dict
             term["containerID"] = f"process://{run.pid}"
         st["state"] = {"terminated": term}
     elif run.running:
-        st["ready"] = ready_when_running
+        st["ready"] = ready_when_running and run.ready is not False
         st["state"] = {"running": {"startedAt": iso(run.started_at)}}  # type: ignore[arg-type]
     else:
         waiting = {"reason": run.waiting_reason}
@@ -369,18 +384,23 @@ def pod_status(
     reason: str | None = None,
     message: str | None = None,
     phase: str | None = None,
+    pod_ip: str = LOOPBACK,
 ) -> dict:
-    """The whole status block the node patches (conditions merge by type)."""
+    """The whole status block the node patches (conditions merge by type).
+
+    The pod is Ready when every app container runs and none has a readiness
+    probe saying otherwise: the endpoints controller lists only Ready pods.
+    """
     phase = phase or pod_phase(init, app, restart_policy)
     initialized = all(r.done and r.exit_code == 0 for r in init)
-    running = phase == "Running" and all(r.running for r in app)
+    running = phase == "Running" and all(r.running and r.ready is not False for r in app)
     terminal = phase in ("Succeeded", "Failed")
     not_ready_reason = "PodCompleted" if terminal else "ContainersNotReady"
     status = {
         "phase": phase,
-        "hostIP": "127.0.0.1",
-        "podIP": "127.0.0.1",
-        "podIPs": [{"ip": "127.0.0.1"}],
+        "hostIP": pod_ip,
+        "podIP": pod_ip,
+        "podIPs": [{"ip": pod_ip}],
         "startTime": iso(start_time),
         "qosClass": None,
         "conditions": [
@@ -404,10 +424,18 @@ def pod_status(
     return status
 
 
-def failed_status(reason: str, message: str, containers: list[str], start_time: float) -> dict:
+def failed_status(
+    reason: str,
+    message: str,
+    containers: list[str],
+    start_time: float,
+    pod_ip: str = LOOPBACK,
+) -> dict:
     """A Pod the node refuses or gave up on: Failed with a reason, containers never ran."""
     runs = [
         ContainerRun(name=n, waiting_reason=reason, waiting_message=message) for n in containers
     ]
-    st = pod_status([], runs, "Never", start_time, reason=reason, message=message, phase="Failed")
+    st = pod_status(
+        [], runs, "Never", start_time, reason=reason, message=message, phase="Failed", pod_ip=pod_ip
+    )
     return st

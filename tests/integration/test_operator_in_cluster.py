@@ -1,0 +1,171 @@
+"""The operator as users install it: the chart's Deployment, its Pod, its identity.
+
+On the local cluster `make cluster-up` installs the chart with the operator
+enabled, and its Pod runs on the process node like any other; on kind the
+same chart runs it in a container. The fault test counts runs in a file on
+this machine, so it needs the local cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from kinetic import resources as r
+from kube_helpers import Kube, wait_for
+
+pytestmark = pytest.mark.integration
+
+NAMESPACE = "kinetic-system"
+DEPLOYMENT = "kinetic-operator"
+SELECTOR = "app.kubernetes.io/name=kinetic"
+IDENTITY = f"system:serviceaccount:{NAMESPACE}:{DEPLOYMENT}"
+
+
+@pytest.fixture(scope="module")
+def installed(kube: Kube, operator: None) -> None:
+    got = kube.kubectl("get", "deployment", DEPLOYMENT, "-n", NAMESPACE, check=False)
+    if got.returncode != 0:
+        pytest.skip("the operator is not installed by the chart in this cluster")
+
+
+def _pods(kube: Kube) -> list[dict]:
+    out = kube.kubectl("get", "pods", "-n", NAMESPACE, "-l", SELECTOR, "-o", "json").stdout
+    return [p for p in json.loads(out)["items"] if not p["metadata"].get("deletionTimestamp")]
+
+
+def _ready(pod: dict) -> bool:
+    conds = pod.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+
+def _ready_pod(kube: Kube) -> dict | None:
+    return next((p for p in _pods(kube) if _ready(p)), None)
+
+
+def test_the_operator_pod_is_ready_and_serves_through_its_service(
+    kube: Kube, installed: None
+) -> None:
+    pod = wait_for(lambda: _ready_pod(kube), 120, what="a Ready operator Pod")
+    assert pod["spec"]["serviceAccountName"] == DEPLOYMENT
+    # The Service's endpoints are the Pod (how the API server reaches the webhook).
+    ep = json.loads(
+        kube.kubectl("get", "endpoints", DEPLOYMENT, "-n", NAMESPACE, "-o", "json").stdout
+    )
+    ips = [a["ip"] for s in ep.get("subsets") or [] for a in s.get("addresses") or []]
+    assert ips == [pod["status"]["podIP"]]
+    hooks = json.loads(
+        kube.kubectl("get", "validatingwebhookconfiguration", "kinetic.dev", "-o", "json").stdout
+    )["webhooks"]
+    assert hooks and all(
+        h["clientConfig"]["service"]["name"] == DEPLOYMENT
+        and h["clientConfig"]["service"]["namespace"] == NAMESPACE
+        for h in hooks
+    )
+    logs = kube.kubectl("logs", "-n", NAMESPACE, f"deploy/{DEPLOYMENT}").stdout
+    assert "Kinetic operator: storage root" in logs
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "where", "allowed"),
+    [
+        ("create", "pods", "default", True),
+        ("delete", "pods", "default", True),
+        ("watch", "pods", "", True),
+        ("get", "pods --subresource=log", "default", True),
+        ("patch", "kineticbatches.kinetic.dev --subresource=status", "default", True),
+        ("patch", "pods", "default", False),
+        ("update", "pods", "default", False),
+        ("create", "pods --subresource=exec", "default", False),
+        ("get", "secrets", "default", False),
+        ("list", "secrets", NAMESPACE, False),
+        ("create", "kineticjobs.kinetic.dev", "default", False),
+        ("create", "clusterrolebindings", "", False),
+    ],
+)
+def test_the_operators_identity_has_what_the_chart_grants(
+    kube: Kube, installed: None, verb: str, resource: str, where: str, allowed: bool
+) -> None:
+    scope = ["-n", where] if where else ["--all-namespaces"]
+    what = resource.split()  # a subresource goes in its own flag
+    got = kube.kubectl("auth", "can-i", verb, *what, *scope, "--as", IDENTITY, check=False)
+    assert got.stdout.strip() == ("yes" if allowed else "no"), (got.stdout, got.stderr)
+
+
+def test_deleting_the_operator_pod_mid_batch_loses_nothing(
+    kube: Kube, installed: None, namespace: str, tmp_path: Path
+) -> None:
+    """The Deployment brings a new Pod; every input still runs exactly once."""
+    if not kube.is_local:
+        pytest.skip("counts runs in a file on this machine: needs the local cluster")
+    runs = tmp_path / "runs.txt"
+    total = 20
+    body = {
+        "apiVersion": r.API_VERSION,
+        "kind": r.BATCH_KIND,
+        "metadata": {"name": "survivor"},
+        "spec": {
+            "template": {
+                "container": {"command": ["sh", "-c", f'echo "$KINETIC_INDEX" >> {runs}; sleep 2']}
+            },
+            "inputs": {"items": list(range(total))},
+            "maxConcurrent": 3,
+        },
+    }
+    applied = subprocess.run(
+        ["kubectl", "--kubeconfig", kube.kubeconfig, "apply", "-n", namespace, "-f", "-"],
+        input=json.dumps(body),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert applied.returncode == 0, applied.stderr
+    old = wait_for(lambda: _ready_pod(kube), 60, what="the operator Pod")
+    wait_for(
+        lambda: runs.exists() and len(runs.read_text().split()) >= 4, 120, what="some progress"
+    )
+    kube.kubectl("delete", "pod", "-n", NAMESPACE, old["metadata"]["name"], "--wait=false")
+    new = wait_for(
+        lambda: next(
+            (
+                p
+                for p in _pods(kube)
+                if _ready(p) and p["metadata"]["uid"] != old["metadata"]["uid"]
+            ),
+            None,
+        ),
+        120,
+        what="the Deployment's new operator Pod to be Ready",
+    )
+    assert new["metadata"]["name"] != old["metadata"]["name"]
+    assert len(runs.read_text().split()) < total  # the batch was still running
+    kube.kubectl(
+        "wait",
+        "-n",
+        namespace,
+        "--for=condition=Complete",
+        "kb/survivor",
+        "--timeout=300s",
+        timeout=320,
+    )
+    time.sleep(2)  # a duplicate launch would have run by now
+    counts = Counter(int(i) for i in runs.read_text().split())
+    assert counts == {i: 1 for i in range(total)}
+    # Restore the pid file `kinetic local up` keeps, for tests that kill the process.
+    _refresh_pid_file()
+
+
+def _refresh_pid_file() -> None:
+    import sys
+
+    up = subprocess.run(
+        [str(Path(sys.executable).with_name("kinetic")), "local", "up"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert up.returncode == 0, up.stderr
