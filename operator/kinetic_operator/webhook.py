@@ -10,9 +10,10 @@ Kopf serves the webhook; this module adds three things to its server:
   Service (``KINETIC_WEBHOOK_SERVICE``, "namespace/name"): an API server
   resolves no cluster DNS names, but it finds a Service's endpoints.
   Elsewhere (an operator run by hand) it is this server's URL. Kopf's own
-  "managed" mode is not used: it would also create a MutatingWebhookConfiguration, and it needs permission
-  to create configurations, which the operator is not given; patching the
-  one named configuration is all it may do;
+  "managed" mode is not used: it would also create a
+  MutatingWebhookConfiguration, and it needs permission to create
+  configurations, which the operator is not given; patching the one named
+  configuration is all it may do;
 * admission reviews are decoded with `deepjson.loads_bounded`, so an object
   nested thousands of levels deep is judged (and refused) instead of
   crashing the request, which would let it through (the webhook fails open).
