@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import urllib.request
-
 import pytest
-from kinetic.local.operator import metrics_port
+from kinetic.local.operator import NAMESPACE, POD_SELECTOR
 from kube_helpers import Kube, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 from test_operator_batches import apply, ns, sh, wait_phase  # noqa: F401 - ns is a fixture
@@ -13,11 +11,18 @@ from test_operator_batches import apply, ns, sh, wait_phase  # noqa: F401 - ns i
 pytestmark = pytest.mark.integration
 
 
-def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of the operator's /metrics, by name and labels."""
-    url = f"http://127.0.0.1:{metrics_port()}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        text = answer.read().decode()
+def scrape(kube: Kube) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the operator's /metrics, by name and labels, fetched as Prometheus
+    would through the API server: the operator Pod's port named ``metrics``, via its proxy."""
+    pods = kube.core.list_namespaced_pod(NAMESPACE, label_selector=POD_SELECTOR).items
+    running = [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+    assert len(running) == 1, [p.metadata.name for p in pods]
+    pod = running[0]
+    ports = {p.name: p.container_port for c in pod.spec.containers for p in c.ports or []}
+    path = (
+        f"/api/v1/namespaces/{NAMESPACE}/pods/{pod.metadata.name}:{ports['metrics']}/proxy/metrics"
+    )
+    text = kube.kubectl("get", "--raw", path).stdout
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
@@ -30,7 +35,7 @@ def inputs(samples: dict, what: str) -> float:
 
 
 def test_metrics_show_the_inputs_a_batch_just_ran(kube: Kube, ns: str) -> None:  # noqa: F811
-    before = scrape()
+    before = scrape(kube)
     apply(
         kube,
         ns,
@@ -44,7 +49,7 @@ def test_metrics_show_the_inputs_a_batch_just_ran(kube: Kube, ns: str) -> None: 
     )
     assert wait_phase(kube, ns, "counted", "SUCCEEDED", "FAILED")["phase"] == "FAILED"
     after = wait_for(
-        lambda: (s := scrape()) and inputs(s, "failed") > inputs(before, "failed") and s,
+        lambda: (s := scrape(kube)) and inputs(s, "failed") > inputs(before, "failed") and s,
         timeout=30,
         what="the failed input in the metrics",
     )

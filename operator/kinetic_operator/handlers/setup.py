@@ -103,8 +103,15 @@ def serve_metrics(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
         }
     )
     port = get_settings().metrics_port
-    if port:
+    if not port:
+        return
+    try:
         metrics.serve(port)
+    except OSError as exc:  # metrics are for watching the operator, not a reason to stop it
+        logger.error(
+            "Cannot serve Prometheus metrics on port %d (KINETIC_METRICS_PORT): %s", port, exc
+        )
+    else:
         logger.info("Prometheus metrics on port %d at /metrics", port)
 
 
