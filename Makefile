@@ -48,6 +48,10 @@ unit: venv ## Fast tests that need no cluster
 test: cluster-up ## The whole suite: unit tests, then integration tests on the local cluster
 	$(PY) -m pytest tests -q
 
+.PHONY: kind-e2e
+kind-e2e: venv ## The integration suite on a kind cluster (needs a Docker engine; not on this machine class)
+	bash scripts/kind-e2e.sh
+
 .PHONY: demo
 demo: cluster-up ## Run the main example on the local cluster
 	$(PY) examples/demo.py
