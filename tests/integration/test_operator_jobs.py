@@ -144,7 +144,14 @@ def test_container_job_result_lands_in_status(kube: Kube, ns: str):
     (rec,) = status["attempts"]
     assert (rec["pod"], rec["outcome"], rec["exitCode"]) == ("hello-1", "success", 0)
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
-    assert conditions == {"Running": "False", "Complete": "True", "Failed": "False"}
+    assert conditions == {
+        "Running": "False",
+        "Complete": "True",
+        "Failed": "False",
+        "Ready": "True",
+        "Reconciling": "False",
+        "Stalled": "False",
+    }
     assert status["observedGeneration"] == 1 and status["completionTime"]
 
     # The attempt is the Pod itself: no batch/v1 Job in between.
