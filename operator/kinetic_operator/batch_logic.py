@@ -65,6 +65,7 @@ is stopped (for a chunk, once every input of the chunk is settled).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -237,6 +238,10 @@ class BatchDecision:
     @property
     def stops(self) -> list[str]:
         return [p for a in self.of(StopPods) for p in a.pods]
+
+
+def _unit_pod_name(batch: str, unit: int, attempt: int) -> str:
+    return input_pod_name(batch, unit, attempt)
 
 
 def unit_inputs(start: int, chunk: int, total: int) -> IndexSet:
@@ -428,7 +433,7 @@ def _follow_units(w: _Work, units: Mapping[int, UnitObservation], *, cancel_all:
             creating=obs.creating is not None and obs.creating >= max(obs.pods, default=0),
             limits=Limits(w.spec.retries, w.max_disruptions),
             cancel=cancel_all,
-            pod_name=lambda k, u=unit: input_pod_name(w.batch, u, k),
+            pod_name=functools.partial(_unit_pod_name, w.batch, unit),
             now=w.now,
         )
         w.plans[unit] = plan

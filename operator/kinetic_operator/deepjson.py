@@ -97,8 +97,8 @@ def loads_bounded(data: str | bytes | bytearray, max_depth: int = CUT_DEPTH) -> 
 def _describe(doc: Any) -> str:
     """Which object a decoded document is about, for the log (watch event, list or object)."""
     if isinstance(doc, dict):
-        obj = doc.get("object") if isinstance(doc.get("object"), dict) else doc
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        obj: dict[str, Any] = doc["object"] if isinstance(doc.get("object"), dict) else doc
+        meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
         kind = obj.get("kind") or "object"
         name = "/".join(str(p) for p in (meta.get("namespace"), meta.get("name")) if p)
         return f"{kind} {name}".strip()
@@ -125,7 +125,10 @@ def install() -> None:
             "kopf._cogs.clients.api no longer has json/get/request: the operator cannot "
             "protect Kopf's watch decoding from deeply nested objects; pin a known Kopf release"
         )
-    api.json = SimpleNamespace(loads=loads, dumps=json.dumps, JSONDecodeError=json.JSONDecodeError)
+    # Replacing a module attribute of Kopf's is the point here.
+    api.json = SimpleNamespace(  # type: ignore[assignment]
+        loads=loads, dumps=json.dumps, JSONDecodeError=json.JSONDecodeError
+    )
 
     async def get(
         url: str,
@@ -149,4 +152,4 @@ def install() -> None:
             return await response.json(loads=loads)
 
     api.get = get
-    api._kinetic_deepjson = True
+    setattr(api, "_kinetic_deepjson", True)  # noqa: B010 - a marker on a foreign module

@@ -288,7 +288,9 @@ def _set_conditions(w: _Work) -> None:
                 status=value,
                 reason=reason,
                 message=st.message if value == "True" else None,
-                last_transition_time=fmt_time(w.now) if changed else old.last_transition_time,
+                last_transition_time=(
+                    fmt_time(w.now) if changed or old is None else old.last_transition_time
+                ),
             )
         )
     reason = phase.value.title()

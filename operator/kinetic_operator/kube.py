@@ -96,7 +96,7 @@ def count_errors(api: client.ApiClient) -> client.ApiClient:
             metrics.api_error(response.status)
         return response
 
-    api.rest_client.request = counted  # type: ignore[method-assign]
+    api.rest_client.request = counted
     return api
 
 

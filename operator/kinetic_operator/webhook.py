@@ -28,7 +28,7 @@ import logging
 from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal, cast
 
 import aiohttp.web
 import kopf
@@ -45,13 +45,16 @@ CERT_DAYS = 3650
 TIMEOUT_SECONDS = 10
 
 
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+
+
 @dataclass(frozen=True)
 class Hook:
     """One validating webhook: a Kopf handler id and the resource it judges."""
 
     id: str
     plural: str
-    operations: tuple[str, ...] = ("CREATE", "UPDATE")
+    operations: tuple[Operation, ...] = ("CREATE", "UPDATE")
 
 
 JOB_HOOK = Hook("kinetic-job-spec", JOB_PLURAL)
@@ -177,7 +180,8 @@ class WebhookServer(kopf.WebhookServer):
         """Kopf's request handling, after cutting what is nested too deep to handle."""
         text = await request.text()
         doc = deepjson.loads_bounded(text)
-        return await kopf.WebhookServer._serve(fn, _Decoded(request, json.dumps(doc)))
+        decoded = cast(aiohttp.web.Request, _Decoded(request, json.dumps(doc)))
+        return await kopf.WebhookServer._serve(fn, decoded)
 
 
 class _Decoded:

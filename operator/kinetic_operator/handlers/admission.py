@@ -100,4 +100,4 @@ if get_settings().webhook_enabled:
             side_effects=False,
             ignore_failures=True,
             persistent=False,
-        )(fn)
+        )(fn)  # type: ignore[arg-type]  # Kopf's protocol lists kwargs our fns leave to **_

@@ -134,7 +134,7 @@ def batch_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodView]:
 # ----------------------------------------------------------------------- triggers
 
 
-@kopf.on.event(GROUP, VERSION, BATCH_PLURAL)
+@kopf.on.event(GROUP, VERSION, BATCH_PLURAL)  # type: ignore[arg-type]  # index kwargs
 async def kinetic_batch_event(
     type: str,
     namespace: str,
@@ -153,7 +153,7 @@ async def kinetic_batch_event(
     await reconcile_batch(namespace, name, batch_pods, memo)
 
 
-@kopf.on.event("v1", "pods", labels=LABELLED)
+@kopf.on.event("v1", "pods", labels=LABELLED)  # type: ignore[arg-type]  # index kwargs
 async def batch_pod_event(
     type: str, body: kopf.Body, batch_pods: kopf.Index, memo: Any, **_: Any
 ) -> None:

@@ -71,7 +71,7 @@ def job_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodView]:
 # ----------------------------------------------------------------------- triggers
 
 
-@kopf.on.event(GROUP, VERSION, JOB_PLURAL)
+@kopf.on.event(GROUP, VERSION, JOB_PLURAL)  # type: ignore[arg-type]  # index kwargs
 async def kinetic_job_event(
     type: str, namespace: str, name: str, body: kopf.Body, job_pods: kopf.Index, memo: Any, **_: Any
 ) -> None:
@@ -84,7 +84,7 @@ async def kinetic_job_event(
     await reconcile_job(namespace, name, job_pods, memo)
 
 
-@kopf.on.event("v1", "pods", labels=LABELLED)
+@kopf.on.event("v1", "pods", labels=LABELLED)  # type: ignore[arg-type]  # index kwargs
 async def job_pod_event(
     type: str, body: kopf.Body, job_pods: kopf.Index, memo: Any, **_: Any
 ) -> None:
