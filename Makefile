@@ -11,14 +11,15 @@ PYTHON ?= $(shell for p in $$(ls -d $$HOME/.pyenv/versions/3.12*/bin/python3.12 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(VENV)/.installed: pyproject.toml
+# The three packages (client, operator, devcluster) editable, plus the test tools.
+$(VENV)/.installed: pyproject.toml client/pyproject.toml operator/pyproject.toml devcluster/pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -r requirements-dev.txt
 	touch $@
 
 .PHONY: venv
-venv: $(VENV)/.installed ## Create .venv with the client, operator and test tools
+venv: $(VENV)/.installed ## Create .venv: client, operator and dev cluster (editable), test tools
 
 .PHONY: prereqs
 prereqs: ## Install what a fresh machine lacks: Debian packages, the control-plane build (cached)

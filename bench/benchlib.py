@@ -32,8 +32,8 @@ from typing import Any
 
 from kinetic import kube
 from kinetic import resources as r
-from kinetic.local import LocalConfig
-from kinetic.local.procs import read_live_pid
+from kinetic_dev import LocalConfig
+from kinetic_dev.procs import read_live_pid
 from kubernetes import client, watch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -35,7 +35,7 @@ import benchlib as bl
 import kinetic
 from kinetic import kube
 from kinetic import resources as r
-from kinetic.local import use_local_cluster
+from kinetic_dev import use_local_cluster
 from kubernetes import client, watch
 from rich.console import Console
 from rich.progress import Progress

@@ -26,7 +26,7 @@ from typing import Any
 import benchlib as bl
 from kinetic import kube
 from kinetic import resources as r
-from kinetic.local import use_local_cluster
+from kinetic_dev import use_local_cluster
 from kubernetes import watch
 from rich.console import Console
 

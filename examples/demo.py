@@ -12,9 +12,16 @@ import time
 
 import kinetic
 from kinetic.jobs import list_jobs_with_status
-from kinetic.local import use_local_cluster
 from rich.console import Console
 from rich.table import Table
+
+try:
+    from kinetic_dev import use_local_cluster
+except ModuleNotFoundError:  # the slim client alone: use the cluster KUBECONFIG names
+
+    def use_local_cluster() -> bool:
+        return False
+
 
 console = Console()
 

@@ -158,7 +158,9 @@ def capture_env(names: Iterable[str], environ: Mapping[str, str] | None = None) 
 # --------------------------------------------------------------------------- pickle by value
 
 _BY_VALUE_LOCK = threading.RLock()
-_NEVER_BY_VALUE = frozenset({"kinetic", "kinetic_operator", "cloudpickle", "__main__"})
+_NEVER_BY_VALUE = frozenset(
+    {"kinetic", "kinetic_operator", "kinetic_dev", "cloudpickle", "__main__"}
+)
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from kinetic.local.operator import NAMESPACE, POD_SELECTOR
+from kinetic_dev.operator import NAMESPACE, POD_SELECTOR
 from kube_helpers import Kube, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 from test_operator_batches import apply, ns, sh, wait_phase  # noqa: F401 - ns is a fixture

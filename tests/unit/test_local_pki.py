@@ -2,7 +2,7 @@
 
 from cryptography import x509
 from cryptography.x509.oid import NameOID
-from kinetic.local.pki import PKI, leaf_specs
+from kinetic_dev.pki import PKI, leaf_specs
 
 
 def test_pki_creates_ca_leaves_and_sa_key(tmp_path):

@@ -1,6 +1,6 @@
 """Tail logic of the kubelet log endpoint."""
 
-from kinetic.local.logserver import tail_bytes, tail_offset
+from kinetic_dev.logserver import tail_bytes, tail_offset
 
 
 def test_tail_bytes():

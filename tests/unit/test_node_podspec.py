@@ -4,7 +4,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from kinetic.local import podspec as ps
+from kinetic_dev import podspec as ps
 
 
 def pod(**spec_overrides):

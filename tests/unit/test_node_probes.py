@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from kinetic.local import probes as pr
-from kinetic.local.podspec import PodConfigError
+from kinetic_dev import probes as pr
+from kinetic_dev.podspec import PodConfigError
 
 CONTAINER = {
     "name": "app",

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from kinetic.local import volumes as vol
-from kinetic.local.podspec import PodConfigError
+from kinetic_dev import volumes as vol
+from kinetic_dev.podspec import PodConfigError
 
 
 def pod(volumes: list[dict], mounts: list[dict] | None = None) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from kinetic.local.podspec import PodConfigError
+from kinetic_dev.podspec import PodConfigError
 
 KINDS = ("startup", "liveness", "readiness")
 

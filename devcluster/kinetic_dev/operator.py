@@ -28,8 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kinetic.local.config import LocalConfig
-from kinetic.local.procs import ClusterError
+from kinetic_dev.config import LocalConfig
+from kinetic_dev.procs import ClusterError
 
 RELEASE = "kinetic"
 NAMESPACE = "kinetic-system"
@@ -209,7 +209,7 @@ def remove_finished_pods(cfg: LocalConfig) -> None:
 
 def write_pid_file(cfg: LocalConfig, path: Path) -> int | None:
     """Record the operator process (``<pid> <start>``) for tools that signal or measure it."""
-    from kinetic.local.procs import write_pidfile
+    from kinetic_dev.procs import write_pidfile
 
     pid = container_pid(operator_pod(cfg))
     if pid is None:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from kinetic.local.podspec import PodConfigError, field_ref
+from kinetic_dev.podspec import PodConfigError, field_ref
 
 SA_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_MODE = 0o644

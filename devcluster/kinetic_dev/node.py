@@ -1,6 +1,6 @@
 """The process node: a tiny kubelet that runs each Pod bound to it as local processes.
 
-Run as ``python -m kinetic.local.node --kubeconfig ... --name kinetic-node``.
+Run as ``python -m kinetic_dev.node --kubeconfig ... --name kinetic-node``.
 It registers a Node with configurable capacity, keeps it Ready (Lease + status
 heartbeats, and removes the ``not-ready`` taint admission puts on new nodes,
 since no node-lifecycle controller runs), watches Pods with ``spec.nodeName``
@@ -27,11 +27,11 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
-from kinetic.local import podspec as ps
-from kinetic.local import probes as pr
-from kinetic.local import volumes as vol
-from kinetic.local.logserver import LogServer
-from kinetic.local.procs import proc_start_time, read_live_pid, stop_pid, write_pidfile
+from kinetic_dev import podspec as ps
+from kinetic_dev import probes as pr
+from kinetic_dev import volumes as vol
+from kinetic_dev.logserver import LogServer
+from kinetic_dev.procs import proc_start_time, read_live_pid, stop_pid, write_pidfile
 
 log = logging.getLogger("kinetic.node")
 
@@ -56,7 +56,7 @@ def _total_memory() -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
-    p = argparse.ArgumentParser(prog="python -m kinetic.local.node", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m kinetic_dev.node", description=__doc__)
     p.add_argument("--kubeconfig", default=env("KUBECONFIG"))
     p.add_argument("--name", default=env("KINETIC_NODE_NAME", "kinetic-node"))
     p.add_argument("--port", type=int, default=int(env("KINETIC_NODE_PORT", "10250")))

@@ -6,7 +6,7 @@ import json
 import urllib.error
 import urllib.request
 
-from kinetic.local.config import LocalConfig
+from kinetic_dev.config import LocalConfig
 
 
 def argv(binary: str, cfg: LocalConfig) -> list[str]:

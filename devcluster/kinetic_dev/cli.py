@@ -8,7 +8,7 @@ app = typer.Typer(no_args_is_help=True, help="Run a real Kubernetes control plan
 
 
 def _cluster():
-    from kinetic.local.cluster import Cluster
+    from kinetic_dev.cluster import Cluster
 
     return Cluster()
 
@@ -21,7 +21,7 @@ def _fail(e: Exception) -> None:
 @app.command()
 def up() -> None:
     """Start (or repair) the local cluster; returns when everything is ready."""
-    from kinetic.local.procs import ClusterError
+    from kinetic_dev.procs import ClusterError
 
     try:
         _cluster().up(out=typer.echo)
@@ -51,7 +51,7 @@ def status() -> None:
 @app.command()
 def env() -> None:
     """Print the `export` lines of .local/env (eval "$(kinetic local env)")."""
-    from kinetic.local.config import LocalConfig
+    from kinetic_dev.config import LocalConfig
 
     cfg = LocalConfig()
     for k, v in cfg.env().items():

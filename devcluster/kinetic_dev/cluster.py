@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kinetic.local import binaries, gcs
-from kinetic.local import operator as kinetic_operator
-from kinetic.local.config import LocalConfig, _find_repo_root
-from kinetic.local.pki import PKI, kubeconfig_yaml
-from kinetic.local.procs import (
+from kinetic_dev import binaries, gcs
+from kinetic_dev import operator as kinetic_operator
+from kinetic_dev.config import LocalConfig, _find_repo_root
+from kinetic_dev.pki import PKI, kubeconfig_yaml
+from kinetic_dev.procs import (
     ClusterError,
     port_in_use,
     port_owner,
@@ -211,7 +211,7 @@ class Cluster:
             return [
                 sys.executable,
                 "-m",
-                "kinetic.local.node",
+                "kinetic_dev.node",
                 "--kubeconfig",
                 str(c.component_kubeconfig("node")),
                 "--name",
