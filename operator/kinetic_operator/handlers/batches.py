@@ -35,7 +35,12 @@ from typing import Any
 
 import kopf
 from kinetic import layout, storage
-from kinetic.fanout import input_count, parse_sha256_list, validate_batch_spec
+from kinetic.fanout import (
+    foreign_batch_uris,
+    input_count,
+    parse_sha256_list,
+    validate_batch_spec,
+)
 from kinetic.names import LABEL_BATCH
 from kinetic.resources import (
     BATCH_PLURAL,
@@ -305,16 +310,16 @@ def _reconcile_once(
         return None  # being deleted: start nothing new
     if mem.uid != meta.get("uid"):
         _forget(mem, meta.get("uid"))
-    root = settings.storage_root or ""
     raw = body.get("status") or {}
     old = _parse_status(raw, namespace, name)
     write = _Writer(kube, mem, namespace, name, raw, meta.get("resourceVersion"))
     generation = meta.get("generation")
 
-    spec, problems = _load_spec(body, settings)
+    spec, problems = _load_spec(body, settings, namespace)
     refused: str | None = None
+    home = layout.batch_home(settings.storage_root or "", namespace, name, meta.get("uid", ""))
     if spec is not None and not problems and not Phase(old.phase).terminal:
-        spec, refused = _accept(mem, root, name, meta.get("uid"), spec)
+        spec, refused = _accept(mem, home, spec)
         problems = _load_hashes(mem, spec)
     if spec is None or problems:
         decision = batch_logic.invalid_batch(old, problems, now, generation=generation)
@@ -323,7 +328,7 @@ def _reconcile_once(
             kube.post_event(body, event.type, event.reason, event.message)
         return None
 
-    _load_durable(mem, root, name, old)
+    _load_durable(mem, home, old)
     mem.debouncer.interval = settings.manifest_interval
     decision = batch_logic.decide_batch(
         spec,
@@ -339,9 +344,9 @@ def _reconcile_once(
     status, spec_events = _spec_condition(decision.status, refused, now)
     status = compact_status(status)
     clock = time.monotonic()
-    book = _book(mem, root, name)
+    book = _book(mem, home)
     total = input_count(spec.inputs)
-    manifest = _ManifestWrite(mem, write, settings, name, namespace, spec, meta, now)
+    manifest = _ManifestWrite(mem, write, home, spec, meta, now)
     if decision.write_status or status.wire() != old.wire():
         wait = _coalesce(mem, settings, decision.urgent, clock)
         if wait is not None:
@@ -384,7 +389,7 @@ def _reconcile_once(
     _prune(mem, spec.chunk_size, total)
 
     waits = [mem.debouncer.delay(time.monotonic())]
-    waits.append(_expire(settings, mem, name, units, spec.chunk_size, total, now))
+    waits.append(_expire(settings, mem, home, units, spec.chunk_size, total, now))
     if decision.more or mem.refused.keys() & {u for u, _ in decision.creates}:
         waits.append(0.0)
     found = [w for w in waits if w is not None]
@@ -425,13 +430,13 @@ def _coalesce(
     return due - clock
 
 
-def _book(mem: BatchMemory, root: str, name: str) -> ManifestBook:
+def _book(mem: BatchMemory, home: layout.Home) -> ManifestBook:
     if mem.book is None:
-        mem.book = ManifestBook(root, name)
+        mem.book = ManifestBook(home)
     return mem.book
 
 
-def _load_durable(mem: BatchMemory, root: str, name: str, old: KineticBatchStatus) -> None:
+def _load_durable(mem: BatchMemory, home: layout.Home, old: KineticBatchStatus) -> None:
     """Once per batch and process: what the stored manifest already records.
 
     It tells which finished Pods may be deleted (their outcome is safe in
@@ -439,7 +444,7 @@ def _load_durable(mem: BatchMemory, root: str, name: str, old: KineticBatchStatu
     """
     if mem.durable is not None:
         return
-    header = read_header(root, name) if old.manifest_uri else None
+    header = read_header(home) if old.manifest_uri else None
     mem.durable = recorded_from(header) or Recorded()
     if old.truncated:
         mem.extra = mem.durable
@@ -508,7 +513,7 @@ def _prune(mem: BatchMemory, chunk: int, total: int) -> None:
 def _expire(
     settings: OperatorSettings,
     mem: BatchMemory,
-    name: str,
+    home: layout.Home,
     units: dict[int, UnitObservation],
     chunk: int,
     total: int,
@@ -532,9 +537,7 @@ def _expire(
         for pod in obs.pods.values()
     ]
     due, wait = due_pods(done, now, settings.pod_ttl_seconds, mem.reaping)
-    mem.due = [
-        (p.name, log_uri(settings, name, p.name) if settings.storage_root else None) for p in due
-    ]
+    mem.due = [(p.name, log_uri(home, p.name) if settings.storage_root else None) for p in due]
     mem.expire_at = None if wait is None else clock + wait
     return wait
 
@@ -588,7 +591,7 @@ def _parse_status(raw: dict[str, Any], namespace: str, name: str) -> KineticBatc
 
 
 def _load_spec(
-    body: dict[str, Any], settings: OperatorSettings
+    body: dict[str, Any], settings: OperatorSettings, namespace: str
 ) -> tuple[KineticBatchSpec | None, list[str]]:
     """The spec, or the sentences that say why it cannot run."""
     if not settings.storage_root:
@@ -601,21 +604,26 @@ def _load_spec(
         return None, [
             f"spec.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
         ]
-    return spec, validate_batch_spec(spec)
+    foreign = foreign_batch_uris(settings.storage_root, namespace, spec)
+    return spec, foreign or validate_batch_spec(spec)
 
 
 def _accept(
-    mem: BatchMemory, root: str, name: str, uid: str | None, spec: KineticBatchSpec
+    mem: BatchMemory, home: layout.Home, spec: KineticBatchSpec
 ) -> tuple[KineticBatchSpec, str | None]:
     """The spec to act on, and a refusal message if someone changed an immutable field.
 
     The first spec seen is stored (create-only) next to the manifest, so the
     accepted template and inputs survive an operator restart; later edits
-    only take effect for maxConcurrent and cancel.
+    only take effect for maxConcurrent and cancel. The name's ``current.json``
+    is pointed at this batch's UID at the same time, so `attach_batch` finds
+    the manifest once the batch is deleted.
     """
+    uid = home.uid
     if mem.accepted is None:
-        uri = layout.accepted_spec_uri(root, name)
+        uri = home.accepted_spec_uri
         doc = {"uid": uid, "spec": spec.wire()}
+        storage.write_bytes(home.current_uri, _encode({"uid": uid}))
         try:
             storage.write_if_generation(uri, _encode(doc), 0)
             mem.accepted = spec
@@ -687,23 +695,20 @@ class _ManifestWrite:
         self,
         mem: BatchMemory,
         write: _Writer,
-        settings: OperatorSettings,
-        name: str,
-        namespace: str,
+        home: layout.Home,
         spec: KineticBatchSpec,
         meta: dict[str, Any],
         now: datetime,
     ) -> None:
-        self.mem, self.writer, self.root = mem, write, settings.storage_root or ""
-        self.uri = layout.manifest_uri(self.root, name)
-        self.name, self.namespace, self.spec, self.meta, self.now = name, namespace, spec, meta, now
+        self.mem, self.writer, self.home = mem, write, home
+        self.uri = home.manifest_uri
+        self.spec, self.meta, self.now = spec, meta, now
 
     def run(self, clock: float) -> bool:
         status = self.writer.current
         recorded = self.mem.recorded
         header = build_header(
-            self.name,
-            self.namespace,
+            self.home,
             self.spec,
             status,
             recorded,
@@ -712,7 +717,7 @@ class _ManifestWrite:
             shards=[],
         )
         try:
-            _book(self.mem, self.root, self.name).write(header, recorded)
+            _book(self.mem, self.home).write(header, recorded)
         except Exception as exc:  # noqa: BLE001 — storage down or refusing: retried, shown
             self.mem.debouncer.failed(clock)
             log.warning("Could not write manifest %s: %s", self.uri, exc)
