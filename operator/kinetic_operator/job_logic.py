@@ -197,6 +197,7 @@ class _Work:
     name: str
     now: datetime
     actions: list[Action] = field(default_factory=list)
+    reason: str | None = None  # the Failed condition's reason when not just "Failed"
 
     def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
         self.actions.append(Event(type_, reason, message))
@@ -228,6 +229,7 @@ def decide(
         w.actions.extend(DeletePod(p.name) for p in pods.values() if p.live)
     elif isinstance(spec, InvalidSpec):
         _finish(w, Phase.FAILED, spec.message)
+        w.reason = "InvalidSpec"
         w.event("Warning", "InvalidSpec", spec.message)
         w.actions.extend(DeletePod(p.name) for p in pods.values() if p.live)
         for rec in st.attempts:
@@ -312,11 +314,14 @@ def _set_conditions(w: _Work) -> None:
         value: Literal["True", "False"] = "True" if phase is when else "False"
         old = existing.get(type_)
         changed = old is None or old.status != value
+        reason = phase.value.title()
+        if value == "True":  # why it ended stays said: Failed/InvalidSpec is sticky
+            reason = w.reason or (old.reason if old and not changed else None) or reason
         out.append(
             Condition(
                 type=type_,
                 status=value,
-                reason=phase.value.title(),
+                reason=reason,
                 message=st.message if value == "True" else None,
                 last_transition_time=fmt_time(w.now) if changed else old.last_transition_time,
             )

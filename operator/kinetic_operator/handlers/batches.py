@@ -310,6 +310,7 @@ def _reconcile_once(
         return None  # being deleted: start nothing new
     if mem.uid != meta.get("uid"):
         _forget(mem, meta.get("uid"))
+    units = _own_units(units, meta.get("uid"))
     raw = body.get("status") or {}
     old = _parse_status(raw, namespace, name)
     write = _Writer(kube, mem, namespace, name, raw, meta.get("resourceVersion"))
@@ -404,6 +405,16 @@ def _forget(mem: BatchMemory, uid: str | None) -> None:
     fresh = BatchMemory(uid=uid, body=mem.body)
     for name in BatchMemory.__dataclass_fields__:
         setattr(mem, name, getattr(fresh, name))
+
+
+def _own_units(units: dict[int, UnitObservation], uid: str | None) -> dict[int, UnitObservation]:
+    """Only this batch's Pods: a same-named batch deleted before it may have left some."""
+    own: dict[int, UnitObservation] = {}
+    for unit, obs in units.items():
+        pods = {k: p for k, p in obs.pods.items() if p.belongs_to(uid)}
+        if pods or obs.creating is not None:
+            own[unit] = UnitObservation(pods, creating=obs.creating)
+    return own
 
 
 def _is_container(spec: KineticBatchSpec) -> bool:

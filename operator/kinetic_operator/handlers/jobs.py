@@ -192,6 +192,7 @@ def _reconcile_once(
     )
     owner = podspec.Owner(name, namespace, meta.get("uid", ""), JOB_KIND)
     home = podspec.job_home(owner, settings)
+    pods = {k: p for k, p in pods.items() if p.belongs_to(meta.get("uid"))}
     old = body.get("status") or {}
     status = _parse_status(old, namespace, name)
     decision = job_logic.decide(
