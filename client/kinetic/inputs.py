@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from annotated_types import MaxLen
 
-from kinetic import kube, layout, names, payload, storage
+from kinetic import digest, kube, layout, names, payload, storage
 from kinetic import resources as r
 from kinetic.jobs import (
     JobCancelled,
@@ -190,6 +190,12 @@ class RecordedOutcomes:
         return None
 
 
+def _owned_by(pod: V1Pod, uid: str | None) -> bool:
+    """Whether the Pod is the batch's with this UID (not a same-named predecessor's)."""
+    refs = pod.metadata.owner_references or []
+    return uid is not None and any(ref.uid == uid for ref in refs)
+
+
 def terminated_state(pod: V1Pod) -> Any:
     """The main container's terminated state, or None while it has not ended."""
     statuses = (pod.status and pod.status.container_statuses) or []
@@ -275,9 +281,46 @@ class InputHandle(JobHandle):
         return None if shard is None else shard.inputs.get(str(self.index))
 
     def _expected_sha256(self) -> str | None:
-        """The hash the runner reported for this input's result, from its manifest record."""
+        """The hash the runner reported for this input's result.
+
+        From its manifest record, else from its ended Pod's termination
+        message (a chunk's: the report that message vouches for) while the
+        Pod exists — both come from the runner through the API server, and
+        the Pod is there before the operator writes the record — else the
+        record once the manifest catches up.
+        """
+        record = self._record()
+        if record is not None and record.result_sha256:
+            return record.result_sha256
+        reported = self._reported_by_pod()
+        if reported is not None:
+            return reported
         record = self._wait_for_record()
         return record.result_sha256 if record is not None else None
+
+    def _reported_by_pod(self) -> str | None:
+        home = self._home()
+        for pod in reversed(self._live_pods()):
+            ended = terminated_state(pod)
+            if ended is None or pod.metadata.uid is None or not _owned_by(pod, self.uid):
+                continue
+            if self.chunk_size <= 1:
+                found = digest.reported_sha256(ended.message)
+                if found is not None:
+                    return found
+                continue
+            report = digest.chunk_report(ended.message)
+            if report is None or home is None:
+                continue
+            try:
+                hashes = digest.parse_report(
+                    storage.read_bytes(home.report_uri(pod.metadata.name)), report
+                )
+            except (storage.NotFound, ValueError):
+                continue
+            if self.index in hashes:
+                return hashes[self.index]
+        return None
 
     def _get(self) -> dict | None:
         """The batch: the object whose status records this input."""

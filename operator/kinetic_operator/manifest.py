@@ -42,7 +42,7 @@ from kinetic.ranges import IndexSet
 from kinetic.resources import KineticBatchSpec, KineticBatchStatus
 
 from kinetic_operator.attempts import UnitPlan
-from kinetic_operator.batch_logic import Recorded, unit_inputs
+from kinetic_operator.batch_logic import Recorded, UnitObservation, unit_inputs
 from kinetic_operator.job_logic import reported_result_sha256
 
 log = logging.getLogger("kinetic.operator")
@@ -122,6 +122,7 @@ class ManifestBook:
     hashes: dict[int, str] = field(default_factory=dict)  # from chunk reports read
     reports: dict[tuple[int, int], tuple[str, str]] = field(default_factory=dict)
     read_reports: set[str] = field(default_factory=set)
+    observed: Mapping[int, UnitObservation] = field(default_factory=dict)  # this reconcile's
 
     @property
     def batch(self) -> str:
@@ -150,6 +151,19 @@ class ManifestBook:
                 if old is None or old != new:
                     records[index] = new
                     self.dirty.add(shard)
+
+    def note_missing(
+        self, plans: Mapping[int, UnitPlan], chunk: int, total: int, *, container: bool
+    ) -> bool:
+        """Like `note`, for inputs whose shard (in memory or stored) has no record yet."""
+        missing: dict[int, UnitPlan] = {}
+        for unit, plan in plans.items():
+            for index in unit_inputs(unit, chunk, total):
+                if index not in self._merged(layout.shard_of(index)):
+                    missing[unit] = plan
+        if missing:
+            self.note(missing, chunk, total, container=container)
+        return bool(missing)
 
     def _note_reports(self, unit: int, plan: UnitPlan) -> None:
         """Chunk attempts that reported their inputs' hashes: read them before the next write."""
@@ -193,6 +207,32 @@ class ManifestBook:
                     records[index] = rec.model_copy(update={"result_sha256": value})
                     self.dirty.add(shard)
 
+    def _hashes_from_pods(self, chunk: int) -> None:
+        """Ended inputs about to be written without a result hash: take it from their Pods.
+
+        An input can end while no process is following its unit (the operator
+        restarted after the status recorded it, before the shard did); its
+        Pods are kept until the shard is written, so their termination
+        messages still say what the runner reported.
+        """
+        for shard in self.dirty:
+            for index, rec in self.shards.get(shard, {}).items():
+                if rec.result_sha256 or rec.outcome not in ("SUCCEEDED", "FAILED"):
+                    continue
+                unit = index - index % chunk
+                obs = self.observed.get(unit)
+                ended = sorted(
+                    (p for p in (obs.pods.values() if obs else ()) if p.terminal),
+                    key=lambda p: (p.phase == "Succeeded", p.attempt),
+                )
+                for pod in reversed(ended):
+                    if chunk == 1 and (found := digest.reported_sha256(pod.termination_message)):
+                        self.shards[shard][index] = rec.model_copy(update={"result_sha256": found})
+                        break
+                    report = digest.chunk_report(pod.termination_message) if chunk > 1 else None
+                    if report is not None and pod.name not in self.read_reports:
+                        self.reports[(unit, pod.attempt)] = (pod.name, report)
+
     def settle(self, recorded: Recorded) -> None:
         """Outcomes recorded by the batch win over what the plans last said."""
         for shard, records in self.shards.items():
@@ -209,6 +249,8 @@ class ManifestBook:
         written: it will not change again.
         """
         self.settle(recorded)
+        if header.kind == "function":
+            self._hashes_from_pods(max(1, header.chunk_size))
         if self.reports:
             size = max(1, header.chunk_size)
             units = {u for u, _ in self.reports}

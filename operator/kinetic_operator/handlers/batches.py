@@ -41,7 +41,7 @@ from kinetic.fanout import (
     parse_sha256_list,
     validate_batch_spec,
 )
-from kinetic.names import LABEL_BATCH
+from kinetic.names import LABEL_BATCH, input_pod_name
 from kinetic.resources import (
     BATCH_PLURAL,
     GROUP,
@@ -53,6 +53,7 @@ from kinetic.resources import (
 from pydantic import ValidationError
 
 from kinetic_operator import batch_logic
+from kinetic_operator.attempts import Limits, plan_unit
 from kinetic_operator.batch_logic import (
     CreatePods,
     Event,
@@ -116,6 +117,7 @@ class BatchMemory:
     expire_at: float | None = None  # no finished Pod is due for deletion before this
     due: list[tuple[str, str | None]] = field(default_factory=list)  # Pods to reap now
     reaping: set[str] = field(default_factory=set)
+    settled_seen: set[int] = field(default_factory=set)  # settled units looked at once
 
 
 def _memory(memo: Any, key: tuple[str, str]) -> BatchMemory:
@@ -346,6 +348,7 @@ def _reconcile_once(
     status = compact_status(status)
     clock = time.monotonic()
     book = _book(mem, home)
+    book.observed = units
     total = input_count(spec.inputs)
     manifest = _ManifestWrite(mem, write, home, spec, meta, now)
     if decision.write_status or status.wire() != old.wire():
@@ -367,6 +370,8 @@ def _reconcile_once(
         raise Conflict("acting on a cached copy: read it afresh first")
     mem.recorded = decision.recorded
     book.note(decision.plans, spec.chunk_size, total, container=_is_container(spec))
+    if _note_settled(mem, book, units, spec, settings, name, now, decision.plans):
+        mem.debouncer.mark(clock)
     for event in spec_events:
         kube.post_event(body, "Warning", event.reason, event.message)
 
@@ -405,6 +410,44 @@ def _forget(mem: BatchMemory, uid: str | None) -> None:
     fresh = BatchMemory(uid=uid, body=mem.body)
     for name in BatchMemory.__dataclass_fields__:
         setattr(mem, name, getattr(fresh, name))
+
+
+def _note_settled(
+    mem: BatchMemory,
+    book: ManifestBook,
+    units: dict[int, UnitObservation],
+    spec: KineticBatchSpec,
+    settings: OperatorSettings,
+    name: str,
+    now: datetime,
+    planned: Any,
+) -> bool:
+    """Units that ended while no process followed them get a record from their Pods.
+
+    The status can record an input's end before the manifest does; an operator
+    that restarts in between never plans that unit again. Its Pods are still
+    there, so once per unit and process, an input with no record in its shard
+    gets one (with the result hash its Pod reported). Returns whether any did.
+    """
+    total, chunk = input_count(spec.inputs), spec.chunk_size
+    terminal = mem.recorded.terminal
+    plans = {}
+    for unit, obs in units.items():
+        if unit in mem.settled_seen or unit in planned or not obs.pods:
+            continue
+        if unit_inputs(unit, chunk, total) - terminal:
+            continue
+        mem.settled_seen.add(unit)
+        plans[unit] = plan_unit(
+            obs.pods,
+            reserved=max(obs.pods),
+            creating=False,
+            limits=Limits(spec.retries, settings.max_disruptions),
+            cancel=False,
+            pod_name=lambda k, u=unit: input_pod_name(name, u, k),
+            now=now,
+        )
+    return book.note_missing(plans, chunk, total, container=_is_container(spec))
 
 
 def _own_units(units: dict[int, UnitObservation], uid: str | None) -> dict[int, UnitObservation]:
