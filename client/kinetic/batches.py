@@ -47,6 +47,7 @@ from kinetic.jobs import (
     JobFailed,
     JobHandle,
     JobStatus,
+    last_uid,
     sort_by_attempt,
 )
 from kinetic.manifest import (
@@ -103,6 +104,8 @@ class BatchHandle:
     func_name: str = ""
     created_at: str = ""
     accelerator: str = "cpu"
+    uid: str | None = None
+    payload_uri: str | None = None
     _submission_failures: dict[int, Exception] = field(default_factory=dict, repr=False)
     _cached_failures: list[JobHandle] | None = field(default=None, repr=False)
 
@@ -130,6 +133,8 @@ class BatchHandle:
             or " ".join((template.get("container") or {}).get("command", [])),
             created_at=obj["metadata"].get("creationTimestamp", ""),
             accelerator=template.get("accelerator", "cpu"),
+            uid=obj["metadata"].get("uid"),
+            payload_uri=(template.get("function") or {}).get("payloadURI"),
             _submission_failures=failures,
         )
 
@@ -153,22 +158,29 @@ class BatchHandle:
             chunk_size=header.chunk_size,
             func_name=header.function_name or "",
             created_at=header.created_at or "",
+            uid=header.uid,
             _submission_failures=failures,
         )
 
+    def _home(self) -> layout.Home | None:
+        """The batch's own storage prefix; None when its UID is unknown."""
+        if not self.uid:
+            return None
+        return layout.batch_home(self.storage_root, self.namespace, self.group_id, self.uid)
+
     def child(self, index: int) -> InputHandle:
         """The handle of input `index` (whether or not it has run)."""
+        home = self._home()
         return InputHandle(
             job_id=names.input_id(self.group_id, index),
             namespace=self.namespace,
             func_name=self.func_name or self.name or "",
             created_at=self.created_at,
             accelerator=self.accelerator,
-            result_uri=None
-            if self.container
-            else layout.input_result_uri(self.storage_root, self.group_id, index),
-            artifacts_uri=layout.input_dir(self.storage_root, self.group_id, index),
+            result_uri=None if self.container or home is None else home.input_result_uri(index),
             context=self.context,
+            uid=self.uid,
+            function=not self.container,
             group_id=self.group_id,
             group_index=index,
             storage_root=self.storage_root,
@@ -183,7 +195,8 @@ class BatchHandle:
 
     def _manifest(self) -> ManifestHeader | None:
         """The manifest header the operator keeps in storage, or None when it is gone too."""
-        return read_manifest(self.storage_root, self.group_id)
+        home = self._home()
+        return read_manifest(home) if home is not None else None
 
     def status(self) -> dict[str, Any]:
         """The batch's status as the operator wrote it; from the manifest once deleted."""
@@ -414,8 +427,9 @@ class BatchHandle:
         deadline = time.monotonic() + RECORD_WAIT
         while True:
             missing = wanted - set(found)
+            home = self._home()
             for shard_no in sorted({layout.shard_of(i) for i in missing}):
-                shard = read_shard(self.storage_root, self.group_id, shard_no)
+                shard = read_shard(home, shard_no) if home is not None else None
                 for i in missing:
                     record = shard.inputs.get(str(i)) if shard is not None else None
                     if record is not None and record.outcome == "SUCCEEDED":
@@ -455,7 +469,9 @@ class BatchHandle:
     def cleanup(self, *, k8s: bool = True, gcs: bool = True) -> None:
         """Delete the batch and its Pods, and with gcs=True every artifact, log and the manifest.
 
-        Outputs under KINETIC_OUTPUT_DIR are kept.
+        Storage cleanup deletes only the batch's own prefix (namespace, name and
+        UID) and the upload folder the client made for it. Outputs under
+        KINETIC_OUTPUT_DIR are kept.
         """
         if k8s and kube.delete(r.BATCH_PLURAL, self.namespace, self.group_id, self.context):
             for obj in kube.watch_one(
@@ -464,8 +480,14 @@ class BatchHandle:
                 if obj is None:
                     break
         if gcs:
-            storage.delete_prefix(layout.inputs_dir_prefix(self.storage_root, self.group_id))
-            storage.delete_prefix(layout.batch_dir(self.storage_root, self.group_id) + "/")
+            home = self._home()
+            if home is not None:
+                storage.delete_prefix(home.prefix)
+            upload = layout.upload_dir_of(
+                self.storage_root, self.namespace, self.group_id, self.payload_uri
+            )
+            if upload is not None:
+                storage.delete_prefix(upload)
 
 
 def _final(status: dict) -> bool:
@@ -584,19 +606,19 @@ def submit_map(
     group_id = new_group_id()
     root = cfg.storage_root
 
+    # Uploaded before the batch exists: a fresh folder of the namespace's uploads.
+    upload = layout.new_upload_dir(root, cfg.namespace, group_id)
     function_bytes = payload.build_function_payload(fn.fn, env=fn.captured_env())
-    function_uri = layout.batch_function_uri(root, group_id)
+    function_uri = layout.batch_function_uri(upload)
     storage.write_bytes(function_uri, function_bytes)
 
-    inputs_prefix = layout.batch_inputs_prefix(root, group_id)
+    inputs_prefix = layout.batch_inputs_prefix(upload)
     hashes, failures = _upload_inputs(inputs_prefix, items)
     hashes_bytes = json.dumps(hashes).encode()
-    hashes_uri = layout.batch_hashes_uri(root, group_id)
+    hashes_uri = layout.batch_hashes_uri(upload)
     storage.write_bytes(hashes_uri, hashes_bytes)
 
     template = fn.job_spec(
-        root,
-        group_id,
         r.FunctionSpec(
             payload_uri=function_uri,
             sha256=payload.sha256(function_bytes),
@@ -604,7 +626,6 @@ def submit_map(
         ),
         retries=0,
     )
-    template.output_dir = fn.options["output_dir"]  # inputs default to outputs/<grp>/<i>
     spec = r.KineticBatchSpec(
         template=template,
         inputs=r.BatchInputs(
@@ -677,11 +698,16 @@ def _attach(group_id: str, cfg: ClientConfig) -> tuple[BatchHandle, dict[str, An
     obj = kube.get(r.BATCH_PLURAL, cfg.namespace, group_id, cfg.context)
     if obj is not None:
         return BatchHandle.from_resource(obj, cfg.storage_root, cfg.context), obj.get("status", {})
-    header = read_manifest(cfg.storage_root, group_id)
+    uid = last_uid(cfg.storage_root, cfg.namespace, "batches", group_id)
+    home = (
+        None if uid is None else layout.batch_home(cfg.storage_root, cfg.namespace, group_id, uid)
+    )
+    header = read_manifest(home) if home is not None else None
     if header is None:
         raise LookupError(
             f"No KineticBatch {group_id!r} in namespace {cfg.namespace!r} and no manifest "
-            f"under {layout.batch_dir(cfg.storage_root, group_id)}. Check the id and "
+            f"recorded for that name under "
+            f"{layout.namespace_prefix(cfg.storage_root, cfg.namespace)}. Check the id and "
             "namespace (`kinetic batches list -n NAMESPACE`)."
         )
     handle = BatchHandle.from_manifest(header, cfg.namespace, cfg.storage_root, cfg.context)

@@ -77,6 +77,7 @@ __all__ = [
     "param_env_name",
     "parse_sha256_list",
     "validate_batch_spec",
+    "foreign_batch_uris",
 ]
 
 ENV_INDEX = "KINETIC_INDEX"
@@ -168,17 +169,16 @@ def env_value(value: Any) -> str:
 
 
 def child_spec(
-    batch_name: str,
+    home: layout.Home,
     spec: KineticBatchSpec,
     index: int,
-    storage_root: str,
     *,
     input_sha256: str | None = None,
 ) -> KineticJobSpec:
     """The job spec input ``index`` runs with: the template plus this input, retries, result URI.
 
-    ``storage_root`` is the operator's storage root (``gs://bucket/prefix``
-    or ``file:///path``). ``input_sha256`` is this input's hash from the
+    ``home`` is the batch's own storage prefix (namespace and UID), where the
+    input's result goes whatever the template says. ``input_sha256`` is this input's hash from the
     batch's ``inputs.sha256URI`` list, when the operator has loaded it (see
     `parse_sha256_list`); the runner then verifies the input before
     unpickling it.
@@ -195,13 +195,13 @@ def child_spec(
     update: dict[str, Any] = {
         "retries": spec.retries,
         "cancel": False,
-        "output_dir": layout.input_output_dir(template.output_dir, storage_root, batch_name, index),
+        "output_dir": home.input_output_dir(template.output_dir, index),
     }
 
     if template.function is not None:
         fn_update: dict[str, Any] = {
             "input_mode": spec.input_mode,
-            "result_uri": layout.input_result_uri(storage_root, batch_name, index),
+            "result_uri": home.input_result_uri(index),
         }
         if spec.inputs.count is not None:
             if not spec.inputs.uri_prefix:
@@ -269,6 +269,29 @@ def parse_sha256_list(data: bytes, *, expected_sha256: str | None, count: int) -
 
 
 # --------------------------------------------------------------------------- validation
+
+
+def foreign_batch_uris(root: str, namespace: str, spec: KineticBatchSpec) -> list[str]:
+    """Why each storage URI of a batch spec is refused: outside the namespace's prefix.
+
+    These are what the operator and runner read (and the result URI a
+    template might name); ``outputDir`` is only handed to the user's code.
+    """
+    fn = spec.template.function
+    named = {
+        "spec.inputs.uriPrefix": spec.inputs.uri_prefix,
+        "spec.inputs.sha256URI": spec.inputs.sha256_uri,
+    }
+    if fn is not None:
+        named |= {
+            "spec.template.function.payloadURI": fn.payload_uri,
+            "spec.template.function.resultURI": fn.result_uri,
+            "spec.template.function.inputURI": fn.input_uri,
+        }
+    found = (
+        layout.outside_namespace(root, namespace, uri, field) for field, uri in named.items() if uri
+    )
+    return [why for why in found if why is not None]
 
 
 def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:

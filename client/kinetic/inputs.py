@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from annotated_types import MaxLen
 
-from kinetic import kube, layout, names, payload, storage
+from kinetic import digest, kube, layout, names, payload, storage
 from kinetic import resources as r
 from kinetic.jobs import (
     JobCancelled,
@@ -84,20 +84,18 @@ class SubmissionError(RuntimeError):
 # --------------------------------------------------------------------------- storage records
 
 
-def read_manifest(storage_root: str, group_id: str) -> ManifestHeader | None:
+def read_manifest(home: layout.Home) -> ManifestHeader | None:
     """The batch's manifest header, or None when there is none (or of another version)."""
     try:
-        return decode_header(storage.read_bytes(layout.manifest_uri(storage_root, group_id)))
+        return decode_header(storage.read_bytes(home.manifest_uri))
     except storage.NotFound:
         return None
 
 
-def read_shard(storage_root: str, group_id: str, shard: int) -> ManifestShard | None:
+def read_shard(home: layout.Home, shard: int) -> ManifestShard | None:
     """One manifest shard, or None before the operator first wrote it."""
     try:
-        return decode_shard(
-            storage.read_bytes(layout.manifest_shard_uri(storage_root, group_id, shard))
-        )
+        return decode_shard(storage.read_bytes(home.manifest_shard_uri(shard)))
     except storage.NotFound:
         return None
 
@@ -192,6 +190,12 @@ class RecordedOutcomes:
         return None
 
 
+def _owned_by(pod: V1Pod, uid: str | None) -> bool:
+    """Whether the Pod is the batch's with this UID (not a same-named predecessor's)."""
+    refs = pod.metadata.owner_references or []
+    return uid is not None and any(ref.uid == uid for ref in refs)
+
+
 def terminated_state(pod: V1Pod) -> Any:
     """The main container's terminated state, or None while it has not ended."""
     statuses = (pod.status and pod.status.container_statuses) or []
@@ -260,13 +264,63 @@ class InputHandle(JobHandle):
     def _batch(self) -> dict | None:
         return kube.get(r.BATCH_PLURAL, self.namespace, self.group, self.context)
 
+    def _home(self) -> layout.Home | None:
+        """The batch's own storage prefix (inputs have none of their own)."""
+        if not self.uid:
+            return None
+        return layout.batch_home(self._root(), self.namespace, self.group, self.uid)
+
     def _header(self) -> ManifestHeader | None:
-        return read_manifest(self._root(), self.group)
+        home = self._home()
+        return read_manifest(home) if home is not None else None
 
     def _record(self) -> InputRecord | None:
         """This input's record in its manifest shard, or None before the operator wrote it."""
-        shard = read_shard(self._root(), self.group, layout.shard_of(self.index))
+        home = self._home()
+        shard = read_shard(home, layout.shard_of(self.index)) if home is not None else None
         return None if shard is None else shard.inputs.get(str(self.index))
+
+    def _expected_sha256(self) -> str | None:
+        """The hash the runner reported for this input's result.
+
+        From its manifest record, else from its ended Pod's termination
+        message (a chunk's: the report that message vouches for) while the
+        Pod exists — both come from the runner through the API server, and
+        the Pod is there before the operator writes the record — else the
+        record once the manifest catches up.
+        """
+        record = self._record()
+        if record is not None and record.result_sha256:
+            return record.result_sha256
+        reported = self._reported_by_pod()
+        if reported is not None:
+            return reported
+        record = self._wait_for_record()
+        return record.result_sha256 if record is not None else None
+
+    def _reported_by_pod(self) -> str | None:
+        home = self._home()
+        for pod in reversed(self._live_pods()):
+            ended = terminated_state(pod)
+            if ended is None or pod.metadata.uid is None or not _owned_by(pod, self.uid):
+                continue
+            if self.chunk_size <= 1:
+                found = digest.reported_sha256(ended.message)
+                if found is not None:
+                    return found
+                continue
+            report = digest.chunk_report(ended.message)
+            if report is None or home is None:
+                continue
+            try:
+                hashes = digest.parse_report(
+                    storage.read_bytes(home.report_uri(pod.metadata.name)), report
+                )
+            except (storage.NotFound, ValueError):
+                continue
+            if self.index in hashes:
+                return hashes[self.index]
+        return None
 
     def _get(self) -> dict | None:
         """The batch: the object whose status records this input."""
@@ -275,8 +329,9 @@ class InputHandle(JobHandle):
     def _pod_selector(self) -> str:
         return f"{names.LABEL_BATCH}={self.group},{names.LABEL_INDEX}={self.unit}"
 
-    def _archived_log_uri(self, pod: str) -> str:
-        return layout.batch_log_uri(self._root(), self.group, pod)
+    def _archived_log_uri(self, pod: str) -> str | None:
+        home = self._home()
+        return home.log_uri(pod) if home is not None else None
 
     def _last_recorded_pod(self) -> str | None:
         record = self._record()
@@ -600,11 +655,12 @@ class InputHandle(JobHandle):
 
     def _archive_log(self, pod: str) -> None:
         """Keep a Pod's log where the operator would have put it (if it has not already)."""
+        uri = self._archived_log_uri(pod)
         text = kube.pod_log(pod, self.namespace, None, self.context)
-        if not text:
+        if not text or uri is None:
             return
         try:
-            storage.write_if_generation(self._archived_log_uri(pod), text.encode(), 0)
+            storage.write_if_generation(uri, text.encode(), 0)
         except storage.PreconditionFailed:
             pass  # already archived
 

@@ -5,6 +5,12 @@ no live state: every question (status, result, logs) goes to the API server
 or to storage, so a handle rebuilt in another process by `attach()` is as
 good as the original.
 
+A handle knows its object's UID: everything it reads or deletes in storage is
+under that object's own prefix (`kinetic.layout.Home`), and a result is
+unpickled only after its bytes match the sha256 the runner reported
+(``status.resultSHA256``; once the job is deleted, the name's
+``current.json``), so a same-named job elsewhere or a tampered file is refused.
+
 Each attempt of a job is one Pod (`kinetic.names.job_pod_name`). The operator
 deletes finished Pods after a TTL, archiving each one's log first, so logs
 are read from the live Pod while it exists and from the archive after.
@@ -18,6 +24,7 @@ one.
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import re
 import secrets
@@ -27,7 +34,7 @@ from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from kinetic import kube, layout, names, payload, storage
+from kinetic import digest, kube, layout, names, payload, storage
 from kinetic import resources as r
 from kinetic.config import ClientConfig, resolve
 
@@ -81,6 +88,9 @@ class JobHandle:
     group_id: str | None = None
     group_index: int | None = None
     storage_root: str | None = None
+    uid: str | None = None
+    function: bool = False
+    payload_uri: str | None = None
 
     # ----------------------------------------------------------------- building
 
@@ -90,7 +100,12 @@ class JobHandle:
     ) -> JobHandle:
         meta, spec = obj["metadata"], obj.get("spec", {})
         fn = spec.get("function") or {}
-        result_uri = fn.get("resultURI") or obj.get("status", {}).get("resultURI")
+        uid = meta.get("uid")
+        result_uri = None
+        if fn and storage_root and uid:
+            result_uri = layout.job_home(
+                storage_root, meta["namespace"], meta["name"], uid
+            ).result_uri
         return cls(
             job_id=meta["name"],
             namespace=meta["namespace"],
@@ -98,9 +113,11 @@ class JobHandle:
             accelerator=spec.get("accelerator", "cpu"),
             created_at=meta.get("creationTimestamp", ""),
             result_uri=result_uri,
-            artifacts_uri=_parent(result_uri),
             context=context,
             storage_root=storage_root,
+            uid=uid,
+            function=bool(fn),
+            payload_uri=fn.get("payloadURI"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,6 +137,36 @@ class JobHandle:
             return InputHandle.from_dict(d)
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+    def _home(self) -> layout.Home | None:
+        """This job's own storage prefix; None for a handle that does not know its UID."""
+        if not self.uid:
+            return None
+        return layout.job_home(self._root(), self.namespace, self.job_id, self.uid)
+
+    def _result_location(self) -> str | None:
+        if self.result_uri:
+            return self.result_uri
+        home = self._home() if self.function else None
+        return home.result_uri if home is not None else None
+
+    def _expected_sha256(self) -> str | None:
+        """The result hash the operator recorded: in status, or once deleted in current.json."""
+        obj = self._get()
+        if obj is not None:
+            if (obj.get("metadata") or {}).get("uid") != self.uid:
+                return None  # another job of the same name now: its hash is not ours
+            return (obj.get("status") or {}).get("resultSHA256")
+        home = self._home()
+        if home is None:
+            return None
+        try:
+            doc = json.loads(storage.read_bytes(home.current_uri))
+        except (storage.NotFound, ValueError):
+            return None
+        if not isinstance(doc, dict) or doc.get("uid") != self.uid:
+            return None
+        return doc.get("resultSHA256")
 
     def _root(self) -> str:
         """The storage root the job's artifacts live under."""
@@ -178,20 +225,31 @@ class JobHandle:
                     f"job {self.job_id} no longer exists in namespace {self.namespace} and left "
                     "no result in storage"
                 )
-            if final is JobStatus.SUCCEEDED and self.result_uri is None:
+            if final is JobStatus.SUCCEEDED and not self._is_function():
                 return self.describe().get("result")  # container job: its termination message
             raise JobFailed(f"job {self.job_id} {final.value}: {message}")
         if cleanup if cleanup is not None else outcome.ok:
             self.cleanup()
         return payload.raise_remote(outcome)
 
+    def _is_function(self) -> bool:
+        return self.function or self.result_uri is not None
+
     def _read_result(self) -> payload.Result | None:
-        if not self.result_uri:
+        """The stored result, checked against the recorded sha256 before it is unpickled.
+
+        Raises `kinetic.digest.ResultMismatch` (naming the URI and both hashes)
+        when the bytes differ or no hash was recorded.
+        """
+        uri = self._result_location()
+        if not uri:
             return None
         try:
-            return payload.load_result(storage.read_bytes(self.result_uri))
+            data = storage.read_bytes(uri)
         except storage.NotFound:
             return None
+        digest.verify(data, self._expected_sha256(), uri)
+        return payload.load_result(data)
 
     # ----------------------------------------------------------------- logs
 
@@ -214,8 +272,9 @@ class JobHandle:
             return None
         return max(attempts, key=lambda a: a.get("attempt", 0)).get("pod")
 
-    def _archived_log_uri(self, pod: str) -> str:
-        return layout.job_log_uri(self._root(), self.job_id, pod)
+    def _archived_log_uri(self, pod: str) -> str | None:
+        home = self._home()
+        return home.log_uri(pod) if home is not None else None
 
     def _log_text(self, tail: int | None) -> str:
         """The newest attempt's log: from its Pod while it exists, else from the archive."""
@@ -229,8 +288,11 @@ class JobHandle:
             pod = self._last_recorded_pod()
             if pod is None:
                 return ""
+        uri = self._archived_log_uri(pod)
+        if uri is None:
+            return ""
         try:
-            text = storage.read_bytes(self._archived_log_uri(pod)).decode(errors="replace")
+            text = storage.read_bytes(uri).decode(errors="replace")
         except storage.NotFound:
             return ""
         return last_lines(text, tail)
@@ -286,7 +348,10 @@ class JobHandle:
     def cleanup(self, k8s: bool = True, gcs: bool = True, timeout: float = 180) -> None:
         """Delete the resource (its Pods go with it) and/or its stored artifacts and logs.
 
-        Anything the job wrote under KINETIC_OUTPUT_DIR is kept either way.
+        Storage cleanup deletes only this job's own prefix (namespace, name and
+        UID) and the upload folder the client made for it, never anything a
+        URI in the spec points at. Anything the job wrote under
+        KINETIC_OUTPUT_DIR is kept either way.
         """
         if k8s and kube.delete(r.JOB_PLURAL, self.namespace, self.job_id, self.context):
             for obj in kube.watch_one(
@@ -295,8 +360,14 @@ class JobHandle:
                 if obj is None:
                     break
         if gcs:  # a container job has no result file, but may have archived logs there
-            folder = self.artifacts_uri or layout.job_dir(self._root(), self.job_id)
-            storage.delete_prefix(folder + "/")
+            home = self._home()
+            if home is not None:
+                storage.delete_prefix(home.prefix)
+            upload = layout.upload_dir_of(
+                self._root(), self.namespace, self.job_id, self.payload_uri
+            )
+            if upload is not None:
+                storage.delete_prefix(upload)
 
 
 def sort_by_attempt(pods: list[V1Pod]) -> list[V1Pod]:
@@ -381,19 +452,23 @@ def attach(job_id: str, namespace: str | None = None, context: str | None = None
             return attach_input(match.group(1), int(match.group(2)), cfg)
         except LookupError:
             pass
-    result_uri = layout.job_result_uri(cfg.storage_root, job_id)
-    if storage.exists(result_uri):
-        return JobHandle(
-            job_id=job_id,
-            namespace=cfg.namespace,
-            result_uri=result_uri,
-            artifacts_uri=layout.job_dir(cfg.storage_root, job_id),
-            context=cfg.context,
-            storage_root=cfg.storage_root,
-        )
+    uid = last_uid(cfg.storage_root, cfg.namespace, "jobs", job_id)
+    if uid is not None:
+        home = layout.job_home(cfg.storage_root, cfg.namespace, job_id, uid)
+        if storage.exists(home.result_uri):
+            return JobHandle(
+                job_id=job_id,
+                namespace=cfg.namespace,
+                result_uri=home.result_uri,
+                context=cfg.context,
+                storage_root=cfg.storage_root,
+                uid=uid,
+                function=True,
+            )
     raise LookupError(
-        f"No KineticJob {job_id!r} in namespace {cfg.namespace!r} and no result under "
-        f"{layout.job_dir(cfg.storage_root, job_id)}. Check the id and namespace "
+        f"No KineticJob {job_id!r} in namespace {cfg.namespace!r} and no result recorded "
+        f"for that name under {layout.namespace_prefix(cfg.storage_root, cfg.namespace)}. "
+        "Check the id and namespace "
         "(`kinetic jobs list -n NAMESPACE`; an input of a batch is `<group id>-<index>`)."
     )
 
@@ -419,8 +494,14 @@ def list_jobs_with_status(
     return sorted(pairs, key=lambda pair: pair[0].created_at)
 
 
-def _parent(uri: str | None) -> str | None:
-    return uri.rsplit("/", 1)[0] if uri else None
+def last_uid(root: str, namespace: str, kind: layout.Kind, name: str) -> str | None:
+    """The UID of the last object of this name that recorded itself (read once it is gone)."""
+    try:
+        doc = json.loads(storage.read_bytes(layout.current_uri(root, namespace, kind, name)))
+    except (storage.NotFound, ValueError):
+        return None
+    uid = doc.get("uid") if isinstance(doc, dict) else None
+    return uid if isinstance(uid, str) and uid else None
 
 
 def _notify(callback: Callable[[JobStatus], None] | None, status: JobStatus) -> None:

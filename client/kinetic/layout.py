@@ -1,119 +1,245 @@
 """Where everything lives in storage: the one module that knows the layout.
 
-The client, the operator and the runner all build storage URIs through
-these functions, so the layout changes in one place. Paths are plain string
-joins under the storage root (``gs://bucket/prefix`` or ``file:///path``)::
+The client, the operator and the runner build every storage URI through
+this module. Everything is keyed by namespace, and everything a KineticJob
+or KineticBatch writes by the object's UID, so an object copied into
+another namespace, or deleted and re-created under the same name, never
+reads, reports or overwrites another's files::
 
-    <root>/jobs/<job>/payload.pkl            a KineticJob's pickled call
-    <root>/jobs/<job>/result.pkl             its result
-    <root>/jobs/<job>/logs/<pod>.log         the log of each attempt, once its Pod is gone
-    <root>/outputs/<job>/                    KINETIC_OUTPUT_DIR (kept by cleanup)
-    <root>/batches/<grp>/function.pkl        a batch's pickled function
-    <root>/batches/<grp>/inputs/<i>.pkl      its pickled inputs, and
-    <root>/batches/<grp>/inputs/sha256.json  the list of their hashes
-    <root>/batches/<grp>/manifest.json       the manifest header (see kinetic.manifest)
-    <root>/batches/<grp>/manifest/<s>.json   shard s: attempt history of inputs
-                                             [s*SHARD_SIZE, (s+1)*SHARD_SIZE)
-    <root>/batches/<grp>/accepted-spec.json  the spec the operator accepted
-    <root>/batches/<grp>/logs/<pod>.log      the log of each attempt Pod
-    <root>/jobs/<grp>-<i>/result.pkl         input i's result
-    <root>/outputs/<grp>/<i>/                input i's KINETIC_OUTPUT_DIR
+    <root>/namespaces/<ns>/                          the namespace prefix: every URI a
+                                                     spec names must lie under it
+    <root>/namespaces/<ns>/uploads/<name>-<token>/   what the client uploads before the
+        payload.pkl                                  object exists (so before its UID is
+        function.pkl                                 known): a job's call, a batch's
+        inputs/<i>.pkl, inputs/sha256.json           function and inputs
+    <root>/namespaces/<ns>/jobs/<name>/<uid>/        a KineticJob's home (`Home`):
+        result.pkl                                   its result
+        logs/<pod>.log                               each attempt's archived log
+    <root>/namespaces/<ns>/jobs/<name>/current.json  which UID of that name wrote last, and
+                                                     its result's sha256 (attach after deletion)
+    <root>/namespaces/<ns>/batches/<name>/<uid>/     a KineticBatch's home:
+        manifest.json, manifest/<s>.json             header and shards (`kinetic.manifest`)
+        accepted-spec.json                           the spec the operator accepted
+        results/<i>.pkl                              input i's result
+        reports/<pod>.json                           a chunk Pod's per-input result hashes
+        logs/<pod>.log                               each attempt Pod's archived log
+    <root>/namespaces/<ns>/batches/<name>/current.json
+    <root>/namespaces/<ns>/outputs/<name>/<uid>/     default KINETIC_OUTPUT_DIR (a batch
+                                                     input adds /<i>); never deleted by cleanup
+
+The client never needs the UID to upload: it uploads under a fresh folder
+of ``uploads/`` and creates the object; the operator derives every path it
+writes (results, manifest, logs) from namespace and UID, and refuses a spec
+whose URIs leave the namespace prefix (`outside_namespace`). Cleanup deletes
+an object's `Home` prefix, and the upload folder only when it is named after
+the object (`upload_dir_of`) — never anything derived from a URI in a spec.
 """
 
 from __future__ import annotations
 
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Literal
+
 SHARD_SIZE = 1000  # inputs per manifest shard
+
+Kind = Literal["jobs", "batches"]
+
+# DNS-1123 names (namespaces, object names) and Kubernetes UIDs: never "/", "." or "..".
+_SEGMENT = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
+_TOKEN = re.compile(r"^[0-9a-f]{8,32}$")
+
+
+def _segment(value: str, what: str, pattern: re.Pattern[str] = _SEGMENT) -> str:
+    """One path segment taken from a resource; refused unless it cannot escape its folder."""
+    if not isinstance(value, str) or not pattern.match(value) or len(value) > 253:
+        raise ValueError(
+            f"{what} {value!r} cannot be used in a storage path: it must be a lowercase DNS "
+            "name (letters, digits, '-', '.')" + (" or a UID" if pattern is _UID else "")
+        )
+    return value
 
 
 def _under(root: str, *parts: str) -> str:
     return "/".join([root.rstrip("/"), *parts])
 
 
-# --------------------------------------------------------------------------- jobs
+def namespace_prefix(root: str, namespace: str) -> str:
+    """Everything of one namespace; ends with '/' so a prefix never matches a longer name."""
+    return _under(root, "namespaces", _segment(namespace, "namespace")) + "/"
 
 
-def job_dir(root: str, job: str) -> str:
-    """Everything one KineticJob (or one batch input) writes, but its outputs."""
-    return _under(root, "jobs", job)
+# --------------------------------------------------------------------------- an object's home
 
 
-def job_payload_uri(root: str, job: str) -> str:
-    return _under(root, "jobs", job, "payload.pkl")
+@dataclass(frozen=True)
+class Home:
+    """The storage of one KineticJob or KineticBatch: namespace, kind, name and UID."""
+
+    root: str
+    namespace: str
+    kind: Kind
+    name: str
+    uid: str
+
+    def __post_init__(self) -> None:
+        _segment(self.namespace, "namespace")
+        _segment(self.name, "name")
+        _segment(self.uid, "uid", _UID)
+        if self.kind not in ("jobs", "batches"):
+            raise ValueError(f"kind must be jobs or batches, got {self.kind!r}")
+
+    @property
+    def prefix(self) -> str:
+        """The folder only this object writes to; cleanup deletes exactly this (with '/')."""
+        return f"{self._named()}/{self.uid}/"
+
+    def _named(self) -> str:
+        return _under(namespace_prefix(self.root, self.namespace).rstrip("/"), self.kind, self.name)
+
+    def _file(self, *parts: str) -> str:
+        return self.prefix + "/".join(parts)
+
+    @property
+    def current_uri(self) -> str:
+        """Which UID of this name wrote last (read only once the object is gone)."""
+        return f"{self._named()}/current.json"
+
+    def log_uri(self, pod: str) -> str:
+        """The archived log of one attempt Pod."""
+        return self._file("logs", f"{_segment(pod, 'pod name')}.log")
+
+    @property
+    def output_dir(self) -> str:
+        """The default KINETIC_OUTPUT_DIR: outside the home, so cleanup keeps it."""
+        ns = namespace_prefix(self.root, self.namespace)
+        return f"{ns}outputs/{self.name}/{self.uid}"
+
+    # ---- jobs
+
+    @property
+    def result_uri(self) -> str:
+        """A KineticJob's result."""
+        return self._file("result.pkl")
+
+    # ---- batches
+
+    def input_result_uri(self, index: int) -> str:
+        return self._file("results", f"{_index(index)}.pkl")
+
+    def report_uri(self, pod: str) -> str:
+        """The per-input result hashes a chunk Pod reports (too many for a termination message)."""
+        return self._file("reports", f"{_segment(pod, 'pod name')}.json")
+
+    @property
+    def manifest_uri(self) -> str:
+        return self._file("manifest.json")
+
+    def manifest_shard_uri(self, shard: int) -> str:
+        return self._file("manifest", f"{_index(shard)}.json")
+
+    @property
+    def accepted_spec_uri(self) -> str:
+        return self._file("accepted-spec.json")
+
+    def input_output_dir(self, template_output_dir: str | None, index: int) -> str:
+        """KINETIC_OUTPUT_DIR of input ``index``: the template's, or the default, plus ``/<i>``."""
+        base = template_output_dir or self.output_dir
+        return f"{base.rstrip('/')}/{_index(index)}"
 
 
-def job_result_uri(root: str, job: str) -> str:
-    return _under(root, "jobs", job, "result.pkl")
+def job_home(root: str, namespace: str, name: str, uid: str) -> Home:
+    return Home(root, namespace, "jobs", name, uid)
 
 
-def job_log_uri(root: str, job: str, pod: str) -> str:
-    """The archived log of one attempt Pod of a KineticJob."""
-    return _under(root, "jobs", job, "logs", f"{pod}.log")
+def batch_home(root: str, namespace: str, name: str, uid: str) -> Home:
+    return Home(root, namespace, "batches", name, uid)
 
 
-def job_output_dir(root: str, job: str) -> str:
-    return _under(root, "outputs", job)
+def current_uri(root: str, namespace: str, kind: Kind, name: str) -> str:
+    """`Home.current_uri` for an object whose UID is not known (it is gone)."""
+    return f"{namespace_prefix(root, namespace)}{kind}/{_segment(name, 'name')}/current.json"
 
 
-# --------------------------------------------------------------------------- batches
-
-
-def batch_dir(root: str, batch: str) -> str:
-    return _under(root, "batches", batch)
-
-
-def batch_function_uri(root: str, batch: str) -> str:
-    return _under(root, "batches", batch, "function.pkl")
-
-
-def batch_inputs_prefix(root: str, batch: str) -> str:
-    return _under(root, "batches", batch, "inputs")
-
-
-def batch_input_uri(inputs_prefix: str, index: int) -> str:
-    """Input ``index`` under a batch's ``spec.inputs.uriPrefix``."""
-    return f"{inputs_prefix.rstrip('/')}/{index}.pkl"
-
-
-def batch_hashes_uri(root: str, batch: str) -> str:
-    return _under(root, "batches", batch, "inputs", "sha256.json")
-
-
-def manifest_uri(root: str, batch: str) -> str:
-    return _under(root, "batches", batch, "manifest.json")
-
-
-def manifest_shard_uri(root: str, batch: str, shard: int) -> str:
-    return _under(root, "batches", batch, "manifest", f"{shard}.json")
+def _index(n: int) -> str:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"an index must be a non-negative integer, got {n!r}")
+    return str(n)
 
 
 def shard_of(index: int) -> int:
     return index // SHARD_SIZE
 
 
-def accepted_spec_uri(root: str, batch: str) -> str:
-    return _under(root, "batches", batch, "accepted-spec.json")
+# --------------------------------------------------------------------------- uploads
 
 
-def batch_log_uri(root: str, batch: str, pod: str) -> str:
-    """The archived log of one attempt Pod of a batch (a Pod may run several inputs)."""
-    return _under(root, "batches", batch, "logs", f"{pod}.log")
+def new_upload_dir(root: str, namespace: str, name: str) -> str:
+    """A fresh folder for what the client uploads for object ``name`` (ends with '/')."""
+    ns = namespace_prefix(root, namespace)
+    return f"{ns}uploads/{_segment(name, 'name')}-{secrets.token_hex(8)}/"
 
 
-def input_dir(root: str, batch: str, index: int) -> str:
-    """Everything input ``index`` of a batch writes (its result), but its outputs."""
-    return _under(root, "jobs", f"{batch}-{index}")
+def upload_dir_of(root: str, namespace: str, name: str, uri: str | None) -> str | None:
+    """The upload folder ``uri`` lies in, when it is one the client made for object ``name``.
+
+    Cleanup deletes an upload folder only through this, so a spec naming some
+    other folder (another object's upload, the root, a home directory) never
+    gets it deleted.
+    """
+    if not uri:
+        return None
+    base = f"{namespace_prefix(root, namespace)}uploads/"
+    if not uri.startswith(base):
+        return None
+    folder, _, rest = uri[len(base) :].partition("/")
+    owner, _, token = folder.rpartition("-")
+    if owner != name or not _TOKEN.match(token) or not rest or _bad_rest(rest):
+        return None
+    return f"{base}{folder}/"
 
 
-def inputs_dir_prefix(root: str, batch: str) -> str:
-    """The prefix every input's folder of a batch starts with: ``<root>/jobs/<grp>-``."""
-    return _under(root, "jobs", f"{batch}-")
+def job_payload_uri(upload_dir: str) -> str:
+    return f"{upload_dir.rstrip('/')}/payload.pkl"
 
 
-def input_result_uri(root: str, batch: str, index: int) -> str:
-    return _under(root, "jobs", f"{batch}-{index}", "result.pkl")
+def batch_function_uri(upload_dir: str) -> str:
+    return f"{upload_dir.rstrip('/')}/function.pkl"
 
 
-def input_output_dir(template_output_dir: str | None, root: str, batch: str, index: int) -> str:
-    """KINETIC_OUTPUT_DIR of input ``index``: the template's, or the root's, plus ``/<i>``."""
-    base = template_output_dir or _under(root, "outputs", batch)
-    return f"{base.rstrip('/')}/{index}"
+def batch_inputs_prefix(upload_dir: str) -> str:
+    return f"{upload_dir.rstrip('/')}/inputs"
+
+
+def batch_hashes_uri(upload_dir: str) -> str:
+    return f"{upload_dir.rstrip('/')}/inputs/sha256.json"
+
+
+def batch_input_uri(inputs_prefix: str, index: int) -> str:
+    """Input ``index`` under a batch's ``spec.inputs.uriPrefix``."""
+    return f"{inputs_prefix.rstrip('/')}/{_index(index)}.pkl"
+
+
+# --------------------------------------------------------------------------- checking specs
+
+
+def _bad_rest(rest: str) -> bool:
+    return any(part in ("", ".", "..") for part in rest.split("/")) or "\\" in rest
+
+
+def outside_namespace(root: str, namespace: str, uri: str, field: str) -> str | None:
+    """Why ``uri`` (the value of spec ``field``) is refused, or None when it is in the prefix.
+
+    A URI must lie under the namespace prefix and have no empty, '.' or '..'
+    segment after it, so one tenant's spec can make the operator and runner
+    read or write only that tenant's files.
+    """
+    prefix = namespace_prefix(root, namespace)
+    if uri.startswith(prefix) and len(uri) > len(prefix) and not _bad_rest(uri[len(prefix) :]):
+        return None
+    return (
+        f"{field}: {uri} is outside this namespace's storage prefix {prefix}; objects in "
+        f"namespace {namespace} may only name URIs under it (the kinetic client uploads there)"
+    )

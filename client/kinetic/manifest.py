@@ -48,6 +48,11 @@ class InputRecord(_Doc):
     outcome: InputOutcome = "PENDING"
     attempts: list[AttemptRecord] = Field(default_factory=list)
     result: str | None = Field(None, description="Container inputs: the termination message.")
+    result_sha256: str | None = Field(
+        None,
+        alias="resultSHA256",
+        description="Function inputs: hex SHA-256 of the result as the runner reported it.",
+    )
     message: str | None = Field(None, max_length=4096)
 
 
@@ -71,6 +76,7 @@ class ManifestHeader(_Doc):
     version: int = MANIFEST_VERSION
     group_id: str
     namespace: str | None = None
+    uid: str | None = None
     name: str | None = None
     tags: dict[str, str] = Field(default_factory=dict)
     kind: Literal["function", "container"] = "function"

@@ -68,6 +68,7 @@ __all__ = [
     "runner_failure",
     "dump_result",
     "load_result",
+    "result_outcome",
     "raise_remote",
     "resolve_call",
     "call_with_input",
@@ -551,11 +552,20 @@ def runner_failure(phase: Phase, message: str, exc: BaseException | None = None)
     )
 
 
+RESULT_HEADER = b"KINETIC-RESULT 1 "
+"""Every result.pkl starts with this, then ``ok`` or ``failed``, a newline, then the pickle.
+
+The outcome is readable without unpickling, so a runner can tell a recorded
+success from a failure (or from anything else) without trusting the bytes.
+"""
+
+
 def dump_result(result: Result) -> bytes:
     """Pickle a result; PayloadError names the type when the return value can't be pickled."""
+    header = RESULT_HEADER + (b"ok\n" if result.ok else b"failed\n")
     try:
         with _local_modules_by_value():
-            return cloudpickle.dumps(result)
+            return header + cloudpickle.dumps(result)
     except Exception as e:
         if result.ok:
             raise PayloadError(
@@ -572,10 +582,23 @@ def _qualified_type_of(value: Any) -> str:
     )
 
 
+def result_outcome(data: bytes) -> bool | None:
+    """True for a recorded success, False for a failure, None for anything else; never unpickles."""
+    if not data.startswith(RESULT_HEADER):
+        return None
+    word = data[len(RESULT_HEADER) : data.find(b"\n", len(RESULT_HEADER))]
+    return {b"ok": True, b"failed": False}.get(word)
+
+
 def load_result(data: bytes) -> Result:
-    """Unpickle ``result.pkl``; PayloadError explains values the client can't load."""
+    """Unpickle ``result.pkl``; PayloadError explains values the client can't load.
+
+    Callers verify the bytes against the sha256 the runner reported first.
+    """
+    if result_outcome(data) is None:
+        raise PayloadError("not a Kinetic result (no result header)")
     try:
-        result = pickle.loads(data)
+        result = pickle.loads(data[data.index(b"\n") + 1 :])
     except Exception as e:
         hint = ""
         if isinstance(e, ModuleNotFoundError):

@@ -42,17 +42,15 @@ class RemoteFunction:
         cfg = self._config()
         job_id = new_job_id(self.func_name)
         data = payload.build_job_payload(self.fn, args, kwargs, env=self.captured_env())
-        payload_uri = layout.job_payload_uri(cfg.storage_root, job_id)
+        # Uploaded before the job exists (its UID is not known yet): a fresh folder of the
+        # namespace's uploads; the operator puts the result under the job's own prefix.
+        upload = layout.new_upload_dir(cfg.storage_root, cfg.namespace, job_id)
+        payload_uri = layout.job_payload_uri(upload)
         storage.write_bytes(payload_uri, data)
         spec = self.job_spec(
-            cfg.storage_root,
-            job_id,
             r.FunctionSpec(
-                payload_uri=payload_uri,
-                sha256=payload.sha256(data),
-                result_uri=layout.job_result_uri(cfg.storage_root, job_id),
-                name=self.func_name,
-            ),
+                payload_uri=payload_uri, sha256=payload.sha256(data), name=self.func_name
+            )
         )
         return submit_job(cfg, spec, job_id)
 
@@ -76,9 +74,9 @@ class RemoteFunction:
         """The local variables named in capture_env_vars (a trailing * matches a prefix)."""
         return payload.capture_env(self.options["capture_env_vars"])
 
-    def job_spec(
-        self, root: str, job_id: str, function: r.FunctionSpec, retries: int | None = None
-    ) -> r.KineticJobSpec:
+    def job_spec(self, function: r.FunctionSpec, retries: int | None = None) -> r.KineticJobSpec:
+        """The job spec for ``function``; outputDir unset means the operator's default
+        (under the namespace's prefix, keyed by the object's UID)."""
         o = self.options
         return r.KineticJobSpec(
             function=function,
@@ -86,7 +84,7 @@ class RemoteFunction:
             image=o["image"],
             env=[r.EnvVar(name=k, value=str(v)) for k, v in (o["env"] or {}).items()],
             spot=o["spot"],
-            output_dir=o["output_dir"] or layout.job_output_dir(root, job_id),
+            output_dir=o["output_dir"],
             retries=o["retries"] if retries is None else retries,
             deadline_seconds=o["deadline"],
         )

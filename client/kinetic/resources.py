@@ -104,8 +104,8 @@ class FunctionSpec(Wire):
         pattern=STORAGE_URI_PATTERN,
         max_length=L.MAX_URI_LENGTH,
         alias="resultURI",
-        description="Where the runner writes result.pkl. "
-        "Defaults to <root>/jobs/<name>/result.pkl.",
+        description="Not used: results always go to the object's own storage prefix "
+        "(status.resultURI). Set, it must lie under the namespace's prefix.",
     )
     name: str | None = Field(
         None, max_length=L.MAX_NAME_LENGTH, description="The function's name, for display."
@@ -380,6 +380,13 @@ class KineticJobStatus(Wire):
         default_factory=list, description="The most recent attempts, oldest first (bounded)."
     )
     result_uri: str | None = Field(None, alias="resultURI", description="Where result.pkl is.")
+    result_sha256: str | None = Field(
+        None,
+        pattern=SHA256_PATTERN,
+        alias="resultSHA256",
+        description="Hex SHA-256 of result.pkl as the runner reported it; clients refuse "
+        "to unpickle other bytes.",
+    )
     result: str | None = Field(
         None, max_length=4096, description="Container jobs: the termination message."
     )

@@ -13,6 +13,7 @@ where the result goes. One input (a KineticJob, or one input of a batch):
 ``KINETIC_INPUT_JSON``      batch input: an inline JSON input instead
 ``KINETIC_INPUT_MODE``      auto | single | args | kwargs (default auto)
 ``KINETIC_INDEX``           the batch input's index (accepted, not needed)
+``KINETIC_REPORT_URI``      a chunk: where its per-input result hashes go
 ``KINETIC_TERMINATION_LOG`` one-line summary file (default
                             ``/dev/termination-log`` when it exists and is writable)
 ==========================  ===============================================
@@ -34,19 +35,28 @@ Exit codes, one input: :data:`EXIT_OK` (0) success, :data:`EXIT_USER_ERROR`
 one of its own phases. A failure in the runner's phases is written to the
 result URI as a failure payload naming the phase, whenever that URI is
 reachable. The termination message is one line: ``ok``, the exception, or
-``runner failed in phase <phase>: ...``.
+``runner failed in phase <phase>: ...``, followed by `` sha256=<hex>`` (the
+SHA-256 of the result bytes stored at the result URI) whenever a result is
+recorded there; the operator puts that hash in status and the client
+checks it before unpickling (`kinetic.digest`).
 
 Exit codes, a chunk: 0 when every input succeeded, else 1; the termination
-message is one line of JSON, ``{"succeeded": "0-3,5", "failed": "4"}`` (input
-indexes in `kinetic.ranges` notation), and each input's result says why it
-failed. Exit 2 with a plain-text message (``runner failed in phase setup:
-...`` or ``runner internal error: ...``) means the runner could not run the
-chunk at all; setup failures are still recorded at every resultURI it could read.
+message is one line of JSON, ``{"succeeded": "0-3,5", "failed": "4", "report":
+"<hex>"}`` (input indexes in `kinetic.ranges` notation), and each input's
+result says why it failed. The hashes of the inputs' results are written as
+``{"<index>": "<hex>"}`` to ``KINETIC_REPORT_URI`` (when set), and
+``report`` is that document's own SHA-256. Exit 2 with a plain-text message
+(``runner failed in phase setup: ...`` or ``runner internal error: ...``)
+means the runner could not run the chunk at all; setup failures are still
+recorded at every resultURI it could read.
 
 A result that records success is never overwritten: the runner writes with
 a generation precondition and re-checks when it loses a race, so a duplicate
 or late pod cannot clobber a SUCCEEDED job's value. An input whose success
-is already recorded is not run again.
+is already recorded is not run again. Whether stored bytes record a success
+is read from their header (`payload.result_outcome`): the runner never
+unpickles a result it did not write in this process, and it reports the
+hash of the stored bytes it kept.
 
 Startup is kept lean because every Pod pays it before the user's code runs:
 the module imports only the standard library, cloudpickle and kinetic's
@@ -67,7 +77,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from kinetic import payload, storage
+from kinetic import digest, payload, storage
 from kinetic.payload import INPUT_MODES, CallPayload, Phase, Result
 from kinetic.ranges import format_ranges
 
@@ -150,6 +160,7 @@ class RunnerConfig:
     chunked: bool = False
     input_mode: str = "auto"
     termination_log: str | None = None
+    report_uri: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> RunnerConfig:
@@ -170,6 +181,7 @@ class RunnerConfig:
             if value is None
         ]
         problems += _uri_problem("KINETIC_PAYLOAD_URI", payload_uri)
+        problems += _uri_problem("KINETIC_REPORT_URI", get("KINETIC_REPORT_URI"))
         mode = get("KINETIC_INPUT_MODE") or "auto"
         if mode not in INPUT_MODES:
             problems.append(
@@ -210,6 +222,7 @@ class RunnerConfig:
             chunked=chunk_text is not None,
             input_mode=mode,
             termination_log=_termination_log_path(environ),
+            report_uri=get("KINETIC_REPORT_URI"),
         )
 
 
@@ -545,32 +558,29 @@ def _encode(result: Result, prefix: str = "") -> tuple[Result, bytes]:
 
 
 def _records_success(data: bytes) -> bool:
-    """Whether stored result bytes record success; unreadable leftovers do not."""
-    try:
-        return payload.load_result(data).ok
-    except payload.PayloadError:
-        return False  # overwritten, not trusted
+    """Whether stored result bytes record success, read from their header, never unpickled."""
+    return payload.result_outcome(data) is True
 
 
-def record_result(result_uri: str, data: bytes, generation: int | None = None) -> bool:
+def record_result(result_uri: str, data: bytes, generation: int | None = None) -> str | None:
     """Write ``data`` unless a successful result is already there.
 
     ``generation`` is what the caller last saw at ``result_uri`` (0: absent),
     which saves a read; the write is conditional on it either way, so a
     result that changed since is re-read and re-checked rather than clobbered.
-    Returns True when written, False when a recorded success was kept.
-    Raises StorageError when storage fails.
+    Returns None when written, else the sha256 of the recorded success that
+    was kept. Raises StorageError when storage fails.
     """
     known = generation
     for _ in range(_RECORD_ATTEMPTS):
         if known is None:
             found = storage.read_if_exists(result_uri)
             if found is not None and _records_success(found[0]):
-                return False
+                return digest.sha256(found[0])
             known = 0 if found is None else found[1]
         try:
             storage.write_if_generation(result_uri, data, known)
-            return True
+            return None
         except storage.PreconditionFailed:
             log("the result changed while writing; re-checking")
             known = None
@@ -581,8 +591,8 @@ def record_result(result_uri: str, data: bytes, generation: int | None = None) -
     )
 
 
-def _earlier_result(spec: InputSpec) -> tuple[bool, int | None]:
-    """(success already recorded?, generation seen) in one read: a duplicate pod skips.
+def _earlier_result(spec: InputSpec) -> tuple[str | None, int | None]:
+    """(sha256 of a success already recorded, generation seen) in one read: a duplicate skips.
 
     The generation (0 when absent, None when storage could not be asked)
     lets the final write skip its own read.
@@ -591,10 +601,10 @@ def _earlier_result(spec: InputSpec) -> tuple[bool, int | None]:
         found = storage.read_if_exists(spec.result_uri)
     except storage.StorageError as e:
         log(f"{spec.log_prefix}could not check for an earlier result ({e}); running anyway")
-        return False, None
+        return None, None
     if found is None:
-        return False, 0
-    return _records_success(found[0]), found[1]
+        return None, 0
+    return (digest.sha256(found[0]) if _records_success(found[0]) else None), found[1]
 
 
 def _exit_code(result: Result) -> int:
@@ -616,53 +626,88 @@ def _write_termination_log(path: str | None, summary: str) -> None:
         log(f"could not write the termination log {path}: {e}")
 
 
-def _run_one(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> tuple[int, str]:
-    """Run and record one input; returns its exit code and one-line summary."""
+@dataclass(frozen=True)
+class _Outcome:
+    """How one input ended: exit code, one-line summary, and the stored result's sha256."""
+
+    code: int
+    summary: str
+    sha256: str | None = None
+
+    @property
+    def message(self) -> str:
+        """The termination message: the summary, and the hash when a result is stored."""
+        if self.sha256 is None:
+            return self.summary
+        return digest.with_sha256(self.summary, self.sha256, MAX_TERMINATION_MESSAGE)
+
+
+def _run_one(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> _Outcome:
+    """Run and record one input."""
     prefix = spec.log_prefix
     if prefix:
         log(f"{prefix}begin")  # where this input's part of a chunk's log starts
-    already, generation = _earlier_result(spec)
-    if already:
+    kept, generation = _earlier_result(spec)
+    if kept is not None:
         log(
             f"{prefix}result already recorded at {spec.result_uri} by an earlier run; nothing to do"
         )
-        return EXIT_OK, "ok (result already recorded)"
+        return _Outcome(EXIT_OK, "ok (result already recorded)", kept)
     result, data = _encode(execute(cfg, spec, function), prefix)
     try:
-        written = record_result(spec.result_uri, data, generation)
+        kept = record_result(spec.result_uri, data, generation)
     except storage.StorageError as e:
         message = f"cannot upload the result: {e}"
         log(f"{prefix}failed in phase upload: {message}")
-        return EXIT_RUNNER_ERROR, f"runner failed in phase upload: {message}"
-    if not written:
+        return _Outcome(EXIT_RUNNER_ERROR, f"runner failed in phase upload: {message}")
+    if kept is not None:
         log(f"{prefix}result already recorded at {spec.result_uri} by another run; not overwriting")
-        return EXIT_OK, "ok (result already recorded)"
+        return _Outcome(EXIT_OK, "ok (result already recorded)", kept)
     log(f"{prefix}uploaded result ({len(data)} bytes) to {spec.result_uri}: {result.summary()}")
-    return _exit_code(result), result.summary()
+    return _Outcome(_exit_code(result), result.summary(), digest.sha256(data))
 
 
-def chunk_termination_message(succeeded: list[int], failed: list[int]) -> str:
+def chunk_termination_message(
+    succeeded: list[int], failed: list[int], report_sha256: str | None = None
+) -> str:
     """The chunk's one-line JSON termination message, in `kinetic.ranges` notation."""
-    return json.dumps(
-        {"succeeded": format_ranges(succeeded), "failed": format_ranges(failed)},
-        separators=(",", ":"),
-    )
+    doc = {"succeeded": format_ranges(succeeded), "failed": format_ranges(failed)}
+    if report_sha256 is not None:
+        doc["report"] = report_sha256
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def _write_report(uri: str | None, hashes: dict[int, str]) -> str | None:
+    """Store a chunk's per-input result hashes; returns the report's own sha256."""
+    if uri is None:
+        return None
+    data = json.dumps({str(i): h for i, h in hashes.items()}, separators=(",", ":")).encode()
+    try:
+        storage.write_bytes(uri, data)
+    except storage.StorageError as e:
+        log(f"could not write the chunk report {uri}: {e}")
+        return None
+    return digest.sha256(data)
 
 
 def run(cfg: RunnerConfig) -> int:
     """Do the whole job for ``cfg`` (one input or a chunk) and return the exit code."""
     function = _Function(cfg.payload_uri, cfg.payload_sha256)
     if not cfg.chunked:
-        code, summary = _run_one(cfg, cfg.inputs[0], function)
-        _write_termination_log(cfg.termination_log, summary)
-        return code
+        outcome = _run_one(cfg, cfg.inputs[0], function)
+        _write_termination_log(cfg.termination_log, outcome.message)
+        return outcome.code
     succeeded: list[int] = []
     failed: list[int] = []
+    hashes: dict[int, str] = {}
     for spec in cfg.inputs:
         assert spec.index is not None  # parse_chunk gives every chunk input its index
-        code, _ = _run_one(cfg, spec, function)
-        (succeeded if code == EXIT_OK else failed).append(spec.index)
-    message = chunk_termination_message(succeeded, failed)
+        outcome = _run_one(cfg, spec, function)
+        (succeeded if outcome.code == EXIT_OK else failed).append(spec.index)
+        if outcome.sha256 is not None:
+            hashes[spec.index] = outcome.sha256
+    report = _write_report(cfg.report_uri, hashes)
+    message = chunk_termination_message(succeeded, failed, report)
     log(f"chunk done: {message}")
     _write_termination_log(cfg.termination_log, message)
     return EXIT_OK if not failed else EXIT_USER_ERROR
@@ -677,11 +722,16 @@ def _setup_failure(message: str, environ: Mapping[str, str]) -> int:
         try:
             storage.validate_uri(result_uri)
             data = data or payload.dump_result(payload.runner_failure("setup", message))
-            record_result(result_uri, data)
+            if record_result(result_uri, data) is None and not _chunked(environ):
+                summary = digest.with_sha256(summary, digest.sha256(data))
         except (ValueError, storage.StorageError) as e:
             log(f"could not record the failure at {result_uri}: {e}")
     _write_termination_log(_termination_log_path(environ), summary)
     return EXIT_RUNNER_ERROR
+
+
+def _chunked(environ: Mapping[str, str]) -> bool:
+    return bool(environ.get("KINETIC_CHUNK", "").strip())
 
 
 def _result_uris(environ: Mapping[str, str]) -> list[str]:

@@ -45,7 +45,7 @@ def build_unit_pod(
     hashes: Sequence[str | None] | None,
 ) -> dict[str, Any]:
     """The Pod of attempt ``attempt`` of the unit starting at input ``unit``."""
-    root = settings.storage_root or ""
+    home = layout.batch_home(settings.storage_root or "", namespace, batch, uid)
     total = input_count(spec.inputs)
     indexes = list(unit_inputs(unit, spec.chunk_size, total))
     labels = {LABEL_BATCH: batch, LABEL_INDEX: str(unit), LABEL_ATTEMPT: str(attempt)}
@@ -55,12 +55,14 @@ def build_unit_pod(
         "KINETIC_ATTEMPT": str(attempt),
     }
     if len(indexes) == 1:
-        child = child_spec(batch, spec, unit, root, input_sha256=_hash(hashes, unit, spec))
+        child = child_spec(home, spec, unit, input_sha256=_hash(hashes, unit, spec))
         if child.function is not None:  # containers get it with their input, in spec.env
             env["KINETIC_INDEX"] = str(unit)
         if child.output_dir:
             env["KINETIC_OUTPUT_DIR"] = child.output_dir
         env |= function_env(child)
+        if child.function is not None and child.function.result_uri is not None:
+            env["KINETIC_RESULT_URI"] = child.function.result_uri
     else:
         labels[LABEL_CHUNK] = str(len(indexes))
         child = spec.template
@@ -69,8 +71,9 @@ def build_unit_pod(
         env["KINETIC_PAYLOAD_URI"] = fn.payload_uri
         env["KINETIC_PAYLOAD_SHA256"] = fn.sha256
         env["KINETIC_INPUT_MODE"] = spec.input_mode
+        env["KINETIC_REPORT_URI"] = home.report_uri(input_pod_name(batch, unit, attempt))
         env["KINETIC_CHUNK"] = json.dumps(
-            [_chunk_entry(batch, spec, i, root, hashes) for i in indexes], separators=(",", ":")
+            [_chunk_entry(home, spec, i, hashes) for i in indexes], separators=(",", ":")
         )
     owner = Owner(batch, namespace, uid, BATCH_KIND)
     return build_pod(
@@ -84,13 +87,12 @@ def build_unit_pod(
 
 
 def _chunk_entry(
-    batch: str,
+    home: layout.Home,
     spec: KineticBatchSpec,
     index: int,
-    root: str,
     hashes: Sequence[str | None] | None,
 ) -> dict[str, Any]:
-    one = child_spec(batch, spec, index, root, input_sha256=_hash(hashes, index, spec))
+    one = child_spec(home, spec, index, input_sha256=_hash(hashes, index, spec))
     fn = one.function
     assert fn is not None  # validate_batch_spec: chunks are function templates only
     entry: dict[str, Any] = {"index": index, "resultURI": fn.result_uri}
@@ -113,6 +115,6 @@ def _hash(hashes: Sequence[str | None] | None, index: int, spec: KineticBatchSpe
     return digest
 
 
-def log_uri(settings: OperatorSettings, batch: str, pod: str) -> str:
+def log_uri(home: layout.Home, pod: str) -> str:
     """Where the log of one of the batch's Pods is archived."""
-    return layout.batch_log_uri(settings.storage_root or "", batch, pod)
+    return home.log_uri(pod)

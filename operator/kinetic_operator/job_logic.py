@@ -11,7 +11,10 @@ The rules, in the order they apply:
 
 * Terminal phases (SUCCEEDED, FAILED, CANCELLED) are sticky: nothing is ever
   launched again; a Pod still running is only stopped.
-* An invalid spec fails the job at once, naming the field, and creates nothing.
+* An invalid spec fails the job at once, naming the field, and creates nothing;
+  so does a storage URI outside the namespace's prefix (`kinetic.layout`).
+* A function job's result goes to its own storage prefix (namespace and UID);
+  the hash the runner reported for it is recorded as ``resultSHA256``.
 * Each attempt is its own Pod `<name>-<n>`; how attempts end, retry and
   get cancelled is the shared attempt planner's (`kinetic_operator.attempts`).
 * The attempt number is written to the status before its Pod is created, so
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from kinetic import limits
+from kinetic import digest, layout, limits
 from kinetic.names import MAX_POD_NAME, fmt_time, job_pod_name, parse_time
 from kinetic.resources import (
     Condition,
@@ -107,7 +110,13 @@ class Decision:
 
 
 def validate_spec(
-    name: str, raw: Any, catalog: Catalog, *, storage_root: str | None, max_disruptions: int
+    name: str,
+    raw: Any,
+    catalog: Catalog,
+    *,
+    storage_root: str | None,
+    max_disruptions: int,
+    namespace: str = "default",
 ) -> KineticJobSpec | InvalidSpec:
     """Parse and check a spec; every problem is reported with its field path.
 
@@ -128,11 +137,15 @@ def validate_spec(
         resolve(catalog, spec.accelerator, spec.spot)
     except UnknownAccelerator as exc:
         return InvalidSpec(str(exc))
-    if spec.function is not None and not spec.function.result_uri and not storage_root:
-        return InvalidSpec(
-            "spec.function.resultURI: required, because the operator has no storage root "
-            "(set KINETIC_STORAGE_ROOT on the operator or resultURI on the job)"
-        )
+    if spec.function is not None:
+        if not storage_root:
+            return InvalidSpec(
+                "spec.function: the operator has no storage root for results "
+                "(set KINETIC_STORAGE_ROOT on the operator)"
+            )
+        refused = foreign_uris(storage_root, namespace, spec, "spec")
+        if refused:
+            return InvalidSpec(refused[0])
     longest = job_pod_name(name, spec.retries + max_disruptions + 1)
     if len(longest) > MAX_POD_NAME:
         return InvalidSpec(
@@ -140,6 +153,24 @@ def validate_spec(
             f"would exceed {MAX_POD_NAME} characters"
         )
     return spec
+
+
+def foreign_uris(root: str, namespace: str, spec: KineticJobSpec, at: str) -> list[str]:
+    """Why each storage URI of ``spec`` the runner would read or write is refused, if any.
+
+    ``outputDir`` is not among them: the operator and runner never touch it,
+    it is only handed to the user's code.
+    """
+    fn = spec.function
+    if fn is None:
+        return []
+    named = {"payloadURI": fn.payload_uri, "resultURI": fn.result_uri, "inputURI": fn.input_uri}
+    found = (
+        layout.outside_namespace(root, namespace, uri, f"{at}.function.{key}")
+        for key, uri in named.items()
+        if uri
+    )
+    return [why for why in found if why is not None]
 
 
 def _format_errors(exc: ValidationError) -> str:
@@ -251,11 +282,24 @@ def _apply(w: _Work, spec: KineticJobSpec, plan: UnitPlan, bounds: Bounds) -> No
     if phase.terminal:
         if phase is Phase.SUCCEEDED and spec.container is not None and plan.last is not None:
             st.result = _clip(plan.last.termination_message)
+        if spec.function is not None:
+            st.result_sha256 = reported_result_sha256(plan)
         _finish(w, phase, plan.message)
         kind: Literal["Normal", "Warning"] = "Warning" if phase is Phase.FAILED else "Normal"
         w.event(kind, phase.value.title(), plan.message)
     else:
         st.phase, st.message = phase, plan.message
+
+
+def reported_result_sha256(plan: UnitPlan) -> str | None:
+    """The result hash the runner reported: the successful attempt's, else the last failure's."""
+    ended = [r for r in plan.records if r.outcome in ("success", "failure")]
+    ended.sort(key=lambda r: (r.outcome == "success", r.attempt))
+    for rec in reversed(ended):
+        found = digest.reported_sha256(rec.message)
+        if found is not None:
+            return found
+    return None
 
 
 def _finish(w: _Work, phase: Phase, message: str) -> None:

@@ -10,17 +10,24 @@ time and dropped from memory, so the operator holds the history of about
 is read back before it is first rewritten, so nothing written earlier is
 lost.
 
+Each function input's record carries the hash the runner reported for its
+result (``resultSHA256``): a one-input Pod reports it in its termination
+message, a chunk Pod in a report whose own hash is in its termination
+message; reports are read and checked here, just before the shard that
+needs them is written (`kinetic.digest`).
+
 When to write is the `Debouncer`'s business: promptly when it matters
 (before the first Pod, at the end), otherwise at most every interval.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from kinetic import layout, storage
+from kinetic import digest, layout, storage
 from kinetic.fanout import input_count
 from kinetic.manifest import (
     InputRecord,
@@ -35,7 +42,10 @@ from kinetic.ranges import IndexSet
 from kinetic.resources import KineticBatchSpec, KineticBatchStatus
 
 from kinetic_operator.attempts import UnitPlan
-from kinetic_operator.batch_logic import Recorded, unit_inputs
+from kinetic_operator.batch_logic import Recorded, UnitObservation, unit_inputs
+from kinetic_operator.job_logic import reported_result_sha256
+
+log = logging.getLogger("kinetic.operator")
 
 __all__ = ["Debouncer", "ManifestBook", "build_header", "read_header", "recorded_from"]
 
@@ -49,8 +59,7 @@ _OUTCOME = {
 
 
 def build_header(
-    batch: str,
-    namespace: str,
+    home: layout.Home,
     spec: KineticBatchSpec,
     status: KineticBatchStatus,
     recorded: Recorded,
@@ -62,8 +71,9 @@ def build_header(
     """The header for a batch as it stands, with the complete index ranges."""
     template = spec.template
     return ManifestHeader(
-        group_id=batch,
-        namespace=namespace,
+        group_id=home.name,
+        namespace=home.namespace,
+        uid=home.uid,
         name=spec.name,
         tags=dict(spec.tags),
         kind="function" if template.function is not None else "container",
@@ -91,10 +101,10 @@ def build_header(
     )
 
 
-def read_header(root: str, batch: str) -> ManifestHeader | None:
+def read_header(home: layout.Home) -> ManifestHeader | None:
     """The header as stored, or None (none yet, or of another version)."""
     try:
-        return decode_header(storage.read_bytes(layout.manifest_uri(root, batch)))
+        return decode_header(storage.read_bytes(home.manifest_uri))
     except storage.NotFound:
         return None
 
@@ -103,20 +113,31 @@ def read_header(root: str, batch: str) -> ManifestHeader | None:
 class ManifestBook:
     """The attempt history a batch's manifest shards hold, and which shards changed."""
 
-    root: str
-    batch: str
+    home: layout.Home
     shards: dict[int, dict[int, InputRecord]] = field(default_factory=dict)
     dirty: set[int] = field(default_factory=set)
     written: set[int] = field(default_factory=set)
     loaded: set[int] = field(default_factory=set)
     header_read: bool = False
+    hashes: dict[int, str] = field(default_factory=dict)  # from chunk reports read
+    reports: dict[tuple[int, int], tuple[str, str]] = field(default_factory=dict)
+    read_reports: set[str] = field(default_factory=set)
+    observed: Mapping[int, UnitObservation] = field(default_factory=dict)  # this reconcile's
+
+    @property
+    def batch(self) -> str:
+        return self.home.name
 
     def note(
         self, plans: Mapping[int, UnitPlan], chunk: int, total: int, *, container: bool
     ) -> None:
         """Take the latest plan of each unit into its inputs' records."""
         for unit, plan in plans.items():
-            for index in unit_inputs(unit, chunk, total):
+            indexes = unit_inputs(unit, chunk, total)
+            single = None if container else reported_result_sha256(plan)
+            if not container and len(indexes) > 1:
+                self._note_reports(unit, plan)
+            for index in indexes:
                 shard = layout.shard_of(index)
                 records = self.shards.setdefault(shard, {})
                 old = records.get(index)
@@ -124,11 +145,93 @@ class ManifestBook:
                     outcome=_OUTCOME[plan.outcome],  # type: ignore[arg-type]
                     attempts=list(plan.records),
                     result=_result(plan) if container else None,
+                    result_sha256=single if len(indexes) == 1 else self.hashes.get(index),
                     message=plan.message if plan.outcome == "failed" else None,
                 )
                 if old is None or old != new:
                     records[index] = new
                     self.dirty.add(shard)
+
+    def note_missing(
+        self, plans: Mapping[int, UnitPlan], chunk: int, total: int, *, container: bool
+    ) -> bool:
+        """Like `note`, for inputs whose shard (in memory or stored) has no record yet."""
+        missing: dict[int, UnitPlan] = {}
+        for unit, plan in plans.items():
+            for index in unit_inputs(unit, chunk, total):
+                if index not in self._merged(layout.shard_of(index)):
+                    missing[unit] = plan
+        if missing:
+            self.note(missing, chunk, total, container=container)
+        return bool(missing)
+
+    def _note_reports(self, unit: int, plan: UnitPlan) -> None:
+        """Chunk attempts that reported their inputs' hashes: read them before the next write."""
+        for rec in plan.records:
+            ended = rec.outcome in ("success", "failure")
+            report = digest.chunk_report(rec.message) if ended else None
+            if report is not None and rec.pod not in self.read_reports:
+                self.reports[(unit, rec.attempt)] = (rec.pod, report)
+
+    def _read_reports(self, chunk_of: Mapping[int, int]) -> None:
+        """Take each pending chunk report's hashes into its inputs' records (oldest first).
+
+        A report that is missing or does not match the hash its Pod reported
+        is skipped with a warning: those inputs get no hash, and clients
+        refuse to unpickle their results rather than trust them.
+        """
+        for key in sorted(self.reports):
+            pod, expected = self.reports.pop(key)
+            uri = self.home.report_uri(pod)
+            try:
+                found = digest.parse_report(storage.read_bytes(uri), expected)
+            except storage.NotFound:
+                log.warning("Chunk report %s is missing; its inputs get no result hash", uri)
+                found = {}
+            except ValueError as exc:
+                log.warning("Ignoring chunk report %s: %s", uri, exc)
+                found = {}
+            except storage.StorageError:
+                self.reports[key] = (pod, expected)  # storage down: retried with the write
+                raise
+            self.read_reports.add(pod)
+            unit = key[0]
+            for index, value in found.items():
+                if chunk_of.get(index, -1) != unit:
+                    continue  # a report may only speak for its own unit's inputs
+                self.hashes[index] = value
+                shard = layout.shard_of(index)
+                records = self.shards.setdefault(shard, {})
+                rec = records.get(index)
+                if rec is not None and rec.result_sha256 != value:
+                    records[index] = rec.model_copy(update={"result_sha256": value})
+                    self.dirty.add(shard)
+
+    def _hashes_from_pods(self, chunk: int) -> None:
+        """Ended inputs about to be written without a result hash: take it from their Pods.
+
+        An input can end while no process is following its unit (the operator
+        restarted after the status recorded it, before the shard did); its
+        Pods are kept until the shard is written, so their termination
+        messages still say what the runner reported.
+        """
+        for shard in self.dirty:
+            for index, rec in self.shards.get(shard, {}).items():
+                if rec.result_sha256 or rec.outcome not in ("SUCCEEDED", "FAILED"):
+                    continue
+                unit = index - index % chunk
+                obs = self.observed.get(unit)
+                ended = sorted(
+                    (p for p in (obs.pods.values() if obs else ()) if p.terminal),
+                    key=lambda p: (p.phase == "Succeeded", p.attempt),
+                )
+                for pod in reversed(ended):
+                    if chunk == 1 and (found := digest.reported_sha256(pod.termination_message)):
+                        self.shards[shard][index] = rec.model_copy(update={"result_sha256": found})
+                        break
+                    report = digest.chunk_report(pod.termination_message) if chunk > 1 else None
+                    if report is not None and pod.name not in self.read_reports:
+                        self.reports[(unit, pod.attempt)] = (pod.name, report)
 
     def settle(self, recorded: Recorded) -> None:
         """Outcomes recorded by the batch win over what the plans last said."""
@@ -146,8 +249,14 @@ class ManifestBook:
         written: it will not change again.
         """
         self.settle(recorded)
+        if header.kind == "function":
+            self._hashes_from_pods(max(1, header.chunk_size))
+        if self.reports:
+            size = max(1, header.chunk_size)
+            units = {u for u, _ in self.reports}
+            self._read_reports({i: u for u in units for i in unit_inputs(u, size, header.total)})
         if not self.header_read:  # shards an earlier process wrote stay listed
-            stored = read_header(self.root, self.batch)
+            stored = read_header(self.home)
             self.written.update(stored.shards if stored is not None else ())
             self.header_read = True
         terminal = recorded.terminal
@@ -158,16 +267,14 @@ class ManifestBook:
                 shard=shard,
                 inputs={str(i): r for i, r in sorted(records.items())},
             )
-            storage.write_bytes(
-                layout.manifest_shard_uri(self.root, self.batch, shard), doc.encode()
-            )
+            storage.write_bytes(self.home.manifest_shard_uri(shard), doc.encode())
             self.dirty.discard(shard)
             self.written.add(shard)
             if all(i in terminal for i in records):
                 self.shards.pop(shard, None)
                 self.loaded.discard(shard)
         header.shards = sorted(self.written | set(header.shards))
-        storage.write_bytes(layout.manifest_uri(self.root, self.batch), header.encode())
+        storage.write_bytes(self.home.manifest_uri, header.encode())
 
     def _merged(self, shard: int) -> dict[int, InputRecord]:
         """This shard's records, merged over what an earlier process wrote (read once)."""
@@ -176,9 +283,7 @@ class ManifestBook:
             return records
         self.loaded.add(shard)
         try:
-            stored = decode_shard(
-                storage.read_bytes(layout.manifest_shard_uri(self.root, self.batch, shard))
-            )
+            stored = decode_shard(storage.read_bytes(self.home.manifest_shard_uri(shard)))
         except storage.NotFound:
             stored = None
         if stored is not None:

@@ -45,6 +45,15 @@ class PodView:
     waiting_message: str | None = None
     unschedulable: str | None = None
     disruption: str | None = None
+    owner_uid: str | None = None  # the UID of the KineticJob/KineticBatch that created it
+
+    def belongs_to(self, uid: str | None) -> bool:
+        """Whether this Pod is the object's with this UID, not a same-named predecessor's.
+
+        Pods are found by name labels; a job deleted and re-created under its
+        name must not take the old one's Pods (and their outcome) for its own.
+        """
+        return self.owner_uid is None or uid is None or self.owner_uid == uid
 
     @property
     def terminal(self) -> bool:
@@ -103,6 +112,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodView | None:
     if scheduled and scheduled.get("status") == "False":
         unschedulable = _clip(scheduled.get("message") or scheduled.get("reason") or "")
     disruption = _condition(status.get("conditions"), "DisruptionTarget")
+    owner = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
     return PodView(
         name=meta.get("name", ""),
         attempt=attempt,
@@ -123,6 +133,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodView | None:
         waiting_message=_clip(waiting.get("message")),
         unschedulable=unschedulable,
         disruption=(disruption.get("reason") or "DisruptionTarget") if disruption else None,
+        owner_uid=owner.get("uid") if owner else None,
     )
 
 

@@ -41,6 +41,7 @@ RESERVED_ENV = frozenset(
         "KINETIC_JOB_NAMESPACE",
         "KINETIC_ATTEMPT",
         "KINETIC_CHUNK",
+        "KINETIC_REPORT_URI",
     }
 )
 
@@ -77,24 +78,25 @@ class Owner:
         }
 
 
-def result_uri(name: str, spec: KineticJobSpec, settings: OperatorSettings) -> str | None:
-    """Where a function job's result.pkl goes; None for container jobs or with no root."""
-    if spec.function is None:
+def job_home(owner: Owner, settings: OperatorSettings) -> layout.Home | None:
+    """The KineticJob's own storage prefix (namespace and UID), or None with no root."""
+    if not settings.storage_root:
         return None
-    if spec.function.result_uri:
-        return spec.function.result_uri
-    if settings.storage_root:
-        return layout.job_result_uri(settings.storage_root, name)
-    return None
+    return layout.job_home(settings.storage_root, owner.namespace, owner.name, owner.uid)
 
 
-def output_dir(name: str, spec: KineticJobSpec, settings: OperatorSettings) -> str | None:
-    """KINETIC_OUTPUT_DIR for the job: the spec's, else one under the storage root."""
+def result_uri(home: layout.Home | None, spec: KineticJobSpec) -> str | None:
+    """Where a function job's result.pkl goes: always its own prefix, never the spec's choice."""
+    if spec.function is None or home is None:
+        return None
+    return home.result_uri
+
+
+def output_dir(home: layout.Home | None, spec: KineticJobSpec) -> str | None:
+    """KINETIC_OUTPUT_DIR for the job: the spec's, else one under the namespace's prefix."""
     if spec.output_dir:
         return spec.output_dir
-    if settings.storage_root:
-        return layout.job_output_dir(settings.storage_root, name)
-    return None
+    return home.output_dir if home is not None else None
 
 
 def job_env(
@@ -106,23 +108,26 @@ def job_env(
         "KINETIC_JOB_NAMESPACE": owner.namespace,
         "KINETIC_ATTEMPT": str(attempt),
     }
-    if (out := output_dir(owner.name, spec, settings)) is not None:
+    home = job_home(owner, settings)
+    if (out := output_dir(home, spec)) is not None:
         ours["KINETIC_OUTPUT_DIR"] = out
     if spec.function is not None:
         ours |= function_env(spec)
-        if (res := result_uri(owner.name, spec, settings)) is not None:
+        if (res := result_uri(home, spec)) is not None:
             ours["KINETIC_RESULT_URI"] = res
     return ours
 
 
 def function_env(spec: KineticJobSpec) -> dict[str, str]:
-    """The runner's variables that come from `spec.function` (payload and input)."""
+    """The runner's variables that come from `spec.function` (payload and input).
+
+    The result URI is not among them: callers set it from the owner's storage
+    prefix (`kinetic.layout.Home`), whatever the spec says.
+    """
     fn = spec.function
     if fn is None:
         return {}
     ours = {"KINETIC_PAYLOAD_URI": fn.payload_uri, "KINETIC_PAYLOAD_SHA256": fn.sha256}
-    if fn.result_uri is not None:
-        ours["KINETIC_RESULT_URI"] = fn.result_uri
     if fn.input_uri is not None:
         ours["KINETIC_INPUT_URI"] = fn.input_uri
     if fn.input_sha256 is not None:

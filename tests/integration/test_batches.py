@@ -26,9 +26,9 @@ from pathlib import Path
 import kinetic
 import pytest
 from kinetic import kube as kinetic_kube
-from kinetic import layout, names, storage
+from kinetic import names, storage
 from kinetic import resources as r
-from kinetic.batches import BatchError, SubmissionError, read_manifest, read_shard
+from kinetic.batches import BatchError, BatchHandle, SubmissionError, read_manifest, read_shard
 from kinetic.config import resolve
 from kinetic.jobs import JobCancelled, JobStatus
 from kube_helpers import REPO, Kube, run_client, wait_for
@@ -60,13 +60,12 @@ def _pods(ns: str, group_id: str) -> list:
     return kinetic_kube.list_pods(ns, f"{names.LABEL_BATCH}={group_id}")
 
 
-def _final_header(group_id: str, phase: str):
+def _final_header(batch: BatchHandle, phase: str):
     """The manifest header once the operator has written the batch's end into it."""
-    root = resolve().storage_root
     return wait_for(
-        lambda: (h := read_manifest(root, group_id)) is not None and h.phase == phase and h,
+        lambda: (h := read_manifest(batch._home())) is not None and h.phase == phase and h,
         timeout=30,
-        what=f"the manifest of {group_id} to record {phase}",
+        what=f"the manifest of {batch.group_id} to record {phase}",
     )
 
 
@@ -88,12 +87,11 @@ def _runs(prefix: str) -> dict[int, int]:
     return counts
 
 
-def _final_shard(group_id: str, inputs: int):
+def _final_shard(batch: BatchHandle, inputs: int):
     """Manifest shard 0 once it records an outcome for each of its first `inputs` inputs."""
-    root = resolve().storage_root
     return wait_for(
         lambda: (
-            (sh := read_shard(root, group_id, 0)) is not None
+            (sh := read_shard(batch._home(), 0)) is not None
             and all(
                 sh.inputs.get(str(i)) is not None
                 and sh.inputs[str(i)].outcome in ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -102,7 +100,7 @@ def _final_shard(group_id: str, inputs: int):
             and sh
         ),
         timeout=30,
-        what=f"the manifest shard of {group_id} to record {inputs} outcomes",
+        what=f"the manifest shard of {batch.group_id} to record {inputs} outcomes",
     )
 
 
@@ -123,8 +121,7 @@ def test_results_in_input_order_and_in_completion_order(ns: str) -> None:
     assert sorted(by_completion) == [0, 1, 4, 9]
     assert by_completion[-1] == 0 and by_completion != [0, 1, 4, 9]
     assert batch.results(timeout=TIMEOUT) == [0, 1, 4, 9]  # input order; then cleaned up
-    root = resolve().storage_root
-    assert storage.list_prefix(layout.job_dir(root, batch.group_id) + "-") == []
+    assert storage.list_prefix(batch._home().prefix + "results/") == []
     assert batch.status_counts() == {"SUCCEEDED": 4}  # the batch still knows each outcome
     assert batch.failures() == []
     assert kinetic_kube.list_(r.JOB_PLURAL, ns) == []  # no object per input
@@ -209,8 +206,8 @@ def test_an_input_that_fails_twice_then_succeeds_with_retries_2(ns: str) -> None
     assert [a["pod"] for a in batch.jobs[1].attempts()] == [
         names.input_pod_name(batch.group_id, 1, a) for a in (1, 2, 3)
     ]
-    _final_header(batch.group_id, "SUCCEEDED")
-    shard = _final_shard(batch.group_id, 2)
+    _final_header(batch, "SUCCEEDED")
+    shard = _final_shard(batch, 2)
     assert [a.outcome for a in shard.inputs["1"].attempts] == ["failure", "failure", "success"]
     assert len(shard.inputs["0"].attempts) == 1
     batch.cleanup()
@@ -390,14 +387,13 @@ def test_results_cleanup_keeps_the_manifest_then_full_cleanup(ns: str) -> None:
 
     batch = double.run_async_map([1, 2, 3], name="doubles", tags={"team": "ml"})
     assert batch.results(timeout=TIMEOUT) == [2, 4, 6]
-    root = resolve().storage_root
-    assert storage.list_prefix(layout.job_dir(root, batch.group_id) + "-") == []
-    uri = layout.manifest_uri(root, batch.group_id)
-    header = _final_header(batch.group_id, "SUCCEEDED")
+    assert storage.list_prefix(batch._home().prefix + "results/") == []
+    uri = batch._home().manifest_uri
+    header = _final_header(batch, "SUCCEEDED")
     assert header.group_id == batch.group_id and header.total == 3
     assert header.name == "doubles" and header.tags == {"team": "ml"}
     assert header.function_name == "double" and header.succeeded_indexes == "0-2"
-    shard = _final_shard(batch.group_id, 3)
+    shard = _final_shard(batch, 3)
     assert {k: v.outcome for k, v in shard.inputs.items()} == {
         "0": "SUCCEEDED",
         "1": "SUCCEEDED",
@@ -409,7 +405,7 @@ def test_results_cleanup_keeps_the_manifest_then_full_cleanup(ns: str) -> None:
     batch.cleanup()
     assert kinetic_kube.get(r.BATCH_PLURAL, ns, batch.group_id) is None
     assert not storage.exists(uri)
-    assert storage.list_prefix(storage.join(root, "batches", batch.group_id) + "/") == []
+    assert storage.list_prefix(batch._home().prefix) == []
     with pytest.raises(LookupError, match=batch.group_id):
         kinetic.attach_batch(batch.group_id, namespace=ns)
 
@@ -421,7 +417,7 @@ def test_attach_batch_after_the_resource_is_deleted_reads_the_manifest(ns: str) 
 
     batch = triple.run_async_map([1, 2, 3, {"bad": threading.Lock()}], name="triples")
     batch.wait(timeout=TIMEOUT)
-    _final_header(batch.group_id, "FAILED")
+    _final_header(batch, "FAILED")
     batch.cleanup(k8s=True, gcs=False)  # resources gone, results and manifest kept
     assert kinetic_kube.get(r.BATCH_PLURAL, ns, batch.group_id) is None
 

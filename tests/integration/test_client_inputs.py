@@ -19,7 +19,7 @@ from pathlib import Path
 import kinetic
 import pytest
 from kinetic import kube as kinetic_kube
-from kinetic import layout, names, storage
+from kinetic import names, storage
 from kinetic.config import resolve
 from kinetic.inputs import InputHandle
 from kinetic.jobs import JobCancelled, JobStatus
@@ -110,7 +110,7 @@ def test_input_handles_after_their_pods_are_gone(ns: str, kube: Kube) -> None:
 
     world.cleanup()  # its result goes; the manifest stays
     assert not storage.exists(world.result_uri)
-    assert storage.exists(layout.manifest_uri(resolve().storage_root, batch.group_id))
+    assert storage.exists(batch._home().manifest_uri)
     assert kinetic.attach_batch(batch.group_id, namespace=ns).total == 3
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import kinetic
 import pytest
 from kinetic import kube as kinetic_kube
-from kinetic import names, payload, storage
+from kinetic import layout, names, payload, storage
 from kinetic import resources as r
 from kinetic.config import resolve
 from kinetic.jobs import JobFailed, JobStatus, new_job_id, submit_job
@@ -209,11 +209,12 @@ def test_successful_result_cleans_up_by_default(ns: str) -> None:
         return 1
 
     job = one.run_async()
-    payload_uri = storage.join(job.artifacts_uri, "payload.pkl")
-    assert storage.exists(payload_uri)
+    payload_uri = job.payload_uri
+    assert payload_uri is not None and storage.exists(payload_uri)
     assert job.result(timeout=120) == 1
     assert job.status() is JobStatus.NOT_FOUND
     assert not storage.exists(payload_uri) and not storage.exists(job.result_uri)
+    assert storage.list_prefix(job._home().prefix) == []
 
 
 def test_cleanup_can_keep_artifacts_and_result_still_reads_them(ns: str) -> None:
@@ -307,7 +308,7 @@ def test_tampered_payload_fails_and_is_never_unpickled(ns: str) -> None:
     """A payload whose bytes do not match the spec's hash never reaches pickle.loads."""
     cfg = resolve(namespace=ns)
     job_id = new_job_id("tampered")
-    artifacts = storage.join(cfg.storage_root, "jobs", job_id)
+    artifacts = layout.new_upload_dir(cfg.storage_root, cfg.namespace, job_id)
     marker = _counter_uri()
 
     class Trap:
@@ -322,7 +323,6 @@ def test_tampered_payload_fails_and_is_never_unpickled(ns: str) -> None:
         function=r.FunctionSpec(
             payload_uri=storage.join(artifacts, "payload.pkl"),
             sha256=payload.sha256(b"what the client signed"),
-            result_uri=storage.join(artifacts, "result.pkl"),
             name="tampered",
         )
     )

@@ -62,6 +62,14 @@ def pods(kube: Kube, ns: str, name: str) -> list[client.V1Pod]:
     return kube.core.list_namespaced_pod(ns, label_selector=f"{names.LABEL_BATCH}={name}").items
 
 
+def _home(kube: Kube, ns: str, name: str) -> layout.Home:
+    """The batch's own storage prefix (namespace, name and UID)."""
+    uid = client.CustomObjectsApi(kube.api).get_namespaced_custom_object(
+        r.GROUP, r.VERSION, ns, r.BATCH_PLURAL, name
+    )["metadata"]["uid"]
+    return layout.batch_home(local_env()["KINETIC_STORAGE_ROOT"], ns, name, uid)
+
+
 def events(kube: Kube, ns: str, name: str) -> list[str]:
     items = kube.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
     return [e.reason for e in items]
@@ -97,10 +105,10 @@ def test_each_input_is_one_pod_and_nothing_else(kube: Kube, ns: str) -> None:
     wait_for(lambda: "Succeeded" in events(kube, ns, "grid"), what="the Succeeded event")
     assert sorted(events(kube, ns, "grid")) == ["Launching", "Succeeded"]
     # The manifest has each input's attempt and its result.
-    root = local_env()["KINETIC_STORAGE_ROOT"]
+    home = _home(kube, ns, "grid")
     header = wait_for(
         lambda: (
-            (h := decode_header(storage.read_bytes(layout.manifest_uri(root, "grid"))))
+            (h := decode_header(storage.read_bytes(home.manifest_uri)))
             and h.phase == "SUCCEEDED"
             and h
         ),
@@ -108,7 +116,7 @@ def test_each_input_is_one_pod_and_nothing_else(kube: Kube, ns: str) -> None:
         what="the final manifest",
     )
     assert header.succeeded_indexes == "0-2" and header.shards == [0]
-    shard = decode_shard(storage.read_bytes(layout.manifest_shard_uri(root, "grid", 0)))
+    shard = decode_shard(storage.read_bytes(home.manifest_shard_uri(0)))
     assert shard is not None
     assert {k: (v.outcome, v.result) for k, v in shard.inputs.items()} == {
         "0": ("SUCCEEDED", "a"),
@@ -154,9 +162,9 @@ def test_finished_pods_are_deleted_after_the_ttl_and_logs_archived(kube: Kube, n
     wait_phase(kube, ns, "logs", "SUCCEEDED")
     assert pods(kube, ns, "logs")  # kept for a while, for kubectl logs and describe
     wait_for(lambda: not pods(kube, ns, "logs"), timeout=90, what="the TTL to delete the Pods")
-    root = local_env()["KINETIC_STORAGE_ROOT"]
+    home = _home(kube, ns, "logs")
     for i in (0, 1):
-        uri = layout.batch_log_uri(root, "logs", names.input_pod_name("logs", i, 1))
+        uri = home.log_uri(names.input_pod_name("logs", i, 1))
         assert storage.read_bytes(uri) == f"hello from {i}\n".encode()
 
 

@@ -316,6 +316,7 @@ def test_finished_pods_go_after_their_ttl_and_their_logs_stay_readable(
     if not kube.is_local:
         pytest.skip("relies on the local cluster's short Pod TTL and its storage root")
     from kinetic import layout, storage
+    from kubernetes import client
 
     script = f"""
         if [ "$KINETIC_ATTEMPT" = 1 ]; then echo first try; exit 1; fi
@@ -333,8 +334,12 @@ def test_finished_pods_go_after_their_ttl_and_their_logs_stay_readable(
     for key, value in local_env().items():
         monkeypatch.setenv(key, value)
     root = local_env()["KINETIC_STORAGE_ROOT"]
-    assert storage.read_bytes(layout.job_log_uri(root, "ttl", "ttl-1")) == b"first try\n"
-    assert storage.read_bytes(layout.job_log_uri(root, "ttl", "ttl-2")) == b"second try\n"
+    uid = client.CustomObjectsApi(kube.api).get_namespaced_custom_object(
+        "kinetic.dev", "v1alpha1", ns, "kineticjobs", "ttl"
+    )["metadata"]["uid"]
+    home = layout.job_home(root, ns, "ttl", uid)
+    assert storage.read_bytes(home.log_uri("ttl-1")) == b"first try\n"
+    assert storage.read_bytes(home.log_uri("ttl-2")) == b"second try\n"
 
 
 def test_config_map_for_clients(kube: Kube, operator: None):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kinetic import payload, storage
+from kinetic import digest, payload, storage
 from kinetic.payload import RemoteError, Result, RunnerError
 from kinetic.runner import EXIT_OK, EXIT_RUNNER_ERROR, EXIT_USER_ERROR
 from test_storage import gcs_bucket, gcs_server  # noqa: F401  (fixtures)
@@ -49,6 +50,10 @@ class Run:
 
     def result(self) -> Result:
         return payload.load_result(storage.read_bytes(self.result_uri))
+
+    def stored_sha256(self) -> str:
+        """The hash of the bytes at the result URI, as a reader would check them."""
+        return digest.sha256(storage.read_bytes(self.result_uri))
 
 
 class Job:
@@ -160,7 +165,7 @@ def test_success_records_the_value_and_says_so(job: Job, tmp_path: Path) -> None
         "output_dir": out_dir,
         "wandb": "offline",
     }
-    assert run.termination == "ok"
+    assert run.termination == f"ok sha256={run.stored_sha256()}"
     lines = run.stdout.splitlines()
     assert any(line.startswith("kinetic runner: downloaded payload (") for line in lines)
     assert "kinetic runner: calling train(1 arg, 2 kwargs)" in lines
@@ -172,7 +177,7 @@ def test_user_exception_is_recorded_with_its_traceback(job: Job) -> None:
     job.call(fail, 0.1)
     run = job.run()
     assert run.code == EXIT_USER_ERROR
-    assert run.termination == "ValueError: bad lr 0.1"
+    assert run.termination == f"ValueError: bad lr 0.1 sha256={run.stored_sha256()}"
     result = run.result()
     assert result.phase == "call"
     with pytest.raises(ValueError, match="bad lr 0.1") as info:
@@ -333,6 +338,52 @@ def test_second_run_after_success_keeps_the_first_result(job: Job) -> None:
     assert "calling" not in run.stdout  # the duplicate does not redo the work
     assert payload.raise_remote(run.result()) == {"args": ["first"], "kwargs": {}}
     assert storage.stat(job.env["KINETIC_RESULT_URI"]) == generation
+
+
+def test_a_duplicate_reports_the_hash_of_the_success_it_kept(job: Job) -> None:
+    job.call(echo, "first")
+    first = job.run()
+    job.call(echo, "second")
+    second = job.run()
+    assert second.termination == f"ok (result already recorded) sha256={first.stored_sha256()}"
+    assert digest.reported_sha256(second.termination) == digest.reported_sha256(first.termination)
+
+
+class _Trap:
+    """Unpickling this creates a file: proof that foreign bytes were loaded."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> Any:
+        return (open, (self.path, "w"))
+
+
+def test_foreign_bytes_at_the_result_uri_are_never_unpickled_and_get_replaced(
+    job: Job, tmp_path: Path
+) -> None:
+    trap = tmp_path / "unpickled"
+    storage.write_bytes(job.env["KINETIC_RESULT_URI"], pickle.dumps(_Trap(str(trap))))
+    job.call(echo, "mine")
+    run = job.run()
+    assert run.code == EXIT_OK, run.stdout + run.stderr
+    assert not trap.exists()  # the runner never loaded what it did not write
+    assert payload.raise_remote(run.result()) == {"args": ["mine"], "kwargs": {}}
+    assert digest.reported_sha256(run.termination) == run.stored_sha256()
+
+
+def test_a_stored_success_is_recognised_by_its_header_without_unpickling(
+    job: Job, tmp_path: Path
+) -> None:
+    trap = tmp_path / "unpickled"
+    planted = payload.RESULT_HEADER + b"ok\n" + pickle.dumps(_Trap(str(trap)))
+    storage.write_bytes(job.env["KINETIC_RESULT_URI"], planted)
+    job.call(echo, "mine")
+    run = job.run()
+    assert run.code == EXIT_OK and "result already recorded" in run.stdout
+    assert not trap.exists()
+    # What it kept is reported by hash, so a reader can tell these bytes were not a runner's.
+    assert digest.reported_sha256(run.termination) == digest.sha256(planted)
 
 
 def write_success_then_fail(result_uri: str) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kinetic import payload, storage
+from kinetic import digest, payload, storage
 from kinetic.payload import Result
 from kinetic.ranges import IndexSet
 from kinetic.runner import EXIT_OK, EXIT_RUNNER_ERROR, EXIT_USER_ERROR
@@ -50,8 +50,8 @@ class ChunkRun:
         """The termination message as index lists; asserts it is one line of JSON."""
         assert "\n" not in self.termination, self.termination
         message = json.loads(self.termination)
-        assert set(message) == {"succeeded", "failed"}, message
-        return {k: list(IndexSet.parse(v)) for k, v in message.items()}
+        assert set(message) - {"report"} == {"succeeded", "failed"}, message
+        return {k: list(IndexSet.parse(v)) for k, v in message.items() if k != "report"}
 
 
 class Chunk:
@@ -191,6 +191,26 @@ def test_one_failing_input_is_recorded_and_named_the_others_succeed(chunk: Chunk
     begins = [line for line in lines if line.endswith(": begin")]
     assert begins == [f"kinetic runner: input {i}: begin" for i in range(10, 14)]
     assert lines[-1] == 'kinetic runner: chunk done: {"succeeded":"10-12","failed":"13"}'
+
+
+def test_each_inputs_result_hash_goes_to_the_report_named_by_its_own_hash(chunk: Chunk) -> None:
+    chunk.function(square_unless_three)
+    for i in range(4):
+        chunk.add(i, i, inline=True)
+    report_uri = storage.join(chunk.root, "batches", chunk.group, "reports", "pod.json")
+    run = chunk.run(KINETIC_REPORT_URI=report_uri)
+    assert run.outcome() == {"succeeded": [0, 1, 2], "failed": [3]}
+    expected = digest.chunk_report(run.termination)
+    hashes = digest.parse_report(storage.read_bytes(report_uri), expected)
+    # Failures are recorded results too: every input has the hash of what is stored for it.
+    stored = {i: digest.sha256(storage.read_bytes(chunk.result_uri(i))) for i in range(4)}
+    assert hashes == stored
+    # A second Pod of the same chunk (a retry) reports the same hashes for what it kept.
+    again = chunk.run(KINETIC_REPORT_URI=report_uri)
+    again_hashes = digest.parse_report(
+        storage.read_bytes(report_uri), digest.chunk_report(again.termination)
+    )
+    assert {i: again_hashes[i] for i in range(3)} == {i: stored[i] for i in range(3)}
 
 
 def test_all_inputs_succeeding_exits_zero(chunk: Chunk) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import kopf
 import pytest
+from kinetic import layout
 from kinetic.resources import KineticBatchSpec, KineticBatchStatus
 from kinetic_operator.handlers import batches
 from kinetic_operator.handlers.admission import check_spec_update, validate_batch, validate_job
@@ -168,13 +169,13 @@ def test_the_reconcile_still_refuses_what_bypasses_the_webhook(tmp_path):
     mem = BatchMemory(uid="u")
     root = f"file://{tmp_path}"
     accepted = KineticBatchSpec.model_validate(spec())
-    first, refused = batches._accept(mem, root, "steady", "u", accepted)
+    first, refused = batches._accept(mem, layout.batch_home(root, "ns", "steady", "u"), accepted)
     assert first == accepted and refused is None
     edited = KineticBatchSpec.model_validate(
         spec(inputs={"items": [1, 2, 3, 4, 5]}, cancel=True, cancelIndexes="1")
     )
     acted_on, refused = batches._accept(
-        BatchMemory(uid="u"), root, "steady", "u", edited
+        BatchMemory(uid="u"), layout.batch_home(root, "ns", "steady", "u"), edited
     )  # restart
     assert acted_on.inputs == accepted.inputs and acted_on.cancel is True
     assert acted_on.cancel_indexes == "1"

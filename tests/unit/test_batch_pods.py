@@ -17,6 +17,7 @@ from test_podspec import assert_restricted, env_of, main_container
 
 SHA = "ab" * 32
 ROOT = "gs://kinetic/root"
+HOME = layout.batch_home(ROOT, "ns", "grp-1a2b3c4d", "uid-9")
 GRP = "grp-1a2b3c4d"
 SETTINGS = OperatorSettings(
     storage_root=ROOT,
@@ -89,10 +90,10 @@ def test_one_function_input_per_pod():
         "KINETIC_JOB_NAMESPACE": "ns",
         "KINETIC_ATTEMPT": "2",
         "KINETIC_INDEX": "3",
-        "KINETIC_OUTPUT_DIR": f"{ROOT}/outputs/{GRP}/3",
+        "KINETIC_OUTPUT_DIR": f"{ROOT}/namespaces/ns/outputs/{GRP}/uid-9/3",
         "KINETIC_PAYLOAD_URI": f"{ROOT}/batches/{GRP}/function.pkl",
         "KINETIC_PAYLOAD_SHA256": SHA,
-        "KINETIC_RESULT_URI": layout.input_result_uri(ROOT, GRP, 3),
+        "KINETIC_RESULT_URI": HOME.input_result_uri(3),
         "KINETIC_INPUT_URI": f"{ROOT}/batches/{GRP}/inputs/3.pkl",
         "KINETIC_INPUT_SHA256": HASHES[3],
         "KINETIC_INPUT_MODE": "args",
@@ -128,7 +129,7 @@ def test_a_container_input_arrives_in_its_environment():
     assert env["KINETIC_INDEX"] == "1"
     assert json.loads(env["KINETIC_INPUT"]) == {"lr": "1e-3", "opt": "adam"}
     assert env["KINETIC_PARAM_LR"] == "1e-3" and env["KINETIC_PARAM_OPT"] == "adam"
-    assert env["KINETIC_OUTPUT_DIR"] == f"{ROOT}/outputs/{GRP}/1"
+    assert env["KINETIC_OUTPUT_DIR"] == f"{ROOT}/namespaces/ns/outputs/{GRP}/uid-9/1"
     assert not any(
         k.startswith(("KINETIC_PAYLOAD", "KINETIC_RESULT", "KINETIC_CHUNK")) for k in env
     )
@@ -150,8 +151,8 @@ def test_a_chunk_runs_consecutive_inputs_in_one_pod():
     assert json.loads(env["KINETIC_CHUNK"]) == [
         {
             "index": i,
-            "resultURI": layout.input_result_uri(ROOT, GRP, i),
-            "outputDir": f"{ROOT}/outputs/{GRP}/{i}",
+            "resultURI": HOME.input_result_uri(i),
+            "outputDir": f"{ROOT}/namespaces/ns/outputs/{GRP}/uid-9/{i}",
             "inputURI": f"{ROOT}/batches/{GRP}/inputs/{i}.pkl",
             "inputSHA256": HASHES[i],
         }
@@ -162,6 +163,8 @@ def test_a_chunk_runs_consecutive_inputs_in_one_pod():
     )
     assert env["KINETIC_PAYLOAD_URI"] == f"{ROOT}/batches/{GRP}/function.pkl"
     assert env["KINETIC_PAYLOAD_SHA256"] == SHA and env["KINETIC_INPUT_MODE"] == "kwargs"
+    # The chunk's per-input result hashes go to a report in the batch's own prefix.
+    assert env["KINETIC_REPORT_URI"] == HOME.report_uri(input_pod_name(GRP, 4, 3))
     for single in (
         "KINETIC_RESULT_URI",
         "KINETIC_INPUT_URI",
@@ -210,7 +213,7 @@ def test_template_env_cannot_override_the_contract():
     names = [e["name"] for e in main_container(m)["env"]]
     assert names[0] == "A" and names.count("KINETIC_RESULT_URI") == 1
     assert "KINETIC_CHUNK" not in names
-    assert env_of(m)["KINETIC_RESULT_URI"] == layout.input_result_uri(ROOT, GRP, 2)
+    assert env_of(m)["KINETIC_RESULT_URI"] == HOME.input_result_uri(2)
 
 
 def test_accelerators_and_template_output_dir():
@@ -224,7 +227,8 @@ def test_accelerators_and_template_output_dir():
 
 
 def test_logs_are_archived_beside_the_batch():
-    assert log_uri(SETTINGS, GRP, f"{GRP}-3-1") == f"{ROOT}/batches/{GRP}/logs/{GRP}-3-1.log"
+    pod = f"{GRP}-3-1"
+    assert log_uri(HOME, pod) == f"{ROOT}/namespaces/ns/batches/{GRP}/uid-9/logs/{pod}.log"
 
 
 def _random_batch(rng: random.Random) -> tuple[KineticBatchSpec, list[str] | None]:

@@ -9,13 +9,14 @@ handler's bookkeeping (`deliver`), and the reaper (`reap`).
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kinetic import layout, storage
+from kinetic import digest, layout, storage
 from kinetic.manifest import decode_shard
 from kinetic.ranges import IndexSet
 from kinetic.resources import BATCH_PLURAL
@@ -73,6 +74,7 @@ class Batch:
     def __init__(self, kube: FakeKube, settings: OperatorSettings, spec: dict[str, Any], **meta):
         self.kube, self.settings, self.mem = kube, settings, BatchMemory()
         self.root = settings.storage_root or ""
+        self.home = layout.batch_home(self.root or "file:///none", "ns", GRP, "b-uid")
         kube.put(BATCH_PLURAL, body(spec, **meta))
         self.seen: dict[str, PodView] = {}
 
@@ -105,7 +107,7 @@ class Batch:
     def shard(self, n: int = 0) -> dict[int, Any]:
         """Shard ``n`` as stored ({} when not written yet)."""
         try:
-            data = storage.read_bytes(layout.manifest_shard_uri(self.root, GRP, n))
+            data = storage.read_bytes(self.home.manifest_shard_uri(n))
         except storage.NotFound:
             return {}
         found = decode_shard(data)
@@ -131,16 +133,16 @@ def test_the_manifest_and_the_reservation_come_before_any_pod(settings):
     batch = Batch(kube, settings, container_batch(5, maxConcurrent=2))
     checks: list[tuple[bool, str]] = []
     kube.on_create = lambda m: checks.append(
-        (read_header(batch.root, GRP) is not None, batch.status.get("activeIndexes", ""))
+        (read_header(batch.home) is not None, batch.status.get("activeIndexes", ""))
     )
     batch.reconcile()
     assert sorted(batch.created()) == [pod_name(0), pod_name(1)]
     assert checks == [(True, "0-1"), (True, "0-1")]
     st = batch.status
-    assert st["launched"] == 2 and st["manifestURI"] == layout.manifest_uri(batch.root, GRP)
+    assert st["launched"] == 2 and st["manifestURI"] == batch.home.manifest_uri
     manifest = next(c for c in st["conditions"] if c["type"] == "ManifestWritten")
     assert manifest["status"] == "True"
-    assert storage.exists(layout.accepted_spec_uri(batch.root, GRP))
+    assert storage.exists(batch.home.accepted_spec_uri)
     pod = kube.pods[pod_name(1)]
     assert pod["metadata"]["labels"]["kinetic.dev/index"] == "1"
     assert pod["metadata"]["ownerReferences"][0]["kind"] == "KineticBatch"
@@ -262,7 +264,7 @@ def test_a_whole_batch_posts_no_event_per_input(settings):
     records = batch.shard()
     assert {i: r.outcome for i, r in records.items()} == dict.fromkeys(range(12), "SUCCEEDED")
     assert records[7].result == "out 7"  # a container's result outlives its Pod
-    header = read_header(batch.root, GRP)
+    header = read_header(batch.home)
     assert header is not None and header.succeeded_indexes == "0-11" and header.phase == "SUCCEEDED"
 
 
@@ -279,7 +281,7 @@ def test_finished_pods_go_after_their_ttl_once_their_shard_is_written(settings):
 
     def on_delete(name: str) -> None:
         index = int(name.rsplit("-", 2)[1])
-        log = storage.read_bytes(layout.batch_log_uri(batch.root, GRP, name))
+        log = storage.read_bytes(batch.home.log_uri(name))
         seen_at_delete.append((batch.shard()[index].outcome, log))
 
     kube.on_delete = on_delete
@@ -452,7 +454,12 @@ def test_a_restart_adopts_pods_and_creates_nothing_twice(settings):
 def test_a_chunked_function_batch_records_each_input(settings, tmp_path):
     kube = FakeKube()
     spec = {
-        "template": {"function": {"payloadURI": "gs://b/f.pkl", "sha256": SHA}},
+        "template": {
+            "function": {
+                "payloadURI": f"{settings.storage_root}/namespaces/ns/u/f.pkl",
+                "sha256": SHA,
+            }
+        },
         "inputs": {"items": list(range(5))},
         "chunkSize": 2,
         "maxConcurrent": None,
@@ -462,10 +469,22 @@ def test_a_chunked_function_batch_records_each_input(settings, tmp_path):
     assert sorted(batch.created()) == [pod_name(0), pod_name(2), pod_name(4)]
     assert kube.pods[pod_name(0)]["metadata"]["labels"]["kinetic.dev/chunk"] == "2"
     batch.deliver()
-    kube.end_pod(pod_name(0), ok=False, message='{"succeeded":"1","failed":"0"}')
-    kube.end_pod(pod_name(2), message='{"succeeded":"2-3","failed":""}')
-    kube.end_pod(pod_name(4), message='{"succeeded":"4","failed":""}')
+
+    def report(pod: str, hashes: dict[int, str], lie: bool = False) -> str:
+        """What the runner does: the hashes in a report, the report's hash in the message."""
+        data = json.dumps({str(i): h for i, h in hashes.items()}).encode()
+        storage.write_bytes(batch.home.report_uri(pod), data)
+        return "f" * 64 if lie else digest.sha256(data)
+
+    r0 = report(pod_name(0), {1: "1" * 64, 3: "9" * 64})  # 3 is not in its unit: ignored
+    r2 = report(pod_name(2), {2: "2" * 64, 3: "3" * 64})
+    r4 = report(pod_name(4), {4: "4" * 64}, lie=True)  # the report does not match: not used
+    kube.end_pod(pod_name(0), ok=False, message=f'{{"succeeded":"1","failed":"0","report":"{r0}"}}')
+    kube.end_pod(pod_name(2), message=f'{{"succeeded":"2-3","failed":"","report":"{r2}"}}')
+    kube.end_pod(pod_name(4), message=f'{{"succeeded":"4","failed":"","report":"{r4}"}}')
     batch.reconcile()
+    hashes = {i: r.result_sha256 for i, r in batch.shard().items()}
+    assert hashes == {0: None, 1: "1" * 64, 2: "2" * 64, 3: "3" * 64, 4: None}
     st = batch.status
     assert (st["succeededIndexes"], st["failedIndexes"]) == ("1-4", "0")
     assert st["phase"] == "FAILED"

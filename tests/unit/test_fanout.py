@@ -7,6 +7,7 @@ import itertools
 import json
 
 import pytest
+from kinetic import layout
 from kinetic.fanout import (
     child_spec,
     env_value,
@@ -26,6 +27,11 @@ from kinetic.resources import (
 
 SHA = "a" * 64
 ROOT = "gs://bucket/kinetic"
+
+
+def home(batch: str) -> layout.Home:
+    """The batch's own storage prefix: namespace ns, UID u-1."""
+    return layout.batch_home(ROOT, "ns", batch, "u-1")
 
 
 def function_template(**extra) -> dict:
@@ -127,14 +133,14 @@ def test_function_child_for_pickled_inputs():
         inputMode="args",
         retries=2,
     )
-    child = child_spec("grp-1", spec, 2, ROOT + "/", input_sha256="b" * 64)
+    child = child_spec(home("grp-1"), spec, 2, input_sha256="b" * 64)
     assert isinstance(child, KineticJobSpec)
     fn = child.function
     assert fn.input_uri == f"{ROOT}/batches/grp-1/inputs/2.pkl"
     assert fn.input_sha256 == "b" * 64
     assert fn.input_json is None
     assert fn.input_mode == "args"
-    assert fn.result_uri == f"{ROOT}/jobs/grp-1-2/result.pkl"
+    assert fn.result_uri == f"{ROOT}/namespaces/ns/batches/grp-1/u-1/results/2.pkl"
     assert fn.payload_uri == spec.template.function.payload_uri and fn.sha256 == SHA
     assert fn.name == "train"
     assert child.retries == 2 and child.cancel is False
@@ -142,21 +148,21 @@ def test_function_child_for_pickled_inputs():
     # The template itself is untouched, and the child round-trips through the schema.
     assert spec.template.function.input_uri is None and spec.template.retries == 0
     assert KineticJobSpec.model_validate(child.wire()) == child
-    assert "inputSHA256" not in child_spec("grp-1", spec, 0, ROOT).wire()["function"]
+    assert "inputSHA256" not in child_spec(home("grp-1"), spec, 0).wire()["function"]
 
 
 def test_function_child_for_items_and_grid():
     spec = batch({"items": [{"lr": 0.1}, [1, 2], 3]})
-    assert child_spec("g", spec, 0, ROOT).function.input_json == {"lr": 0.1}
-    assert child_spec("g", spec, 1, ROOT).function.input_json == [1, 2]
-    assert child_spec("g", spec, 2, ROOT).function.input_json == 3
-    assert child_spec("g", spec, 2, ROOT).function.input_uri is None
+    assert child_spec(home("g"), spec, 0).function.input_json == {"lr": 0.1}
+    assert child_spec(home("g"), spec, 1).function.input_json == [1, 2]
+    assert child_spec(home("g"), spec, 2).function.input_json == 3
+    assert child_spec(home("g"), spec, 2).function.input_uri is None
     grid = batch({"grid": {"lr": [0.1, 0.01], "bs": [8, 16]}}, inputMode="kwargs")
-    c = child_spec("g", grid, 1, ROOT)
+    c = child_spec(home("g"), grid, 1)
     assert c.function.input_json == {"bs": 8, "lr": 0.01}  # keys sorted: lr varies fastest
     assert c.function.input_mode == "kwargs"
     with pytest.raises(IndexError):
-        child_spec("g", grid, 4, ROOT)
+        child_spec(home("g"), grid, 4)
 
 
 def test_container_child_env():
@@ -166,7 +172,7 @@ def test_container_child_env():
             env=[{"name": "KINETIC_INDEX", "value": "stale"}, {"name": "KEEP", "value": "me"}]
         ),
     )
-    c = child_spec("g", spec, 3, ROOT)
+    c = child_spec(home("g"), spec, 3)
     env = {e.name: e.value for e in c.env}
     assert env["KEEP"] == "me"
     assert env["KINETIC_INDEX"] == "3"
@@ -189,7 +195,7 @@ def test_container_child_env():
 
 def test_container_child_env_for_plain_items():
     spec = batch({"items": ["a b; rm -rf /", 3, None, [1, "x"]]}, container_template())
-    envs = [{e.name: e.value for e in child_spec("g", spec, i, ROOT).env} for i in range(4)]
+    envs = [{e.name: e.value for e in child_spec(home("g"), spec, i).env} for i in range(4)]
     assert envs[0]["KINETIC_INPUT"] == "a b; rm -rf /"  # a value, never a command
     assert envs[1]["KINETIC_INPUT"] == "3"
     assert envs[2]["KINETIC_INPUT"] == "null"
@@ -199,17 +205,18 @@ def test_container_child_env_for_plain_items():
 
 def test_output_dir_is_per_input():
     spec = batch({"items": [1, 2]}, function_template(outputDir="gs://b/out/"))
-    assert child_spec("g", spec, 1, ROOT).output_dir == "gs://b/out/1"
+    assert child_spec(home("g"), spec, 1).output_dir == "gs://b/out/1"
     # Without one in the template, each input still gets its own under the storage root.
-    assert child_spec("g", batch({"items": [1]}), 0, ROOT).output_dir == f"{ROOT}/outputs/g/0"
+    outputs = f"{ROOT}/namespaces/ns/outputs/g/u-1"  # the batch's UID: never another's
+    assert child_spec(home("g"), batch({"items": [1]}), 0).output_dir == f"{outputs}/0"
     containers = batch({"items": [1, 2]}, container_template())
-    assert child_spec("g", containers, 1, ROOT).output_dir == f"{ROOT}/outputs/g/1"
+    assert child_spec(home("g"), containers, 1).output_dir == f"{outputs}/1"
 
 
 def test_container_template_with_pickled_inputs_is_refused():
     spec = batch({"count": 2, "uriPrefix": "gs://b/in"}, container_template())
     with pytest.raises(ValueError, match="needs spec.template.function"):
-        child_spec("g", spec, 0, ROOT)
+        child_spec(home("g"), spec, 0)
 
 
 def test_env_helpers():

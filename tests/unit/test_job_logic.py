@@ -250,6 +250,28 @@ def test_function_success_keeps_result_uri_and_no_inline_result():
     assert d.status.result is None and d.status.result_uri == "gs://r"
 
 
+def test_the_result_sha256_the_runner_reported_is_recorded_in_status():
+    spec, digest = fspec(), "ab" * 32
+    st = run(spec, result_uri="gs://r").status
+    d = run(spec, st, [ok_pod(message=f"ok sha256={digest}")], result_uri="gs://r")
+    assert d.status.phase == "SUCCEEDED" and d.status.result_sha256 == digest
+    assert d.status.wire()["resultSHA256"] == digest
+
+
+def test_a_failed_function_records_the_hash_of_its_failure_result():
+    spec, digest = fspec(), "cd" * 32
+    st = run(spec, result_uri="gs://r").status
+    d = run(spec, st, [failed_pod(termination_message=f"ValueError: bad sha256={digest}")])
+    assert d.status.phase == "FAILED" and d.status.result_sha256 == digest
+
+
+def test_a_success_without_a_reported_hash_records_none():
+    spec = fspec()
+    st = run(spec, result_uri="gs://r").status
+    d = run(spec, st, [ok_pod(message="ok")], result_uri="gs://r")
+    assert d.status.phase == "SUCCEEDED" and d.status.result_sha256 is None
+
+
 def test_empty_termination_message_means_no_result():
     d = run(status=running(), pods=[ok_pod(message=None)])
     assert d.status.phase == "SUCCEEDED" and d.status.result is None
@@ -624,8 +646,11 @@ def test_invalid_spec_fails_without_creating_anything():
     st = d.status
     assert st.phase == "FAILED" and st.attempt == 0 and st.attempts == []
     assert st.message.startswith("spec.container.command")
+    # The Failed condition says why, as a KineticBatch's does, and keeps saying it.
     assert cond(st, "Failed").status == "True" and cond(st, "Failed").reason == "InvalidSpec"
-    assert run(InvalidSpec("spec.x: y"), st).actions == ()  # said once
+    again = run(InvalidSpec("spec.x: y"), st)
+    assert again.actions == ()  # said once
+    assert cond(again.status, "Failed").reason == "InvalidSpec"
 
 
 def test_spec_edited_into_nonsense_mid_run_stops_the_attempt():
@@ -694,12 +719,28 @@ def test_unknown_accelerator_lists_the_known_ones():
     assert "known accelerators: cpu, gpu-a100" in msg and "tpu-v6e-4" in msg
 
 
-def test_function_job_needs_a_result_uri_or_a_storage_root():
-    raw = {"function": {"payloadURI": "gs://a/p", "sha256": SHA}}
-    assert validate(raw, root=None).message.startswith("spec.function.resultURI: required")
+def test_function_job_needs_a_storage_root():
+    raw = {"function": {"payloadURI": "gs://b/namespaces/default/uploads/x/p", "sha256": SHA}}
+    assert validate(raw, root=None).message.startswith("spec.function: the operator has no")
     assert isinstance(validate(raw, root="gs://b"), KineticJobSpec)
-    raw["function"]["resultURI"] = "gs://a/r"
-    assert isinstance(validate(raw, root=None), KineticJobSpec)
+
+
+@pytest.mark.parametrize(
+    "field, uri",
+    [
+        ("payloadURI", "gs://b/namespaces/other/uploads/x/p.pkl"),  # another namespace's
+        ("payloadURI", "gs://b/jobs/kj/payload.pkl"),  # the root, outside any namespace
+        ("payloadURI", "gs://b/namespaces/default/../other/p.pkl"),
+        ("payloadURI", "file:///home/me/p.pkl"),
+        ("resultURI", "gs://bucket/result.pkl"),
+        ("inputURI", "gs://b/namespaces/defaultx/in.pkl"),  # a longer name is not a prefix
+    ],
+)
+def test_storage_uris_outside_the_namespace_prefix_are_refused_naming_the_field(field, uri):
+    fn = {"payloadURI": "gs://b/namespaces/default/uploads/x/p", "sha256": SHA, field: uri}
+    msg = validate({"function": fn}).message
+    assert msg.startswith(f"spec.function.{field}: {uri} is outside")
+    assert "gs://b/namespaces/default/" in msg  # the allowed prefix, so the fix is clear
 
 
 def test_names_too_long_for_attempt_pods_are_refused():

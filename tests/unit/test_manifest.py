@@ -31,6 +31,12 @@ SHA = "a" * 64
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 CREATED = "2024-05-01T11:59:58Z"
 BATCH = "grp-1a2b3c4d"
+UID = "0d1c2b3a-0000-4000-8000-000000000001"
+
+
+def home(root: str) -> layout.Home:
+    """The batch's own storage prefix."""
+    return layout.batch_home(root, "ns", BATCH, UID)
 
 
 @pytest.fixture
@@ -91,17 +97,19 @@ def failed(unit: int) -> UnitPlan:
 
 def header_for(spec: KineticBatchSpec, recorded: Recorded, phase: str = "RUNNING"):
     status = KineticBatchStatus(phase=phase, launched=len(recorded.terminal))
-    return build_header(BATCH, "ns", spec, status, recorded, created=CREATED, now=T0, shards=[])
+    return build_header(
+        home("file:///unused"), spec, status, recorded, created=CREATED, now=T0, shards=[]
+    )
 
 
 def read_shard(root: str, shard: int) -> ManifestShard:
-    found = decode_shard(storage.read_bytes(layout.manifest_shard_uri(root, BATCH, shard)))
+    found = decode_shard(storage.read_bytes(home(root).manifest_shard_uri(shard)))
     assert found is not None
     return found
 
 
 def generation(root: str, shard: int) -> int | None:
-    return storage.stat(layout.manifest_shard_uri(root, BATCH, shard))
+    return storage.stat(home(root).manifest_shard_uri(shard))
 
 
 # --------------------------------------------------------------------------- header
@@ -111,14 +119,15 @@ def test_the_header_describes_the_batch_and_holds_the_complete_ranges(root):
     spec = make_spec(6, maxConcurrent=2, submissionFailures=[{"index": 1, "message": "nope"}])
     d = decide_batch(spec, None, {}, T0, batch=BATCH)
     header = build_header(
-        BATCH, "ns", spec, d.status, d.recorded, created=CREATED, now=T0, shards=[]
+        home("file:///unused"), spec, d.status, d.recorded, created=CREATED, now=T0, shards=[]
     )
-    ManifestBook(root, BATCH).write(header, d.recorded)
-    got = read_header(root, BATCH)
+    ManifestBook(home(root)).write(header, d.recorded)
+    got = read_header(home(root))
     assert got is not None and got.version == MANIFEST_VERSION
-    assert (got.group_id, got.namespace, got.name, got.tags) == (
+    assert (got.group_id, got.namespace, got.uid, got.name, got.tags) == (
         BATCH,
         "ns",
+        UID,
         "sweep",
         {"team": "ml"},
     )
@@ -142,18 +151,18 @@ def test_the_header_is_complete_when_the_status_ranges_were_cut(root):
     )
     assert status.truncated
     header = build_header(
-        BATCH, "ns", make_spec(n), status, recorded, created=None, now=T0, shards=[]
+        home("file:///unused"), make_spec(n), status, recorded, created=None, now=T0, shards=[]
     )
-    ManifestBook(root, BATCH).write(header, recorded)
-    back = recorded_from(read_header(root, BATCH))
+    ManifestBook(home(root)).write(header, recorded)
+    back = recorded_from(read_header(home(root)))
     assert back is not None
     assert back.succeeded == evens and back.failed == odds and back.cancelled == IndexSet()
 
 
 def test_a_header_of_another_version_or_none_at_all_reads_as_none(root):
-    assert read_header(root, BATCH) is None and recorded_from(None) is None
-    storage.write_bytes(layout.manifest_uri(root, BATCH), b'{"version": 1, "groupId": "x"}')
-    assert read_header(root, BATCH) is None
+    assert read_header(home(root)) is None and recorded_from(None) is None
+    storage.write_bytes(home(root).manifest_uri, b'{"version": 1, "groupId": "x"}')
+    assert read_header(home(root)) is None
 
 
 def test_a_container_header(root):
@@ -167,7 +176,7 @@ def test_a_container_header(root):
 
 
 def test_each_input_gets_its_attempt_history_in_its_shard(root):
-    book = ManifestBook(root, BATCH)
+    book = ManifestBook(home(root))
     retry = plan(
         1,
         pod(1, phase="Failed", exit_code=1, terminated_reason="Error", termination_message="e"),
@@ -189,7 +198,7 @@ def test_each_input_gets_its_attempt_history_in_its_shard(root):
 
 
 def test_function_inputs_keep_no_inline_result(root):
-    book = ManifestBook(root, BATCH)
+    book = ManifestBook(home(root))
     book.note({0: succeeded(0, "ok: returned int")}, 1, 1, container=False)
     recorded = Recorded(IndexSet([0]), IndexSet(), IndexSet())
     book.write(header_for(make_spec(1), recorded), recorded)
@@ -197,7 +206,7 @@ def test_function_inputs_keep_no_inline_result(root):
 
 
 def test_a_chunk_plan_records_every_input_of_the_chunk(root):
-    book = ManifestBook(root, BATCH)
+    book = ManifestBook(home(root))
     book.note({0: running(0), 3: running(3)}, 3, 5, container=False)
     book.write(header_for(make_spec(5, chunkSize=3), Recorded()), Recorded())
     shard = read_shard(root, 0)
@@ -207,7 +216,7 @@ def test_a_chunk_plan_records_every_input_of_the_chunk(root):
 
 def test_outcomes_the_batch_recorded_win_over_the_last_plan(root):
     """Input 1 was cancelled (spec.cancelIndexes) while its Pod ran: the shard says so."""
-    book = ManifestBook(root, BATCH)
+    book = ManifestBook(home(root))
     book.note({0: running(0), 1: running(1)}, 1, 2, container=False)
     book.write(header_for(make_spec(2), Recorded()), Recorded())
     assert read_shard(root, 0).inputs["1"].outcome == "RUNNING"
@@ -220,7 +229,7 @@ def test_outcomes_the_batch_recorded_win_over_the_last_plan(root):
 def test_only_shards_that_changed_are_written(root):
     n = 3 * layout.SHARD_SIZE
     spec = make_spec(n)
-    book = ManifestBook(root, BATCH)
+    book = ManifestBook(home(root))
     units = [5, layout.SHARD_SIZE + 5, 2 * layout.SHARD_SIZE + 5]
     book.note({u: running(u) for u in units}, 1, n, container=False)
     book.write(header_for(spec, Recorded()), Recorded())
@@ -241,12 +250,12 @@ def test_only_shards_that_changed_are_written(root):
 
 def test_a_new_book_after_a_restart_merges_what_was_written_before(root):
     spec = make_spec(10)
-    first = ManifestBook(root, BATCH)
+    first = ManifestBook(home(root))
     first.note({i: succeeded(i) for i in range(3)} | {3: running(3)}, 1, 10, container=False)
     recorded = Recorded(IndexSet.range(0, 3), IndexSet(), IndexSet())
     first.write(header_for(spec, recorded), recorded)
     # The operator restarts: a new book knows nothing, and input 4 starts, 3 fails.
-    second = ManifestBook(root, BATCH)
+    second = ManifestBook(home(root))
     second.note({3: failed(3), 4: running(4)}, 1, 10, container=False)
     recorded = Recorded(IndexSet.range(0, 3), IndexSet([3]), IndexSet())
     second.write(header_for(spec, recorded), recorded)
@@ -264,7 +273,7 @@ def test_a_new_book_after_a_restart_merges_what_was_written_before(root):
 def test_settled_shards_are_dropped_from_memory_and_read_back_when_needed(root):
     n = 2 * layout.SHARD_SIZE
     spec = make_spec(n)
-    book = ManifestBook(root, BATCH)
+    book = ManifestBook(home(root))
     book.note(
         {0: succeeded(0), 1: failed(1), layout.SHARD_SIZE: running(layout.SHARD_SIZE)},
         1,
@@ -290,24 +299,24 @@ def test_settled_shards_are_dropped_from_memory_and_read_back_when_needed(root):
 def test_the_header_lists_every_shard_written_even_after_a_restart(root):
     n = 3 * layout.SHARD_SIZE
     spec = make_spec(n)
-    first = ManifestBook(root, BATCH)
+    first = ManifestBook(home(root))
     first.note(
         {0: succeeded(0), layout.SHARD_SIZE: running(layout.SHARD_SIZE)}, 1, n, container=False
     )
     recorded = Recorded(IndexSet([0]), IndexSet(), IndexSet())
     first.write(header_for(spec, recorded), recorded)
-    assert read_header(root, BATCH).shards == [0, 1]
-    second = ManifestBook(root, BATCH)  # a restart; only shard 2 changes from now on
+    assert read_header(home(root)).shards == [0, 1]
+    second = ManifestBook(home(root))  # a restart; only shard 2 changes from now on
     second.note({2 * layout.SHARD_SIZE: running(2 * layout.SHARD_SIZE)}, 1, n, container=False)
     second.write(header_for(spec, recorded), recorded)
-    assert read_header(root, BATCH).shards == [0, 1, 2]
+    assert read_header(home(root)).shards == [0, 1, 2]
 
 
 def test_a_failed_storage_write_raises_and_keeps_the_shard_dirty(root, tmp_path):
-    blocked = tmp_path / "store" / "batches" / BATCH / "manifest"
+    blocked = tmp_path / "store" / "namespaces" / "ns" / "batches" / BATCH / UID / "manifest"
     blocked.parent.mkdir(parents=True)
     blocked.write_text("a file where the shard directory should be")
-    book = ManifestBook(root, BATCH)
+    book = ManifestBook(home(root))
     book.note({0: running(0)}, 1, 1, container=False)
     with pytest.raises(storage.StorageError):
         book.write(header_for(make_spec(1), Recorded()), Recorded())
@@ -320,7 +329,7 @@ def test_a_failed_storage_write_raises_and_keeps_the_shard_dirty(root, tmp_path)
 def test_ten_thousand_inputs_cost_one_shard_write_per_change(root):
     n = 10 * layout.SHARD_SIZE
     spec = make_spec(n)
-    book = ManifestBook(root, BATCH)
+    book = ManifestBook(home(root))
     book.note(
         {i: succeeded(i) for i in range(n - 1)} | {n - 1: running(n - 1)}, 1, n, container=False
     )

@@ -394,7 +394,7 @@ def test_a_finished_pod_goes_after_its_ttl_once_recorded_with_its_log_archived(s
     kube = FakeKube()
     job = _finished_job(kube, settings, NOW - timedelta(seconds=200))
     kube.logs["kj-1"] = b"hello from kj-1\n"
-    archive = layout.job_log_uri(settings.storage_root, "kj", "kj-1")
+    archive = layout.job_home(settings.storage_root, "ns", "kj", "u").log_uri("kj-1")
     at_delete: list[tuple[str, bytes]] = []
     kube.on_delete = lambda name: at_delete.append(
         (job.status["phase"], storage.read_bytes(archive))
@@ -435,7 +435,7 @@ def test_pods_being_reaped_are_not_handed_out_twice(settings):
 
 
 def test_a_log_that_cannot_be_archived_keeps_its_pod(settings, tmp_path):
-    blocked = tmp_path / "store" / "jobs" / "kj" / "logs"
+    blocked = tmp_path / "store" / "namespaces" / "ns" / "jobs" / "kj" / "u" / "logs"
     blocked.parent.mkdir(parents=True)
     blocked.write_text("a file where the log directory should be")
     kube = FakeKube()

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kinetic import payload
 from kinetic.payload import (
+    RESULT_HEADER,
     PayloadError,
     RemoteError,
     Result,
@@ -30,6 +31,7 @@ from kinetic.payload import (
     load_input_payload,
     load_result,
     raise_remote,
+    result_outcome,
     runner_failure,
     success,
     user_failure,
@@ -353,9 +355,19 @@ def test_unpicklable_return_value_names_its_type() -> None:
 
 def test_load_result_rejects_garbage_and_foreign_pickles() -> None:
     with pytest.raises(PayloadError, match="cannot unpickle the result"):
-        load_result(b"\x80\x05garbage")
+        load_result(RESULT_HEADER + b"ok\n\x80\x05garbage")
     with pytest.raises(PayloadError, match="not a Kinetic result"):
-        load_result(pickle.dumps({"ok": True}))
+        load_result(RESULT_HEADER + b"ok\n" + pickle.dumps({"ok": True}))
+    with pytest.raises(PayloadError, match="no result header"):
+        load_result(pickle.dumps(success(1)))  # a bare pickle is never loaded
+
+
+def test_the_outcome_is_read_from_the_header_without_unpickling() -> None:
+    assert result_outcome(dump_result(success(1))) is True
+    assert result_outcome(dump_result(runner_failure("download", "gone"))) is False
+    # Bytes that would run code if unpickled are never loaded to find out.
+    assert result_outcome(b"cos\nsystem\n(S'touch /tmp/pwned'\ntR.") is None
+    assert result_outcome(RESULT_HEADER + b"maybe\n") is None
 
 
 def test_remote_tracebacks_show_the_users_source_even_without_the_file(

@@ -29,6 +29,7 @@ SETTINGS = OperatorSettings(
     runner_command=["python", "-m", "kinetic.runner"],
 )
 OWNER = Owner(name="kj", namespace="ns", uid="uid-1")
+PAYLOAD = "gs://kinetic/root/namespaces/ns/uploads/kj-0123456789abcdef/payload.pkl"
 
 
 def container_spec(**extra: Any) -> KineticJobSpec:
@@ -38,9 +39,7 @@ def container_spec(**extra: Any) -> KineticJobSpec:
 
 
 def function_spec(**fn: Any) -> KineticJobSpec:
-    return KineticJobSpec.model_validate(
-        {"function": {"payloadURI": "gs://kinetic/root/jobs/kj/payload.pkl", "sha256": SHA, **fn}}
-    )
+    return KineticJobSpec.model_validate({"function": {"payloadURI": PAYLOAD, "sha256": SHA, **fn}})
 
 
 def env_of(manifest: dict[str, Any]) -> dict[str, str]:
@@ -82,7 +81,7 @@ def test_container_job_pod():
     assert c["terminationMessagePath"] == "/dev/termination-log"
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
     env = env_of(m)
-    assert env["KINETIC_OUTPUT_DIR"] == "gs://kinetic/root/outputs/kj"
+    assert env["KINETIC_OUTPUT_DIR"] == "gs://kinetic/root/namespaces/ns/outputs/kj/uid-1"
     assert (env["KINETIC_JOB_NAME"], env["KINETIC_JOB_NAMESPACE"]) == ("kj", "ns")
     assert env["KINETIC_ATTEMPT"] == "2"
     assert not any(
@@ -110,19 +109,20 @@ def test_function_job_runs_the_runner_with_the_contract_env():
     c = main_container(m)
     assert c["command"] == ["python", "-m", "kinetic.runner"] and "args" not in c
     env = env_of(m)
-    assert env["KINETIC_PAYLOAD_URI"] == "gs://kinetic/root/jobs/kj/payload.pkl"
+    assert env["KINETIC_PAYLOAD_URI"] == PAYLOAD
     assert env["KINETIC_PAYLOAD_SHA256"] == SHA
-    assert env["KINETIC_RESULT_URI"] == "gs://kinetic/root/jobs/kj/result.pkl"
-    assert env["KINETIC_OUTPUT_DIR"] == "gs://kinetic/root/outputs/kj"
+    # The result goes to the job's own prefix: namespace, name and UID.
+    assert env["KINETIC_RESULT_URI"] == "gs://kinetic/root/namespaces/ns/jobs/kj/uid-1/result.pkl"
+    assert env["KINETIC_OUTPUT_DIR"] == "gs://kinetic/root/namespaces/ns/outputs/kj/uid-1"
     assert env["KINETIC_ATTEMPT"] == "1"
     assert not any(k.startswith("KINETIC_INPUT") for k in env)
 
 
-def test_explicit_result_uri_and_output_dir_win():
-    spec = function_spec(resultURI="file:///r/result.pkl")
+def test_a_spec_result_uri_is_ignored_and_an_output_dir_wins():
+    spec = function_spec(resultURI="gs://kinetic/root/namespaces/ns/elsewhere/result.pkl")
     spec.output_dir = "file:///out"
     env = env_of(build_job_pod(OWNER, spec, SETTINGS, 1))
-    assert env["KINETIC_RESULT_URI"] == "file:///r/result.pkl"
+    assert env["KINETIC_RESULT_URI"] == "gs://kinetic/root/namespaces/ns/jobs/kj/uid-1/result.pkl"
     assert env["KINETIC_OUTPUT_DIR"] == "file:///out"
 
 
@@ -266,7 +266,8 @@ def _random_spec(rng: random.Random) -> dict[str, Any]:
         if rng.random() < 0.5:
             raw["container"]["image"] = _random_text(rng) or "img"
     else:
-        raw["function"] = {"payloadURI": "gs://b/" + (_random_text(rng) or "p"), "sha256": SHA}
+        upload = "gs://b/namespaces/default/uploads/kj-0123456789abcdef/"
+        raw["function"] = {"payloadURI": upload + "payload.pkl", "sha256": SHA}
         if rng.random() < 0.5:
             raw["function"]["inputJSON"] = {_random_text(rng): [_random_text(rng)]}
     raw["accelerator"] = rng.choice(default_catalog().names())

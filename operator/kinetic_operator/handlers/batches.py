@@ -35,9 +35,14 @@ from typing import Any
 
 import kopf
 from kinetic import layout, limits, storage
-from kinetic.fanout import input_count, parse_sha256_list, validate_batch_spec
+from kinetic.fanout import (
+    foreign_batch_uris,
+    input_count,
+    parse_sha256_list,
+    validate_batch_spec,
+)
 from kinetic.limits import hash_list_max_bytes
-from kinetic.names import LABEL_BATCH
+from kinetic.names import LABEL_BATCH, input_pod_name
 from kinetic.resources import (
     BATCH_PLURAL,
     GROUP,
@@ -49,7 +54,7 @@ from kinetic.resources import (
 from pydantic import ValidationError
 
 from kinetic_operator import batch_logic, metrics
-from kinetic_operator.attempts import AttemptCause
+from kinetic_operator.attempts import AttemptCause, Limits, plan_unit
 from kinetic_operator.batch_logic import (
     CreatePods,
     Event,
@@ -114,6 +119,7 @@ class BatchMemory:
     expire_at: float | None = None  # no finished Pod is due for deletion before this
     due: list[tuple[str, str | None]] = field(default_factory=list)  # Pods to reap now
     reaping: set[str] = field(default_factory=set)
+    settled_seen: set[int] = field(default_factory=set)  # settled units looked at once
 
 
 def _memory(memo: Any, key: tuple[str, str]) -> BatchMemory:
@@ -266,16 +272,17 @@ def _reconcile_once(
         return None  # being deleted: start nothing new
     if mem.uid != meta.get("uid"):
         _forget(mem, meta.get("uid"))
-    root = settings.storage_root or ""
+    units = _own_units(units, meta.get("uid"))
     raw = body.get("status") or {}
     old = _parse_status(raw, namespace, name)
     write = _Writer(kube, mem, namespace, name, raw, meta.get("resourceVersion"))
     generation = meta.get("generation")
 
-    spec, problems = _load_spec(body, settings)
+    spec, problems = _load_spec(body, settings, namespace)
     refused: str | None = None
+    home = layout.batch_home(settings.storage_root or "", namespace, name, meta.get("uid", ""))
     if spec is not None and not problems and not Phase(old.phase).terminal:
-        spec, refused = _accept(mem, root, name, meta.get("uid"), spec)
+        spec, refused = _accept(mem, home, spec)
         problems = _load_hashes(mem, spec)
     if spec is None or problems:
         decision = batch_logic.invalid_batch(old, problems, now, generation=generation)
@@ -284,7 +291,7 @@ def _reconcile_once(
             kube.post_event(body, event.type, event.reason, event.message)
         return None
 
-    _load_durable(mem, root, name, old)
+    _load_durable(mem, home, old)
     mem.debouncer.interval = settings.manifest_interval
     decision = batch_logic.decide_batch(
         spec,
@@ -300,9 +307,10 @@ def _reconcile_once(
     status, spec_events = _spec_condition(decision.status, refused, now)
     status = compact_status(status)
     clock = time.monotonic()
-    book = _book(mem, root, name)
+    book = _book(mem, home)
+    book.observed = units
     total = input_count(spec.inputs)
-    manifest = _ManifestWrite(mem, write, settings, name, namespace, spec, meta, now)
+    manifest = _ManifestWrite(mem, write, home, spec, meta, now)
     if decision.write_status or status.wire() != old.wire():
         wait = _coalesce(mem, settings, decision.urgent, clock)
         if wait is not None:
@@ -322,6 +330,8 @@ def _reconcile_once(
         raise Conflict("acting on a cached copy: read it afresh first")
     mem.recorded = decision.recorded
     book.note(decision.plans, spec.chunk_size, total, container=_is_container(spec))
+    if _note_settled(mem, book, units, spec, settings, name, now, decision.plans):
+        mem.debouncer.mark(clock)
     for event in spec_events:
         kube.post_event(body, "Warning", event.reason, event.message)
 
@@ -348,7 +358,7 @@ def _reconcile_once(
     _prune(mem, spec.chunk_size, total)
 
     waits = [mem.debouncer.delay(time.monotonic())]
-    waits.append(_expire(settings, mem, name, units, spec.chunk_size, total, now))
+    waits.append(_expire(settings, mem, home, units, spec.chunk_size, total, now))
     if decision.more or mem.refused.keys() & {u for u, _ in decision.creates}:
         waits.append(0.0)
     found = [w for w in waits if w is not None]
@@ -363,6 +373,54 @@ def _forget(mem: BatchMemory, uid: str | None) -> None:
     fresh = BatchMemory(uid=uid, body=mem.body)
     for name in BatchMemory.__dataclass_fields__:
         setattr(mem, name, getattr(fresh, name))
+
+
+def _note_settled(
+    mem: BatchMemory,
+    book: ManifestBook,
+    units: dict[int, UnitObservation],
+    spec: KineticBatchSpec,
+    settings: OperatorSettings,
+    name: str,
+    now: datetime,
+    planned: Any,
+) -> bool:
+    """Units that ended while no process followed them get a record from their Pods.
+
+    The status can record an input's end before the manifest does; an operator
+    that restarts in between never plans that unit again. Its Pods are still
+    there, so once per unit and process, an input with no record in its shard
+    gets one (with the result hash its Pod reported). Returns whether any did.
+    """
+    total, chunk = input_count(spec.inputs), spec.chunk_size
+    terminal = mem.recorded.terminal
+    plans = {}
+    for unit, obs in units.items():
+        if unit in mem.settled_seen or unit in planned or not obs.pods:
+            continue
+        if unit_inputs(unit, chunk, total) - terminal:
+            continue
+        mem.settled_seen.add(unit)
+        plans[unit] = plan_unit(
+            obs.pods,
+            reserved=max(obs.pods),
+            creating=False,
+            limits=Limits(spec.retries, settings.max_disruptions),
+            cancel=False,
+            pod_name=lambda k, u=unit: input_pod_name(name, u, k),
+            now=now,
+        )
+    return book.note_missing(plans, chunk, total, container=_is_container(spec))
+
+
+def _own_units(units: dict[int, UnitObservation], uid: str | None) -> dict[int, UnitObservation]:
+    """Only this batch's Pods: a same-named batch deleted before it may have left some."""
+    own: dict[int, UnitObservation] = {}
+    for unit, obs in units.items():
+        pods = {k: p for k, p in obs.pods.items() if p.belongs_to(uid)}
+        if pods or obs.creating is not None:
+            own[unit] = UnitObservation(pods, creating=obs.creating)
+    return own
 
 
 def _is_container(spec: KineticBatchSpec) -> bool:
@@ -389,13 +447,13 @@ def _coalesce(
     return due - clock
 
 
-def _book(mem: BatchMemory, root: str, name: str) -> ManifestBook:
+def _book(mem: BatchMemory, home: layout.Home) -> ManifestBook:
     if mem.book is None:
-        mem.book = ManifestBook(root, name)
+        mem.book = ManifestBook(home)
     return mem.book
 
 
-def _load_durable(mem: BatchMemory, root: str, name: str, old: KineticBatchStatus) -> None:
+def _load_durable(mem: BatchMemory, home: layout.Home, old: KineticBatchStatus) -> None:
     """Once per batch and process: what the stored manifest already records.
 
     It tells which finished Pods may be deleted (their outcome is safe in
@@ -403,7 +461,7 @@ def _load_durable(mem: BatchMemory, root: str, name: str, old: KineticBatchStatu
     """
     if mem.durable is not None:
         return
-    header = read_header(root, name) if old.manifest_uri else None
+    header = read_header(home) if old.manifest_uri else None
     mem.durable = recorded_from(header) or Recorded()
     if old.truncated:
         mem.extra = mem.durable
@@ -476,7 +534,7 @@ def _prune(mem: BatchMemory, chunk: int, total: int) -> None:
 def _expire(
     settings: OperatorSettings,
     mem: BatchMemory,
-    name: str,
+    home: layout.Home,
     units: dict[int, UnitObservation],
     chunk: int,
     total: int,
@@ -500,9 +558,7 @@ def _expire(
         for pod in obs.pods.values()
     ]
     due, wait = due_pods(done, now, settings.pod_ttl_seconds, mem.reaping)
-    mem.due = [
-        (p.name, log_uri(settings, name, p.name) if settings.storage_root else None) for p in due
-    ]
+    mem.due = [(p.name, log_uri(home, p.name) if settings.storage_root else None) for p in due]
     mem.expire_at = None if wait is None else clock + wait
     return wait
 
@@ -567,7 +623,7 @@ def _parse_status(raw: dict[str, Any], namespace: str, name: str) -> KineticBatc
 
 
 def _load_spec(
-    body: dict[str, Any], settings: OperatorSettings
+    body: dict[str, Any], settings: OperatorSettings, namespace: str
 ) -> tuple[KineticBatchSpec | None, list[str]]:
     """The spec, or the sentences that say why it cannot run."""
     if not settings.storage_root:
@@ -586,21 +642,26 @@ def _load_spec(
         return None, [
             f"spec.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
         ]
-    return spec, validate_batch_spec(spec)
+    foreign = foreign_batch_uris(settings.storage_root, namespace, spec)
+    return spec, foreign or validate_batch_spec(spec)
 
 
 def _accept(
-    mem: BatchMemory, root: str, name: str, uid: str | None, spec: KineticBatchSpec
+    mem: BatchMemory, home: layout.Home, spec: KineticBatchSpec
 ) -> tuple[KineticBatchSpec, str | None]:
     """The spec to act on, and a refusal message if someone changed an immutable field.
 
     The first spec seen is stored (create-only) next to the manifest, so the
     accepted template and inputs survive an operator restart; later edits
-    only take effect for maxConcurrent and cancel.
+    only take effect for maxConcurrent and cancel. The name's ``current.json``
+    is pointed at this batch's UID at the same time, so `attach_batch` finds
+    the manifest once the batch is deleted.
     """
+    uid = home.uid
     if mem.accepted is None:
-        uri = layout.accepted_spec_uri(root, name)
+        uri = home.accepted_spec_uri
         doc = {"uid": uid, "spec": spec.wire()}
+        storage.write_bytes(home.current_uri, _encode({"uid": uid}))
         try:
             storage.write_if_generation(uri, _encode(doc), 0)
             mem.accepted = spec
@@ -674,23 +735,20 @@ class _ManifestWrite:
         self,
         mem: BatchMemory,
         write: _Writer,
-        settings: OperatorSettings,
-        name: str,
-        namespace: str,
+        home: layout.Home,
         spec: KineticBatchSpec,
         meta: dict[str, Any],
         now: datetime,
     ) -> None:
-        self.mem, self.writer, self.root = mem, write, settings.storage_root or ""
-        self.uri = layout.manifest_uri(self.root, name)
-        self.name, self.namespace, self.spec, self.meta, self.now = name, namespace, spec, meta, now
+        self.mem, self.writer, self.home = mem, write, home
+        self.uri = home.manifest_uri
+        self.spec, self.meta, self.now = spec, meta, now
 
     def run(self, clock: float) -> bool:
         status = self.writer.current
         recorded = self.mem.recorded
         header = build_header(
-            self.name,
-            self.namespace,
+            self.home,
             self.spec,
             status,
             recorded,
@@ -699,7 +757,7 @@ class _ManifestWrite:
             shards=[],
         )
         try:
-            _book(self.mem, self.root, self.name).write(header, recorded)
+            _book(self.mem, self.home).write(header, recorded)
         except Exception as exc:  # noqa: BLE001 — storage down or refusing: retried, shown
             self.mem.debouncer.failed(clock)
             log.warning("Could not write manifest %s: %s", self.uri, exc)

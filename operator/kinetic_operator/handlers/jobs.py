@@ -12,6 +12,7 @@ Pods after their TTL, which the reaper does off the reconcile path.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -19,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from kinetic import layout
+from kinetic import layout, storage
 from kinetic.names import LABEL_JOB
 from kinetic.resources import GROUP, JOB_KIND, JOB_PLURAL, VERSION, KineticJobStatus, Phase
 
@@ -188,7 +189,11 @@ def _reconcile_once(
         settings.accelerator_catalog,
         storage_root=settings.storage_root,
         max_disruptions=settings.max_disruptions,
+        namespace=namespace,
     )
+    owner = podspec.Owner(name, namespace, meta.get("uid", ""), JOB_KIND)
+    home = podspec.job_home(owner, settings)
+    pods = {k: p for k, p in pods.items() if p.belongs_to(meta.get("uid"))}
     old = body.get("status") or {}
     status = _parse_status(old, namespace, name)
     decision = job_logic.decide(
@@ -200,9 +205,7 @@ def _reconcile_once(
         creating=status.attempt in mem.creating,
         generation=meta.get("generation"),
         bounds=job_logic.Bounds(settings.max_disruptions, settings.attempt_history),
-        result_uri=None
-        if isinstance(spec, InvalidSpec)
-        else podspec.result_uri(name, spec, settings),
+        result_uri=None if isinstance(spec, InvalidSpec) else podspec.result_uri(home, spec),
     )
 
     # Status first, conditional on the version we read: if it moved, nothing
@@ -210,6 +213,8 @@ def _reconcile_once(
     # acts without changing status has no such check, so it must come from a
     # fresh read, not from a cached copy (which may predate a cancel).
     new = decision.status.wire()
+    if home is not None and _ends_with_result(old, decision.status):
+        _write_current(home, decision.status)  # before the status: a retry writes it again
     if new != old:
         written = kube.patch_status(namespace, name, new, old, meta.get("resourceVersion"))
         mem.body.set(written)
@@ -217,7 +222,6 @@ def _reconcile_once(
     elif not fresh and any(not isinstance(a, Event) for a in decision.actions):
         raise Conflict("acting on a cached copy: read it afresh first")
 
-    owner = podspec.Owner(name, namespace, meta.get("uid", ""), JOB_KIND)
     for action in decision.actions:
         match action:
             case CreatePod(attempt=n, cause=cause) if not isinstance(spec, InvalidSpec):
@@ -240,8 +244,7 @@ def _reconcile_once(
     if not Phase(decision.status.phase).terminal:
         return None  # a running job's failed attempts are its history: kept until it ends
     due, wait = due_pods(pods.values(), now, settings.pod_ttl_seconds, mem.reaping)
-    root = settings.storage_root
-    mem.due = [(p.name, layout.job_log_uri(root, name, p.name) if root else None) for p in due]
+    mem.due = [(p.name, home.log_uri(p.name) if home else None) for p in due]
     waits = [w for w in (wait, 30.0 if due else None) if w is not None]
     return min(waits) if waits else None
 
@@ -254,6 +257,22 @@ def _count_end(before: Phase | str, after: Phase | str) -> None:
         metrics.inputs_ended(metrics.KIND_JOB, succeeded=1)
     elif Phase(after) == Phase.FAILED:
         metrics.inputs_ended(metrics.KIND_JOB, failed=1)
+
+
+def _ends_with_result(old: dict[str, Any], new: KineticJobStatus) -> bool:
+    """This decision ends the job with a stored result (it was not ended before)."""
+    was_terminal = old.get("phase") in {p.value for p in Phase if p.terminal}
+    return not was_terminal and Phase(new.phase).terminal and new.result_sha256 is not None
+
+
+def _write_current(home: layout.Home, status: KineticJobStatus) -> None:
+    """Name -> UID and result hash, so a handle can find and check the result once the job is
+    deleted. Best effort: storage being down must not keep the job from ending."""
+    doc = {"uid": home.uid, "resultSHA256": status.result_sha256}
+    try:
+        storage.write_bytes(home.current_uri, json.dumps(doc, separators=(",", ":")).encode())
+    except storage.StorageError as exc:
+        log.warning("Could not record %s: %s", home.current_uri, exc)
 
 
 def _reject(

@@ -1,0 +1,92 @@
+"""Result hashes: how the runner reports them and how readers check them.
+
+The runner hashes every result it records and reports the hash where the
+storage holding the result cannot change it: a single input in its
+termination message (``<summary> sha256=<hex>``), a chunk in a small report
+whose own hash is in its termination message (``"report": "<hex>"``; the
+hashes of up to 256 inputs do not fit in 4096 bytes). The operator copies the
+hash into the KineticJob's status (``resultSHA256``) or the input's manifest
+record; the client refuses to unpickle a result whose bytes differ.
+
+Standard library only: the runner imports it at every Pod start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+__all__ = ["ResultMismatch", "sha256", "with_sha256", "reported_sha256", "chunk_report", "verify"]
+
+_SUFFIX = re.compile(r"(?:^|\s)sha256=([0-9a-f]{64})\s*$")
+_HEX = re.compile(r"^[0-9a-f]{64}$")
+MAX_MESSAGE = 4096
+
+
+class ResultMismatch(Exception):
+    """Stored result bytes are not what the runner recorded: never unpickled."""
+
+    def __init__(self, uri: str, expected: str | None, actual: str) -> None:
+        self.uri, self.expected, self.actual = uri, expected, actual
+        if expected is None:
+            detail = "no sha256 was recorded for it, so it cannot be checked"
+        else:
+            detail = f"expected sha256 {expected} (as the runner reported), got {actual}"
+        super().__init__(
+            f"refusing to unpickle the result at {uri}: {detail}. It was changed or replaced "
+            "in storage after the job ended; re-run the job to get a trustworthy result."
+        )
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def with_sha256(summary: str, digest: str, limit: int = MAX_MESSAGE) -> str:
+    """``summary`` with `` sha256=<hex>`` appended, the summary cut so both fit ``limit`` bytes."""
+    tail = f" sha256={digest}"
+    room = limit - len(tail)
+    line = " ".join(summary.split())
+    head = line.encode("utf-8")[:room].decode("utf-8", "ignore")
+    return head + tail
+
+
+def reported_sha256(message: str | None) -> str | None:
+    """The hash a single input's termination message reports, or None."""
+    if not message:
+        return None
+    match = _SUFFIX.search(message)
+    return match.group(1) if match else None
+
+
+def chunk_report(message: str | None) -> str | None:
+    """The hash of the report a chunk's termination message names, or None."""
+    try:
+        doc = json.loads(message or "")
+    except ValueError:
+        return None
+    value = doc.get("report") if isinstance(doc, dict) else None
+    return value if isinstance(value, str) and _HEX.match(value) else None
+
+
+def parse_report(data: bytes, expected: str) -> dict[int, str]:
+    """A chunk report ``{"<index>": "<hex>"}``, checked against the hash the Pod reported."""
+    actual = sha256(data)
+    if actual != expected:
+        raise ValueError(f"report hash mismatch: the Pod reported {expected}, storage has {actual}")
+    doc = json.loads(data)
+    if not isinstance(doc, dict):
+        raise ValueError("a chunk report must be a JSON object")
+    out: dict[int, str] = {}
+    for key, value in doc.items():
+        if key.isdigit() and isinstance(value, str) and _HEX.match(value):
+            out[int(key)] = value
+    return out
+
+
+def verify(data: bytes, expected: str | None, uri: str) -> None:
+    """Raise ResultMismatch unless ``data`` hashes to ``expected``."""
+    actual = sha256(data)
+    if expected is None or actual != expected.lower():
+        raise ResultMismatch(uri, expected, actual)
