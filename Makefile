@@ -41,6 +41,12 @@ cluster-status: venv ## Show what is running in the local cluster
 crds: venv ## Regenerate crds/*.yaml from the pydantic models
 	$(PY) -m kinetic.crdgen crds helm/kinetic/crds
 
+.PHONY: lint
+lint: venv ## ruff (lint and format) and mypy with the pydantic plugin
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
 .PHONY: unit
 unit: venv ## Fast tests that need no cluster
 	$(PY) -m pytest tests/unit -q

@@ -57,6 +57,7 @@ from kinetic.ranges import IndexSet
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
+    from rich.progress import Progress, TaskID
 
     from kinetic.remote import RemoteFunction
 
@@ -115,7 +116,7 @@ class BatchHandle:
     def from_resource(cls, obj: dict, storage_root: str, context: str | None) -> BatchHandle:
         spec = obj["spec"]
         template = spec.get("template", {})
-        failures = {
+        failures: dict[int, Exception] = {
             f["index"]: SubmissionError(f["index"], f["message"])
             for f in spec.get("submissionFailures", [])
         }
@@ -143,7 +144,7 @@ class BatchHandle:
         cls, header: ManifestHeader, namespace: str, storage_root: str, context: str | None
     ) -> BatchHandle:
         """A handle for a batch whose resource is gone but whose manifest remains."""
-        failures = {
+        failures: dict[int, Exception] = {
             f.index: SubmissionError(f.index, f.message) for f in header.submission_failures
         }
         return cls(
@@ -501,8 +502,8 @@ class _Progress:
     def __init__(self, batch: BatchHandle, enabled: bool | None) -> None:
         self.enabled = sys.stderr.isatty() if enabled is None else enabled
         self.batch = batch
-        self._progress = None
-        self._task = None
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
 
     def __enter__(self) -> _Progress:
         if self.enabled:
@@ -523,7 +524,7 @@ class _Progress:
         return self
 
     def update(self, status: dict) -> None:
-        if self._progress is None:
+        if self._progress is None or self._task is None:
             return
         c = status.get("counts", {})
         done = c.get("succeeded", 0) + c.get("failed", 0) + c.get("cancelled", 0)
@@ -559,7 +560,7 @@ def _check_chunk_size(chunk_size: object) -> int:
 def submit_map(
     fn: RemoteFunction,
     inputs: Iterable[Any],
-    input_mode: str = "auto",
+    input_mode: r.InputMode = "auto",
     max_concurrent: int | None = 64,
     retries: int | None = None,
     fail_fast: bool = False,

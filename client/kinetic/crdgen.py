@@ -62,10 +62,10 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         if len(branches) == 1:
             inner = {**node, **branches[0]}
             inner.pop("anyOf")
-            out = _convert(inner, defs)
+            single = _convert(inner, defs)
             if nullable:
-                out["nullable"] = True
-            return out
+                single["nullable"] = True
+            return single
         return _free_form(node, nullable)
 
     if "const" in node:
@@ -171,7 +171,7 @@ def _crd(
 
 
 def _column(name: str, path: str, kind: str = "string", priority: int = 0) -> dict[str, Any]:
-    col = {"name": name, "type": kind, "jsonPath": path}
+    col: dict[str, Any] = {"name": name, "type": kind, "jsonPath": path}
     if priority:
         col["priority"] = priority
     return col

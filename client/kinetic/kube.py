@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from functools import lru_cache
+from typing import Any
 
 from kubernetes import client, config, watch
 from kubernetes.client import ApiException
@@ -95,7 +96,9 @@ def list_(plural: str, namespace: str, context: str | None = None, selector: str
     )["items"]
 
 
-def patch_spec(plural: str, namespace: str, name: str, spec: dict, context: str | None = None):
+def patch_spec(
+    plural: str, namespace: str, name: str, spec: dict, context: str | None = None
+) -> dict[str, Any] | None:
     """Merge-patch the spec (cancel, maxConcurrent); returns None when it is gone."""
     try:
         return custom(context).patch_namespaced_custom_object(

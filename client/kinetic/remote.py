@@ -111,7 +111,7 @@ def run(
     """
     if retries < 0:
         raise ValueError(f"retries must be 0 or more, got {retries}")
-    options = dict(
+    options: dict[str, Any] = dict(
         accelerator=accelerator,
         image=image,
         namespace=namespace,

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonValue
 
 from kinetic import limits as L
 
@@ -167,7 +168,7 @@ class ResourceOverrides(Wire):
     )
 
 
-JOB_SPEC_ONE_OF = [{"required": ["function"]}, {"required": ["container"]}]
+JOB_SPEC_ONE_OF: list[JsonValue] = [{"required": ["function"]}, {"required": ["container"]}]
 
 
 class KineticJobSpec(Wire):
@@ -230,7 +231,11 @@ GridValues = Annotated[list[Any], Field(max_length=L.MAX_GRID_VALUES)]
 TagKey = Annotated[str, Field(max_length=L.MAX_TAG_KEY_LENGTH)]
 TagValue = Annotated[str, Field(max_length=L.MAX_TAG_VALUE_LENGTH)]
 
-INPUTS_ONE_OF = [{"required": ["count"]}, {"required": ["items"]}, {"required": ["grid"]}]
+INPUTS_ONE_OF: list[JsonValue] = [
+    {"required": ["count"]},
+    {"required": ["items"]},
+    {"required": ["grid"]},
+]
 
 
 class BatchInputs(Wire):

@@ -32,7 +32,9 @@ def argv(binary: str, cfg: LocalConfig) -> list[str]:
     ]
 
 
-def _request(cfg: LocalConfig, method: str, path: str, body: dict | None = None):
+def _request(
+    cfg: LocalConfig, method: str, path: str, body: dict | None = None
+) -> tuple[int, dict]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(
         cfg.storage_emulator_host + path,

@@ -58,10 +58,10 @@ def tail_offset(path: Path, lines: int) -> int:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    server: LogServer  # type: ignore[assignment]
+    server: LogServer
     protocol_version = "HTTP/1.0"  # body ends at close: simplest streaming for follow
 
-    def log_message(self, fmt: str, *args) -> None:  # route to our logger
+    def log_message(self, fmt: str, *args: object) -> None:  # route to our logger
         log.debug("%s %s", self.address_string(), fmt % args)
 
     def do_GET(self) -> None:  # noqa: N802
@@ -167,7 +167,7 @@ class LogServer(ThreadingHTTPServer):
         # Handshake lazily in the handler thread, so one slow client cannot block accept().
         self.socket = ctx.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
 
-    def handle_error(self, request, client_address) -> None:  # noqa: ANN001
+    def handle_error(self, request: object, client_address: object) -> None:
         log.debug("log request from %s failed", client_address, exc_info=True)
 
     def start(self) -> threading.Thread:

@@ -851,7 +851,9 @@ class Agent:
                 log.warning("heartbeat failed: %s", e)
 
     # ---- pods ----
-    def log_target(self, ns: str, pod: str, container: str):
+    def log_target(
+        self, ns: str, pod: str, container: str
+    ) -> tuple[Path, Callable[[], bool]] | None:
         with self.lock:
             w = self.by_name.get((ns, pod))
         if w is not None and container in w.specs:

@@ -15,6 +15,7 @@ import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -92,7 +93,7 @@ def _write(path: Path, data: bytes, private: bool = False) -> None:
     tmp.replace(path)
 
 
-def _key_pem(key) -> bytes:
+def _key_pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -147,6 +148,8 @@ class PKI:
         if new_ca:
             self._make_ca()
         ca_key = serialization.load_pem_private_key(self.key("ca").read_bytes(), None)
+        if not isinstance(ca_key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+            raise ValueError(f"{self.key('ca')}: not an EC or RSA key; delete {self.dir} to remake")
         ca_cert = x509.load_pem_x509_certificate(self.ca_crt.read_bytes())
         for spec in specs:
             if new_ca or not (self.crt(spec.name).exists() and self.key(spec.name).exists()):
@@ -197,7 +200,12 @@ class PKI:
         _write(self.key("ca"), _key_pem(key), private=True)
         _write(self.ca_crt, cert.public_bytes(serialization.Encoding.PEM))
 
-    def _make_leaf(self, spec: CertSpec, ca_cert: x509.Certificate, ca_key) -> None:
+    def _make_leaf(
+        self,
+        spec: CertSpec,
+        ca_cert: x509.Certificate,
+        ca_key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey,
+    ) -> None:
         key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.UTC)
         usages = []
@@ -230,7 +238,9 @@ class PKI:
             )
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                    cast(ec.EllipticCurvePublicKey | rsa.RSAPublicKey, ca_cert.public_key())
+                ),
                 critical=False,
             )
         )

@@ -94,7 +94,8 @@ def expand(value: str, env: Mapping[str, str]) -> str:
     return "".join(out)
 
 
-Lookup = Callable[[str, str, str, str], "str | None"]  # (kind, namespace, name, key)
+# (kind, namespace, name, key) -> the value, or with key "*" the whole data as a dict
+Lookup = Callable[[str, str, str, str], "str | dict | None"]
 
 
 def container_env(
@@ -119,7 +120,9 @@ def container_env(
                     if ref.get("optional"):
                         continue
                     raise PodConfigError(f"{kind} {ns}/{ref['name']} not found")
-                for k, v in data.items():  # type: ignore[union-attr]
+                if not isinstance(data, dict):
+                    raise PodConfigError(f"{kind} {ns}/{ref['name']}: not a map of values")
+                for k, v in data.items():
                     env[prefix + k] = v
     for var in container.get("env") or []:
         name = var["name"]
@@ -135,7 +138,7 @@ def container_env(
                     if ref.get("optional"):
                         continue
                     raise PodConfigError(f"{kind} {ns}/{ref['name']}[{ref['key']}] not found")
-                env[name] = val
+                env[name] = val if isinstance(val, str) else str(val)
             else:
                 raise PodConfigError(
                     f"env {name}: only fieldRef, configMapKeyRef and secretKeyRef are supported"

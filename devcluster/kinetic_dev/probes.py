@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from kinetic_dev.podspec import PodConfigError
 
@@ -32,6 +33,16 @@ class Probe:
     timeout: float = 1.0
     success_threshold: int = 1
     failure_threshold: int = 3
+
+
+class Timing(NamedTuple):
+    """When and how often a probe runs, and how many results flip its verdict."""
+
+    initial_delay: float
+    period: float
+    timeout: float
+    success_threshold: int
+    failure_threshold: int
 
 
 @dataclass(frozen=True)
@@ -62,14 +73,14 @@ def container_probes(container: Mapping, pod_ip: str) -> list[Probe]:
         if not spec:
             continue
         where = f"container {container['name']!r} {kind}Probe"
-        timing = {
-            "initial_delay": float(spec.get("initialDelaySeconds") or 0),
-            "period": float(spec.get("periodSeconds") or 10),
-            "timeout": float(spec.get("timeoutSeconds") or 1),
+        timing = Timing(
+            initial_delay=float(spec.get("initialDelaySeconds") or 0),
+            period=float(spec.get("periodSeconds") or 10),
+            timeout=float(spec.get("timeoutSeconds") or 1),
             # liveness and startup must use 1 (the API server enforces it)
-            "success_threshold": int(spec.get("successThreshold") or 1),
-            "failure_threshold": int(spec.get("failureThreshold") or 3),
-        }
+            success_threshold=int(spec.get("successThreshold") or 1),
+            failure_threshold=int(spec.get("failureThreshold") or 3),
+        )
         if spec.get("httpGet"):
             h = spec["httpGet"]
             scheme = (h.get("scheme") or "HTTP").lower()
@@ -78,18 +89,23 @@ def container_probes(container: Mapping, pod_ip: str) -> list[Probe]:
             if not path.startswith("/"):
                 path = "/" + path
             url = f"{scheme}://{host}:{_port(container, h.get('port'), where)}{path}"
-            probes.append(Probe(kind, "http", url, **timing))
+            probes.append(Probe(kind, "http", url, **timing._asdict()))
         elif spec.get("tcpSocket"):
             t = spec["tcpSocket"]
             host = t.get("host") or pod_ip
             probes.append(
-                Probe(kind, "tcp", f"{host}:{_port(container, t.get('port'), where)}", **timing)
+                Probe(
+                    kind,
+                    "tcp",
+                    f"{host}:{_port(container, t.get('port'), where)}",
+                    **timing._asdict(),
+                )
             )
         elif "exec" in spec:
             command = tuple((spec["exec"] or {}).get("command") or ())
             if not command:
                 raise PodConfigError(f"{where}: exec needs a command")
-            probes.append(Probe(kind, "exec", "", command, **timing))
+            probes.append(Probe(kind, "exec", "", command, **timing._asdict()))
         else:
             raise PodConfigError(f"{where}: needs httpGet, tcpSocket or exec")
     return probes

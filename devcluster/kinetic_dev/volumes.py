@@ -87,6 +87,8 @@ def _object_files(
     where: str,
 ) -> list[VolumeFile]:
     name = source.get("secretName" if kind == "secret" else "name") or source.get("name")
+    if not name:
+        raise PodConfigError(f"{where}: a {kind} volume needs a name")
     data = fetch(kind, ns, name)
     if data is None:
         if source.get("optional"):

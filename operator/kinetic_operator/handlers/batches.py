@@ -24,6 +24,7 @@ before their outcome was recorded.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -407,7 +408,7 @@ def _note_settled(
             creating=False,
             limits=Limits(spec.retries, settings.max_disruptions),
             cancel=False,
-            pod_name=lambda k, u=unit: input_pod_name(name, u, k),
+            pod_name=functools.partial(input_pod_name, name, unit),
             now=now,
         )
     return book.note_missing(plans, chunk, total, container=_is_container(spec))
