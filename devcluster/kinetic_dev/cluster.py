@@ -419,6 +419,24 @@ class Cluster:
         out(f"  environment  . {c.env_file}   (KUBECONFIG={c.kubeconfig})")
         return elapsed
 
+    def start_component(self, name: str, out: Callable[[str], None] = print) -> bool:
+        """Start one component (e.g. ``kube-apiserver``) if it is not running; wait until ready.
+
+        The smallest restart there is: nothing else is checked or touched, so a
+        fault test can bring back exactly what it killed and then watch the rest
+        (node, operator, controllers) recover on their own. Returns whether it
+        had to start the process.
+        """
+        self._resolve_binaries()
+        comps = {comp.name: comp for comp in self.components()}
+        if name not in comps:
+            raise ClusterError(
+                f"no local cluster component named {name!r}; one of: {', '.join(comps)}"
+            )
+        started: list[str] = []
+        self._start_wave([comps[name]], started, out)
+        return bool(started)
+
     def _start_wave(
         self, wave: list[Component], started: list[str], out: Callable[[str], None]
     ) -> None:

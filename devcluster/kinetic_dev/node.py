@@ -44,6 +44,13 @@ class _Shutdown(Exception):
     pass
 
 
+# What `Agent._retry` returns when the API server could not be reached in all its attempts
+# (as opposed to None: the object is gone, or the request was refused for good).
+_GAVE_UP = object()
+# How often statuses the API server could not take are sent again (seconds).
+RESEND_INTERVAL = 2.0
+
+
 def _total_memory() -> str:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -452,7 +459,7 @@ class PodWorker(threading.Thread):
                 phase=phase,
                 pod_ip=self.agent.pod_ip,
             )
-            self.agent.patch_status(self.ns, self.pod_name, status)
+            self.agent.patch_status(self.ns, self.pod_name, status, self.uid)
 
     def kill_container(self, run: ps.ContainerRun, proc: object, why: str) -> None:
         """Stop one container (its liveness failed); the worker's loop restarts it."""
@@ -583,6 +590,10 @@ class Agent:
         self.by_name: dict[tuple[str, str], PodWorker] = {}
         self.finished: set[str] = set()  # uids this agent has settled (terminal/deleted)
         self.deleting: set[str] = set()
+        # Pod statuses the API server could not take (it was down), latest per uid, and one
+        # lock per uid so a resend never lands after a newer status: see patch_status.
+        self.unsent: dict[str, tuple[str, str, dict]] = {}
+        self.status_locks: dict[str, threading.Lock] = {}
         self.stopping = threading.Event()
         self.synced = threading.Event()  # /healthz: registered and first pod sync done
         self.bin_dir = os.path.dirname(sys.executable)
@@ -606,7 +617,13 @@ class Agent:
         self.can_mount = os.geteuid() == 0 and shutil.which("unshare") is not None
 
     # ---- API helpers ----
-    def _retry(self, what: str, fn: Callable[[], object], attempts: int = 8) -> object | None:
+    def _retry(
+        self, what: str, fn: Callable[[], object], attempts: int = 8, quiet: bool = False
+    ) -> object | None:
+        """fn's value; None if the object is gone or the request is refused for good;
+        _GAVE_UP if the API server could not be reached (or was overloaded) every time.
+        ``quiet`` logs giving up at DEBUG (for resends: the first failure was logged)."""
+        warn = log.debug if quiet else log.warning
         delay = 0.1
         for i in range(attempts):
             try:
@@ -615,22 +632,80 @@ class Agent:
                 if e.status == 404:
                     log.debug("%s: not found", what)
                     return None
-                if e.status not in (409, 429, 500, 502, 503, 504) or i == attempts - 1:
+                if e.status not in (409, 429, 500, 502, 503, 504):
                     log.warning("%s failed: %s %s", what, e.status, e.reason)
                     return None
+                if i == attempts - 1:
+                    warn("%s failed: %s %s", what, e.status, e.reason)
+                    return _GAVE_UP
             except Exception as e:  # noqa: BLE001 - connection errors: the apiserver may restart
                 if i == attempts - 1:
-                    log.warning("%s failed: %s", what, e)
-                    return None
+                    warn("%s failed: %s", what, e)
+                    return _GAVE_UP
             time.sleep(delay)
             delay = min(delay * 2, 3)
-        return None
+        return _GAVE_UP
 
-    def patch_status(self, ns: str, name: str, status: dict) -> None:
-        self._retry(
+    def _status_lock(self, uid: str) -> threading.Lock:
+        with self.lock:
+            return self.status_locks.setdefault(uid, threading.Lock())
+
+    def patch_status(self, ns: str, name: str, status: dict, uid: str) -> None:
+        """Report a pod's status; one the API server cannot take now is kept and sent again.
+
+        A kubelet's status manager keeps at it until the API server has each
+        pod's latest status, and so does this node: a pod that finished while
+        the API server was down must not look Running forever, nor must
+        whatever waits for it (a batch's next launch) wait forever with it.
+        """
+        with self._status_lock(uid):
+            self._send_status(uid, ns, name, status)
+
+    def _send_status(
+        self, uid: str, ns: str, name: str, status: dict, resend: bool = False
+    ) -> None:
+        """Patch the status (the caller holds the uid's status lock); remember it if unsent."""
+        sent = self._retry(
             f"status of {ns}/{name}",
             lambda: self.core.patch_namespaced_pod_status(name, ns, {"status": status}),
+            attempts=2 if resend else 8,
+            quiet=resend,
         )
+        with self.lock:
+            if sent is _GAVE_UP:
+                if not resend:
+                    log.warning(
+                        "pod %s/%s: status kept, to send when the API server answers", ns, name
+                    )
+                self.unsent[uid] = (ns, name, status)
+            else:
+                self.unsent.pop(uid, None)
+
+    def resend_statuses(self) -> None:
+        """Send again each pod's latest status the API server could not take before."""
+        with self.lock:
+            pending = list(self.unsent.items())
+        for uid, entry in pending:
+            lock = self._status_lock(uid)
+            if not lock.acquire(blocking=False):
+                continue  # its worker is reporting a newer status right now
+            try:
+                with self.lock:
+                    if self.unsent.get(uid) is not entry:
+                        continue  # sent, or replaced by a newer one, meanwhile
+                ns, name, status = entry
+                self._send_status(uid, ns, name, status, resend=True)
+                if uid not in self.unsent:
+                    log.info("pod %s/%s: status delivered after the API server came back", ns, name)
+            finally:
+                lock.release()
+
+    def resend_loop(self) -> None:
+        while not self.stopping.wait(RESEND_INTERVAL):
+            try:
+                self.resend_statuses()
+            except Exception:  # noqa: BLE001 - never let this thread die
+                log.exception("re-sending pod statuses")
 
     def delete_pod(self, ns: str, name: str, uid: str) -> None:
         body = client.V1DeleteOptions(
@@ -908,7 +983,7 @@ class Agent:
         log.info(
             "pod %s/%s orphaned by a node restart: marking Failed", md["namespace"], md["name"]
         )
-        self.patch_status(md["namespace"], md["name"], status)
+        self.patch_status(md["namespace"], md["name"], status, md["uid"])
 
     def on_pod(self, etype: str, pod: dict) -> None:
         md = pod["metadata"]
@@ -923,6 +998,8 @@ class Agent:
             with self.lock:
                 self.finished.discard(uid)
                 self.deleting.discard(uid)
+                self.unsent.pop(uid, None)
+                self.status_locks.pop(uid, None)
                 if (
                     self.by_name.get((ns, name)) is worker
                     and worker is not None
@@ -972,6 +1049,7 @@ class Agent:
                 md["namespace"],
                 md["name"],
                 ps.failed_status(reason, message, names, time.time(), self.pod_ip),
+                md["uid"],
             )
             return
         worker.start()
@@ -1080,6 +1158,7 @@ class Agent:
         except Exception as e:  # noqa: BLE001
             log.warning("lease: %s", e)
         threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
+        threading.Thread(target=self.resend_loop, name="status-resend", daemon=True).start()
         log.info(
             "process node %s ready: capacity %s, logs on https://127.0.0.1:%d, pod IP %s",
             self.name,

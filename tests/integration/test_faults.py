@@ -1,0 +1,239 @@
+"""Real faults on the local cluster mid-batch: nothing lost, nothing run twice beyond its retries.
+
+Each test breaks one component of the running cluster while a batch is
+running: the operator's process is SIGKILLed twice, the API server is
+SIGKILLed and started again, object storage is down for ten seconds. The
+batch must still end SUCCEEDED, and each input must have run exactly once
+(or, where a failure may use a retry, at most 1 + retries times).
+
+Executions are counted the way a user would check them: each run of an
+input appends its index to a file on this machine (pods of the local cluster
+are local processes), and the test counts lines per index. So these tests
+need the local cluster (`make cluster-up`); elsewhere they are skipped.
+
+Every test puts the cluster back as it found it, pass or fail: the
+``cluster`` fixture starts whatever is missing and waits for a Ready operator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import kinetic
+import pytest
+from kinetic import resources as r
+from kinetic.local import operator as local_operator
+from kinetic.local.cluster import Cluster
+from kinetic.local.procs import read_live_pid
+from kube_helpers import Kube, wait_for
+
+pytestmark = pytest.mark.integration
+
+TOTAL = 30  # inputs of each container batch
+CONCURRENT = 5
+OUTAGE = 15  # seconds the API server stays down
+
+
+@pytest.fixture
+def cluster(kube: Kube, operator: None) -> Iterator[Cluster]:
+    """The local cluster, restored after the test whatever it broke."""
+    local = Cluster()
+    if not kube.is_local or read_live_pid(local.pid_file("kube-apiserver")) is None:
+        pytest.skip("kills and restarts components of the local cluster: run `make cluster-up`")
+    try:
+        yield local
+    finally:
+        for name in ("kube-apiserver", "fake-gcs-server"):
+            local.start_component(name, out=lambda line: None)
+        _up()  # anything else that is missing, and a Ready operator with its pid file
+
+
+def _up() -> None:
+    """`kinetic local up`: starts what is missing, waits for the operator's Pod to be Ready."""
+    up = subprocess.run(
+        [str(Path(sys.executable).with_name("kinetic")), "local", "up"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert up.returncode == 0, up.stderr
+
+
+def _kill(local: Cluster, name: str) -> int:
+    """SIGKILL the component named by its pid file (as a crash or an OOM kill would)."""
+    pid = read_live_pid(local.pid_file(name))
+    assert pid is not None, f"{name} is not running"
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: read_live_pid(local.pid_file(name)) is None, 10, what=f"{name} to die")
+    return pid
+
+
+def _operator_pid(local: Cluster) -> int | None:
+    """The running operator process of a Ready operator Pod (None while it is not ready)."""
+    if not local_operator.ready(local.cfg):
+        return None
+    return local_operator.container_pid(local_operator.operator_pod(local.cfg))
+
+
+def _fresh_operator(local: Cluster) -> None:
+    """A new operator Pod whose container never restarted, so the node's restart back-off
+    starts at 10 s (it doubles with every restart of the same Pod, as a kubelet's does)."""
+    pod = local_operator.operator_pod(local.cfg)
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    if pod is not None and all(st.get("restartCount", 0) == 0 for st in statuses):
+        return
+    local_operator.restart(local.cfg)
+    wait_for(
+        lambda: (
+            (p := local_operator.operator_pod(local.cfg)) is not None
+            and p["metadata"]["uid"] != (pod or {}).get("metadata", {}).get("uid")
+            and _operator_pid(local)
+        ),
+        120,
+        what="a fresh operator Pod to be Ready",
+    )
+    local_operator.write_pid_file(local.cfg, local.pid_file("operator"))
+
+
+def _container_batch(kube: Kube, ns: str, name: str, runs: Path) -> None:
+    body = {
+        "apiVersion": r.API_VERSION,
+        "kind": r.BATCH_KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "container": {"command": ["sh", "-c", f'echo "$KINETIC_INDEX" >> {runs}; sleep 1']}
+            },
+            "inputs": {"items": list(range(TOTAL))},
+            "maxConcurrent": CONCURRENT,
+        },
+    }
+    applied = subprocess.run(
+        ["kubectl", "--kubeconfig", kube.kubeconfig, "apply", "-n", ns, "-f", "-"],
+        input=json.dumps(body),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert applied.returncode == 0, applied.stderr
+
+
+def _lines(runs: Path) -> list[int]:
+    return [int(i) for i in runs.read_text().split()] if runs.exists() else []
+
+
+def _ran(runs: Path, at_least: int) -> bool:
+    return len(_lines(runs)) >= at_least
+
+
+def _final_status(kube: Kube, ns: str, name: str, timeout: float) -> dict:
+    """The batch's status once it has ended (any terminal phase), read with kubectl."""
+
+    def ended() -> dict | None:
+        got = kube.kubectl("get", "kb", name, "-n", ns, "-o", "json", check=False)
+        if got.returncode != 0:
+            return None
+        status = json.loads(got.stdout).get("status") or {}
+        return status if status.get("phase") in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+
+    return wait_for(ended, timeout, interval=0.5, what=f"batch {ns}/{name} to end")  # type: ignore[return-value]
+
+
+def _assert_each_ran_once(runs: Path, status: dict) -> None:
+    assert status["phase"] == "SUCCEEDED", status.get("message")
+    assert status["counts"]["succeeded"] == TOTAL
+    time.sleep(2)  # a duplicate launch would have run by now
+    assert Counter(_lines(runs)) == {i: 1 for i in range(TOTAL)}
+
+
+# ------------------------------------------------------------------------------ the faults
+
+
+def test_operator_sigkilled_twice_mid_batch(
+    kube: Kube, cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """The node restarts the killed operator (restartPolicy Always, after a back-off); the
+    new process picks the batch up from its status and Pods. Killing the operator leaves
+    the attempt Pods alone, so every input runs exactly once."""
+    _fresh_operator(cluster)
+    runs = tmp_path / "runs.txt"
+    _container_batch(kube, namespace, "twice", runs)
+    for at_least in (CONCURRENT, 3 * CONCURRENT):
+        wait_for(lambda n=at_least: _ran(runs, n), 120, what=f"{at_least} runs")
+        killed = _kill(cluster, "operator")
+        assert len(_lines(runs)) < TOTAL, "the batch ended before the fault"
+        restarted = wait_for(
+            lambda old=killed: (pid := _operator_pid(cluster)) not in (None, old) and pid,
+            120,
+            what="the node to restart the operator and its Pod to be Ready again",
+        )
+        local_operator.write_pid_file(cluster.cfg, cluster.pid_file("operator"))
+        assert restarted != killed
+    _assert_each_ran_once(runs, _final_status(kube, namespace, "twice", 120))
+
+
+def test_api_server_killed_and_restarted_mid_batch(
+    kube: Kube, cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """Pods finish while nobody can hear them; once the API server is back, the node
+    reports them and the operator, reconnected on its own, launches the rest."""
+    operator_before = _operator_pid(cluster)
+    assert operator_before is not None, "the operator is not Ready"
+    runs = tmp_path / "runs.txt"
+    _container_batch(kube, namespace, "blackout", runs)
+    wait_for(lambda: _ran(runs, CONCURRENT), 120, what="some progress")
+    _kill(cluster, "kube-apiserver")
+    # Longer than any one request's retries: the pods running now finish meanwhile and
+    # must report that once the API server is back.
+    time.sleep(OUTAGE)
+    assert len(_lines(runs)) < TOTAL, "the batch ended before the fault"
+    cluster.start_component("kube-apiserver", out=lambda line: None)
+    wait_for(
+        lambda: _operator_pid(cluster),
+        120,
+        what="the operator's Pod to be Ready again after the API server came back",
+    )
+    _assert_each_ran_once(runs, _final_status(kube, namespace, "blackout", 120))
+    # Recovered by reconnecting, not by being replaced.
+    assert _operator_pid(cluster) == operator_before
+
+
+def test_object_storage_down_for_ten_seconds_mid_function_batch(
+    kube: Kube, cluster: Cluster, client_env: dict[str, str], namespace: str, tmp_path: Path
+) -> None:
+    """Runners and the operator wait out a storage outage with bounded retries; an input
+    whose retries ran out is run again by its own retries, never beyond them."""
+    runs = tmp_path / "runs.txt"
+    total, retries = 20, 2
+
+    @kinetic.run(namespace=namespace)
+    def square(i: int, path: str) -> int:
+        import time as t
+
+        with open(path, "a") as f:
+            f.write(f"{i}\n")
+        t.sleep(1.0)
+        return i * i
+
+    batch = square.run_async_map(
+        [[i, str(runs)] for i in range(total)], max_concurrent=4, retries=retries
+    )
+    wait_for(lambda: _ran(runs, 6), 120, what="some progress")
+    _kill(cluster, "fake-gcs-server")
+    time.sleep(10)
+    assert len(_lines(runs)) < total, "the batch ended before storage came back"
+    cluster.start_component("fake-gcs-server", out=lambda line: None)
+    status = _final_status(kube, namespace, batch.group_id, 150)
+    assert status["phase"] == "SUCCEEDED", status.get("message")
+    assert batch.results(timeout=60) == [i * i for i in range(total)]
+    counts = Counter(_lines(runs))
+    assert set(counts) == set(range(total))
+    assert max(counts.values()) <= 1 + retries, counts
