@@ -30,9 +30,9 @@ from pathlib import Path
 import kinetic
 import pytest
 from kinetic import resources as r
-from kinetic.local import operator as local_operator
-from kinetic.local.cluster import Cluster
-from kinetic.local.procs import read_live_pid
+from kinetic_dev import operator as local_operator
+from kinetic_dev.cluster import Cluster
+from kinetic_dev.procs import read_live_pid
 from kube_helpers import Kube, wait_for
 
 pytestmark = pytest.mark.integration
