@@ -55,6 +55,29 @@ class Kube:
             check=check,
         )
 
+    def apply(self, ns: str, body: dict) -> None:
+        """``kubectl apply`` one object, as a user would; fails the test on refusal."""
+        applied = subprocess.run(
+            ["kubectl", "--kubeconfig", self.kubeconfig, "apply", "-n", ns, "-f", "-"],
+            input=json.dumps(body),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert applied.returncode == 0, applied.stderr
+
+
+def local_up() -> None:
+    """`kinetic local up`: starts what is missing, waits for the operator's Pod to be Ready
+    and rewrites its pid file."""
+    up = subprocess.run(
+        [str(Path(sys.executable).with_name("kinetic")), "local", "up"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert up.returncode == 0, up.stderr
+
 
 def wait_for(
     pred: Callable[[], object], timeout: float = 60, interval: float = 0.2, what: str = "condition"

@@ -133,14 +133,7 @@ def test_container_input_results_outlive_their_pods(ns: str, kube: Kube) -> None
             "inputs": {"items": ["a", "b"]},
         },
     }
-    applied = subprocess.run(
-        ["kubectl", "--kubeconfig", kube.kubeconfig, "apply", "-n", ns, "-f", "-"],
-        input=json.dumps(body),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert applied.returncode == 0, applied.stderr
+    kube.apply(ns, body)
     batch = kinetic.attach_batch("echoes", namespace=ns)
     batch.wait(timeout=TIMEOUT)
     first = kinetic.attach("echoes-1", namespace=ns)

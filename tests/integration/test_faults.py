@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -33,7 +31,7 @@ from kinetic import resources as r
 from kinetic_dev import operator as local_operator
 from kinetic_dev.cluster import Cluster
 from kinetic_dev.procs import read_live_pid
-from kube_helpers import Kube, wait_for
+from kube_helpers import Kube, local_up, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -53,18 +51,7 @@ def cluster(kube: Kube, operator: None) -> Iterator[Cluster]:
     finally:
         for name in ("kube-apiserver", "fake-gcs-server"):
             local.start_component(name, out=lambda line: None)
-        _up()  # anything else that is missing, and a Ready operator with its pid file
-
-
-def _up() -> None:
-    """`kinetic local up`: starts what is missing, waits for the operator's Pod to be Ready."""
-    up = subprocess.run(
-        [str(Path(sys.executable).with_name("kinetic")), "local", "up"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert up.returncode == 0, up.stderr
+        local_up()  # anything else that is missing, and a Ready operator with its pid file
 
 
 def _kill(local: Cluster, name: str) -> int:
@@ -116,14 +103,7 @@ def _container_batch(kube: Kube, ns: str, name: str, runs: Path) -> None:
             "maxConcurrent": CONCURRENT,
         },
     }
-    applied = subprocess.run(
-        ["kubectl", "--kubeconfig", kube.kubeconfig, "apply", "-n", ns, "-f", "-"],
-        input=json.dumps(body),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert applied.returncode == 0, applied.stderr
+    kube.apply(ns, body)
 
 
 def _lines(runs: Path) -> list[int]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from kinetic import resources as r
-from kube_helpers import Kube, wait_for
+from kube_helpers import Kube, local_up, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -160,19 +160,7 @@ def test_deleting_the_operator_pod_mid_batch_loses_nothing(
     counts = Counter(int(i) for i in runs.read_text().split())
     assert counts == {i: 1 for i in range(total)}
     # Restore the pid file `kinetic local up` keeps, for tests that kill the process.
-    _refresh_pid_file()
-
-
-def _refresh_pid_file() -> None:
-    import sys
-
-    up = subprocess.run(
-        [str(Path(sys.executable).with_name("kinetic")), "local", "up"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert up.returncode == 0, up.stderr
+    local_up()
 
 
 def test_values_the_schema_refuses_never_reach_the_cluster(kube: Kube, installed: None) -> None:
