@@ -584,3 +584,43 @@ def test_serializer_later_and_cancel_all():
         return calls
 
     assert asyncio.run(main()) == 1
+
+
+def test_an_unexpected_error_shows_on_the_job_until_a_reconcile_succeeds(settings):
+    """`kubectl describe` shows why the operator is stuck: a condition and one Event per
+    distinct error, while the serializer retries with backoff; cleared once it works."""
+    kube = FakeKube()
+    kube.transient = 2
+    job = Job(kube, settings)
+
+    def failing() -> list[dict[str, Any]]:
+        return [c for c in job.status.get("conditions", []) if c["type"] == "ReconcileFailed"]
+
+    with pytest.raises(RuntimeError):
+        job.reconcile()
+    (cond,) = failing()
+    assert (cond["status"], cond["reason"]) == ("True", "RuntimeError")
+    assert "the API server is not answering" in cond["message"]
+    warned = [e for e in kube.events if e[1] == "ReconcileFailed"]
+    assert warned == [("Warning", "ReconcileFailed", cond["message"])]
+    with pytest.raises(RuntimeError):
+        job.reconcile()  # the same error again: no second Event
+    assert [e for e in kube.events if e[1] == "ReconcileFailed"] == warned
+    job.reconcile()
+    assert "kj-1" in kube.pods
+    assert all(c["status"] == "False" for c in failing())
+    assert job.status["phase"] == "PENDING"
+
+
+def test_write_conflicts_are_not_reported_as_failures(settings):
+    kube = FakeKube()
+    job = Job(kube, settings)
+
+    def someone_writes(plural: str, name: str) -> None:
+        obj = kube.objects[(plural, name)]
+        kube._bump(obj)
+
+    kube.interfere = someone_writes
+    with pytest.raises(Conflict):
+        job.reconcile()
+    assert not [e for e in kube.events if e[1] == "ReconcileFailed"]

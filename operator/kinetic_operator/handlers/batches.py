@@ -71,6 +71,7 @@ from kinetic_operator.batch_logic import (
 )
 from kinetic_operator.batch_pods import UnitRefused, build_unit_pod, log_uri
 from kinetic_operator.bounded_read import TooLarge, read_at_most
+from kinetic_operator.failures import Failing, reported
 from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube, until_settled
 from kinetic_operator.manifest import (
     Debouncer,
@@ -105,6 +106,7 @@ class BatchMemory:
 
     uid: str | None = None
     body: Fresh = field(default_factory=Fresh)
+    failing: Failing = field(default_factory=Failing)  # the error last reported, if any
     accepted: KineticBatchSpec | None = None
     hashes: list[str | None] | None = None
     creating: dict[int, int] = field(default_factory=dict)  # unit -> attempt, not seen yet
@@ -252,7 +254,14 @@ def reconcile_batch_sync(
         when = now or datetime.now(UTC)
         return _reconcile_once(kube, settings, mem, namespace, name, body, fresh, units, when)
 
-    return until_settled(one_round, f"{namespace}/{name}")
+    return reported(
+        kube,
+        mem.failing,
+        mem.body.get,
+        mem.body.set,
+        BATCH_PLURAL,
+        lambda: until_settled(one_round, f"{namespace}/{name}"),
+    )
 
 
 def _reconcile_once(

@@ -25,6 +25,7 @@ from kinetic.names import LABEL_JOB
 from kinetic.resources import GROUP, JOB_KIND, JOB_PLURAL, VERSION, KineticJobStatus, Phase
 
 from kinetic_operator import job_logic, metrics, podspec
+from kinetic_operator.failures import Failing, reported
 from kinetic_operator.job_logic import CreatePod, DeletePod, Event, InvalidSpec
 from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube, until_settled
 from kinetic_operator.observed import PodView, job_key, summarize_pod
@@ -48,6 +49,7 @@ class JobMemory:
     """
 
     body: Fresh = field(default_factory=Fresh)
+    failing: Failing = field(default_factory=Failing)  # the error last reported, if any
     creating: set[int] = field(default_factory=set)
     gone: dict[int, PodView] = field(default_factory=dict)
     due: list[tuple[str, str | None]] = field(default_factory=list)  # Pods to reap now
@@ -163,7 +165,14 @@ def reconcile_job_sync(
         when = now or datetime.now(UTC)
         return _reconcile_once(kube, settings, namespace, name, body, fresh, pods, mem, when)
 
-    return until_settled(one_round, f"{namespace}/{name}")
+    return reported(
+        kube,
+        mem.failing,
+        mem.body.get,
+        mem.body.set,
+        JOB_PLURAL,
+        lambda: until_settled(one_round, f"{namespace}/{name}"),
+    )
 
 
 def _reconcile_once(
