@@ -113,6 +113,16 @@ class OperatorSettings(BaseSettings):
         "through that Service's endpoints, as it must for an operator running in a pod. "
         "Empty: it calls https://<webhook host>:<port> directly.",
     )
+    webhook_certfile: str | None = Field(
+        None,
+        description="PEM certificate the webhook serves (KINETIC_WEBHOOK_CERTFILE); the chart "
+        "makes it with its CA and ships the configuration that trusts it. Set, the operator "
+        "touches no webhook configuration. Empty: a self-signed certificate, and the operator "
+        "patches the configuration itself (an operator run by hand).",
+    )
+    webhook_keyfile: str | None = Field(
+        None, description="Its private key, PEM (KINETIC_WEBHOOK_KEYFILE)."
+    )
     webhook_addr: str = Field(
         "0.0.0.0",
         description="Address the webhook server listens on (KINETIC_WEBHOOK_ADDR).",

@@ -157,12 +157,17 @@ class WebhookServer(kopf.WebhookServer):
     """Kopf's webhook server, with our certificate, configuration and safe decoding.
 
     ``service`` ("namespace/name") names the Service the API server reaches
-    it through; without one, the configuration carries Kopf's URL.
+    it through; without one, the configuration carries Kopf's URL. With
+    ``publish`` False (the chart ships the configuration and the certificate)
+    nothing is patched: the server only serves.
     """
 
-    def __init__(self, *args: Any, service: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, service: str | None = None, publish: bool = True, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.service = service
+        self.publish = publish
 
     @staticmethod
     def build_certificate(
@@ -172,7 +177,10 @@ class WebhookServer(kopf.WebhookServer):
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
         async for client_config in super().__call__(fn):
-            await asyncio.to_thread(publish_webhooks, dict(client_config), self.service, self.port)
+            if self.publish:
+                await asyncio.to_thread(
+                    publish_webhooks, dict(client_config), self.service, self.port
+                )
             yield client_config
 
     @staticmethod
@@ -256,13 +264,19 @@ def _is_ip(name: str) -> bool:
 
 
 def configure_admission(settings: kopf.OperatorSettings, ours: OperatorSettings) -> None:
-    """Serve the webhook, if enabled; its server patches the configuration (Kopf manages none)."""
+    """Serve the webhook, if enabled. With the chart's certificate, that is all (the chart
+    ships the configuration); without one, a self-signed certificate, and the server
+    patches the configuration itself. Kopf manages none either way."""
     if not ours.webhook_enabled:
         return
+    shipped = bool(ours.webhook_certfile and ours.webhook_keyfile)
     settings.admission.server = WebhookServer(
         addr=ours.webhook_addr or None,
         port=ours.webhook_port,
         host=ours.webhook_host or None,
+        certfile=ours.webhook_certfile if shipped else None,
+        pkeyfile=ours.webhook_keyfile if shipped else None,
         service=ours.webhook_service or None,
+        publish=not shipped,
     )
     settings.admission.managed = None

@@ -64,21 +64,23 @@ def test_every_setting_the_chart_passes_is_one_the_operator_reads() -> None:
     assert passed and passed <= read, f"the operator ignores {sorted(passed - read)}"
 
 
-def test_operator_may_only_patch_its_one_webhook_configuration() -> None:
-    """No creating any webhook configuration, no mutating ones at all, patch of one by name."""
+def test_operator_has_no_right_on_any_webhook_configuration() -> None:
+    """The chart ships the configuration and its CA; the operator only serves."""
     webhook_rules = [r for r in _rbac_rules() if "admissionregistration.k8s.io" in r["apiGroups"]]
-    assert webhook_rules == [
-        {
-            "apiGroups": ["admissionregistration.k8s.io"],
-            "resources": ["validatingwebhookconfigurations"],
-            "resourceNames": ["kinetic.dev"],
-            "verbs": ["patch"],
-        }
-    ]
-    shipped = yaml.safe_load(_plain("webhook.yaml"))
-    assert shipped["kind"] == "ValidatingWebhookConfiguration"
-    assert shipped["metadata"]["name"] == "kinetic.dev"
-    assert "webhooks" not in shipped  # the operator's entries survive a helm upgrade
+    assert webhook_rules == []
+
+
+def test_the_shipped_webhooks_are_the_ones_the_operator_serves() -> None:
+    """Path and resource of each webhook in the chart match a handler of the operator."""
+    import re
+
+    from kinetic_operator.webhook import HOOKS
+
+    text = (CHART / "templates" / "webhook.yaml").read_text()
+    shipped = set(re.findall(r'dict "id" "([\w-]+)" "plural" "(\w+)"', text))
+    assert shipped == {(hook.id, hook.plural) for hook in HOOKS}
+    assert "operations: [CREATE, UPDATE]" in text and "sideEffects: None" in text
+    assert "genCA" in text and "lookup" in text  # made once, kept on upgrades
 
 
 def test_watch_namespaces_sets_the_operator_flags_and_roles() -> None:
