@@ -210,6 +210,16 @@ class PodWorker(threading.Thread):
                     service_env=self.agent.service_env,
                 )
                 mounts = vol.container_mounts(self.pod, c, str(self.dir / "volumes"))
+                program = shutil.which(pspec.argv[0]) or pspec.argv[0] if pspec.argv else ""
+                mounts, skipped = vol.hiding(mounts, [str(self.dir), program])
+                for m in skipped:
+                    log.warning(
+                        "pod %s/%s: volume at %s not mounted: it would hide %s or its program",
+                        self.ns,
+                        self.pod_name,
+                        m.target,
+                        self.dir,
+                    )
                 if mounts and not self.agent.can_mount:
                     raise ps.PodConfigError(
                         f"container {c['name']!r} mounts volumes: the process node needs root "

@@ -188,6 +188,24 @@ def container_mounts(pod: Mapping, container: Mapping, volumes_dir: str) -> list
     return mounts
 
 
+def hiding(mounts: list[Mount], needed: list[str]) -> tuple[list[Mount], list[Mount]]:
+    """(mounts to make, mounts to skip): a mount whose target is one of the ``needed``
+    host paths or a folder above one would hide it from the container.
+
+    On a real node the image brings its own filesystem; here the host's is the
+    image, so an emptyDir at /tmp must not cover a checkout (its virtualenv,
+    the pod's own volume sources) that lives under /tmp. Skipped, the
+    container sees the host's directory there instead.
+    """
+
+    def covers(target: str, path: str) -> bool:
+        top = target.rstrip("/") or "/"
+        return top == "/" or path == top or path.startswith(top + "/")
+
+    keep = [m for m in mounts if not any(covers(m.target, p) for p in needed)]
+    return keep, [m for m in mounts if m not in keep]
+
+
 def mount_namespace_argv(
     argv: list[str], mounts: list[Mount], working_dir: str | None = None
 ) -> list[str]:

@@ -190,3 +190,18 @@ def test_the_working_dir_is_entered_after_the_mounts() -> None:
     argv = vol.mount_namespace_argv(["ls"], [vol.Mount("/pods/w", "/srv")], "/srv/app")
     script = argv[7]
     assert script.index("mount --bind /pods/w /srv") < script.index("cd /srv/app")
+
+
+def test_a_mount_that_would_hide_the_pods_own_files_or_program_is_skipped() -> None:
+    """A checkout under /tmp: an emptyDir at /tmp would cover its virtualenv and volumes."""
+    from kinetic_dev.volumes import Mount, hiding
+
+    tmp = Mount("/tmp/co/.local/pods/p/volumes/tmp", "/tmp")
+    token = Mount("/tmp/co/.local/pods/p/volumes/tok", "/var/run/secrets/kubernetes.io/sa")
+    certs = Mount("/tmp/co/.local/pods/p/volumes/tls", "/etc/kinetic/webhook")
+    needed = ["/tmp/co/.local/pods/p", "/tmp/co/.venv/bin/kopf"]
+    assert hiding([tmp, token, certs], needed) == ([token, certs], [tmp])
+    # elsewhere (a checkout under /work), /tmp is mounted as asked
+    assert hiding([tmp], ["/work/co/.local/pods/p", "/work/co/.venv/bin/kopf"]) == ([tmp], [])
+    assert hiding([Mount("/x", "/")], ["/anything"]) == ([], [Mount("/x", "/")])
+    assert hiding([Mount("/x", "/tmpfoo")], ["/tmp/co/p"]) == ([Mount("/x", "/tmpfoo")], [])
