@@ -489,10 +489,24 @@ class Cluster:
                 stop_pid(pid, grace=20 if name == "node" else 10)
                 stopped.append(f"{name} ({pid})")
             pf.unlink(missing_ok=True)
+            if name == "node":
+                stopped += self._stop_pod_processes()
         out("stopped: " + ", ".join(stopped) if stopped else "nothing was running")
         if purge and self.cfg.state_dir.exists():
             shutil.rmtree(self.cfg.state_dir)
             out(f"removed {self.cfg.state_dir}")
+
+    def _stop_pod_processes(self) -> list[str]:
+        """Pod processes the node left behind (it was killed before it stopped them all):
+        the operator's among them, which would otherwise keep its ports."""
+        stopped = []
+        pods = self.cfg.pods_dir
+        for pf in sorted(pods.glob("*/*.pid")) if pods.exists() else []:
+            pid = read_live_pid(pf)
+            if pid is not None:
+                stop_pid(pid, grace=5)
+                stopped.append(f"pod {pf.parent.name} ({pid})")
+        return stopped
 
     def status(self) -> list[dict]:
         rows = []
