@@ -292,8 +292,14 @@ def _apply(w: _Work, spec: KineticJobSpec, plan: UnitPlan, bounds: Bounds) -> No
 
 
 def reported_result_sha256(plan: UnitPlan) -> str | None:
-    """The result hash the runner reported: the successful attempt's, else the last failure's."""
-    ended = [r for r in plan.records if r.outcome in ("success", "failure")]
+    """The result hash the runner reported: the successful attempt's, else the last failure's.
+
+    A unit that succeeded takes only a successful attempt's hash: the stored
+    result is that attempt's, and a failed attempt's hash would make the
+    client refuse it. None until that attempt's report is known.
+    """
+    wanted = ("success",) if plan.outcome == "succeeded" else ("success", "failure")
+    ended = [r for r in plan.records if r.outcome in wanted]
     ended.sort(key=lambda r: (r.outcome == "success", r.attempt))
     for rec in reversed(ended):
         found = digest.reported_sha256(rec.message)

@@ -221,8 +221,14 @@ class ManifestBook:
                     continue
                 unit = index - index % chunk
                 obs = self.observed.get(unit)
+                # A succeeded input's result is its succeeded attempt's, never a failure's.
+                usable = ("Succeeded",) if rec.outcome == "SUCCEEDED" else ("Succeeded", "Failed")
                 ended = sorted(
-                    (p for p in (obs.pods.values() if obs else ()) if p.terminal),
+                    (
+                        p
+                        for p in (obs.pods.values() if obs else ())
+                        if p.terminal and p.phase in usable
+                    ),
                     key=lambda p: (p.phase == "Succeeded", p.attempt),
                 )
                 for pod in reversed(ended):
@@ -239,7 +245,10 @@ class ManifestBook:
             for index, rec in records.items():
                 outcome = _recorded_outcome(index, recorded)
                 if outcome is not None and rec.outcome != outcome:
-                    records[index] = _settled(rec, outcome)
+                    # the hash noted for the old outcome may be another attempt's
+                    records[index] = _settled(rec, outcome).model_copy(
+                        update={"result_sha256": self.hashes.get(index)}
+                    )
                     self.dirty.add(shard)
 
     def write(self, header: ManifestHeader, recorded: Recorded) -> None:

@@ -391,3 +391,26 @@ def test_failed_writes_are_retried_with_backoff_and_never_dropped():
     assert not d.dirty and d.failures == 0
     d.mark(24)
     assert d.delay(24) == 7
+
+
+def test_a_succeeded_input_never_carries_a_failed_attempts_hash() -> None:
+    """Seen in CI: the operator was killed while input 5's retry ran; the plan knew the
+    input succeeded (from the status) but not the retry's report, and recorded the failed
+    attempt's hash, so the client refused the real result. Now no hash is better than that:
+    the succeeded Pod's termination message fills it before the shard is written."""
+    from kinetic.resources import AttemptRecord
+    from kinetic_operator.job_logic import reported_result_sha256
+
+    failed_hash, ok_hash = "a" * 64, "b" * 64
+    first = AttemptRecord(
+        attempt=1, pod="g-5-1", outcome="failure", message=f"boom sha256={failed_hash}"
+    )
+    retry = AttemptRecord(attempt=2, pod="g-5-2", outcome="pending")
+    plan = UnitPlan("succeeded", 2, "Succeeded", "", records=(first, retry))
+    assert reported_result_sha256(plan) is None
+    done = AttemptRecord(attempt=2, pod="g-5-2", outcome="success", message=f"ok sha256={ok_hash}")
+    assert reported_result_sha256(UnitPlan("succeeded", 2, "", "", records=(first, done))) == (
+        ok_hash
+    )
+    # a failed input keeps its last failure's hash (the failure payload is its result)
+    assert reported_result_sha256(UnitPlan("failed", 1, "", "", records=(first,))) == failed_hash
