@@ -63,7 +63,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kinetic")
 
-INPUT_MODES = ("auto", "single", "args", "kwargs")
 _UNBOUNDED_WARNING_THRESHOLD = 100
 _READERS = 16  # parallel storage reads when collecting results
 
@@ -579,8 +578,10 @@ def submit_map(
     on its own.
     """
     items = list(inputs)
-    if input_mode not in INPUT_MODES:
-        raise ValueError(f"input_mode must be one of {', '.join(INPUT_MODES)}; got {input_mode!r}")
+    if input_mode not in payload.INPUT_MODES:
+        raise ValueError(
+            f"input_mode must be one of {', '.join(payload.INPUT_MODES)}; got {input_mode!r}"
+        )
     if max_concurrent is not None and (not isinstance(max_concurrent, int) or max_concurrent < 1):
         raise ValueError(
             f"max_concurrent must be a positive integer or None (no limit); got {max_concurrent!r}"

@@ -240,10 +240,6 @@ class BatchDecision:
         return [p for a in self.of(StopPods) for p in a.pods]
 
 
-def _unit_pod_name(batch: str, unit: int, attempt: int) -> str:
-    return input_pod_name(batch, unit, attempt)
-
-
 def unit_inputs(start: int, chunk: int, total: int) -> IndexSet:
     """The inputs the unit starting at ``start`` runs."""
     return IndexSet.range(start, min(start + chunk, total))
@@ -433,7 +429,7 @@ def _follow_units(w: _Work, units: Mapping[int, UnitObservation], *, cancel_all:
             creating=obs.creating is not None and obs.creating >= max(obs.pods, default=0),
             limits=Limits(w.spec.retries, w.max_disruptions),
             cancel=cancel_all,
-            pod_name=functools.partial(_unit_pod_name, w.batch, unit),
+            pod_name=functools.partial(input_pod_name, w.batch, unit),
             now=w.now,
         )
         w.plans[unit] = plan

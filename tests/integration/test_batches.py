@@ -556,17 +556,6 @@ def test_operator_killed_mid_batch_loses_nothing_and_runs_nothing_twice(
 # --------------------------------------------------------------------------- kubectl
 
 
-def _apply(kube: Kube, ns: str, body: dict) -> None:
-    out = subprocess.run(
-        ["kubectl", "--kubeconfig", kube.kubeconfig, "apply", "-n", ns, "-f", "-"],
-        input=json.dumps(body),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-
-
 def _container_batch(name: str, inputs: dict, command: list[str], **spec: object) -> dict:
     return {
         "apiVersion": r.API_VERSION,
@@ -588,7 +577,7 @@ def test_kubectl_grid_batch_runs_and_kubectl_wait_works(ns: str, kube: Kube) -> 
         ],
         maxConcurrent=2,
     )
-    _apply(kube, ns, body)
+    kube.apply(ns, body)
     kube.kubectl(
         "wait", "-n", ns, "--for=condition=Complete", "kb/sweep", "--timeout=180s", timeout=200
     )
@@ -620,7 +609,7 @@ def test_changing_inputs_of_a_running_batch_is_refused(ns: str, kube: Kube) -> N
     body = _container_batch(
         "steady", {"items": [1, 2, 3]}, ["sh", "-c", "sleep 2"], maxConcurrent=1
     )
-    _apply(kube, ns, body)
+    kube.apply(ns, body)
     wait_for(lambda: _batch(ns, "steady").get("status", {}).get("launched"), timeout=60)
     accepted = _batch(ns, "steady")["spec"]
     change = json.dumps({"spec": {"inputs": {"items": [1, 2, 3, 4, 5]}}})
@@ -666,7 +655,7 @@ def test_changing_inputs_of_a_running_batch_is_refused(ns: str, kube: Kube) -> N
 
 def test_invalid_batch_fails_with_a_readable_message(ns: str, kube: Kube) -> None:
     body = _container_batch("clash", {"grid": {"a-b": [1], "a_b": [2]}}, ["true"])
-    _apply(kube, ns, body)
+    kube.apply(ns, body)
     kube.kubectl(
         "wait", "-n", ns, "--for=condition=Failed", "kb/clash", "--timeout=60s", timeout=80
     )
@@ -678,7 +667,7 @@ def test_invalid_batch_fails_with_a_readable_message(ns: str, kube: Kube) -> Non
 def test_a_1000_input_batch_keeps_a_small_status(ns: str, kube: Kube, record_property) -> None:
     total = 1000
     body = _container_batch("wide", {"items": list(range(total))}, ["true"], maxConcurrent=100)
-    _apply(kube, ns, body)
+    kube.apply(ns, body)
     biggest = 0
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:

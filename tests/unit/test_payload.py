@@ -390,3 +390,12 @@ def test_remote_tracebacks_show_the_users_source_even_without_the_file(
     assert proc.returncode == 0, proc.stderr
     assert f'{local_module}/userpkg_kinetic_test/model.py", line 8, in explode' in proc.stdout
     assert "raise RuntimeError('kaboom in user code')" in proc.stdout
+
+
+def test_the_runner_and_the_schema_agree_on_input_modes() -> None:
+    """Two spellings of one fact: the runner must not import pydantic (start-up cost per Pod)."""
+    from typing import get_args
+
+    from kinetic import payload, resources
+
+    assert get_args(resources.InputMode) == payload.INPUT_MODES
