@@ -55,6 +55,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # Kopf logs a line per handler run per object at INFO; at thousands of
     # children that drowns what matters. Our own logger stays at INFO.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # The probes hit /healthz every few seconds; an access line each would
+    # bury the operator's own lines in `kubectl logs`. Errors still show.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     # One replica: no peering objects, no freeze between equal-priority peers.
     settings.peering.standalone = True
     # Ask the server to end every watch after a few minutes and reconnect, so
