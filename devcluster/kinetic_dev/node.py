@@ -302,8 +302,8 @@ class PodWorker(threading.Thread):
 
     def _backoff(self, run: ps.ContainerRun) -> bool:
         """Wait before a restart (10s doubling, max 5 min); False if stopped meanwhile."""
-        delay = min(10 * 2**run.restart_count, 300)
-        run.reset_for_restart(f"back-off {delay}s restarting failed container")
+        delay = run.restart_delay()
+        run.reset_for_restart(f"back-off {delay:.0f}s restarting failed container")
         self._report()
         return not self._sleep(delay)
 
