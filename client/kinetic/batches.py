@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from kinetic import kube, layout, limits, names, payload, storage
 from kinetic import resources as r
+from kinetic.cleanup import delete_stored
 from kinetic.config import ClientConfig, resolve
 from kinetic.inputs import (
     RECORD_WAIT,
@@ -480,14 +481,10 @@ class BatchHandle:
                 if obj is None:
                     break
         if gcs:
-            home = self._home()
-            if home is not None:
-                storage.delete_prefix(home.prefix)
             upload = layout.upload_dir_of(
                 self.storage_root, self.namespace, self.group_id, self.payload_uri
             )
-            if upload is not None:
-                storage.delete_prefix(upload)
+            delete_stored(self._home(), upload)
 
 
 def _final(status: dict) -> bool:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from kinetic import digest, kube, layout, names, payload, storage
 from kinetic import resources as r
+from kinetic.cleanup import delete_stored
 from kinetic.config import ClientConfig, resolve
 
 if TYPE_CHECKING:
@@ -360,14 +361,10 @@ class JobHandle:
                 if obj is None:
                     break
         if gcs:  # a container job has no result file, but may have archived logs there
-            home = self._home()
-            if home is not None:
-                storage.delete_prefix(home.prefix)
             upload = layout.upload_dir_of(
                 self._root(), self.namespace, self.job_id, self.payload_uri
             )
-            if upload is not None:
-                storage.delete_prefix(upload)
+            delete_stored(self._home(), upload)
 
 
 def sort_by_attempt(pods: list[V1Pod]) -> list[V1Pod]:

@@ -239,6 +239,21 @@ def test_cleanup_with_a_hostile_result_uri_deletes_only_the_jobs_own_prefix(ns: 
     assert all(storage.read_bytes(uri) == b"precious" for uri in keep)
 
 
+def test_cleanup_leaves_nothing_stored_under_the_jobs_name(ns: str) -> None:
+    """After result() (which cleans up), no pointer is left to files that are gone."""
+
+    @kinetic.run(namespace=ns)
+    def value() -> str:
+        return "once"
+
+    job = value.run_async()
+    assert job.result(timeout=120) == "once"
+    named = layout.namespace_prefix(resolve().storage_root, ns) + f"jobs/{job.job_id}/"
+    assert storage.list_prefix(named) == []
+    with pytest.raises(LookupError, match="no result recorded for that name"):
+        kinetic.attach(job.job_id, namespace=ns)
+
+
 def test_a_result_changed_in_storage_after_success_is_refused(ns: str) -> None:
     @kinetic.run(namespace=ns)
     def value() -> str:
