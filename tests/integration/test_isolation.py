@@ -22,8 +22,7 @@ from kinetic import kube as kinetic_kube
 from kinetic import resources as r
 from kinetic.config import resolve
 from kinetic.jobs import JobHandle, JobStatus, submit_job
-from kube_helpers import Kube
-from kubernetes import client
+from kube_helpers import Kube, fresh_namespace
 
 pytestmark = pytest.mark.integration
 
@@ -36,19 +35,8 @@ def ns(client_env: dict[str, str], namespace: str) -> str:
 @pytest.fixture
 def other_ns(kube: Kube, client_env: dict[str, str]) -> Iterator[str]:
     """A second tenant's namespace."""
-    name = f"kt-{uuid.uuid4().hex[:8]}"
-    kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            sa = kube.core.read_namespaced_service_account("default", name)
-            if sa.secrets:
-                break
-        except client.ApiException:
-            pass
-        time.sleep(0.2)
-    yield name
-    kube.core.delete_namespace(name, propagation_policy="Background")
+    with fresh_namespace(kube) as name:
+        yield name
 
 
 def count_and_tag(counter: str, tag: str) -> str:

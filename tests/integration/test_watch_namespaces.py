@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import Iterator
 
 import helm_sdkpy as helm
 import pytest
 from kinetic import resources as r
-from kube_helpers import REPO, Kube, local_up, wait_for
+from kube_helpers import REPO, Kube, fresh_namespace, local_up, wait_for
 from kubernetes import client
 
 pytestmark = pytest.mark.integration
@@ -54,26 +53,24 @@ def watched_only(kube: Kube, operator: None, namespace: str) -> Iterator[tuple[s
     from kinetic_dev.config import LocalConfig
     from kinetic_dev.operator import chart_values
 
-    other = f"kt-{uuid.uuid4().hex[:8]}"
-    kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other)))
     defaults = chart_values(LocalConfig())
-    try:
-        _upgrade(kube, {**defaults, "watchNamespaces": [namespace]})
-        wait_for(
-            lambda: (args := _operator_args(kube)) and f"--namespace={namespace}" in args,
-            timeout=120,
-            what="the operator to restart watching one namespace",
-        )
-        yield namespace, other
-    finally:
-        _upgrade(kube, defaults)
-        wait_for(
-            lambda: (args := _operator_args(kube)) and "--all-namespaces" in args,
-            timeout=120,
-            what="the operator to watch every namespace again",
-        )
-        local_up()  # its pid file, for the tests that kill it
-        kube.core.delete_namespace(other, propagation_policy="Background")
+    with fresh_namespace(kube) as other:
+        try:
+            _upgrade(kube, {**defaults, "watchNamespaces": [namespace]})
+            wait_for(
+                lambda: (args := _operator_args(kube)) and f"--namespace={namespace}" in args,
+                timeout=120,
+                what="the operator to restart watching one namespace",
+            )
+            yield namespace, other
+        finally:
+            _upgrade(kube, defaults)
+            wait_for(
+                lambda: (args := _operator_args(kube)) and "--all-namespaces" in args,
+                timeout=120,
+                what="the operator to watch every namespace again",
+            )
+            local_up()  # its pid file, for the tests that kill it
 
 
 def _job(kube: Kube, ns: str, name: str) -> dict:
