@@ -41,7 +41,7 @@ from pydantic import ValidationError
 
 from kinetic_operator.attempts import AttemptCause, Limits, UnitPlan, plan_unit
 from kinetic_operator.catalog import Catalog, UnknownAccelerator, resolve
-from kinetic_operator.conditions import readiness
+from kinetic_operator.conditions import READINESS, readiness
 from kinetic_operator.observed import PodView
 
 __all__ = ["fmt_time", "parse_time"]
@@ -345,6 +345,8 @@ def _set_conditions(w: _Work) -> None:
         )
     reason = phase.value.title()
     out += readiness(st.conditions, phase, reason, st.message, fmt_time(w.now))
+    # Conditions others own (ReconcileFailed) stay: this decision knows nothing of them.
+    out += [c for c in st.conditions if c.type not in _CONDITIONS and c.type not in READINESS]
     st.conditions = out
 
 
