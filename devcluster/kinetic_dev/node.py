@@ -1023,6 +1023,10 @@ class Agent:
                 grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
             if worker is not None and not worker.finished.is_set():
                 worker.request_stop(float(grace))
+            elif int(grace) == 0:
+                # Grace 0 (a finished Pod, or --force): the API server removes the object
+                # itself; a DELETE from us would only be answered 404.
+                return
             elif uid not in self.deleting:
                 self.deleting.add(uid)
                 pod_dir = self.pods_dir / ps.pod_dir_name(pod)
