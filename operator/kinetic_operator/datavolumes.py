@@ -36,10 +36,10 @@ def volume_name(index: int) -> str:
 
 def volumes_json(spec: KineticJobSpec) -> str:
     """The volumes as the pod-side fetcher reads them (wire form)."""
-    return json.dumps(
-        [v.model_dump(by_alias=True, exclude_defaults=True, mode="json") for v in spec.volumes or []],
-        separators=(",", ":"),
-    )
+    wire = [
+        v.model_dump(by_alias=True, exclude_defaults=True, mode="json") for v in spec.volumes or []
+    ]
+    return json.dumps(wire, separators=(",", ":"))
 
 
 def data_command(settings: OperatorSettings) -> list[str]:
