@@ -107,11 +107,11 @@ def test_volumes_are_at_their_paths_before_the_call(ns: str, tmp_path) -> None:
         namespace=ns,
         volumes={
             "/data": kinetic.Data(str(src)),
-            "/etc/kinetic-config": kinetic.Data(str(tmp_path / "config.json")),
+            "/config": kinetic.Data(str(tmp_path / "config.json")),
         },
     )
     def mounted() -> tuple[dict[str, str], str]:
-        with open("/etc/kinetic-config/config.json") as f:
+        with open("/config/config.json") as f:
             return digests("/data"), f.read()
 
     assert mounted() == (digests(str(src)), '{"lr": 0.1}')
@@ -155,6 +155,13 @@ def test_what_the_cluster_lacks_fails_the_job_with_a_sentence(ns: str, tmp_path)
     assert "Traceback" not in str(e.value)
     assert job.status() is JobStatus.FAILED
 
+    try:
+        import datasets  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:  # the local cluster's pods share this environment
+        hf = touch.run_async(kinetic.Data("hf://imdb?split=train"))
+        with pytest.raises(payload.RunnerError, match="needs the Hugging Face `datasets` package"):
+            hf.result(timeout=TIMEOUT)
+
 
 def test_a_container_job_from_yaml_sees_its_volume(ns: str, kube: Kube) -> None:
     root = resolve().storage_root
@@ -183,3 +190,32 @@ def test_a_container_job_from_yaml_sees_its_volume(ns: str, kube: Kube) -> None:
     job = kinetic.attach("reader-missing", namespace=ns)
     with pytest.raises(JobFailed, match="holds no objects"):
         job.result(timeout=TIMEOUT)
+
+
+def test_a_container_batch_from_yaml_mounts_its_volume_in_every_input(ns: str, kube: Kube) -> None:
+    root = resolve().storage_root
+    prefix = f"{layout.namespace_prefix(root, ns)}shared/greetings/"
+    storage.write_bytes(prefix + "en.txt", b"hello")
+    storage.write_bytes(prefix + "fr.txt", b"bonjour")
+    body = {
+        "apiVersion": "kinetic.dev/v1alpha1",
+        "kind": "KineticBatch",
+        "metadata": {"name": "greet"},
+        "spec": {
+            "template": {
+                "container": {
+                    "command": [
+                        "sh",
+                        "-c",
+                        'cat "/greetings/$KINETIC_INPUT.txt" > "$KINETIC_TERMINATION_LOG"',
+                    ]
+                },
+                "volumes": [{"mountPath": "/greetings", "uri": prefix}],
+            },
+            "inputs": {"items": ["en", "fr"]},
+        },
+    }
+    kube.apply(ns, body)
+    batch = kinetic.attach_batch("greet", namespace=ns)
+    batch.wait(timeout=TIMEOUT)
+    assert batch.results(timeout=30) == ["hello", "bonjour"]
