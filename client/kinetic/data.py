@@ -24,6 +24,8 @@ any resource is created (`stage`):
 Pod side, `kinetic.datafetch` turns each `DataRef` (and each volume of
 ``spec.volumes``) into files. This module imports only the standard
 library at load, so the runner can unpickle a `DataRef` cheaply.
+
+Nothing here is imported by the runner unless a job has data.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import os
 import posixpath
 import stat as stat_module
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -216,6 +217,8 @@ def content_hash_of(path: str) -> tuple[str, list[LocalFile]]:
             raise DataError(f"cannot read {p} for Data: {e.strerror or e}") from e
         if not stat_module.S_ISREG(mode):
             raise DataError(f"{p} is not a regular file; Data can only ship files and folders")
+    from concurrent.futures import ThreadPoolExecutor  # client side only: the pod never hashes
+
     with ThreadPoolExecutor(max_workers=_HASH_WORKERS) as pool:
         files = list(pool.map(lambda e: _hash_file(*e), entries))
     total = hashlib.sha256(prefix)
@@ -263,6 +266,8 @@ def stage(data: Data, root: str, namespace: str) -> DataRef:
     so an interrupted upload is simply redone, and a second submission of the
     same bytes costs one existence check and no upload.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from kinetic import layout, storage
 
     if not data.is_local:

@@ -503,11 +503,13 @@ class _DataStage:
         self._fetch_arg: Callable[[Any], str] | None = None
 
     def prepare(self, call: CallPayload, item: Any) -> tuple[CallPayload, Any]:
+        if self._failed is not None:
+            raise self._failed
+        if self._volumes_done and not _may_hold_data():
+            return call, item  # the common case: nothing to import, nothing to fetch
         from kinetic import datafetch
         from kinetic.data import DataRef, substitute
 
-        if self._failed is not None:
-            raise self._failed
         try:
             if not self._volumes_done:
                 datafetch.fetch_volumes(datafetch.volumes_from_env(self.environ))
@@ -526,6 +528,12 @@ class _DataStage:
         if args is not call.args or kwargs is not call.kwargs:
             call = replace(call, args=args, kwargs=kwargs)
         return call, item
+
+
+def _may_hold_data() -> bool:
+    """Whether an argument may be a `kinetic.data.DataRef`: unpickling one loads
+    kinetic.data, so without that module there is nothing to look for."""
+    return "kinetic.data" in sys.modules
 
 
 def _describe_call(call: CallPayload, spec: InputSpec, mode: str) -> str:
