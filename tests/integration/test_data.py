@@ -128,9 +128,12 @@ def test_data_inside_batch_inputs_becomes_a_path(ns: str, tmp_path) -> None:
         return len(digests(item["data"])) * item["k"]
 
     data = kinetic.Data(str(src))
-    inputs = [{"data": data, "k": 1}, {"data": data, "k": 2}]
+    inputs = [{"data": data, "k": 1}, {"data": data, "k": 2}, {"data": data, "k": 3}]
     batch = count.run_async_map(inputs, input_mode="single")
-    assert batch.results(timeout=TIMEOUT) == [4, 8]
+    assert batch.results(timeout=TIMEOUT) == [4, 8, 12]
+    chunked = count.run_async_map(inputs, input_mode="single", chunk_size=3)  # one Pod, one fetch
+    assert chunked.results(timeout=TIMEOUT) == [4, 8, 12]
+    assert chunked.jobs[2].logs().count("downloaded and verified 4 file(s)") == 1
 
 
 def test_bad_volumes_are_refused_before_anything_is_uploaded(ns: str, tmp_path) -> None:
