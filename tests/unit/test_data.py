@@ -271,3 +271,11 @@ def test_volumes_env_is_checked():
     assert datafetch.volumes_from_env({}) == []
     with pytest.raises(datafetch.FetchError, match="KINETIC_VOLUMES"):
         datafetch.volumes_from_env({"KINETIC_VOLUMES": json.dumps([{"uri": "gs://b/"}])})
+
+
+def test_cache_paths_are_the_namespaces_and_take_only_a_hash():
+    h = "0f" * 32
+    assert layout.data_cache_prefix("gs://b/r", NS, h) == f"gs://b/r/namespaces/{NS}/data/{h}/"
+    assert layout.data_manifest_uri("gs://b/r", NS, h) == f"gs://b/r/namespaces/{NS}/data/{h}.json"
+    with pytest.raises(ValueError, match="64 lowercase hex"):
+        layout.data_cache_prefix("gs://b/r", NS, "../../other")
