@@ -39,12 +39,14 @@ _EXPORTS = {
     "attach_batch": "kinetic.batches",
     "list_batches": "kinetic.batches",
     "ConfigError": "kinetic.config",
+    "Data": "kinetic.data",
 }
 
 __all__ = [
     "BatchError",
     "BatchHandle",
     "ConfigError",
+    "Data",
     "InputHandle",
     "JobCancelled",
     "JobFailed",
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
         list_batches,
     )
     from kinetic.config import ConfigError
+    from kinetic.data import Data
     from kinetic.jobs import JobCancelled, JobFailed, JobHandle, JobStatus, attach, list_jobs
     from kinetic.remote import RemoteFunction, run
 

@@ -30,6 +30,7 @@ from kinetic import kube, layout, limits, names, payload, storage
 from kinetic import resources as r
 from kinetic.cleanup import delete_stored
 from kinetic.config import ClientConfig, resolve
+from kinetic.data import Stager
 from kinetic.inputs import (
     RECORD_WAIT,
     InputHandle,
@@ -611,6 +612,9 @@ def submit_map(
     function_uri = layout.batch_function_uri(upload)
     storage.write_bytes(function_uri, function_bytes)
 
+    stager = Stager(root, cfg.namespace)  # kinetic.Data: uploaded once, referenced per input
+    volumes = stager.volumes(fn.options["volumes"])
+    items = [stager.value(item) for item in items]
     inputs_prefix = layout.batch_inputs_prefix(upload)
     hashes, failures = _upload_inputs(inputs_prefix, items)
     hashes_bytes = json.dumps(hashes).encode()
@@ -624,6 +628,7 @@ def submit_map(
             name=fn.func_name,
         ),
         retries=0,
+        volumes=volumes,
     )
     spec = r.KineticBatchSpec(
         template=template,

@@ -77,9 +77,12 @@ __all__ = [
 PAYLOAD_FORMAT = 1
 """Bumped when the envelope changes incompatibly; the runner refuses newer ones."""
 
-Phase = Literal["setup", "download", "verify", "unpickle", "call", "pickle-result", "upload"]
+Phase = Literal[
+    "setup", "download", "verify", "unpickle", "data", "call", "pickle-result", "upload"
+]
 """Where a job failed. ``call`` is the user's function raising; the rest are the runner's
-(``setup``: the runner's environment variables are missing or invalid)."""
+(``setup``: the runner's environment variables are missing or invalid; ``data``: the job's
+`kinetic.Data` volumes or arguments could not be brought into the pod)."""
 
 InputMode = Literal["auto", "single", "args", "kwargs"]
 INPUT_MODES: tuple[str, ...] = get_args(InputMode)

@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from kinetic import digest, layout, limits
+from kinetic.data import volume_problems
 from kinetic.names import MAX_POD_NAME, fmt_time, job_pod_name, parse_time
 from kinetic.resources import (
     Condition,
@@ -144,6 +145,10 @@ def validate_spec(
                 "(set KINETIC_STORAGE_ROOT on the operator)"
             )
         refused = foreign_uris(storage_root, namespace, spec, "spec")
+        if refused:
+            return InvalidSpec(refused[0])
+    if spec.volumes:
+        refused = volume_problems(storage_root, namespace, spec.volumes, "spec")
         if refused:
             return InvalidSpec(refused[0])
     longest = job_pod_name(name, spec.retries + max_disruptions + 1)
