@@ -39,6 +39,8 @@ _EXPORTS = {
     "attach_batch": "kinetic.batches",
     "list_batches": "kinetic.batches",
     "ConfigError": "kinetic.config",
+    "RunnerError": "kinetic.payload",
+    "UnknownAccelerator": "kinetic.catalog",
 }
 
 __all__ = [
@@ -51,7 +53,9 @@ __all__ = [
     "JobHandle",
     "JobStatus",
     "RemoteFunction",
+    "RunnerError",
     "SubmissionError",
+    "UnknownAccelerator",
     "attach",
     "attach_batch",
     "list_batches",
@@ -68,8 +72,10 @@ if TYPE_CHECKING:
         attach_batch,
         list_batches,
     )
+    from kinetic.catalog import UnknownAccelerator
     from kinetic.config import ConfigError
     from kinetic.jobs import JobCancelled, JobFailed, JobHandle, JobStatus, attach, list_jobs
+    from kinetic.payload import RunnerError
     from kinetic.remote import RemoteFunction, run
 
 

@@ -529,6 +529,7 @@ class InputHandle(JobHandle):
         timeout: float | None = None,
         cleanup: bool | None = None,
         on_status_change: Callable[[JobStatus], None] | None = None,
+        stream_logs: bool | None = None,
     ) -> Any:
         """Wait for the input and return its value, or raise its exception.
 
@@ -537,7 +538,7 @@ class InputHandle(JobHandle):
         termination message. A cancelled input raises JobCancelled, one that
         left no result JobFailed, a submission failure SubmissionError.
         """
-        final = self.wait(timeout=timeout, on_status_change=on_status_change)
+        final = self._wait_streaming(timeout, on_status_change, bool(stream_logs))
         return self._value(final, cleanup)
 
     def _value(self, final: JobStatus, cleanup: bool | None) -> Any:
