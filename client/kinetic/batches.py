@@ -41,7 +41,6 @@ from kinetic.inputs import (
     status_from_header,
     terminated_state,
 )
-from kinetic.inputs import SubmissionError as SubmissionError  # kinetic.SubmissionError
 from kinetic.jobs import (
     JobCancelled,
     JobFailed,
@@ -54,6 +53,7 @@ from kinetic.manifest import (
     ManifestHeader,
 )
 from kinetic.ranges import IndexSet
+from kinetic.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
 from kinetic.submission import (
     mark_unsubmitted,
     submission_exception,

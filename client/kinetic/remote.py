@@ -79,7 +79,7 @@ class RemoteFunction:
         built-in catalog's. The error lists the close matches.
         """
         known = cfg.accelerators or tuple(catalog.default_catalog().names())
-        catalog.check_name(self.options["accelerator"], known)
+        catalog.check_name(self.options["accelerator_as_given"], known)
 
     def captured_env(self) -> dict[str, str]:
         """The local variables named in capture_env_vars (a trailing * matches a prefix)."""
@@ -125,9 +125,10 @@ def run(
         raise ValueError(f"retries must be 0 or more, got {retries}")
     # The reference's spellings (v5litepod-4, l4, a100x4, ...) become the catalog's; what
     # the cluster offers is checked at submission, before any upload.
-    accelerator = _spelled(accelerator)
+    accelerator_as_given, accelerator = accelerator, _spelled(accelerator)
     options: dict[str, Any] = dict(
         accelerator=accelerator,
+        accelerator_as_given=accelerator_as_given,  # for error messages
         image=image,
         namespace=namespace,
         context=context,

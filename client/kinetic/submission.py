@@ -15,10 +15,18 @@ from typing import Any
 
 from kinetic import payload
 from kinetic import resources as r
-from kinetic.inputs import SubmissionError
 from kinetic.limits import MAX_MESSAGE_LENGTH
 
 _UNSUBMITTED_NOTE = "input {index} was not submitted, so it never ran"
+
+
+class SubmissionError(RuntimeError):
+    """An input that could not be packaged, so it never ran (an exception of another type
+    than a built-in one, which a reader may not be able to import)."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(f"input {index} was not submitted: {message}")
+        self.index = index
 
 
 def wrong_typed_inputs(items: list[Any], input_mode: r.InputMode) -> dict[int, Exception]:
