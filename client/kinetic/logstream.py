@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 from types import TracebackType
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kinetic import kube
 
@@ -34,6 +34,8 @@ class LogFollower:
         self.out = out or sys.stdout
         self._done = threading.Event()
         self._printed: set[str] = set()
+        self._abandoned = threading.Event()
+        self._resp: Any = None  # the log stream being read, closed when abandoned
         self._thread = threading.Thread(target=self._run, name="kinetic-logs", daemon=True)
 
     def __enter__(self) -> LogFollower:
@@ -47,24 +49,31 @@ class LogFollower:
         tb: TracebackType | None,
     ) -> None:
         self._done.set()
-        # After a timeout or Ctrl-C the job still runs: do not wait for its Pod to end.
-        self._thread.join(_DRAIN if exc_type is None else 0)
+        if exc_type is None:
+            self._thread.join(_DRAIN)
+            return
+        # After a timeout or Ctrl-C the job still runs: stop printing now, not when it ends.
+        self._abandoned.set()
+        resp = self._resp
+        if resp is not None:
+            resp.close()
 
     def _run(self) -> None:
         try:
-            while True:
+            while not self._abandoned.is_set():
                 ending = self._done.is_set()
                 for pod in self._unprinted():
-                    if not self._started(pod):
+                    if not self._started(pod) or self._abandoned.is_set():
                         break  # later attempts cannot have started before this one
                     self._follow(pod.metadata.name)
                 if ending:
                     break
                 self._done.wait(_POLL)
-            if not self._printed:
+            if not self._printed and not self._abandoned.is_set():
                 self._write(self.handle.logs() or "")  # its Pods were gone: the archive
         except Exception as e:  # logs are a convenience: never break result collection
-            self._write(f"[kinetic] stopped streaming logs: {type(e).__name__}: {e}\n")
+            if not self._abandoned.is_set():
+                self._write(f"[kinetic] stopped streaming logs: {type(e).__name__}: {e}\n")
 
     def _unprinted(self) -> list[V1Pod]:
         pods = self.handle._live_pods()
@@ -85,10 +94,14 @@ class LogFollower:
         except ApiException:
             return  # not readable yet (or just deleted): the next look tries again
         self._printed.add(pod)
+        self._resp = resp
         try:
             for chunk in resp.stream(amt=4096, decode_content=True):
+                if self._abandoned.is_set():
+                    return
                 self._write(chunk.decode(errors="replace"))
         finally:
+            self._resp = None
             resp.release_conn()
 
     def _write(self, text: str) -> None:

@@ -229,6 +229,39 @@ def test_result_streams_every_attempts_log_while_waiting(ns: str, client_env: di
     assert json.loads(rest.strip().splitlines()[-1]) == {"value": 42}
 
 
+def test_streaming_stops_when_result_times_out(ns: str, client_env: dict) -> None:
+    """A TimeoutError leaves the job running, but the caller's terminal goes quiet."""
+    script = textwrap.dedent(
+        f"""
+        import json, time, kinetic
+
+        @kinetic.run(namespace={ns!r})
+        def ticker():
+            for i in range(600):
+                print(f"tick {{i}}", flush=True)
+                time.sleep(0.2)
+
+        job = ticker.run_async()
+        try:
+            job.result(timeout=8, stream_logs=True)
+        except TimeoutError:
+            print("TIMED-OUT", flush=True)
+        time.sleep(3)
+        print(json.dumps({{"job": job.job_id, "status": job.status().value}}), flush=True)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=client_env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    before, _, after = out.stdout.partition("TIMED-OUT")
+    assert "tick 0" in before
+    assert "tick " not in after  # (the job id, "ticker-...", is printed after)
+    seen = json.loads(after.strip().splitlines()[-1])
+    assert seen["status"] == "RUNNING"
+    kinetic.attach(seen["job"], namespace=ns).cancel()
+
+
 # --------------------------------------------------------------------------- accelerators
 
 
