@@ -40,6 +40,8 @@ _EXPORTS = {
     "list_batches": "kinetic.batches",
     "ConfigError": "kinetic.config",
     "Data": "kinetic.data",
+    "RunnerError": "kinetic.payload",
+    "UnknownAccelerator": "kinetic.catalog",
 }
 
 __all__ = [
@@ -53,7 +55,9 @@ __all__ = [
     "JobHandle",
     "JobStatus",
     "RemoteFunction",
+    "RunnerError",
     "SubmissionError",
+    "UnknownAccelerator",
     "attach",
     "attach_batch",
     "list_batches",
@@ -70,9 +74,11 @@ if TYPE_CHECKING:
         attach_batch,
         list_batches,
     )
+    from kinetic.catalog import UnknownAccelerator
     from kinetic.config import ConfigError
     from kinetic.data import Data
     from kinetic.jobs import JobCancelled, JobFailed, JobHandle, JobStatus, attach, list_jobs
+    from kinetic.payload import RunnerError
     from kinetic.remote import RemoteFunction, run
 
 

@@ -68,6 +68,7 @@ class ManifestShard(_Doc):
 class SubmissionFailureRecord(_Doc):
     index: int
     message: str
+    error_type: str | None = None
 
 
 class ManifestHeader(_Doc):

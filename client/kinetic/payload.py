@@ -114,8 +114,12 @@ class RemoteError(Exception):
         return f"{self.type_name}: {self.message}" if self.message else self.type_name
 
 
-class RunnerError(Exception):
-    """The runner itself failed (download, verify, unpickle, pickle-result, upload)."""
+class RunnerError(RuntimeError):
+    """The runner itself failed (download, verify, unpickle, pickle-result, upload).
+
+    A RuntimeError, as the reference says of a job that failed without a result
+    of the user's own: `except RuntimeError` catches it with JobFailed.
+    """
 
     def __init__(self, phase: str, message: str) -> None:
         super().__init__(phase, message)

@@ -9,10 +9,11 @@ creates resources: the operator does everything else.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kinetic import layout, payload, storage
+from kinetic import catalog, layout, limits, payload, storage
 from kinetic import resources as r
 from kinetic.config import ClientConfig, resolve
 from kinetic.data import Data, Stager, check_volumes
@@ -41,6 +42,7 @@ class RemoteFunction:
     def run_async(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Submit one call and return its handle without waiting."""
         cfg = self._config()
+        self.check_accelerator(cfg)
         job_id = new_job_id(self.func_name)
         # kinetic.Data (arguments and volumes) goes to the namespace's upload cache first;
         # the payload carries only references, the spec only volume URIs.
@@ -76,6 +78,15 @@ class RemoteFunction:
 
     def _config(self) -> ClientConfig:
         return resolve(namespace=self.options["namespace"], context=self.options["context"])
+
+    def check_accelerator(self, cfg: ClientConfig) -> None:
+        """Refuse, before any upload, an accelerator the cluster's catalog does not offer.
+
+        The cluster's list is what its operator published; without one, the
+        built-in catalog's. The error lists the close matches.
+        """
+        known = cfg.accelerators or tuple(catalog.default_catalog().names())
+        catalog.check_name(self.options["accelerator_as_given"], known)
 
     def captured_env(self) -> dict[str, str]:
         """The local variables named in capture_env_vars (a trailing * matches a prefix)."""
@@ -118,7 +129,8 @@ def run(
 ) -> Callable[[Callable[..., Any]], RemoteFunction]:
     """Decorator: run the function on the cluster.
 
-    `accelerator` is `cpu`, `gpu-l4`, `gpu-a100x8`, `tpu-v5e-1`, ...; `env` sets
+    `accelerator` is `cpu`, `gpu-l4`, `gpu-a100x8`, `tpu-v5e-1`, ... (also spelled
+    `l4`, `a100x8`, `v5litepod-1`, `v5e-1`; see `kinetic.catalog`); `env` sets
     variables in the job; `capture_env_vars` copies the named local variables
     (a trailing `*` matches a prefix); `retries` are extra attempts after a
     failure; `deadline` bounds each attempt in seconds; `volumes` maps absolute
@@ -127,8 +139,12 @@ def run(
     """
     if retries < 0:
         raise ValueError(f"retries must be 0 or more, got {retries}")
+    # The reference's spellings (v5litepod-4, l4, a100x4, ...) become the catalog's; what
+    # the cluster offers is checked at submission, before any upload.
+    accelerator_as_given, accelerator = accelerator, _spelled(accelerator)
     options: dict[str, Any] = dict(
         accelerator=accelerator,
+        accelerator_as_given=accelerator_as_given,  # for error messages
         image=image,
         namespace=namespace,
         context=context,
@@ -154,3 +170,12 @@ def run(
         return RemoteFunction(fn, options)
 
     return wrap
+
+
+def _spelled(accelerator: str) -> str:
+    """The catalog's spelling of `accelerator`; a name no catalog could hold is refused now."""
+    name = catalog.canonical_name(accelerator)
+    if re.match(r.ACCELERATOR_PATTERN, name) and len(name) <= limits.MAX_ACCELERATOR_LENGTH:
+        return name
+    catalog.check_name(accelerator, catalog.default_catalog().names())
+    return name

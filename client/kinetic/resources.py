@@ -273,6 +273,12 @@ class SubmissionFailure(Wire):
     message: str = Field(
         max_length=L.MAX_MESSAGE_LENGTH, description="Why it could not be submitted."
     )
+    error_type: str | None = Field(
+        None,
+        max_length=L.MAX_MESSAGE_LENGTH,
+        description="Type of the exception the client raised (TypeError, mod.Error), so "
+        "readers rebuild the same exception.",
+    )
 
 
 GridKey = Annotated[str, Field(max_length=L.MAX_GRID_KEY_LENGTH)]

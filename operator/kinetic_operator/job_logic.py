@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from kinetic import digest, layout, limits
+from kinetic.catalog import Catalog, UnknownAccelerator, resolve
 from kinetic.data import volume_problems
 from kinetic.names import MAX_POD_NAME, fmt_time, job_pod_name, parse_time
 from kinetic.resources import (
@@ -41,7 +42,6 @@ from kinetic.resources import (
 from pydantic import ValidationError
 
 from kinetic_operator.attempts import AttemptCause, Limits, UnitPlan, plan_unit
-from kinetic_operator.catalog import Catalog, UnknownAccelerator, resolve
 from kinetic_operator.conditions import READINESS, readiness
 from kinetic_operator.observed import PodView
 

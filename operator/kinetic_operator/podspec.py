@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinetic import layout
+from kinetic.catalog import resolve
 from kinetic.names import LABEL_ATTEMPT, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, job_pod_name
 from kinetic.resources import API_VERSION, JOB_KIND, KineticJobSpec
 
 from kinetic_operator import datavolumes
-from kinetic_operator.catalog import resolve
 from kinetic_operator.settings import OperatorSettings
 
 CONTAINER_NAME = "main"
