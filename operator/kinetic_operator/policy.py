@@ -89,9 +89,6 @@ class Policy(BaseModel):
             return tuple(v for v in value.replace(",", " ").split() if v)
         return value
 
-    def unlimited(self) -> bool:
-        return self == Policy(source=self.source)
-
 
 def parse_policy(data: dict[str, str] | None, source: str) -> Policy:
     """The policy in a ConfigMap's ``data`` (each value YAML); raises PolicyError.

@@ -431,6 +431,7 @@ def _wait(
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(1.0)
+    console.print()
     reports = []
     for doc, st in zip(docs, statuses, strict=True):
         rows = job_report(st) if doc.kind == "KineticJob" else _batch_rows(doc, st, context)
