@@ -108,6 +108,22 @@ def parse_policy(data: dict[str, str] | None, source: str) -> Policy:
         raise PolicyError(f"{source}: {_explain(exc)}") from exc
 
 
+def policy_after_read(
+    config_map: dict[str, Any] | None, held: Policy, source: str
+) -> tuple[Policy, str | None]:
+    """The policy to hold after reading its ConfigMap, and why the read was not taken.
+
+    A missing ConfigMap (None) is no policy; one that does not parse keeps
+    ``held`` and returns the reason, for the log and a Warning Event.
+    """
+    if config_map is None:
+        return Policy(source=source), None
+    try:
+        return parse_policy(config_map.get("data"), source), None
+    except PolicyError as exc:
+        return held, f"{exc}. The previous policy stays in force until this is fixed."
+
+
 def _explain(exc: ValidationError) -> str:
     known = ", ".join(f.alias or n for n, f in Policy.model_fields.items() if n != "source")
     parts = []

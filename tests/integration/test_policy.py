@@ -238,3 +238,31 @@ def _phase(kube: Kube, ns: str, name: str) -> str | None:
 def _ended(kube: Kube, kind: str, ns: str, name: str) -> dict | None:
     status = _status(kube, kind, ns, name)
     return status if status.get("phase") in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+
+
+@pytest.mark.parametrize(
+    "verb,resource,namespace,allowed",
+    [
+        ("get", f"configmaps/{CM}", SYSTEM, True),
+        ("update", f"configmaps/{CM}", SYSTEM, False),  # the administrator's, never written
+        ("get", "configmaps/kube-root-ca.crt", SYSTEM, False),
+        ("list", "configmaps", SYSTEM, False),
+        ("watch", "configmaps", "default", False),
+        ("get", f"configmaps/{CM}", "default", False),
+    ],
+)
+def test_the_operator_reads_only_the_policy_config_map(
+    kube: Kube, operator: None, verb: str, resource: str, namespace: str, allowed: bool
+) -> None:
+    """`kubectl auth can-i` as the operator's ServiceAccount, with the chart's RBAC."""
+    out = kube.kubectl(
+        "auth",
+        "can-i",
+        verb,
+        resource,
+        "-n",
+        namespace,
+        f"--as=system:serviceaccount:{SYSTEM}:kinetic-operator",
+        check=False,
+    )
+    assert out.stdout.strip() == ("yes" if allowed else "no"), out.stdout + out.stderr

@@ -12,6 +12,7 @@ from kinetic_operator.policy import (
     PolicyError,
     first_acceptance_violations,
     parse_policy,
+    policy_after_read,
     policy_violations,
 )
 from kinetic_operator.settings import OperatorSettings
@@ -72,6 +73,24 @@ def test_a_bad_config_map_is_refused_naming_the_key(data: dict[str, str], says: 
     with pytest.raises(PolicyError) as err:
         parse_policy(data, SOURCE)
     assert str(err.value).startswith(SOURCE) and says in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "config_map,expected,error",
+    [
+        (None, policy(), None),  # no ConfigMap: no policy, not an error
+        ({"data": {"maxBatchSize": "5"}}, policy(maxBatchSize=5), None),
+        ({"data": None}, policy(), None),
+        ({"data": {"maxBatchSize": "x"}}, policy(maxBatchSize=10), "previous policy stays"),
+        ({"data": {"typo": "1"}}, policy(maxBatchSize=10), "data.typo is not a policy key"),
+    ],
+)
+def test_a_bad_read_keeps_the_policy_held(
+    config_map: dict[str, Any] | None, expected: Policy, error: str | None
+) -> None:
+    got, why = policy_after_read(config_map, policy(maxBatchSize=10), SOURCE)
+    assert got == expected
+    assert (why is None) if error is None else (why is not None and error in why)
 
 
 # ----------------------------------------------------------------------- judging

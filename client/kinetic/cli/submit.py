@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from queue import Queue
+from threading import Thread
 from typing import Any
 
 import typer
@@ -392,11 +393,6 @@ def _confirmed(n: int) -> bool:
     return typer.confirm(f"Submit {n} object{'s' * (n != 1)}?", default=False)
 
 
-def _status(doc: Document, context: str | None) -> dict[str, Any]:
-    obj = kube.get(doc.plural, doc.namespace, doc.name, context) or {}
-    return obj.get("status") or {}
-
-
 def _progress(docs: list[Document], statuses: list[dict[str, Any]]) -> Table:
     table = Table(title="Progress")
     for col in ("object", "phase", "succeeded", "failed", "running", "total"):
@@ -417,20 +413,42 @@ def _progress(docs: list[Document], statuses: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _follow(doc: Document, i: int, context: str | None, timeout: float | None, out: Queue) -> None:
+    """Put (i, status) on ``out`` at every change of one object, until it ends (a thread).
+
+    Watches, not polls (see `kinetic.kube`); ``None`` is put when it is
+    deleted or the watch fails, so the waiter never waits for a silent thread.
+    """
+    try:
+        for obj in kube.watch_one(doc.plural, doc.namespace, doc.name, timeout, context):
+            status = (obj or {}).get("status") or {}
+            out.put((i, status if obj is not None else None))
+            if obj is None or r.Phase(status.get("phase") or "PENDING").terminal:
+                return
+    except Exception:  # noqa: BLE001 — timeout or a broken watch: this object is done waiting
+        out.put((i, None))
+
+
+def _ended(status: dict[str, Any] | None) -> bool:
+    return status is None or r.Phase(status.get("phase") or "PENDING").terminal
+
+
 def _wait(
     docs: list[Document], context: str | None, timeout: float | None
 ) -> list[list[dict[str, Any]]]:
     """Live progress until every object has ended, then one report table per object."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+    updates: Queue = Queue()
+    for i, doc in enumerate(docs):
+        Thread(target=_follow, args=(doc, i, context, timeout, updates), daemon=True).start()
+    latest: list[dict[str, Any] | None] = [{} for _ in docs]
+    done = [False] * len(docs)
     with Live(console=console, refresh_per_second=4) as live:
-        while True:
-            statuses = [_status(d, context) for d in docs]
-            live.update(_progress(docs, statuses))
-            if all(r.Phase(s.get("phase") or "PENDING").terminal for s in statuses):
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            time.sleep(1.0)
+        while not all(done):
+            i, status = updates.get()
+            done[i] = _ended(status)
+            latest[i] = status if status is not None else latest[i]
+            live.update(_progress(docs, [s or {} for s in latest]))
+    statuses = [s or {} for s in latest]
     console.print()
     reports = []
     for doc, st in zip(docs, statuses, strict=True):

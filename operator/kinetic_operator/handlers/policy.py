@@ -25,7 +25,7 @@ from typing import Any
 import kopf
 
 from kinetic_operator.kube import Kube, get_kube
-from kinetic_operator.policy import Policy, PolicyError, parse_policy
+from kinetic_operator.policy import Policy, policy_after_read
 from kinetic_operator.settings import get_settings
 
 log = logging.getLogger("kinetic.operator")
@@ -77,19 +77,16 @@ def refresh(holder: PolicyHolder, kube: Kube) -> None:
     if version == holder.version:
         return
     holder.version = version
-    if cm is None:
-        holder.policy = Policy(source=source)
-        log.info("No ConfigMap %s: no admission policy", source)
-        return
-    try:
-        policy = parse_policy(cm.get("data"), source)
-    except PolicyError as exc:
-        message = f"{exc}. The previous policy stays in force until this is fixed."
-        log.error("Invalid policy: %s", message)
-        kube.post_event(cm, "Warning", "InvalidPolicy", message)
+    policy, error = policy_after_read(cm, holder.policy, source)
+    if error is not None:
+        log.error("Invalid policy: %s", error)
+        kube.post_event(cm or {}, "Warning", "InvalidPolicy", error)
         return
     holder.policy = policy
-    log.info("Admission policy from %s: %s", source, policy.model_dump(by_alias=True))
+    if cm is None:
+        log.info("No ConfigMap %s: no admission policy", source)
+    else:
+        log.info("Admission policy from %s: %s", source, policy.model_dump(by_alias=True))
 
 
 async def _poll(holder: PolicyHolder, every: float) -> None:
