@@ -128,6 +128,12 @@ def test_bad_documents_are_refused_locally_naming_the_document(text: str, says: 
     assert says in str(err.value)
 
 
+def test_an_explicit_namespace_must_match_the_documents() -> None:
+    assert [d.namespace for d in load_documents(ITEMS, "team-b", forced=True)] == ["team-b"]
+    with pytest.raises(DocumentError, match="metadata.namespace 'team-a' does not match"):
+        load_documents(GRID, "team-b", forced=True)
+
+
 def rec(outcome: str, attempts: int, message: str | None = None) -> dict[str, Any]:
     return {"outcome": outcome, "attempts": [{}] * attempts, "message": message}
 

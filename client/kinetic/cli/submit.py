@@ -76,18 +76,22 @@ class Document:
 # --------------------------------------------------------------------------- reading
 
 
-def load_documents(text: str, default_namespace: str) -> list[Document]:
-    """Every non-empty YAML document, parsed and checked; raises DocumentError."""
+def load_documents(text: str, default_namespace: str, *, forced: bool = False) -> list[Document]:
+    """Every non-empty YAML document, parsed and checked; raises DocumentError.
+
+    ``forced`` (``-n`` given): a document naming another namespace is an
+    error, as with kubectl, rather than silently going elsewhere.
+    """
     try:
         raw = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         raise DocumentError(f"the file is not valid YAML: {exc}") from exc
     if not raw:
         raise DocumentError("the file holds no documents")
-    return [check_document(i, d, default_namespace) for i, d in enumerate(raw, start=1)]
+    return [check_document(i, d, default_namespace, forced) for i, d in enumerate(raw, start=1)]
 
 
-def check_document(number: int, doc: Any, default_namespace: str) -> Document:
+def check_document(number: int, doc: Any, default_namespace: str, forced: bool = False) -> Document:
     """One document: its kind, name and spec checked as the operator would."""
     where = f"document {number}"
     if not isinstance(doc, dict):
@@ -106,6 +110,11 @@ def check_document(number: int, doc: Any, default_namespace: str) -> Document:
     if not isinstance(name, str) or not name:
         raise DocumentError(f"{where} ({kind}): metadata.name is required")
     namespace = meta.get("namespace") or default_namespace
+    if forced and namespace != default_namespace:
+        raise DocumentError(
+            f"{where} ({kind}/{name}): metadata.namespace {namespace!r} does not match "
+            f"--namespace {default_namespace!r}; remove one of them"
+        )
     where = f"{where} ({kind}/{name})"
     spec = doc.get("spec")
     problems = (
@@ -323,7 +332,7 @@ def submit(
     text = sys.stdin.read() if str(file) == "-" else _read(file)
     try:
         default_ns = namespace or kube.current_namespace(context)
-        docs = load_documents(text, default_ns)
+        docs = load_documents(text, default_ns, forced=namespace is not None)
     except DocumentError as exc:
         raise fail(f"{file}: {exc}") from None
     _server_dry_run(docs, context)
