@@ -263,7 +263,7 @@ class Kube:
                 "namespace": meta.get("namespace"),
             },
             "involvedObject": {
-                "apiVersion": f"{GROUP}/{VERSION}",
+                "apiVersion": owner.get("apiVersion") or f"{GROUP}/{VERSION}",
                 "kind": owner.get("kind") or JOB_KIND,
                 "name": meta.get("name"),
                 "namespace": meta.get("namespace"),
@@ -298,6 +298,19 @@ class Kube:
             _content_type=MERGE_PATCH,
             _request_timeout=REQUEST_TIMEOUT,
         )
+
+    def read_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One ConfigMap as a plain dict (with apiVersion and kind, for Events), or None."""
+        try:
+            cm = self.core.read_namespaced_config_map(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        body = self.api.sanitize_for_serialization(cm)
+        return {**body, "apiVersion": "v1", "kind": "ConfigMap"}
 
     def publish_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
         """Create or replace the ConfigMap from which clients learn the storage root."""

@@ -10,7 +10,13 @@ KINETIC_NAMESPACES (comma-separated; empty means all).
 """
 
 from kinetic_operator import deepjson
-from kinetic_operator.handlers import admission, batches, jobs, setup  # noqa: F401 — registers
+from kinetic_operator.handlers import (  # noqa: F401 — registers
+    admission,
+    batches,
+    jobs,
+    policy,
+    setup,
+)
 
 # Before Kopf starts watching: decode watch events and lists safely, however deep.
 deepjson.install()

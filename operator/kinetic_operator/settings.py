@@ -85,6 +85,19 @@ class OperatorSettings(BaseSettings):
         "(KINETIC_MANIFEST_INTERVAL).",
     )
 
+    policy_config_map: str = Field(
+        "kinetic-policy",
+        description="ConfigMap in the operator's namespace holding the administrator's "
+        "admission policy, read live (KINETIC_POLICY_CONFIG_MAP).",
+    )
+    policy_poll_seconds: float = Field(
+        2.0,
+        gt=0,
+        le=10,
+        description="Seconds between reads of the policy ConfigMap; an edit takes effect "
+        "within this (KINETIC_POLICY_POLL_SECONDS).",
+    )
+
     max_inputs: int = Field(
         DEFAULT_MAX_INPUTS,
         ge=1,

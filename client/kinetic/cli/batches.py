@@ -11,12 +11,13 @@ from rich.table import Table
 
 from kinetic import kube
 from kinetic.batches import BatchHandle, attach_batch, list_batches
+from kinetic.cli import submit
 from kinetic.cli.jobs import CONTEXT, NAMESPACE
 from kinetic.cli.output import OUTPUT_OPTION, Format, console, emit, fail
 from kinetic.ranges import RangeError, parse_ranges
 
 app = typer.Typer(
-    no_args_is_help=True, help="Batches: list, status, watch, results, cancel, cleanup."
+    no_args_is_help=True, help="Batches: submit, list, status, watch, results, cancel, cleanup."
 )
 
 
@@ -238,3 +239,6 @@ def cleanup(
     """Delete a batch, its Pods and (by default) all its stored artifacts and logs."""
     _handle(group_id, namespace, context).cleanup(k8s=k8s, gcs=gcs)
     console.print(f"{group_id}: cleaned up")
+
+
+submit.register(app)

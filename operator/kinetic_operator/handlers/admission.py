@@ -10,6 +10,11 @@ that cannot change on a running batch. Dry runs (`kubectl apply
 --dry-run=server`) are judged the same way; the handlers have no side
 effects.
 
+The administrator's policy (`kinetic-policy`, see `kinetic_operator.policy`)
+is judged here too, against the policy in force at this moment. On UPDATE
+only what the change adds is refused: a batch admitted under a looser
+policy can still be cancelled or throttled after the policy tightened.
+
 Every refusal is a 422 whose message names the field, the limit and the fix;
 `kubectl` prints it after ``admission webhook "…" denied the request:``.
 """
@@ -24,6 +29,8 @@ from kinetic.resources import GROUP, VERSION, KineticBatchSpec
 from pydantic import ValidationError
 
 from kinetic_operator.batch_logic import immutable_change
+from kinetic_operator.handlers.policy import current_policy
+from kinetic_operator.policy import Kind, Policy, policy_violations
 from kinetic_operator.settings import OperatorSettings, get_settings
 from kinetic_operator.webhook import BATCH_HOOK, JOB_HOOK
 
@@ -72,20 +79,75 @@ def check_spec_update(old: dict[str, Any] | None, new: dict[str, Any] | None) ->
         raise kopf.AdmissionError(change, code=422)
 
 
+def policy_problems(
+    kind: Kind,
+    old: dict[str, Any] | None,
+    new: dict[str, Any] | None,
+    namespace: str,
+    policy: Policy,
+    settings: OperatorSettings,
+) -> list[str]:
+    """What ``policy`` refuses in a create (``old`` None), or what an update adds to refuse."""
+
+    def judged(body: dict[str, Any] | None) -> list[str]:
+        return policy_violations(
+            kind,
+            namespace,
+            (body or {}).get("spec"),
+            policy,
+            settings.accelerator_catalog,
+            settings.default_image,
+        )
+
+    found = judged(new)
+    if old is None or not found:
+        return found
+    before = set(judged(old))
+    return [p for p in found if p not in before]
+
+
+def _namespace(body: dict[str, Any], namespace: str | None) -> str:
+    return namespace or (body.get("metadata") or {}).get("namespace") or ""
+
+
 def _refuse(problems: list[str]) -> None:
     if problems:
         raise kopf.AdmissionError("; ".join(problems), code=422)
 
 
-def validate_job(body: kopf.Body, **_: Any) -> None:
+def validate_job(
+    body: kopf.Body,
+    old: kopf.Body | None = None,
+    operation: str = "CREATE",
+    memo: Any = None,
+    namespace: str | None = None,
+    **_: Any,
+) -> None:
     """The validating webhook of KineticJobs (main resource; CREATE and UPDATE)."""
-    _refuse(job_problems(dict(body)))
-
-
-def validate_batch(old: kopf.Body | None, body: kopf.Body, operation: str, **_: Any) -> None:
-    """The validating webhook of KineticBatches (main resource; CREATE and UPDATE)."""
+    new = dict(body)
     before = dict(old) if operation == "UPDATE" and old is not None else None
-    _refuse(batch_problems(before, dict(body), get_settings()))
+    problems = job_problems(new) or policy_problems(
+        "KineticJob", before, new, _namespace(new, namespace), current_policy(memo), get_settings()
+    )
+    _refuse(problems)
+
+
+def validate_batch(
+    old: kopf.Body | None,
+    body: kopf.Body,
+    operation: str,
+    memo: Any = None,
+    namespace: str | None = None,
+    **_: Any,
+) -> None:
+    """The validating webhook of KineticBatches (main resource; CREATE and UPDATE)."""
+    new = dict(body)
+    before = dict(old) if operation == "UPDATE" and old is not None else None
+    settings = get_settings()
+    problems = batch_problems(before, new, settings) or policy_problems(
+        "KineticBatch", before, new, _namespace(new, namespace), current_policy(memo), settings
+    )
+    _refuse(problems)
 
 
 if get_settings().webhook_enabled:

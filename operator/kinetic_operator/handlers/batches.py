@@ -72,6 +72,7 @@ from kinetic_operator.batch_logic import (
 from kinetic_operator.batch_pods import UnitRefused, build_unit_pod, log_uri
 from kinetic_operator.bounded_read import TooLarge, read_at_most
 from kinetic_operator.failures import Failing, reported
+from kinetic_operator.handlers.policy import current_policy
 from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube, until_settled
 from kinetic_operator.manifest import (
     Debouncer,
@@ -81,6 +82,7 @@ from kinetic_operator.manifest import (
     recorded_from,
 )
 from kinetic_operator.observed import PodView, batch_key, summarize_pod
+from kinetic_operator.policy import Policy, first_acceptance_violations
 from kinetic_operator.reaper import due_pods
 from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings, get_settings
@@ -196,7 +198,14 @@ async def reconcile_batch(namespace: str, name: str, batch_pods: kopf.Index, mem
         units = observe_units(batch_pods.get(key, ()), mem)
         with metrics.reconcile_timer(metrics.KIND_BATCH):
             recheck = await asyncio.to_thread(
-                reconcile_batch_sync, get_kube(), get_settings(), mem, namespace, name, units
+                reconcile_batch_sync,
+                get_kube(),
+                get_settings(),
+                mem,
+                namespace,
+                name,
+                units,
+                policy=current_policy(memo),
             )
         if mem.body.get() is None:  # the batch is gone: forget it
             state.batches.pop(key, None)
@@ -239,6 +248,7 @@ def reconcile_batch_sync(
     name: str,
     units: dict[int, UnitObservation],
     now: datetime | None = None,
+    policy: Policy | None = None,
 ) -> float | None:
     """Read, decide, write status, act — from a fresh read again if the batch moved meanwhile.
 
@@ -252,7 +262,9 @@ def reconcile_batch_sync(
             body = kube.get_kinetic_batch(namespace, name)
             mem.body.set(body)
         when = now or datetime.now(UTC)
-        return _reconcile_once(kube, settings, mem, namespace, name, body, fresh, units, when)
+        return _reconcile_once(
+            kube, settings, mem, namespace, name, body, fresh, units, when, policy
+        )
 
     return reported(
         kube,
@@ -274,6 +286,7 @@ def _reconcile_once(
     fresh: bool,
     units: dict[int, UnitObservation],
     now: datetime,
+    policy: Policy | None = None,
 ) -> float | None:
     if body is None:
         return None  # deleted; its Pods go with it through ownerReferences
@@ -289,6 +302,10 @@ def _reconcile_once(
     generation = meta.get("generation")
 
     spec, problems = _load_spec(body, settings, namespace)
+    if spec is not None and not problems and policy is not None:
+        problems = first_acceptance_violations(
+            "KineticBatch", body, policy, settings.accelerator_catalog, settings.default_image
+        )
     refused: str | None = None
     home = layout.batch_home(settings.storage_root or "", namespace, name, meta.get("uid", ""))
     if spec is not None and not problems and not Phase(old.phase).terminal:

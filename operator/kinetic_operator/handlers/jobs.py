@@ -26,9 +26,11 @@ from kinetic.resources import GROUP, JOB_KIND, JOB_PLURAL, VERSION, KineticJobSt
 
 from kinetic_operator import job_logic, metrics, podspec
 from kinetic_operator.failures import Failing, reported
+from kinetic_operator.handlers.policy import current_policy
 from kinetic_operator.job_logic import CreatePod, DeletePod, Event, InvalidSpec
 from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube, until_settled
 from kinetic_operator.observed import PodView, job_key, summarize_pod
+from kinetic_operator.policy import Policy, first_acceptance_violations
 from kinetic_operator.reaper import due_pods
 from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings, get_settings
@@ -123,7 +125,14 @@ async def reconcile_job(namespace: str, name: str, job_pods: kopf.Index, memo: A
         pods = by_attempt(job_pods.get(key, ()), mem.gone)
         with metrics.reconcile_timer(metrics.KIND_JOB):
             recheck = await asyncio.to_thread(
-                reconcile_job_sync, get_kube(), get_settings(), namespace, name, pods, mem
+                reconcile_job_sync,
+                get_kube(),
+                get_settings(),
+                namespace,
+                name,
+                pods,
+                mem,
+                policy=current_policy(memo),
             )
         if mem.body.get() is None:  # the KineticJob is gone: forget it
             state.jobs.pop(key, None)
@@ -149,6 +158,7 @@ def reconcile_job_sync(
     pods: Mapping[int, PodView],
     mem: JobMemory,
     now: datetime | None = None,
+    policy: Policy | None = None,
 ) -> float | None:
     """Read, decide, write status, act — redone from a fresh read if someone wrote meanwhile.
 
@@ -163,7 +173,9 @@ def reconcile_job_sync(
             body = kube.get_kinetic_job(namespace, name)
             mem.body.set(body)
         when = now or datetime.now(UTC)
-        return _reconcile_once(kube, settings, namespace, name, body, fresh, pods, mem, when)
+        return _reconcile_once(
+            kube, settings, namespace, name, body, fresh, pods, mem, when, policy
+        )
 
     return reported(
         kube,
@@ -185,6 +197,7 @@ def _reconcile_once(
     pods: Mapping[int, PodView],
     mem: JobMemory,
     now: datetime,
+    policy: Policy | None = None,
 ) -> float | None:
     if body is None:
         return None  # deleted; its Pods go with it through ownerReferences
@@ -200,6 +213,11 @@ def _reconcile_once(
         max_disruptions=settings.max_disruptions,
         namespace=namespace,
     )
+    refused = policy is not None and first_acceptance_violations(
+        "KineticJob", body, policy, settings.accelerator_catalog, settings.default_image
+    )
+    if refused and not isinstance(spec, InvalidSpec):
+        spec = InvalidSpec("; ".join(refused))
     owner = podspec.Owner(name, namespace, meta.get("uid", ""), JOB_KIND)
     home = podspec.job_home(owner, settings)
     pods = {k: p for k, p in pods.items() if p.belongs_to(meta.get("uid"))}

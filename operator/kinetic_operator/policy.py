@@ -1,0 +1,267 @@
+"""The administrator's admission policy: the ``kinetic-policy`` ConfigMap, and what it refuses.
+
+A platform team caps what one user may ask for: how many inputs one batch
+may have (``maxBatchSize``), how many accelerator chips one job's Pod may
+request (``maxAcceleratorsPerJob``, counted through the operator's
+accelerator catalog), which namespaces may run Kinetic work at all
+(``allowedNamespaces``) and which images jobs may run (``allowedImages``,
+prefixes). Every key is optional; absent or empty means unlimited.
+
+The ConfigMap lives in the operator's namespace and is read live (see
+`handlers/policy.py`), so an administrator's ``kubectl edit`` holds within
+seconds, without a restart. This module is pure: parsing the ConfigMap's
+data and judging one object's raw spec against a parsed policy.
+
+Decisions where the issue was silent:
+
+* A policy is judged when an object is admitted (the webhook, CREATE and
+  UPDATE, dry runs included) and when the operator first accepts an object
+  (its status has no phase yet: it was stored while the webhook was down).
+  A policy tightened later does not touch objects the operator already
+  accepted: killing a running batch because an administrator lowered a cap
+  would lose work the policy allowed when it was submitted.
+* The operator's own default image is always allowed: the administrator
+  chose it, and a job that names no image cannot be refused for it.
+* A ConfigMap that does not parse keeps the last good policy in force (and
+  the operator says so, in its log and a Warning Event on the ConfigMap): a
+  typo must not silently lift every limit. A missing ConfigMap means no
+  policy, as before the chart shipped one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import yaml
+from kinetic.limits import input_total
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kinetic_operator.catalog import Catalog, UnknownAccelerator, resolve
+
+POLICY_CONFIG_MAP = "kinetic-policy"
+
+Kind = Literal["KineticJob", "KineticBatch"]
+
+
+class PolicyError(ValueError):
+    """The ConfigMap's data is not a policy; the message names the key and the fix."""
+
+
+class Policy(BaseModel):
+    """What the administrator allows; None or empty means no limit on that axis."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    max_batch_size: int | None = Field(
+        None, ge=0, alias="maxBatchSize", description="Most inputs (or jobs) in one batch."
+    )
+    max_accelerators_per_job: int | None = Field(
+        None,
+        ge=0,
+        alias="maxAcceleratorsPerJob",
+        description="Most GPUs or TPU chips one job's Pod may request.",
+    )
+    allowed_namespaces: tuple[str, ...] = Field(
+        (), alias="allowedNamespaces", description="Namespaces that may run Kinetic work."
+    )
+    allowed_images: tuple[str, ...] = Field(
+        (), alias="allowedImages", description="Image prefixes jobs may run."
+    )
+    source: str = Field(
+        f"{POLICY_CONFIG_MAP} in kinetic-system",
+        exclude=True,
+        description="Where this policy came from, quoted in every refusal.",
+    )
+
+    @field_validator("max_batch_size", "max_accelerators_per_job", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: Any) -> Any:
+        return None if value in ("", None) else value
+
+    @field_validator("allowed_namespaces", "allowed_images", mode="before")
+    @classmethod
+    def _list(cls, value: Any) -> Any:
+        """A YAML list, or one comma- or space-separated string (easier in `kubectl edit`)."""
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            return tuple(v for v in value.replace(",", " ").split() if v)
+        return value
+
+
+def parse_policy(data: dict[str, str] | None, source: str) -> Policy:
+    """The policy in a ConfigMap's ``data`` (each value YAML); raises PolicyError.
+
+    Unknown keys are errors, not ignored: a misspelt ``maxBatchSzie`` would
+    otherwise lift the limit the administrator meant to set.
+    """
+    values: dict[str, Any] = {}
+    for key, text in (data or {}).items():
+        try:
+            values[key] = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError as exc:
+            raise PolicyError(f"{source}: data.{key} is not valid YAML: {exc}") from exc
+    try:
+        return Policy.model_validate({**values, "source": source})
+    except ValidationError as exc:
+        raise PolicyError(f"{source}: {_explain(exc)}") from exc
+
+
+def policy_after_read(
+    config_map: dict[str, Any] | None, held: Policy, source: str
+) -> tuple[Policy, str | None]:
+    """The policy to hold after reading its ConfigMap, and why the read was not taken.
+
+    A missing ConfigMap (None) is no policy; one that does not parse keeps
+    ``held`` and returns the reason, for the log and a Warning Event.
+    """
+    if config_map is None:
+        return Policy(source=source), None
+    try:
+        return parse_policy(config_map.get("data"), source), None
+    except PolicyError as exc:
+        return held, f"{exc}. The previous policy stays in force until this is fixed."
+
+
+def _explain(exc: ValidationError) -> str:
+    known = ", ".join(f.alias or n for n, f in Policy.model_fields.items() if n != "source")
+    parts = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        if err["type"] == "extra_forbidden":
+            parts.append(f"data.{key} is not a policy key (known keys: {known})")
+        else:
+            parts.append(f"data.{key}: {err['msg']} (got {err.get('input')!r})")
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- judging
+
+
+def job_specs(kind: Kind, spec: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every job spec an object runs, with its field path: the one place that knows where.
+
+    A KineticJob is one; a KineticBatch runs its ``template`` for every
+    input, or each entry of ``jobs`` (a batch of different job specs).
+    """
+    if kind == "KineticJob":
+        yield "spec", spec
+        return
+    template = spec.get("template")
+    if isinstance(template, dict):
+        yield "spec.template", template
+    jobs = spec.get("jobs")
+    if isinstance(jobs, list):
+        for i, job in enumerate(jobs):
+            if isinstance(job, dict):
+                yield f"spec.jobs[{i}]", job
+
+
+def batch_size(spec: dict[str, Any], cap: int) -> int:
+    """How many jobs a batch runs (capped at ``cap + 1``): its inputs, or its ``jobs``."""
+    jobs = spec.get("jobs")
+    if isinstance(jobs, list):
+        return len(jobs)
+    inputs = spec.get("inputs")
+    return input_total(inputs, cap) if isinstance(inputs, dict) else 0
+
+
+def accelerator_count(catalog: Catalog, accelerator: Any) -> int:
+    """GPUs or TPU chips one Pod of ``accelerator`` requests (0 for cpu or an unknown name:
+    the catalog check refuses that one with its own message)."""
+    if not isinstance(accelerator, str):
+        return 0
+    try:
+        placement = resolve(catalog, accelerator)
+    except UnknownAccelerator:
+        return 0
+    wanted = (catalog.gpu_resource, catalog.tpu_resource)
+    return sum(int(v) for k, v in placement.limits.items() if k in wanted)
+
+
+def images_of(job: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field path, image) of each image a job spec names (none: the operator's default)."""
+    found = []
+    if isinstance(job.get("image"), str):
+        found.append(("image", job["image"]))
+    container = job.get("container")
+    if isinstance(container, dict) and isinstance(container.get("image"), str):
+        found.append(("container.image", container["image"]))
+    return found
+
+
+def policy_violations(
+    kind: Kind,
+    namespace: str,
+    spec: Any,
+    policy: Policy,
+    catalog: Catalog,
+    default_image: str | None = None,
+) -> list[str]:
+    """Why ``policy`` refuses this object (empty: it may run), one actionable sentence each."""
+    if not isinstance(spec, dict):
+        return []
+    at = f"({policy.source})"
+    problems: list[str] = []
+    if policy.allowed_namespaces and namespace not in policy.allowed_namespaces:
+        problems.append(
+            f"namespace {namespace!r} may not run Kinetic jobs; allowed namespaces: "
+            f"{', '.join(policy.allowed_namespaces)} {at}"
+        )
+    if kind == "KineticBatch" and policy.max_batch_size is not None:
+        size = batch_size(spec, policy.max_batch_size)
+        if size > policy.max_batch_size:
+            problems.append(
+                f"batch size {size:,} exceeds maxBatchSize {policy.max_batch_size:,} {at}: "
+                "split the work into several batches"
+            )
+    for path, job in job_specs(kind, spec):
+        problems += _job_violations(path, job, policy, catalog, default_image, at)
+    return problems
+
+
+def _job_violations(
+    path: str,
+    job: dict[str, Any],
+    policy: Policy,
+    catalog: Catalog,
+    default_image: str | None,
+    at: str,
+) -> list[str]:
+    problems = []
+    limit = policy.max_accelerators_per_job
+    if limit is not None:
+        count = accelerator_count(catalog, job.get("accelerator"))
+        if count > limit:
+            problems.append(
+                f"{path}.accelerator {job['accelerator']!r} requests {count} accelerators per "
+                f"job, which exceeds maxAcceleratorsPerJob {limit} {at}: choose a smaller "
+                "accelerator"
+            )
+    if policy.allowed_images:
+        for field, image in images_of(job):
+            if image != default_image and not image.startswith(policy.allowed_images):
+                problems.append(
+                    f"{path}.{field} {image!r} is not an allowed image; allowed image prefixes: "
+                    f"{', '.join(policy.allowed_images)} {at}"
+                )
+    return problems
+
+
+def first_acceptance_violations(
+    kind: Kind,
+    body: dict[str, Any],
+    policy: Policy,
+    catalog: Catalog,
+    default_image: str | None = None,
+) -> list[str]:
+    """The operator's check, for objects stored while the webhook was down.
+
+    Only an object the operator has not accepted yet (its status has no
+    phase) is judged: once accepted, a later, tighter policy leaves it alone.
+    """
+    if ((body.get("status") or {}).get("phase")) or not isinstance(body, dict):
+        return []
+    namespace = (body.get("metadata") or {}).get("namespace") or ""
+    return policy_violations(kind, namespace, body.get("spec"), policy, catalog, default_image)

@@ -1,0 +1,268 @@
+"""The administrator's policy (ConfigMap kinetic-policy) on the real API server.
+
+An edit holds within 10 s without a restart; the webhook refuses what it
+forbids on create and on `kubectl apply --dry-run=server`, with the limit
+and the ConfigMap named; an edit that does not parse keeps the previous
+policy and says so on the ConfigMap; a batch accepted before the policy
+tightened runs to the end; and objects stored while the webhook was down
+are failed by the operator (InvalidSpec). Every test restores the chart's
+policy, so the rest of the suite runs unlimited.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from kube_helpers import Kube, wait_for
+from test_admission import kubectl_in, webhook_off
+
+pytestmark = pytest.mark.integration
+
+API = "kinetic.dev/v1alpha1"
+CM = "kinetic-policy"
+SYSTEM = "kinetic-system"
+SOURCE = f"({CM} in {SYSTEM})"
+EFFECT_SECONDS = 10  # the issue's promise for an edit to hold
+
+
+def batch(name: str, ns: str, n: int, **template: object) -> str:
+    spec = {
+        "template": {"container": {"command": ["sh", "-c", "sleep 1"]}, **template},
+        "inputs": {"items": list(range(n))},
+    }
+    return json.dumps(
+        {
+            "apiVersion": API,
+            "kind": "KineticBatch",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": spec,
+        }
+    )
+
+
+def job(name: str, ns: str, **spec: object) -> str:
+    body = {"container": {"command": ["true"]}, **spec}
+    return json.dumps(
+        {
+            "apiVersion": API,
+            "kind": "KineticJob",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": body,
+        }
+    )
+
+
+def refused(kube: Kube, text: str) -> str | None:
+    """The webhook's refusal of a server-side dry run of ``text``, or None if admitted."""
+    out = kubectl_in(kube, text, "create", "--dry-run=server")
+    return out.stderr if out.returncode != 0 else None
+
+
+def read_policy(kube: Kube) -> dict[str, str]:
+    out = kube.kubectl("get", "configmap", CM, "-n", SYSTEM, "-o", "json").stdout
+    return json.loads(out).get("data") or {}
+
+
+def write_policy(kube: Kube, data: dict[str, str]) -> None:
+    """Replace the ConfigMap's data, as `kubectl edit` would."""
+    patch = json.dumps([{"op": "replace", "path": "/data", "value": data}])
+    kube.kubectl("patch", "configmap", CM, "-n", SYSTEM, "--type=json", "-p", patch)
+
+
+@pytest.fixture
+def policy(
+    kube: Kube, operator: None, namespace: str
+) -> Iterator[Callable[[dict[str, str]], None]]:
+    """Set the policy for one test; the chart's policy is restored (and in force) afterwards."""
+    saved = read_policy(kube)
+    yield lambda data: write_policy(kube, {**saved, **data})
+    write_policy(kube, saved)
+    wait_for(
+        lambda: refused(kube, batch("probe", namespace, 50, accelerator="gpu-a100x16")) is None,
+        timeout=EFFECT_SECONDS * 2,
+        what="the chart's policy to be in force again",
+    )
+
+
+def test_an_edit_holds_within_seconds_and_refuses_on_create_and_dry_run(
+    kube: Kube, namespace: str, policy: Callable[[dict[str, str]], None]
+) -> None:
+    oversize = batch("oversize", namespace, 11)
+    big_gpu = job("big-gpu", namespace, accelerator="gpu-a100x8")
+    assert refused(kube, oversize) is None  # the chart's default: unlimited
+
+    edited = time.monotonic()
+    policy({"maxBatchSize": "10", "maxAcceleratorsPerJob": "4"})
+    wait_for(
+        lambda: refused(kube, oversize),
+        timeout=EFFECT_SECONDS,
+        interval=0.2,
+        what=f"the edit to hold within {EFFECT_SECONDS}s",
+    )
+    print(f"policy edit took effect after {time.monotonic() - edited:.1f}s")
+
+    expected = {
+        oversize: f"batch size 11 exceeds maxBatchSize 10 {SOURCE}",
+        big_gpu: "spec.accelerator 'gpu-a100x8' requests 8 accelerators per job, which exceeds "
+        f"maxAcceleratorsPerJob 4 {SOURCE}",
+    }
+    for text, message in expected.items():
+        for args in (("create",), ("apply", "--dry-run=server")):
+            out = kubectl_in(kube, text, *args)
+            assert out.returncode != 0 and "denied the request" in out.stderr, (args, out.stderr)
+            assert message in out.stderr, out.stderr
+    for kind, name in (("kineticbatches", "oversize"), ("kineticjobs", "big-gpu")):
+        assert kube.kubectl("get", kind, name, "-n", namespace, check=False).returncode != 0
+    # At the limits: admitted.
+    assert refused(kube, batch("ten", namespace, 10, accelerator="gpu-l4x4")) is None
+
+
+def test_namespaces_and_images(
+    kube: Kube, namespace: str, policy: Callable[[dict[str, str]], None]
+) -> None:
+    policy({"allowedNamespaces": "team-x", "allowedImages": "ghcr.io/acme/"})
+    elsewhere = job("elsewhere", namespace)
+    wait_for(lambda: refused(kube, elsewhere), timeout=EFFECT_SECONDS, what="the edit to hold")
+    assert f"namespace '{namespace}' may not run Kinetic jobs; allowed namespaces: team-x" in (
+        refused(kube, elsewhere) or ""
+    )
+    policy({"allowedNamespaces": namespace, "allowedImages": "ghcr.io/acme/"})
+    foreign = job("foreign", namespace, image="docker.io/library/busybox:1")
+    wait_for(lambda: refused(kube, elsewhere) is None, timeout=EFFECT_SECONDS, what="the edit")
+    assert (
+        "spec.image 'docker.io/library/busybox:1' is not an allowed image; allowed image "
+        "prefixes: ghcr.io/acme/" in (refused(kube, foreign) or "")
+    )
+    assert refused(kube, job("ours", namespace, image="ghcr.io/acme/tool:3")) is None
+
+
+def test_an_invalid_edit_keeps_the_last_good_policy_and_says_so(
+    kube: Kube, namespace: str, policy: Callable[[dict[str, str]], None]
+) -> None:
+    policy({"maxBatchSize": "10"})
+    wait_for(lambda: refused(kube, batch("b", namespace, 11)), timeout=EFFECT_SECONDS, what="edit")
+    policy({"maxBatchSize": "10", "maxBatchSzie": "2"})
+
+    def warned() -> bool:
+        out = kube.kubectl(
+            "get",
+            "events",
+            "-n",
+            SYSTEM,
+            "--field-selector",
+            f"involvedObject.name={CM},reason=InvalidPolicy",
+            "-o",
+            "json",
+        ).stdout
+        return any(
+            "data.maxBatchSzie is not a policy key" in e["message"]
+            and "previous policy stays in force" in e["message"]
+            for e in json.loads(out)["items"]
+        )
+
+    wait_for(warned, timeout=EFFECT_SECONDS, what="a Warning Event InvalidPolicy on the ConfigMap")
+    assert refused(kube, batch("b", namespace, 11))  # the last good policy: still 10
+    assert refused(kube, batch("b", namespace, 3)) is None  # not the typo's 2
+
+
+def test_a_policy_tightened_later_leaves_an_accepted_batch_running(
+    kube: Kube, namespace: str, policy: Callable[[dict[str, str]], None]
+) -> None:
+    text = json.loads(batch("accepted", namespace, 3))
+    text["spec"]["maxConcurrent"] = 1
+    assert kubectl_in(kube, json.dumps(text), "create").returncode == 0
+    wait_for(lambda: _phase(kube, namespace, "accepted") == "RUNNING", timeout=60, what="it to run")
+    policy({"maxBatchSize": "1"})
+    wait_for(lambda: refused(kube, batch("b", namespace, 3)), timeout=EFFECT_SECONDS, what="edit")
+    # An update that adds nothing the policy forbids is still allowed.
+    patched = kube.kubectl(
+        "patch",
+        "kineticbatch",
+        "accepted",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec": {"maxConcurrent": 2}}',
+        check=False,
+    )
+    assert patched.returncode == 0, patched.stderr
+    wait_for(
+        lambda: _phase(kube, namespace, "accepted") in ("SUCCEEDED", "FAILED"),
+        timeout=120,
+        what="the accepted batch to end",
+    )
+    assert _phase(kube, namespace, "accepted") == "SUCCEEDED"
+
+
+def test_the_operator_fails_what_was_stored_while_the_webhook_was_down(
+    kube: Kube, namespace: str, policy: Callable[[dict[str, str]], None]
+) -> None:
+    if not kube.is_local:
+        pytest.skip("deletes and restores the webhook configuration of the local cluster")
+    policy({"maxBatchSize": "2", "maxAcceleratorsPerJob": "1"})
+    wait_for(lambda: refused(kube, batch("b", namespace, 3)), timeout=EFFECT_SECONDS, what="edit")
+    with webhook_off(kube, (namespace, namespace)):
+        assert kubectl_in(kube, batch("too-big", namespace, 3), "create").returncode == 0
+        assert (
+            kubectl_in(kube, job("too-gpu", namespace, accelerator="gpu-l4x2"), "create").returncode
+            == 0
+        )
+    for kind, name, message in (
+        ("kineticbatches", "too-big", f"batch size 3 exceeds maxBatchSize 2 {SOURCE}"),
+        ("kineticjobs", "too-gpu", f"exceeds maxAcceleratorsPerJob 1 {SOURCE}"),
+    ):
+        status = wait_for(
+            lambda k=kind, n=name: _ended(kube, k, namespace, n),
+            timeout=60,
+            what=f"{name} to be failed by the operator",
+        )
+        assert status["phase"] == "FAILED" and message in status["message"], status
+        cond = next(c for c in status["conditions"] if c["type"] == "Failed")
+        assert cond["status"] == "True" and cond["reason"] == "InvalidSpec"
+    assert kube.core.list_namespaced_pod(namespace).items == []
+
+
+def _status(kube: Kube, kind: str, ns: str, name: str) -> dict:
+    out = kube.kubectl("get", kind, name, "-n", ns, "-o", "jsonpath={.status}", check=False)
+    return json.loads(out.stdout) if out.returncode == 0 and out.stdout.strip() else {}
+
+
+def _phase(kube: Kube, ns: str, name: str) -> str | None:
+    return _status(kube, "kineticbatches", ns, name).get("phase")
+
+
+def _ended(kube: Kube, kind: str, ns: str, name: str) -> dict | None:
+    status = _status(kube, kind, ns, name)
+    return status if status.get("phase") in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+
+
+@pytest.mark.parametrize(
+    "verb,resource,namespace,allowed",
+    [
+        ("get", f"configmaps/{CM}", SYSTEM, True),
+        ("update", f"configmaps/{CM}", SYSTEM, False),  # the administrator's, never written
+        ("get", "configmaps/kube-root-ca.crt", SYSTEM, False),
+        ("list", "configmaps", SYSTEM, False),
+        ("watch", "configmaps", "default", False),
+        ("get", f"configmaps/{CM}", "default", False),
+    ],
+)
+def test_the_operator_reads_only_the_policy_config_map(
+    kube: Kube, operator: None, verb: str, resource: str, namespace: str, allowed: bool
+) -> None:
+    """`kubectl auth can-i` as the operator's ServiceAccount, with the chart's RBAC."""
+    out = kube.kubectl(
+        "auth",
+        "can-i",
+        verb,
+        resource,
+        "-n",
+        namespace,
+        f"--as=system:serviceaccount:{SYSTEM}:kinetic-operator",
+        check=False,
+    )
+    assert out.stdout.strip() == ("yes" if allowed else "no"), out.stdout + out.stderr
