@@ -34,10 +34,9 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import yaml
+from kinetic.catalog import Catalog, UnknownAccelerator, resolve
 from kinetic.limits import input_total
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from kinetic_operator.catalog import Catalog, UnknownAccelerator, resolve
 
 POLICY_CONFIG_MAP = "kinetic-policy"
 

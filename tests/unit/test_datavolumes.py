@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kinetic.catalog import default_catalog
 from kinetic.resources import KineticJobSpec
-from kinetic_operator.catalog import default_catalog
 from kinetic_operator.job_logic import InvalidSpec, validate_spec
 from kinetic_operator.observed import summarize_pod
 from kinetic_operator.podspec import CONTAINER_SECURITY_CONTEXT, Owner, build_job_pod
