@@ -12,6 +12,7 @@ parts (spec -> argv/env, resources, status).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shutil
@@ -155,6 +156,8 @@ class PodWorker(threading.Thread):
         ]
         self.procs: dict[str, object] = {}
         self.specs: dict[str, ps.ProcessSpec] = {}
+        self.mount_targets: list[str] = []  # every container's, for the node's bookkeeping
+        self.made_dirs: list[str] = []  # mount points this pod created on the host
         self.probes: dict[str, list[pr.Probe]] = {}
         self.report_lock = threading.Lock()
         self.stop_event = threading.Event()
@@ -228,7 +231,9 @@ class PodWorker(threading.Thread):
                 if mounts:  # workingDir may be a mount: entered inside the namespace
                     pspec.argv = vol.mount_namespace_argv(pspec.argv, mounts, c.get("workingDir"))
                     pspec.cwd = str(self.dir / "work")
+                    self.mount_targets += [m.target for m in mounts]
                 self.specs[c["name"]] = pspec
+            self.made_dirs = vol.created_mount_points(self.mount_targets, os.path.exists)
             for c in spec.get("containers") or []:
                 self.probes[c["name"]] = pr.container_probes(c, self.agent.pod_ip)
                 run = next(r for r in self.app_runs if r.name == c["name"])
@@ -1073,6 +1078,11 @@ class Agent:
             self.workers.pop(worker.uid, None)
             self.in_use = ps.add(self.in_use, worker.request, -1)
             self.finished.add(worker.uid)
+            others = [t for w in self.workers.values() for t in w.mount_targets]
+            for path in worker.made_dirs:  # deepest first; rmdir keeps anything not empty
+                if not vol.in_use(path, others):
+                    with contextlib.suppress(OSError):
+                        os.rmdir(path)
         if worker.stop_reason is None and worker.stop_event.is_set():
             # deleted: its logs go with it
             self._cleanup_dir(worker.pod)

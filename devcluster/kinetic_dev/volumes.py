@@ -256,3 +256,26 @@ def service_env(host: str, port: int) -> dict[str, str]:
         f"KUBERNETES_PORT_{port}_TCP_PORT": str(port),
         f"KUBERNETES_PORT_{port}_TCP_ADDR": host,
     }
+
+
+def created_mount_points(targets: list[str], exists: Callable[[str], bool]) -> list[str]:
+    """The directories creating ``targets`` as mount points adds to the host, deepest first.
+
+    The host's filesystem is the image here, so a mount point like /data is
+    made on the host; the node removes what it made (when empty and no
+    other pod mounts there) once the pod is done, so a test run leaves no
+    /data behind.
+    """
+    made: set[str] = set()
+    for target in targets:
+        path = target.rstrip("/")
+        while path and path != "/" and not exists(path):
+            made.add(path)
+            path = path.rsplit("/", 1)[0]
+    return sorted(made, key=lambda p: (-p.count("/"), p))
+
+
+def in_use(path: str, targets: list[str]) -> bool:
+    """Whether ``path`` is, or leads to, a mount point among ``targets`` (another pod's)."""
+    top = path.rstrip("/")
+    return any(t.rstrip("/") == top or t.startswith(top + "/") for t in targets)

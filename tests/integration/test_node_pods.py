@@ -119,6 +119,8 @@ def test_a_pod_gets_its_token_volumes_and_the_api_server(kube: Kube, namespace: 
     if kube.is_local:  # the mounts were the pod's own: the machine does not see them
         assert not Path(SA_DIR, "token").exists()
         assert not Path("/tmp/kinetic-vol/config/greeting").exists()
+        # The mount points the node had to create on the machine are removed with the pod.
+        wait_for(lambda: not Path("/tmp/kinetic-vol").exists(), 30, what="mount points removed")
 
 
 def _before_1_24(kube: Kube) -> bool:

@@ -205,3 +205,16 @@ def test_a_mount_that_would_hide_the_pods_own_files_or_program_is_skipped() -> N
     assert hiding([tmp], ["/work/co/.local/pods/p", "/work/co/.venv/bin/kopf"]) == ([tmp], [])
     assert hiding([Mount("/x", "/")], ["/anything"]) == ([], [Mount("/x", "/")])
     assert hiding([Mount("/x", "/tmpfoo")], ["/tmp/co/p"]) == ([Mount("/x", "/tmpfoo")], [])
+
+
+def test_mount_points_the_node_creates_are_listed_deepest_first() -> None:
+    present = {"/", "/tmp", "/var", "/var/run"}
+    made = vol.created_mount_points(
+        ["/data", "/tmp/a/b", "/var/run/secrets/x", "/tmp"], lambda p: p in present
+    )
+    assert made == ["/var/run/secrets/x", "/tmp/a/b", "/var/run/secrets", "/tmp/a", "/data"]
+
+
+def test_a_directory_another_pod_mounts_on_is_in_use() -> None:
+    assert vol.in_use("/data", ["/data"]) and vol.in_use("/var/run", ["/var/run/secrets/x"])
+    assert not vol.in_use("/data", ["/database", "/tmp/data"])
