@@ -26,6 +26,11 @@ reads, reports or overwrites another's files::
     <root>/namespaces/<ns>/batches/<name>/current.json
     <root>/namespaces/<ns>/outputs/<name>/<uid>/     default KINETIC_OUTPUT_DIR (a batch
                                                      input adds /<i>); never deleted by cleanup
+    <root>/namespaces/<ns>/projects/<sha256>.<ext>   the user's project, content-addressed
+                                                     (`kinetic.project`): requirements (.txt)
+                                                     and Python source (.zip); shared by every
+                                                     job that ships the same bytes, so never
+                                                     deleted by an object's cleanup
 
 The client never needs the UID to upload: it uploads under a fresh folder
 of ``uploads/`` and creates the object; the operator derives every path it
@@ -220,6 +225,26 @@ def batch_hashes_uri(upload_dir: str) -> str:
 def batch_input_uri(inputs_prefix: str, index: int) -> str:
     """Input ``index`` under a batch's ``spec.inputs.uriPrefix``."""
     return f"{inputs_prefix.rstrip('/')}/{_index(index)}.pkl"
+
+
+# --------------------------------------------------------------------------- project blobs
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+PROJECT_BLOB_KINDS = ("txt", "zip")
+
+
+def projects_prefix(root: str, namespace: str) -> str:
+    """The namespace's content-addressed project blobs (ends with '/')."""
+    return f"{namespace_prefix(root, namespace)}projects/"
+
+
+def project_blob_uri(root: str, namespace: str, sha256: str, ext: str) -> str:
+    """One project blob, named by the sha256 of its bytes: the same bytes, the same URI."""
+    if not isinstance(sha256, str) or not _SHA256.match(sha256):
+        raise ValueError(f"a project blob is named by a hex sha256, got {sha256!r}")
+    if ext not in PROJECT_BLOB_KINDS:
+        raise ValueError(f"a project blob is one of {PROJECT_BLOB_KINDS}, got {ext!r}")
+    return f"{projects_prefix(root, namespace)}{sha256}.{ext}"
 
 
 # --------------------------------------------------------------------------- checking specs

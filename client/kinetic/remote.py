@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kinetic import layout, payload, storage
+from kinetic import layout, payload, project, storage
 from kinetic import resources as r
 from kinetic.config import ClientConfig, resolve
 from kinetic.jobs import JobHandle, new_job_id, submit_job
@@ -41,7 +41,9 @@ class RemoteFunction:
         """Submit one call and return its handle without waiting."""
         cfg = self._config()
         job_id = new_job_id(self.func_name)
-        data = payload.build_job_payload(self.fn, args, kwargs, env=self.captured_env())
+        data = payload.build_job_payload(
+            self.fn, args, kwargs, env=self.captured_env(), project=self.ship_project(cfg)
+        )
         # Uploaded before the job exists (its UID is not known yet): a fresh folder of the
         # namespace's uploads; the operator puts the result under the job's own prefix.
         upload = layout.new_upload_dir(cfg.storage_root, cfg.namespace, job_id)
@@ -70,6 +72,17 @@ class RemoteFunction:
     def _config(self) -> ClientConfig:
         return resolve(namespace=self.options["namespace"], context=self.options["context"])
 
+    def ship_project(self, cfg: ClientConfig) -> dict[str, Any] | None:
+        """Upload the function's project (what is not there yet) for the payload to name.
+
+        Requirements are left out under a custom image, which should have them;
+        the project's own source ships either way (unpickling may need it).
+        """
+        found = project.discover(self.fn, with_requirements=self.options["image"] is None)
+        if found is None:
+            return None
+        return project.ship(found, cfg.storage_root, cfg.namespace)
+
     def captured_env(self) -> dict[str, str]:
         """The local variables named in capture_env_vars (a trailing * matches a prefix)."""
         return payload.capture_env(self.options["capture_env_vars"])
@@ -93,6 +106,7 @@ class RemoteFunction:
 def run(
     accelerator: str = "cpu",
     image: str | None = None,
+    container_image: str | None = None,
     namespace: str | None = None,
     context: str | None = None,
     env: Mapping[str, str] | None = None,
@@ -108,7 +122,14 @@ def run(
     variables in the job; `capture_env_vars` copies the named local variables
     (a trailing `*` matches a prefix); `retries` are extra attempts after a
     failure; `deadline` bounds each attempt in seconds.
+
+    `image` (or `container_image`, the reference's name for it) runs the
+    function in that image as is. Without one (or with "bundled" or
+    "prebuilt") the default image runs it, and the requirements of the
+    function's project (`kinetic.project`) are installed when the pod starts.
+    The project's own Python source ships either way.
     """
+    image = project.resolve_image(image, container_image)
     if retries < 0:
         raise ValueError(f"retries must be 0 or more, got {retries}")
     options: dict[str, Any] = dict(

@@ -16,7 +16,14 @@ where the result goes. One input (a KineticJob, or one input of a batch):
 ``KINETIC_REPORT_URI``      a chunk: where its per-input result hashes go
 ``KINETIC_TERMINATION_LOG`` one-line summary file (default
                             ``/dev/termination-log`` when it exists and is writable)
+``KINETIC_DEPS_CACHE``      where installed requirements and the project's
+                            source are kept (`kinetic.podenv`; optional)
 ==========================  ===============================================
+
+A payload that names the user's project (`kinetic.project`) has its
+requirements installed and its source unpacked before the function is
+unpickled; a failure there ends the job in phase ``install-dependencies``
+(pip's last lines in the message) or ``unpack-source``.
 
 A *chunk* (several consecutive inputs of a batch in one Pod, for functions
 too short to pay for a Pod each) sets ``KINETIC_CHUNK`` instead of
@@ -461,6 +468,7 @@ class _Function:
         if self._call is None:
             data = self._data
             try:
+                _prepare_project(data or b"")
                 call = _unpickle(lambda: payload.load_call_payload(data or b""), "payload")
             except _PhaseFailed as e:
                 self._failed = e
@@ -480,6 +488,25 @@ class _Function:
             os.environ["KINETIC_OUTPUT_DIR"] = value
         else:
             os.environ.pop("KINETIC_OUTPUT_DIR", None)
+
+
+def _prepare_project(data: bytes) -> None:
+    """Install the project's requirements and unpack its source, when the payload names them.
+
+    Before the body is unpickled: it may refer to modules that only these provide.
+    """
+    project = _unpickle(lambda: payload.payload_project(data), "payload")
+    if not project:
+        return
+    from kinetic import podenv  # only payloads with a project pay for this import
+
+    try:
+        podenv.prepare(project, log)
+    except podenv.PrepareError as e:
+        phase: Phase = "unpack-source" if e.phase == "unpack-source" else "install-dependencies"
+        _fail(phase, e.message)
+    except OSError as e:  # the cache folder or a temp file: still this phase, not a bug
+        _fail("install-dependencies", f"preparing the project failed: {e}", e)
 
 
 def _describe_call(call: CallPayload, spec: InputSpec, mode: str) -> str:
