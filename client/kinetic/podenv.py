@@ -152,17 +152,23 @@ def install_requirements(entry: Mapping[str, Any], cache: Path, log: Callable[[s
     req_file = tmp / ".requirements.txt"
     req_file.write_bytes(data)
     pkgs = tmp / "site"
-    code, tail = _run_pip(
-        ["install", "--no-input", "--target", str(pkgs), "-r", str(req_file)], log
-    )
-    if code != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        detail = " | ".join(tail) or "no output"
-        raise PrepareError(
-            phase, f"installing dependencies failed: pip exited with {code}: {detail}"
+    try:
+        code, tail = _run_pip(
+            ["install", "--no-input", "--target", str(pkgs), "-r", str(req_file)], log
         )
-    req_file.unlink()
-    _publish(tmp, target)  # only a complete install ever gets the final name
+        if code != 0:
+            errors = [line for line in tail if line.startswith("ERROR")]
+            detail = " | ".join(errors or tail) or "no output"
+            raise PrepareError(
+                phase,
+                f"installing dependencies failed: pip exited with {code}: {detail} (fix "
+                f"{entry.get('file') or 'the requirements'}, or pass image= an image that "
+                "has them)",
+            )
+        req_file.unlink()
+        _publish(tmp, target)  # only a complete install ever gets the final name
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
     log(f"installing dependencies: done, in {target}")
     _prepend(target / "site")
     return target
@@ -171,6 +177,17 @@ def install_requirements(entry: Mapping[str, Any], cache: Path, log: Callable[[s
 def _safe_relative(path: str) -> bool:
     parts = PurePosixPath(path).parts
     return not path.startswith("/") and ".." not in parts and "\\" not in path
+
+
+def _extract(data: bytes, into: Path, phase: str) -> None:
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            bad = [n for n in zf.namelist() if not _safe_relative(n)]
+            if bad:
+                raise PrepareError(phase, f"the project source has unsafe names: {bad[:3]}")
+            zf.extractall(into)
+    except zipfile.BadZipFile as e:
+        raise PrepareError(phase, f"the project source is not a zip: {e}") from None
 
 
 def unpack_source(entry: Mapping[str, Any], cache: Path, log: Callable[[str], None]) -> Path:
@@ -187,15 +204,10 @@ def unpack_source(entry: Mapping[str, Any], cache: Path, log: Callable[[str], No
         data = _fetch(entry, "project source", phase)
         tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=cache))
         try:
-            with zipfile.ZipFile(io.BytesIO(data)) as zf:
-                bad = [n for n in zf.namelist() if not _safe_relative(n)]
-                if bad:
-                    raise PrepareError(phase, f"the project source has unsafe names: {bad[:3]}")
-                zf.extractall(tmp)
-        except zipfile.BadZipFile as e:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise PrepareError(phase, f"the project source is not a zip: {e}") from None
-        _publish(tmp, target)
+            _extract(data, tmp, phase)
+            _publish(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
         log(f"unpacked the project's source ({len(data)} bytes) into {target}")
     else:
         log(f"reusing the project's source in {target}")

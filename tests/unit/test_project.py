@@ -283,3 +283,22 @@ def test_a_tampered_source_blob_is_refused(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(podenv.PrepareError, match="has sha256 .*, expected") as info:
         podenv.prepare(entry, print)
     assert info.value.phase == "unpack-source"
+
+
+def test_a_failed_install_names_the_phase_and_pips_error_and_leaves_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --no-index keeps pip off the network: it fails at once, as a typo'd name would
+    found = project.Project(
+        root=tmp_path, requirements=("--no-index", "kinetic-absent-pkg==1.0"), source=None
+    )
+    entry = project.ship(found, (tmp_path / "store").as_uri(), "team-a")
+    monkeypatch.setenv("KINETIC_DEPS_CACHE", str(tmp_path / "cache"))
+    lines: list[str] = []
+    with pytest.raises(podenv.PrepareError) as info:
+        podenv.prepare(entry, lines.append)
+    assert info.value.phase == "install-dependencies"
+    assert info.value.message.startswith("installing dependencies failed: pip exited with 1: ")
+    assert "No matching distribution found for kinetic-absent-pkg==1.0" in info.value.message
+    assert any(line.startswith("pip: ") for line in lines)  # the install log, line by line
+    assert list((tmp_path / "cache").iterdir()) == []  # nothing half-installed to reuse
