@@ -273,24 +273,19 @@ def import_paths(root: Path, module_name: str | None, module_file: Path | None) 
     paths = [""]
     if (root / "src").is_dir():
         paths.append("src")
-    if module_file is not None and module_name and module_name != "__main__":
-        base = module_file.parent
+    if module_file is None:
+        return paths
+    base = module_file.parent  # a script (``__main__``): python puts its folder first
+    if module_name and module_name != "__main__":
         depth = module_name.count(".") + (1 if module_file.name == "__init__.py" else 0)
         for _ in range(depth):
             base = base.parent
-        try:
-            rel = base.relative_to(root).as_posix()
-        except ValueError:
-            rel = None
-        if rel is not None and rel != "." and rel not in paths:
-            paths.append(rel)
-    elif module_file is not None:  # a script: python puts its folder first
-        try:
-            rel = module_file.parent.relative_to(root).as_posix()
-        except ValueError:
-            rel = None
-        if rel is not None and rel != "." and rel not in paths:
-            paths.append(rel)
+    try:
+        rel = base.relative_to(root).as_posix()
+    except ValueError:
+        return paths
+    if rel != "." and rel not in paths:
+        paths.append(rel)
     return paths
 
 

@@ -302,3 +302,27 @@ def test_a_failed_install_names_the_phase_and_pips_error_and_leaves_no_folder(
     assert "No matching distribution found for kinetic-absent-pkg==1.0" in info.value.message
     assert any(line.startswith("pip: ") for line in lines)  # the install log, line by line
     assert list((tmp_path / "cache").iterdir()) == []  # nothing half-installed to reuse
+
+
+def test_discover_finds_the_functions_project_its_requirements_and_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _tree(
+        tmp_path / "proj",
+        {
+            "pyproject.toml": '[project]\nname = "p"\ndependencies = ["pyjokes==0.8.3"]\n',
+            "src/userpkg_for_unit_test/__init__.py": "",
+            "src/userpkg_for_unit_test/tasks.py": "def go():\n    return 1\n",
+        },
+    )
+    monkeypatch.syspath_prepend(str(root / "src"))
+    from userpkg_for_unit_test import tasks  # type: ignore[import-not-found]
+
+    found = project.discover(tasks.go)
+    assert found is not None and found.root == root.resolve()
+    assert found.requirements == ("pyjokes==0.8.3",)
+    assert found.paths == ("", "src")
+    assert found.source is not None
+    names = zipfile.ZipFile(io.BytesIO(found.source)).namelist()
+    assert names == ["src/userpkg_for_unit_test/__init__.py", "src/userpkg_for_unit_test/tasks.py"]
+    assert project.discover(tasks.go, with_requirements=False).requirements == ()  # type: ignore[union-attr]
