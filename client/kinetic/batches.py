@@ -623,7 +623,9 @@ def submit_map(
 
     # Uploaded before the batch exists: a fresh folder of the namespace's uploads.
     upload = layout.new_upload_dir(root, cfg.namespace, group_id)
-    function_bytes = payload.build_function_payload(fn.fn, env=fn.captured_env())
+    function_bytes = payload.build_function_payload(
+        fn.fn, env=fn.captured_env(), project=fn.ship_project(cfg)
+    )
     function_uri = layout.batch_function_uri(upload)
     storage.write_bytes(function_uri, function_bytes)
 

@@ -31,6 +31,11 @@ reads, reports or overwrites another's files::
                                                      marks an entry complete. Shared by every
                                                      object of the namespace: never deleted
                                                      by an object's cleanup
+    <root>/namespaces/<ns>/projects/<sha256>.<ext>   the user's project, content-addressed
+                                                     (`kinetic.project`): requirements (.txt)
+                                                     and Python source (.zip); shared by every
+                                                     job that ships the same bytes, so never
+                                                     deleted by an object's cleanup
 
 The client never needs the UID to upload: it uploads under a fresh folder
 of ``uploads/`` and creates the object; the operator derives every path it
@@ -246,6 +251,25 @@ def data_cache_prefix(root: str, namespace: str, content_hash: str) -> str:
 def data_manifest_uri(root: str, namespace: str, content_hash: str) -> str:
     """The manifest of a data upload: each file's sha256; its presence means complete."""
     return f"{namespace_prefix(root, namespace)}data/{_content_hash(content_hash)}.json"
+
+
+# --------------------------------------------------------------------------- project blobs
+
+PROJECT_BLOB_KINDS = ("txt", "zip")
+
+
+def projects_prefix(root: str, namespace: str) -> str:
+    """The namespace's content-addressed project blobs (ends with '/')."""
+    return f"{namespace_prefix(root, namespace)}projects/"
+
+
+def project_blob_uri(root: str, namespace: str, sha256: str, ext: str) -> str:
+    """One project blob, named by the sha256 of its bytes: the same bytes, the same URI."""
+    if not isinstance(sha256, str) or not _SHA256.match(sha256):
+        raise ValueError(f"a project blob is named by a hex sha256, got {sha256!r}")
+    if ext not in PROJECT_BLOB_KINDS:
+        raise ValueError(f"a project blob is one of {PROJECT_BLOB_KINDS}, got {ext!r}")
+    return f"{projects_prefix(root, namespace)}{sha256}.{ext}"
 
 
 # --------------------------------------------------------------------------- checking specs

@@ -62,6 +62,7 @@ __all__ = [
     "build_function_payload",
     "build_input_payload",
     "load_call_payload",
+    "payload_project",
     "load_input_payload",
     "success",
     "user_failure",
@@ -78,11 +79,21 @@ PAYLOAD_FORMAT = 1
 """Bumped when the envelope changes incompatibly; the runner refuses newer ones."""
 
 Phase = Literal[
-    "setup", "download", "verify", "unpickle", "data", "call", "pickle-result", "upload"
+    "setup",
+    "download",
+    "verify",
+    "install-dependencies",
+    "unpack-source",
+    "unpickle",
+    "data",
+    "call",
+    "pickle-result",
+    "upload",
 ]
 """Where a job failed. ``call`` is the user's function raising; the rest are the runner's
-(``setup``: the runner's environment variables are missing or invalid; ``data``: the job's
-`kinetic.Data` volumes or arguments could not be brought into the pod)."""
+(``setup``: the runner's environment variables are missing or invalid;
+``install-dependencies`` and ``unpack-source``: preparing the user's project, `kinetic.podenv`;
+``data``: the job's `kinetic.Data` volumes or arguments could not be brought into the pod)."""
 
 InputMode = Literal["auto", "single", "args", "kwargs"]
 INPUT_MODES: tuple[str, ...] = get_args(InputMode)
@@ -323,14 +334,23 @@ def build_job_payload(
     args: Iterable[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    project: Mapping[str, Any] | None = None,
 ) -> bytes:
-    """Bytes for ``jobs/<id>/payload.pkl``: one call of ``fn``. Raises PayloadError."""
-    return _envelope("job", fn, tuple(args), dict(kwargs or {}), env)
+    """Bytes for ``jobs/<id>/payload.pkl``: one call of ``fn``. Raises PayloadError.
+
+    ``project`` is `kinetic.project.ship`'s entry: what the runner prepares
+    (requirements, source) before it unpickles the body.
+    """
+    return _envelope("job", fn, tuple(args), dict(kwargs or {}), env, project)
 
 
-def build_function_payload(fn: Callable[..., Any], env: Mapping[str, str] | None = None) -> bytes:
+def build_function_payload(
+    fn: Callable[..., Any],
+    env: Mapping[str, str] | None = None,
+    project: Mapping[str, Any] | None = None,
+) -> bytes:
     """Bytes for ``batches/<gid>/function.pkl``: ``fn`` and env, inputs come separately."""
-    return _envelope("function", fn, (), {}, env)
+    return _envelope("function", fn, (), {}, env, project)
 
 
 def build_input_payload(value: Any) -> bytes:
@@ -344,6 +364,7 @@ def _envelope(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     env: Mapping[str, str] | None,
+    project: Mapping[str, Any] | None = None,
 ) -> bytes:
     if not callable(fn):
         raise TypeError(f"expected a callable, got {type(fn).__name__}")
@@ -362,7 +383,25 @@ def _envelope(
         "body": body,
         "sources": sources,
     }
+    if project:
+        envelope["project"] = dict(project)  # absent when empty: older runners never see it
     return pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def payload_project(data: bytes) -> dict[str, Any] | None:
+    """The envelope's ``project`` entry (None without one); the body is not unpickled.
+
+    The runner reads it first, to install requirements and unpack the source
+    that unpickling the body may need. Only call this after checking the sha256.
+    """
+    try:
+        envelope = pickle.loads(data)
+    except Exception as e:
+        raise PayloadError(f"not a Kinetic payload (cannot unpickle: {e})") from e
+    project = envelope.get("project") if isinstance(envelope, dict) else None
+    if project is not None and not isinstance(project, dict):
+        raise PayloadError(f"the payload's project entry is a {type(project).__name__}, not a dict")
+    return project
 
 
 def load_call_payload(data: bytes) -> CallPayload:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kinetic import catalog, layout, limits, payload, storage
+from kinetic import catalog, layout, limits, payload, project, storage
 from kinetic import resources as r
 from kinetic.config import ClientConfig, resolve
 from kinetic.data import Data, Stager, check_volumes
@@ -49,7 +49,9 @@ class RemoteFunction:
         stager = Stager(cfg.storage_root, cfg.namespace)
         args, kwargs = stager.call(args, kwargs)
         volumes = stager.volumes(self.options["volumes"])
-        data = payload.build_job_payload(self.fn, args, kwargs, env=self.captured_env())
+        data = payload.build_job_payload(
+            self.fn, args, kwargs, env=self.captured_env(), project=self.ship_project(cfg)
+        )
         # Uploaded before the job exists (its UID is not known yet): a fresh folder of the
         # namespace's uploads; the operator puts the result under the job's own prefix.
         upload = layout.new_upload_dir(cfg.storage_root, cfg.namespace, job_id)
@@ -88,6 +90,17 @@ class RemoteFunction:
         known = cfg.accelerators or tuple(catalog.default_catalog().names())
         catalog.check_name(self.options["accelerator_as_given"], known)
 
+    def ship_project(self, cfg: ClientConfig) -> dict[str, Any] | None:
+        """Upload the function's project (what is not there yet) for the payload to name.
+
+        Requirements are left out under a custom image, which should have them;
+        the project's own source ships either way (unpickling may need it).
+        """
+        found = project.discover(self.fn, with_requirements=self.options["image"] is None)
+        if found is None:
+            return None
+        return project.ship(found, cfg.storage_root, cfg.namespace)
+
     def captured_env(self) -> dict[str, str]:
         """The local variables named in capture_env_vars (a trailing * matches a prefix)."""
         return payload.capture_env(self.options["capture_env_vars"])
@@ -117,6 +130,7 @@ class RemoteFunction:
 def run(
     accelerator: str = "cpu",
     image: str | None = None,
+    container_image: str | None = None,
     namespace: str | None = None,
     context: str | None = None,
     env: Mapping[str, str] | None = None,
@@ -136,7 +150,14 @@ def run(
     failure; `deadline` bounds each attempt in seconds; `volumes` maps absolute
     paths to `kinetic.Data`, present at those paths in the pod before the call
     (a `Data` passed as an argument arrives as a local path instead).
+
+    `image` (or `container_image`, the reference's name for it) runs the
+    function in that image as is. Without one (or with "bundled" or
+    "prebuilt") the default image runs it, and the requirements of the
+    function's project (`kinetic.project`) are installed when the pod starts.
+    The project's own Python source ships either way.
     """
+    image = project.resolve_image(image, container_image)
     if retries < 0:
         raise ValueError(f"retries must be 0 or more, got {retries}")
     # The reference's spellings (v5litepod-4, l4, a100x4, ...) become the catalog's; what

@@ -21,7 +21,14 @@ where the result goes. One input (a KineticJob, or one input of a batch):
                             a fresh temporary folder)
 ``KINETIC_TERMINATION_LOG`` one-line summary file (default
                             ``/dev/termination-log`` when it exists and is writable)
+``KINETIC_DEPS_CACHE``      where installed requirements and the project's
+                            source are kept (`kinetic.podenv`; optional)
 ==========================  ===============================================
+
+A payload that names the user's project (`kinetic.project`) has its
+requirements installed and its source unpacked before the function is
+unpickled; a failure there ends the job in phase ``install-dependencies``
+(pip's last lines in the message) or ``unpack-source``.
 
 A *chunk* (several consecutive inputs of a batch in one Pod, for functions
 too short to pay for a Pod each) sets ``KINETIC_CHUNK`` instead of
@@ -467,6 +474,7 @@ class _Function:
         if self._call is None:
             data = self._data
             try:
+                _prepare_project(data or b"")
                 call = _unpickle(lambda: payload.load_call_payload(data or b""), "payload")
             except _PhaseFailed as e:
                 self._failed = e
@@ -534,6 +542,25 @@ def _may_hold_data() -> bool:
     """Whether an argument may be a `kinetic.data.DataRef`: unpickling one loads
     kinetic.data, so without that module there is nothing to look for."""
     return "kinetic.data" in sys.modules
+
+
+def _prepare_project(data: bytes) -> None:
+    """Install the project's requirements and unpack its source, when the payload names them.
+
+    Before the body is unpickled: it may refer to modules that only these provide.
+    """
+    project = _unpickle(lambda: payload.payload_project(data), "payload")
+    if not project:
+        return
+    from kinetic import podenv  # only payloads with a project pay for this import
+
+    try:
+        podenv.prepare(project, log)
+    except podenv.PrepareError as e:
+        phase: Phase = "unpack-source" if e.phase == "unpack-source" else "install-dependencies"
+        _fail(phase, e.message)
+    except OSError as e:  # the cache folder or a temp file: still this phase, not a bug
+        _fail("install-dependencies", f"preparing the project failed: {e}", e)
 
 
 def _describe_call(call: CallPayload, spec: InputSpec, mode: str) -> str:

@@ -1,0 +1,227 @@
+"""Preparing the pod's Python for the user's project, before the function is unpickled.
+
+The payload names the project's requirements and source (`kinetic.project`).
+The runner, before unpickling the function:
+
+1. installs the requirements with ``pip install --target`` into a folder of
+   their own, keyed by the requirements' sha256 and the interpreter, and puts
+   it first on ``sys.path`` (and ``PYTHONPATH``, for subprocesses): the
+   image's own site-packages stay untouched, and a user's pinned version wins
+   over the image's. pip's output goes to the pod's log line by line (so
+   `kubectl logs` and the archived job log show it); a failure ends the job in
+   phase ``install-dependencies`` with pip's last lines;
+2. unpacks the project's ``.py`` files into a folder keyed by their zip's
+   sha256 and puts the project's import folders first on ``sys.path``.
+
+Both folders live in the *cache directory*: ``$KINETIC_DEPS_CACHE`` when
+set, else ``<tmp>/kinetic-deps-<uid>``. A folder is complete once renamed
+into place, so pods sharing a cache (every pod of the local process node;
+on a real cluster, pods whose image or env points it at a shared volume)
+install each distinct requirements set once and reuse it. A hostPath cache
+is not offered by the operator: the restricted Pod Security profile it
+enforces forbids hostPath volumes.
+
+Imports only the standard library and kinetic's storage module; the runner
+imports this module only for payloads that carry a project.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from kinetic import storage
+
+__all__ = ["PrepareError", "cache_dir", "install_key", "prepare", "PIP_TAIL_LINES"]
+
+PIP_TAIL_LINES = 15
+"""pip's last lines kept in a failure message (the termination message is 4 KiB at most)."""
+
+
+class PrepareError(Exception):
+    """Preparing the project failed in ``phase``; ``message`` says what and how to fix it."""
+
+    def __init__(self, phase: str, message: str) -> None:
+        super().__init__(phase, message)
+        self.phase = phase
+        self.message = message
+
+
+def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where installed requirements and unpacked sources are kept (created when missing)."""
+    env = os.environ if environ is None else environ
+    chosen = env.get("KINETIC_DEPS_CACHE", "").strip()
+    path = Path(chosen) if chosen else Path(tempfile.gettempdir()) / f"kinetic-deps-{os.getuid()}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".probe-")
+        probe.close()
+    except OSError:
+        path = Path(tempfile.mkdtemp(prefix="kinetic-deps-"))  # unwritable: this pod only
+    return path
+
+
+def install_key(requirements_sha256: str) -> str:
+    """Requirements hash plus interpreter and platform: wheels differ between them."""
+    tag = f"{sys.implementation.name}{sys.version_info.major}.{sys.version_info.minor}"
+    text = f"{requirements_sha256}\0{tag}\0{sys.platform}\0{os.uname().machine}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _fetch(entry: Mapping[str, Any], what: str, phase: str) -> bytes:
+    """Download a project blob and check it against the hash the (verified) payload names."""
+    uri, want = entry.get("uri"), str(entry.get("sha256", "")).lower()
+    if not isinstance(uri, str) or not want:
+        raise PrepareError(phase, f"the payload's {what} entry has no uri or sha256")
+    try:
+        data = storage.read_bytes(uri)
+    except storage.StorageError as e:
+        raise PrepareError(phase, f"cannot download the {what} {uri}: {e}") from None
+    got = hashlib.sha256(data).hexdigest()
+    if got != want:
+        raise PrepareError(phase, f"the {what} at {uri} has sha256 {got}, expected {want}")
+    return data
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Move a finished folder into place; another pod that got there first wins."""
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not final.is_dir():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _prepend(path: Path) -> None:
+    text = str(path)
+    if text in sys.path:
+        sys.path.remove(text)
+    sys.path.insert(0, text)
+    current = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = text + (os.pathsep + current if current else "")
+
+
+def _run_pip(args: list[str], log: Callable[[str], None]) -> tuple[int, list[str]]:
+    """Run pip, echoing each line to the log; returns its exit code and its last lines."""
+    tail: collections.deque[str] = collections.deque(maxlen=PIP_TAIL_LINES)
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pip", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            env=env,
+        )
+    except OSError as e:
+        return 127, [f"cannot start pip: {e}"]
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        line = line.rstrip()
+        if line:
+            log(f"pip: {line}")
+            tail.append(line)
+    return proc.wait(), list(tail)
+
+
+def install_requirements(entry: Mapping[str, Any], cache: Path, log: Callable[[str], None]) -> Path:
+    """Install the requirements once per cache; returns the folder now first on sys.path."""
+    phase = "install-dependencies"
+    sha = str(entry.get("sha256", ""))
+    target = cache / f"req-{install_key(sha)}"
+    if target.is_dir():
+        log(f"installing dependencies: reusing {target} (requirements sha256 {sha[:12]})")
+        _prepend(target / "site")
+        return target
+    data = _fetch(entry, "requirements", phase)
+    lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+    log(f"installing dependencies: {len(lines)} requirement(s) from {entry.get('file')}")
+    tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=cache))
+    req_file = tmp / ".requirements.txt"
+    req_file.write_bytes(data)
+    pkgs = tmp / "site"
+    try:
+        code, tail = _run_pip(
+            ["install", "--no-input", "--target", str(pkgs), "-r", str(req_file)], log
+        )
+        if code != 0:
+            errors = [line for line in tail if line.startswith("ERROR")]
+            detail = " | ".join(errors or tail) or "no output"
+            raise PrepareError(
+                phase,
+                f"installing dependencies failed: pip exited with {code}: {detail} (fix "
+                f"{entry.get('file') or 'the requirements'}, or pass image= an image that "
+                "has them)",
+            )
+        req_file.unlink()
+        _publish(tmp, target)  # only a complete install ever gets the final name
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
+    log(f"installing dependencies: done, in {target}")
+    _prepend(target / "site")
+    return target
+
+
+def _safe_relative(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    return not path.startswith("/") and ".." not in parts and "\\" not in path
+
+
+def _extract(data: bytes, into: Path, phase: str) -> None:
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            bad = [n for n in zf.namelist() if not _safe_relative(n)]
+            if bad:
+                raise PrepareError(phase, f"the project source has unsafe names: {bad[:3]}")
+            zf.extractall(into)
+    except zipfile.BadZipFile as e:
+        raise PrepareError(phase, f"the project source is not a zip: {e}") from None
+
+
+def unpack_source(entry: Mapping[str, Any], cache: Path, log: Callable[[str], None]) -> Path:
+    """Unpack the project's source once per cache; put its import folders first on sys.path."""
+    phase = "unpack-source"
+    sha = str(entry.get("sha256", ""))
+    paths = entry.get("paths") or [""]
+    if not isinstance(paths, list) or not all(
+        isinstance(p, str) and _safe_relative(p) for p in paths
+    ):
+        raise PrepareError(phase, f"the payload's source paths {paths!r} are not relative folders")
+    target = cache / f"src-{sha[:32]}"
+    if not target.is_dir():
+        data = _fetch(entry, "project source", phase)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=cache))
+        try:
+            _extract(data, tmp, phase)
+            _publish(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
+        log(f"unpacked the project's source ({len(data)} bytes) into {target}")
+    else:
+        log(f"reusing the project's source in {target}")
+    for rel in reversed(paths):  # the first listed ends up first on sys.path
+        _prepend(target / rel if rel else target)
+    return target
+
+
+def prepare(project: Mapping[str, Any], log: Callable[[str], None]) -> None:
+    """Install the requirements, then unpack the source (its modules may import them)."""
+    cache = cache_dir()
+    requirements = project.get("requirements")
+    source = project.get("source")
+    if isinstance(requirements, Mapping):
+        install_requirements(requirements, cache, log)
+    if isinstance(source, Mapping):
+        unpack_source(source, cache, log)
