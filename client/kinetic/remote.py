@@ -19,6 +19,7 @@ from kinetic.jobs import JobHandle, new_job_id, submit_job
 
 if TYPE_CHECKING:
     from kinetic.batches import BatchHandle
+    from kinetic.mixed import Call
 
 
 class RemoteFunction:
@@ -64,6 +65,22 @@ class RemoteFunction:
         from kinetic.batches import submit_map
 
         return submit_map(self, inputs, **kwargs)
+
+    def call(self, *args: Any, **kwargs: Any) -> Call:
+        """This call, not submitted: an entry for `kinetic.batch` (different calls, one batch)."""
+        from kinetic.mixed import Call
+
+        return Call(self, args, dict(kwargs))
+
+    def with_options(self, **changes: Any) -> RemoteFunction:
+        """The same function with some `kinetic.run` options changed (image, env, retries...)."""
+        unknown = sorted(set(changes) - set(self.options))
+        if unknown:
+            raise TypeError(
+                f"unknown option(s) {', '.join(unknown)}; the options are "
+                f"{', '.join(sorted(self.options))}"
+            )
+        return run(**(self.options | changes))(self.fn)
 
     # ----------------------------------------------------------------- helpers
 
