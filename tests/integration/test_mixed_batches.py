@@ -9,15 +9,19 @@ batch.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import kinetic
 import pytest
 import yaml
 from kinetic import kube as kinetic_kube
 from kinetic import names
-from kinetic.batches import BatchError
+from kinetic.batches import BatchError, read_manifest
 from kinetic.jobs import JobCancelled
 from kube_helpers import REPO, Kube, wait_for
 
@@ -45,6 +49,7 @@ def _images(ns: str, group_id: str) -> dict[int, str]:
 
 def _stage(stage: str) -> str:
     """In a pod: this job's stage and environment, as its result."""
+    print(f"running stage {stage}", flush=True)
     return f"{stage}:{os.environ.get('WHO')}:{os.environ.get('KINETIC_INDEX')}"
 
 
@@ -78,7 +83,14 @@ def test_the_example_yaml_runs_each_job_with_its_own_image_and_env(ns: str, kube
     assert status.stdout == "0-2"
 
 
-def test_a_mixed_python_batch_returns_each_jobs_own_result(ns: str) -> None:
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    kinetic_cli = str(Path(sys.executable).with_name("kinetic"))
+    return subprocess.run(
+        [kinetic_cli, *args], env=env, capture_output=True, text=True, timeout=180
+    )
+
+
+def test_a_mixed_python_batch_returns_each_jobs_own_result(ns: str, client_env: dict) -> None:
     stage = kinetic.run(namespace=ns, image="python:3.12-slim", env={"WHO": "first"})(_stage)
     batch = kinetic.batch(
         [
@@ -101,6 +113,17 @@ def test_a_mixed_python_batch_returns_each_jobs_own_result(ns: str) -> None:
     ]
     assert _images(ns, batch.group_id) == {0: "python:3.12-slim", 1: "trainer:2", 2: "busybox:1.36"}
     assert batch.jobs[1].result(timeout=30, cleanup=False) == "train:second:1"
+    # Per-input handles from the CLI: a function input and a container input.
+    out = _cli(client_env, "jobs", "status", f"{batch.group_id}-1", "-n", ns, "-o", "json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["phase"] == "SUCCEEDED"
+    out = _cli(client_env, "jobs", "logs", f"{batch.group_id}-1", "-n", ns, "--tail", "20")
+    assert out.returncode == 0 and "running stage train" in out.stdout, out.stderr
+    out = _cli(client_env, "jobs", "result", f"{batch.group_id}-2", "-n", ns, "-o", "json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"result": "report:third:2"}
+    out = _cli(client_env, "batches", "status", batch.group_id, "-n", ns)
+    assert out.returncode == 0 and "SUCCEEDED" in out.stdout, out.stderr
     again = kinetic.attach_batch(batch.group_id, namespace=ns)  # another process's view
     assert again.results(timeout=30) == ["prepare:first:0", "train:second:1", "report:third:2"]
 
@@ -157,3 +180,77 @@ def test_cancel_stops_a_mixed_batch(ns: str) -> None:
     )
     assert status["counts"]["cancelled"] == 3
     assert status["launched"] == 2
+
+
+def _kb(name: str, spec: dict) -> dict:
+    return {
+        "apiVersion": "kinetic.dev/v1alpha1",
+        "kind": "KineticBatch",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def test_both_forms_at_once_are_refused_on_apply(ns: str, kube: Kube) -> None:
+    body = _kb(
+        "both",
+        {
+            "template": {"container": {"command": ["true"]}},
+            "inputs": {"items": [1]},
+            "jobs": [{"container": {"command": ["true"]}}],
+        },
+    )
+    for dry in ([], ["--dry-run=server"]):
+        out = subprocess.run(
+            ["kubectl", "--kubeconfig", kube.kubeconfig, "apply", "-n", ns, *dry, "-f", "-"],
+            input=json.dumps(body),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode != 0
+        assert "spec" in out.stderr and "oneOf" in out.stderr, out.stderr
+    assert kinetic_kube.get("kineticbatches", ns, "both") is None
+
+
+def test_a_job_that_sets_cancel_fails_the_batch_with_a_readable_message(
+    ns: str, kube: Kube
+) -> None:
+    """What the schema allows but cannot run: FAILED, InvalidSpec, a message naming the field."""
+    body = _kb(
+        "stopped",
+        {
+            "jobs": [
+                {"container": {"command": ["true"]}},
+                {"container": {"command": ["true"]}, "cancel": True},
+            ]
+        },
+    )
+    kube.apply(ns, body)
+    kube.kubectl(
+        "wait", "-n", ns, "--for=condition=Failed", "kb/stopped", "--timeout=60s", timeout=80
+    )
+    status = kinetic_kube.get("kineticbatches", ns, "stopped")["status"]
+    assert "spec.jobs[1].cancel must be false; add 1 to spec.cancelIndexes" in status["message"]
+    assert _images(ns, "stopped") == {}
+
+
+def test_a_deleted_mixed_batch_is_still_attachable_from_its_manifest(ns: str) -> None:
+    stage = kinetic.run(namespace=ns, env={"WHO": "fn"})(_stage)
+    batch = kinetic.batch(
+        [stage.call("a"), kinetic.container(["sh", "-c", f'printf "box" > {TERM_LOG}'])]
+    )
+    batch.wait(timeout=TIMEOUT)
+    wait_for(
+        lambda: (h := read_manifest(batch._home())) is not None and h.phase == "SUCCEEDED",
+        timeout=30,
+        what="the manifest to record the end",
+    )
+    kinetic_kube.delete("kineticbatches", ns, batch.group_id)
+    wait_for(
+        lambda: kinetic_kube.get("kineticbatches", ns, batch.group_id) is None,
+        timeout=30,
+        what="the batch to be deleted",
+    )
+    gone = kinetic.attach_batch(batch.group_id, namespace=ns)
+    assert gone.results(timeout=30) == ["a:fn:0", "box"]
