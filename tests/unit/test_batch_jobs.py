@@ -240,3 +240,58 @@ def test_the_planner_retries_each_input_by_its_own_count() -> None:
     d = decide_batch(spec, status, obs, T0, batch="g")
     assert d.creates == [(0, 2)]  # job 0 has its retry; job 1 (the batch's 0) failed
     assert d.status.failed_indexes == "1"
+
+
+# --------------------------------------------------------------------------- the Python API
+
+
+def test_container_calls_are_checked_before_anything_is_uploaded() -> None:
+    import kinetic
+
+    call = kinetic.container(["sh", "-c", "echo hi"], image="busybox:1", env={"A": "1"}, retries=2)
+    job = call.job_spec()
+    assert job.image == "busybox:1" and job.retries == 2
+    assert [(e.name, e.value) for e in job.env] == [("A", "1")]
+    assert kinetic.container(["true"]).job_spec().retries is None  # the batch's retries apply
+    with pytest.raises(TypeError, match="list of strings"):
+        kinetic.container("echo hi")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="name"):
+        kinetic.container(["true"], env={"not-a-name": "x"})
+    with pytest.raises(ValidationError, match="accelerator"):
+        kinetic.container(["true"], accelerator="quantum")
+
+
+def test_batch_refuses_what_is_not_a_call() -> None:
+    import kinetic
+
+    with pytest.raises(ValueError, match="at least one call"):
+        kinetic.batch([])
+    with pytest.raises(TypeError, match=r"entry 1 is a int: pass fn.call\(...\)"):
+        kinetic.batch([kinetic.container(["true"]), 3])  # type: ignore[list-item]
+
+
+def test_call_and_with_options() -> None:
+    import kinetic
+
+    def add(a: int, b: int = 0) -> int:
+        return a + b
+
+    fn = kinetic.run(image="py:1", env={"A": "1"}, retries=1)(add)
+    call = fn.call(1, b=2)
+    assert (call.fn, call.args, dict(call.kwargs)) == (fn, (1,), {"b": 2})
+    other = fn.with_options(image="py:2")
+    assert other.options["image"] == "py:2" and other.options["env"] == {"A": "1"}
+    assert fn.options["image"] == "py:1"  # the original is unchanged
+    with pytest.raises(TypeError, match="unknown option"):
+        fn.with_options(imagee="py:3")
+    with pytest.raises(ValueError, match="retries"):
+        fn.with_options(retries=-1)
+
+
+def test_the_jobs_of_an_existing_batch_cannot_change() -> None:
+    from kinetic_operator.batch_logic import immutable_change
+
+    before = mixed(box_job("a"), box_job("b"))
+    assert immutable_change(before, mixed(box_job("a"), box_job("b"), maxConcurrent=1)) is None
+    change = immutable_change(before, mixed(box_job("a"), box_job("c")))
+    assert change is not None and change.startswith("spec.jobs cannot change")
