@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 import yaml
 from kinetic import kube as kinetic_kube
 from kinetic import names
-from kinetic.batches import BatchError, read_manifest
+from kinetic.batches import BatchError, SubmissionError, read_manifest
 from kinetic.jobs import JobCancelled
 from kube_helpers import REPO, Kube, wait_for
 
@@ -254,3 +255,33 @@ def test_a_deleted_mixed_batch_is_still_attachable_from_its_manifest(ns: str) ->
     )
     gone = kinetic.attach_batch(batch.group_id, namespace=ns)
     assert gone.results(timeout=30) == ["a:fn:0", "box"]
+
+
+def test_a_call_that_cannot_be_pickled_is_a_submission_failure_of_its_index(ns: str) -> None:
+    stage = kinetic.run(namespace=ns, env={"WHO": "w"})(_stage)
+    batch = kinetic.batch(
+        [stage.call("a"), stage.call(threading.Lock()), kinetic.container(["true"], retries=0)]
+    )
+    with pytest.raises(BatchError) as info:
+        batch.results(timeout=TIMEOUT)
+    assert info.value.partial_results[0] == "a:w:0"
+    assert isinstance(info.value.submission_failures[1], SubmissionError)
+    assert "could not pickle the call of _stage" in str(info.value.submission_failures[1])
+    assert info.value.failures == [] and "1 of 3 jobs failed" in str(info.value)
+    assert batch.jobs[1] is None
+    assert 1 not in _images(ns, batch.group_id)  # never launched
+
+
+def test_each_job_keeps_its_own_retries(ns: str) -> None:
+    """jobs[0] sets retries 1 (two attempts); jobs[1] has the batch's retries, 0 (one)."""
+    batch = kinetic.batch(
+        [kinetic.container(["sh", "-c", "exit 3"], retries=1), kinetic.container(["false"])],
+        max_concurrent=None,
+    )
+    with pytest.raises(BatchError) as info:
+        batch.results(timeout=TIMEOUT)
+    assert sorted(job.group_index for job in info.value.failures) == [0, 1]
+    first, second = batch.jobs
+    assert first is not None and second is not None
+    assert [a["outcome"] for a in first.attempts()] == ["failure", "failure"]
+    assert [a["outcome"] for a in second.attempts()] == ["failure"]
