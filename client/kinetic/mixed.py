@@ -11,22 +11,23 @@
             prepare.call("gs://data/raw"),
             train.call(0.01, epochs=5),
             train.with_options(image="trainer:1.3").call(0.02),
-            kinetic.container(["sh", "-c", "echo $GREETING"], image="busybox",
-                              env={"GREETING": "hi"}),
+            kinetic.container(["sh", "-c", 'printf "$GREETING" > /dev/termination-log'],
+                              image="busybox:1.36", env={"GREETING": "hi"}),
         ],
         max_concurrent=2,
         fail_fast=True,
     )
-    batch.results()          # in the order given: [prepare(...), train(...), ..., "hi\\n"?]
+    batch.results()   # in the order given; a container's result is its termination message
 
 Each entry is one input of the batch and runs with its own options (image,
 accelerator, env, retries, deadline...). The batch is an ordinary
 `BatchHandle`: `results()`, `as_completed()`, `failures()`, `cancel()`,
-``batch.jobs[i]`` and ``kinetic attach <group>-<i>`` work as for
-`run_async_map`. A function call's whole payload (function, arguments,
-captured env) is uploaded once per entry, exactly as `run_async` does; a
-call that cannot be pickled becomes a submission failure of its index (it
-counts as a failure for fail-fast) rather than losing the others.
+``batch.jobs[i]``, ``kinetic.attach("<group>-<i>")`` and ``kinetic jobs
+status <group>-<i>`` work as for `run_async_map`. A function call's whole
+payload (function, arguments, captured env) is uploaded once per entry,
+exactly as `run_async` does; a call that cannot be pickled becomes a
+submission failure of its index (it counts as a failure for fail-fast)
+rather than losing the others.
 """
 
 from __future__ import annotations
