@@ -78,7 +78,7 @@ def test_exactly_one_form(spec: dict[str, Any], expected: str | None) -> None:
     assert "spec.jobs" in problem  # the message names the other form: the fix
     with pytest.raises(ValidationError, match=expected.split(":")[0]):
         KineticBatchSpec.model_validate(spec)
-    assert any(expected in p for p in limits.check_batch_spec(spec, storage_root=None))
+
 
 
 def test_an_empty_jobs_list_is_refused_by_the_schema() -> None:
@@ -295,3 +295,20 @@ def test_the_jobs_of_an_existing_batch_cannot_change() -> None:
     assert immutable_change(before, mixed(box_job("a"), box_job("b"), maxConcurrent=1)) is None
     change = immutable_change(before, mixed(box_job("a"), box_job("c")))
     assert change is not None and change.startswith("spec.jobs cannot change")
+
+
+def test_a_stored_spec_with_both_forms_fails_with_the_sentence(tmp_path) -> None:
+    """Stored while neither the schema nor the webhook judged it: FAILED, InvalidSpec."""
+    from test_batch_reconcile import Batch, FakeKube
+
+    settings = SETTINGS.model_copy(update={"storage_root": f"file://{tmp_path}/store"})
+    kube = FakeKube()
+    both = {"template": TEMPLATE, "inputs": {"items": [1]}, "jobs": [box_job("a")]}
+    batch = Batch(kube, settings, both)
+    batch.reconcile()
+    assert batch.status["phase"] == "FAILED"
+    assert batch.status["message"] == (
+        "Invalid batch: spec.jobs cannot be combined with spec.inputs and spec.template: a "
+        "batch is either one template over inputs, or a list of jobs; remove one form"
+    )
+    assert batch.events() == ["InvalidSpec"] and kube.pods == {}

@@ -650,11 +650,16 @@ def _load_spec(
     try:
         spec = KineticBatchSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
-        return None, [
-            f"spec.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        ]
+        return None, [_problem(err) for err in exc.errors()]
     foreign = foreign_batch_uris(settings.storage_root, namespace, spec)
     return spec, foreign or validate_batch_spec(spec)
+
+
+def _problem(err: Any) -> str:
+    """One pydantic error as a sentence naming its field (a whole-spec error names itself)."""
+    if not err["loc"]:  # KineticBatchSpec's own check: its message names the fields
+        return str(err["msg"]).removeprefix("Value error, ")
+    return f"spec.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
 
 
 def _accept(
