@@ -244,8 +244,9 @@ def check_batch_spec(
 
     Checks, on the raw spec as stored: the number of jobs and each job's
     inline input, inline items and grid (depth, total size), the total input
-    count against ``max_inputs`` (the operator's setting), and that ``inputs.sha256URI`` lies under ``storage_root`` and
-    comes with ``inputs.sha256``. ``storage_root`` None skips the location
+    count against ``max_inputs`` (the operator's setting), and that
+    ``inputs.sha256URI`` lies under ``storage_root`` and comes with
+    ``inputs.sha256``. ``storage_root`` None skips the location
     check (the client without configuration; the operator refuses anyway).
     """
     if not isinstance(spec, dict):

@@ -80,7 +80,6 @@ def test_exactly_one_form(spec: dict[str, Any], expected: str | None) -> None:
         KineticBatchSpec.model_validate(spec)
 
 
-
 def test_an_empty_jobs_list_is_refused_by_the_schema() -> None:
     with pytest.raises(ValidationError, match="jobs"):
         KineticBatchSpec.model_validate({"jobs": []})
