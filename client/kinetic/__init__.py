@@ -11,6 +11,8 @@
     batch = train.run_async_map([0.001, 0.01])   # a BatchHandle, at once
     batch.jobs[1].tail()                         # one input's handle: status, result, logs
     kinetic.attach(f"{batch.group_id}-1")        # the same input, from any process
+    kinetic.batch([train.call(0.1), other.call("x"),       # different calls, one batch
+                   kinetic.container(["echo", "hi"], image="busybox")])
 
 Names are imported on first use, so the pod-side runner (`python -m
 kinetic.runner`) does not pay for the Kubernetes client it never needs.
@@ -42,6 +44,8 @@ _EXPORTS = {
     "Data": "kinetic.data",
     "RunnerError": "kinetic.payload",
     "UnknownAccelerator": "kinetic.catalog",
+    "batch": "kinetic.mixed",
+    "container": "kinetic.mixed",
 }
 
 __all__ = [
@@ -60,6 +64,8 @@ __all__ = [
     "UnknownAccelerator",
     "attach",
     "attach_batch",
+    "batch",
+    "container",
     "list_batches",
     "list_jobs",
     "run",
@@ -78,6 +84,7 @@ if TYPE_CHECKING:
     from kinetic.config import ConfigError
     from kinetic.data import Data
     from kinetic.jobs import JobCancelled, JobFailed, JobHandle, JobStatus, attach, list_jobs
+    from kinetic.mixed import batch, container
     from kinetic.payload import RunnerError
     from kinetic.remote import RemoteFunction, run
 

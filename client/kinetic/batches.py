@@ -36,10 +36,10 @@ from kinetic.inputs import (
     InputHandle,
     RecordedOutcomes,
     add_cancel_indexes,
-    input_total,
     live_phase,
     read_manifest,
     read_shard,
+    spec_input_total,
     status_from_header,
     terminated_state,
 )
@@ -119,6 +119,8 @@ class BatchHandle:
     accelerator: str = "cpu"
     uid: str | None = None
     payload_uri: str | None = None
+    # A mixed batch (spec.jobs): the inputs that run containers; `container` is then unused.
+    container_inputs: IndexSet | None = None
     _submission_failures: dict[int, Exception] = field(default_factory=dict, repr=False)
     _cached_failures: list[JobHandle] | None = field(default=None, repr=False)
 
@@ -127,6 +129,8 @@ class BatchHandle:
     @classmethod
     def from_resource(cls, obj: dict, storage_root: str, context: str | None) -> BatchHandle:
         spec = obj["spec"]
+        if isinstance(spec.get("jobs"), list):
+            return cls._from_jobs(obj, storage_root, context)
         template = spec.get("template", {})
         failures: dict[int, Exception] = {
             f["index"]: submission_exception(f["index"], f["message"], f.get("errorType"))
@@ -137,7 +141,7 @@ class BatchHandle:
             namespace=obj["metadata"]["namespace"],
             name=spec.get("name"),
             tags=dict(spec.get("tags") or {}),
-            total=obj.get("status", {}).get("total") or input_total(spec["inputs"]),
+            total=obj.get("status", {}).get("total") or spec_input_total(spec),
             storage_root=storage_root,
             context=context,
             container="container" in template,
@@ -150,6 +154,41 @@ class BatchHandle:
             payload_uri=(template.get("function") or {}).get("payloadURI"),
             _submission_failures=failures,
         )
+
+    @classmethod
+    def _from_jobs(cls, obj: dict, storage_root: str, context: str | None) -> BatchHandle:
+        """A handle for a heterogeneous batch: each input is a function or a container."""
+        spec = obj["spec"]
+        jobs: list[dict] = spec["jobs"]
+        names_ = [
+            (j.get("function") or {}).get("name")
+            or " ".join((j.get("container") or {}).get("command", []))
+            for j in jobs
+        ]
+        return cls(
+            group_id=obj["metadata"]["name"],
+            namespace=obj["metadata"]["namespace"],
+            name=spec.get("name"),
+            tags=dict(spec.get("tags") or {}),
+            total=len(jobs),
+            storage_root=storage_root,
+            context=context,
+            func_name=", ".join(dict.fromkeys(n for n in names_ if n))[:200],
+            created_at=obj["metadata"].get("creationTimestamp", ""),
+            accelerator=",".join(sorted({j.get("accelerator", "cpu") for j in jobs})),
+            uid=obj["metadata"].get("uid"),
+            container_inputs=IndexSet(i for i, j in enumerate(jobs) if "container" in j),
+            _submission_failures={
+                f["index"]: SubmissionError(f["index"], f["message"])
+                for f in spec.get("submissionFailures", [])
+            },
+        )
+
+    def is_container(self, index: int) -> bool:
+        """Whether input ``index`` runs a container (its result is its termination message)."""
+        if self.container_inputs is not None:
+            return index in self.container_inputs
+        return self.container
 
     @classmethod
     def from_manifest(
@@ -169,6 +208,9 @@ class BatchHandle:
             storage_root=storage_root,
             context=context,
             container=header.kind == "container",
+            container_inputs=IndexSet.parse(header.container_indexes)
+            if header.kind == "mixed"
+            else None,
             chunk_size=header.chunk_size,
             func_name=header.function_name or "",
             created_at=header.created_at or "",
@@ -185,20 +227,21 @@ class BatchHandle:
     def child(self, index: int) -> InputHandle:
         """The handle of input `index` (whether or not it has run)."""
         home = self._home()
+        container = self.is_container(index)
         return InputHandle(
             job_id=names.input_id(self.group_id, index),
             namespace=self.namespace,
             func_name=self.func_name or self.name or "",
             created_at=self.created_at,
             accelerator=self.accelerator,
-            result_uri=None if self.container or home is None else home.input_result_uri(index),
+            result_uri=None if container or home is None else home.input_result_uri(index),
             context=self.context,
             uid=self.uid,
-            function=not self.container,
+            function=not container,
             group_id=self.group_id,
             group_index=index,
             storage_root=self.storage_root,
-            container=self.container,
+            container=container,
             chunk_size=self.chunk_size,
         )
 
@@ -408,16 +451,15 @@ class BatchHandle:
                 out.append((i, False, JobCancelled(f"input {i} of {self.group_id} was cancelled")))
             else:
                 rest.append(i)
-        if self.container:
-            messages = self._container_results([i for i in rest if i in outcomes.succeeded])
-        else:
-            messages = {}
+        messages = self._container_results(
+            [i for i in rest if i in outcomes.succeeded and self.is_container(i)]
+        )
 
         def one(i: int) -> tuple[int, bool, Any]:
             final = outcomes.of(i) or JobStatus.NOT_FOUND
             handle = self.child(i)
             try:
-                if self.container and final is JobStatus.SUCCEEDED:
+                if self.is_container(i) and final is JobStatus.SUCCEEDED:
                     return i, True, messages.get(i)
                 return i, True, handle._value(final, cleanup and final is JobStatus.SUCCEEDED)
             except Exception as e:  # the input's remote exception, or why it has none

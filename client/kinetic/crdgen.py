@@ -10,6 +10,7 @@ model; a test fails while the YAML is stale.
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,7 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     for key in _KEPT:
         # An empty-string default is read back as null by 1.20's validation: leave it out.
         if key in node and not (key == "default" and node[key] in (None, "")):
-            out[key] = node[key]
+            out[key] = copy.deepcopy(node[key])  # shared lists would become YAML anchors
 
     if kind == "object":
         props = node.get("properties")
@@ -95,7 +96,7 @@ def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         else:
             out["x-kubernetes-preserve-unknown-fields"] = True
         if "oneOf" in node:
-            out["oneOf"] = node["oneOf"]
+            out["oneOf"] = copy.deepcopy(node["oneOf"])
     elif kind == "array":
         out["items"] = _convert(node.get("items", {}), defs)
     return out

@@ -8,7 +8,8 @@ inputs. This module answers, without any I/O:
 * how many inputs there are (`input_count`);
 * what input ``i`` is (`input_at`, `grid_point`) — a grid is decoded in mixed
   radix, never materialised, so a 10^6-point sweep costs nothing;
-* what input ``i`` runs with (`child_spec`: the template plus this input);
+* what input ``i`` runs with (`child_spec`: the template plus this input,
+  or for a ``spec.jobs`` batch its own job spec, see `kinetic.batchjobs`);
 * whether a spec makes sense before anything is launched
   (`validate_batch_spec`).
 
@@ -55,7 +56,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from kinetic import layout
+from kinetic import batchjobs, layout
 from kinetic.data import volume_problems
 from kinetic.resources import (
     SHA256_PATTERN,
@@ -189,6 +190,10 @@ def child_spec(
     template that sets them differently). A template ``outputDir`` gets
     ``/<index>`` appended so inputs never write over each other.
     """
+    if spec.jobs is not None:
+        return batchjobs.job_at(home, spec, index)
+    if spec.template is None or spec.inputs is None:
+        raise ValueError("spec.template and spec.inputs are required without spec.jobs")
     total = input_count(spec.inputs)
     if not 0 <= index < total:
         raise IndexError(f"input index {index} is out of range: the batch has {total} inputs")
@@ -278,6 +283,14 @@ def foreign_batch_uris(root: str, namespace: str, spec: KineticBatchSpec) -> lis
     These are what the operator and runner read (and the result URI a
     template might name); ``outputDir`` is only handed to the user's code.
     """
+    if spec.jobs is not None:
+        refused = batchjobs.foreign_job_uris(root, namespace, spec)
+        for i, job in enumerate(spec.jobs):
+            if job.volumes:
+                refused += volume_problems(root, namespace, job.volumes, f"spec.jobs[{i}]")
+        return refused
+    if spec.template is None or spec.inputs is None:
+        return []
     fn = spec.template.function
     named = {
         "spec.inputs.uriPrefix": spec.inputs.uri_prefix,
@@ -307,6 +320,10 @@ def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
     means the batch can run. The operator should fail a batch with these
     messages rather than launch anything.
     """
+    if spec.jobs is not None:
+        return batchjobs.validate_jobs(spec)
+    if spec.template is None or spec.inputs is None:
+        return ["spec.template and spec.inputs are required without spec.jobs"]
     problems: list[str] = []
     inputs, template = spec.inputs, spec.template
     kinds = [k for k in ("count", "items", "grid") if getattr(inputs, k) is not None]

@@ -345,7 +345,7 @@ class InputHandle(JobHandle):
         if obj is None:
             return self._status_after_batch()
         status = obj.get("status", {})
-        if self.index >= (status.get("total") or input_total(obj["spec"].get("inputs", {}))):
+        if self.index >= (status.get("total") or spec_input_total(obj["spec"])):
             return JobStatus.NOT_FOUND
         outcomes = RecordedOutcomes(self._header)
         outcomes.update(status, final=r.Phase(status.get("phase", "PENDING")).terminal)
@@ -669,7 +669,7 @@ class InputHandle(JobHandle):
 
     def _total(self, obj: dict | None) -> int:
         if obj is not None:
-            return obj.get("status", {}).get("total") or input_total(obj["spec"].get("inputs", {}))
+            return obj.get("status", {}).get("total") or spec_input_total(obj["spec"])
         header = self._header()
         return header.total if header is not None else 0
 
@@ -708,6 +708,13 @@ def add_cancel_indexes(
         return {"cancelIndexes": text}
 
     return kube.update_spec(r.BATCH_PLURAL, namespace, group_id, change, context)
+
+
+def spec_input_total(spec: dict) -> int:
+    """A batch's input count from its raw spec: its jobs (spec.jobs), else its inputs."""
+    if isinstance(spec.get("jobs"), list):
+        return len(spec["jobs"])
+    return input_total(spec.get("inputs", {}))
 
 
 def input_total(inputs: dict) -> int:

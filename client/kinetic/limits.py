@@ -42,6 +42,7 @@ MAX_RETRIES = 100
 MAX_DEADLINE_SECONDS = 30 * 24 * 3600  # thirty days per attempt
 MAX_CONCURRENT = 100_000  # Pods at once per batch
 MAX_CHUNK_SIZE = 256  # inputs per Pod
+MAX_JOBS = 1_000  # job specs of one heterogeneous batch (each a whole spec: etcd holds 1.5 MB)
 MAX_ITEMS = 100_000  # inline items of one batch (the object must also fit in etcd)
 MAX_GRID_KEYS = 64
 MAX_GRID_VALUES = 10_000  # values of one grid key
@@ -205,6 +206,15 @@ def _inline_values(inputs: dict[str, Any]) -> Iterator[tuple[str, Any]]:
             yield f"spec.inputs.grid.{key}", values
 
 
+def spec_total(spec: dict[str, Any], cap: int) -> int:
+    """A raw batch spec's input count: its jobs, else its inputs (see `input_total`)."""
+    jobs = spec.get("jobs")
+    if isinstance(jobs, list):
+        return len(jobs)
+    inputs = spec.get("inputs")
+    return input_total(inputs, cap) if isinstance(inputs, dict) else 0
+
+
 def input_total(inputs: dict[str, Any], cap: int) -> int:
     """The batch's input count, capped at ``cap + 1`` (raw spec; unknown shapes count 0)."""
     if isinstance(inputs.get("count"), int):
@@ -236,16 +246,18 @@ def check_batch_spec(
 ) -> list[str]:
     """What a KineticBatch's spec breaks beyond its schema, one sentence per problem.
 
-    Checks, on the raw spec as stored: inline items and grid (depth, total
-    size), the total input count against ``max_inputs`` (the operator's
-    setting), and that ``inputs.sha256URI`` lies under ``storage_root`` and
-    comes with ``inputs.sha256``. ``storage_root`` None skips the location
+    Checks, on the raw spec as stored: the number of jobs and each job's
+    inline input, inline items and grid (depth, total size), the total input
+    count against ``max_inputs`` (the operator's setting), and that
+    ``inputs.sha256URI`` lies under ``storage_root`` and comes with
+    ``inputs.sha256``. ``storage_root`` None skips the location
     check (the client without configuration; the operator refuses anyway).
     """
     if not isinstance(spec, dict):
         return []
     problems: list[str] = _check_keys(spec.get("tags"), "spec.tags", MAX_TAG_KEY_LENGTH)
     budget = [MAX_INLINE_BYTES]
+    problems += _check_jobs(spec.get("jobs"), budget, max_inputs)
     template = spec.get("template")
     if isinstance(template, dict):
         problems += _check_function_input(
@@ -263,6 +275,54 @@ def check_batch_spec(
     problems += _check_keys(inputs.get("grid"), "spec.inputs.grid", MAX_GRID_KEY_LENGTH)
     problems += _check_count(inputs, max_inputs)
     problems += _check_hash_list(inputs, storage_root)
+    return problems
+
+
+def check_batch_form(spec: Any) -> str | None:
+    """Why a raw batch spec is neither ``template`` + ``inputs`` nor ``jobs``, else None.
+
+    Not part of `check_batch_spec`, which callers also run on partial specs
+    (the client's checks before it uploads): the CRD's oneOf refuses such a
+    spec at the API server, and `KineticBatchSpec` says this sentence when
+    the operator parses one stored without it.
+    """
+    if not isinstance(spec, dict):
+        return None
+    has = {k for k in ("template", "inputs", "jobs") if spec.get(k) is not None}
+    if "jobs" in has and has - {"jobs"}:
+        both = " and ".join(f"spec.{k}" for k in sorted(has - {"jobs"}))
+        return (
+            f"spec.jobs cannot be combined with {both}: a batch is either one template over "
+            "inputs, or a list of jobs; remove one form"
+        )
+    if "jobs" in has:
+        return None
+    missing = [f"spec.{k}" for k in ("template", "inputs") if k not in has]
+    if missing:
+        return (
+            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required: set "
+            "spec.template with spec.inputs, or list different job specs in spec.jobs"
+        )
+    return None
+
+
+def _check_jobs(jobs: Any, budget: list[int], max_inputs: int) -> list[str]:
+    """A heterogeneous batch's list: its length, and each function job's inline input."""
+    if not isinstance(jobs, list):
+        return []
+    cap = min(MAX_JOBS, max_inputs)
+    if len(jobs) > cap:
+        return [
+            f"spec.jobs has {_fmt(len(jobs))} entries; the limit is {_fmt(cap)} job specs per "
+            "batch: split the list into several batches, or use spec.template with spec.inputs "
+            "for many inputs of one job"
+        ]
+    problems: list[str] = []
+    for i, job in enumerate(jobs):
+        if isinstance(job, dict):
+            found = _check_function_input(f"spec.jobs[{i}].function", job.get("function"), budget)
+            if found:
+                return problems + found
     return problems
 
 

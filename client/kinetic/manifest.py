@@ -80,7 +80,10 @@ class ManifestHeader(_Doc):
     uid: str | None = None
     name: str | None = None
     tags: dict[str, str] = Field(default_factory=dict)
-    kind: Literal["function", "container"] = "function"
+    kind: Literal["function", "container", "mixed"] = "function"
+    container_indexes: str = Field(
+        "", description="A mixed (spec.jobs) batch: the inputs that run containers, as ranges."
+    )
     function_name: str | None = None
     total: int = 0
     chunk_size: int = 1

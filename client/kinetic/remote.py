@@ -21,6 +21,7 @@ from kinetic.jobs import JobHandle, new_job_id, submit_job
 
 if TYPE_CHECKING:
     from kinetic.batches import BatchHandle
+    from kinetic.mixed import Call
 
 
 class RemoteFunction:
@@ -75,6 +76,28 @@ class RemoteFunction:
         from kinetic.batches import submit_map
 
         return submit_map(self, inputs, **kwargs)
+
+    def call(self, *args: Any, **kwargs: Any) -> Call:
+        """This call, not submitted: an entry for `kinetic.batch` (different calls, one batch)."""
+        from kinetic.mixed import Call
+
+        return Call(self, args, dict(kwargs))
+
+    def with_options(self, **changes: Any) -> RemoteFunction:
+        """The same function with some `kinetic.run` options changed (image, env, retries...)."""
+        # The options as `run` takes them: the accelerator as the user spelled it.
+        current = {k: v for k, v in self.options.items() if k != "accelerator_as_given"}
+        current["accelerator"] = self.options["accelerator_as_given"]
+        allowed = set(current) | {"container_image"}
+        unknown = sorted(set(changes) - allowed)
+        if unknown:
+            raise TypeError(
+                f"unknown option(s) {', '.join(unknown)}; the options are "
+                f"{', '.join(sorted(allowed))}"
+            )
+        if "container_image" in changes:
+            current.pop("image")
+        return run(**(current | changes))(self.fn)
 
     # ----------------------------------------------------------------- helpers
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonValue
 
@@ -266,6 +266,22 @@ class KineticJobSpec(Wire):
     )
 
 
+class BatchJobSpec(KineticJobSpec):
+    """One job of a heterogeneous batch: its own function or container, image, env, retries."""
+
+    # Everything a KineticJob says applies to this one input. `retries` is optional here so
+    # that "not set" means "the batch's spec.retries", while a set value (0 included)
+    # overrides it for this job alone.
+
+    retries: int | None = Field(  # type: ignore[assignment]  # optional: unset = spec.retries
+        None,
+        ge=0,
+        le=L.MAX_RETRIES,
+        description="Extra attempts for this job after an application failure; unset, the "
+        "batch's spec.retries applies.",
+    )
+
+
 class SubmissionFailure(Wire):
     """An input the client could not package; it counts as a failure of the batch."""
 
@@ -340,11 +356,31 @@ class BatchInputs(Wire):
     )
 
 
+BATCH_FORM_ONE_OF: list[JsonValue] = [{"required": ["template", "inputs"]}, {"required": ["jobs"]}]
+
+
 class KineticBatchSpec(Wire):
     """A fan-out: one Pod per attempt of each input, orchestrated by the operator."""
 
-    template: KineticJobSpec = Field(description="The job spec every input runs with.")
-    inputs: BatchInputs = Field(description="The inputs.")
+    # Two forms, exactly one of which is set: template + inputs (one job spec over many
+    # inputs), or jobs (a different job spec per input; input i runs jobs[i]). Everything
+    # else means the same in both.
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": BATCH_FORM_ONE_OF})
+
+    template: KineticJobSpec | None = Field(
+        None, description="The job spec every input runs with (with inputs; not with jobs)."
+    )
+    inputs: BatchInputs | None = Field(
+        None, description="The inputs (with template; not with jobs)."
+    )
+    jobs: list[BatchJobSpec] | None = Field(
+        None,
+        min_length=1,
+        max_length=L.MAX_JOBS,
+        description="A heterogeneous batch: one job spec per input (input i runs jobs[i]), "
+        "instead of template and inputs.",
+    )
     input_mode: InputMode = Field(
         "auto", description="How each input is passed to the function: auto, single, args, kwargs."
     )
@@ -386,6 +422,15 @@ class KineticBatchSpec(Wire):
         max_length=L.MAX_SUBMISSION_FAILURES,
         description="Inputs the client could not package.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_form(cls, data: Any) -> Any:
+        """Exactly one of template + inputs, or jobs (the CRD's oneOf, said in a sentence)."""
+        problem = L.check_batch_form(data)
+        if problem is not None:
+            raise ValueError(problem)
+        return data
 
 
 # --------------------------------------------------------------------------- status

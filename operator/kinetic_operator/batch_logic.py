@@ -72,7 +72,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from kinetic.fanout import input_count
+from kinetic.batchjobs import batch_total, retries_of
 from kinetic.names import input_pod_name
 from kinetic.ranges import IndexSet, RangeError
 from kinetic.resources import (
@@ -352,7 +352,7 @@ def _start(
     return _Work(
         spec=spec,
         batch=batch,
-        total=input_count(spec.inputs),
+        total=batch_total(spec),
         chunk=max(1, spec.chunk_size),
         now=now,
         max_disruptions=max_disruptions,
@@ -427,7 +427,7 @@ def _follow_units(w: _Work, units: Mapping[int, UnitObservation], *, cancel_all:
             obs.pods,
             reserved=max(1, obs.creating or 0),
             creating=obs.creating is not None and obs.creating >= max(obs.pods, default=0),
-            limits=Limits(w.spec.retries, w.max_disruptions),
+            limits=Limits(retries_of(w.spec, unit), w.max_disruptions),
             cancel=cancel_all,
             pod_name=functools.partial(input_pod_name, w.batch, unit),
             now=w.now,

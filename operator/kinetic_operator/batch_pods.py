@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from kinetic import layout
-from kinetic.fanout import child_spec, input_count
+from kinetic.batchjobs import batch_total
+from kinetic.fanout import child_spec
 from kinetic.names import (
     LABEL_ATTEMPT,
     LABEL_BATCH,
@@ -46,7 +47,7 @@ def build_unit_pod(
 ) -> dict[str, Any]:
     """The Pod of attempt ``attempt`` of the unit starting at input ``unit``."""
     home = layout.batch_home(settings.storage_root or "", namespace, batch, uid)
-    total = input_count(spec.inputs)
+    total = batch_total(spec)
     indexes = list(unit_inputs(unit, spec.chunk_size, total))
     labels = {LABEL_BATCH: batch, LABEL_INDEX: str(unit), LABEL_ATTEMPT: str(attempt)}
     env = {
@@ -65,6 +66,7 @@ def build_unit_pod(
             env["KINETIC_RESULT_URI"] = child.function.result_uri
     else:
         labels[LABEL_CHUNK] = str(len(indexes))
+        assert spec.template is not None  # validate_batch_spec: chunks are template batches only
         child = spec.template
         fn = child.function
         assert fn is not None  # validate_batch_spec: chunks are function templates only
@@ -107,7 +109,7 @@ def _chunk_entry(
 
 
 def _hash(hashes: Sequence[str | None] | None, index: int, spec: KineticBatchSpec) -> str | None:
-    if spec.inputs.count is None or hashes is None:
+    if spec.inputs is None or spec.inputs.count is None or hashes is None:
         return None
     digest = hashes[index]
     if digest is None:

@@ -23,12 +23,12 @@ When to write is the `Debouncer`'s business: promptly when it matters
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from kinetic import digest, layout, storage
-from kinetic.fanout import input_count
+from kinetic.batchjobs import batch_total, container_indexes
 from kinetic.manifest import (
     InputRecord,
     ManifestHeader,
@@ -70,15 +70,26 @@ def build_header(
 ) -> ManifestHeader:
     """The header for a batch as it stands, with the complete index ranges."""
     template = spec.template
+    containers = container_indexes(spec)
+    total = batch_total(spec)
+    if spec.jobs is not None:
+        kind = (
+            "container" if len(containers) == total else "function" if not containers else "mixed"
+        )
+    else:
+        kind = "container" if containers else "function"
     return ManifestHeader(
         group_id=home.name,
         namespace=home.namespace,
         uid=home.uid,
         name=spec.name,
         tags=dict(spec.tags),
-        kind="function" if template.function is not None else "container",
-        function_name=template.function.name if template.function is not None else None,
-        total=input_count(spec.inputs),
+        kind=kind,  # type: ignore[arg-type]  # one of the Literal's values, chosen above
+        container_indexes=str(containers) if kind == "mixed" else "",
+        function_name=template.function.name
+        if template is not None and template.function is not None
+        else None,
+        total=total,
         chunk_size=spec.chunk_size,
         input_mode=spec.input_mode,
         max_concurrent=spec.max_concurrent,
@@ -129,13 +140,23 @@ class ManifestBook:
         return self.home.name
 
     def note(
-        self, plans: Mapping[int, UnitPlan], chunk: int, total: int, *, container: bool
+        self,
+        plans: Mapping[int, UnitPlan],
+        chunk: int,
+        total: int,
+        *,
+        container: bool | Callable[[int], bool],
     ) -> None:
-        """Take the latest plan of each unit into its inputs' records."""
+        """Take the latest plan of each unit into its inputs' records.
+
+        ``container`` says whether the unit runs a container; a callable asks
+        per unit (a ``spec.jobs`` batch mixes containers and functions).
+        """
         for unit, plan in plans.items():
             indexes = unit_inputs(unit, chunk, total)
-            single = None if container else reported_result_sha256(plan)
-            if not container and len(indexes) > 1:
+            container_unit = container(unit) if callable(container) else container
+            single = None if container_unit else reported_result_sha256(plan)
+            if not container_unit and len(indexes) > 1:
                 self._note_reports(unit, plan)
             for index in indexes:
                 shard = layout.shard_of(index)
@@ -144,7 +165,7 @@ class ManifestBook:
                 new = InputRecord(
                     outcome=_OUTCOME[plan.outcome],  # type: ignore[arg-type]
                     attempts=list(plan.records),
-                    result=_result(plan) if container else None,
+                    result=_result(plan) if container_unit else None,
                     result_sha256=single if len(indexes) == 1 else self.hashes.get(index),
                     message=plan.message if plan.outcome == "failed" else None,
                 )
@@ -153,7 +174,12 @@ class ManifestBook:
                     self.dirty.add(shard)
 
     def note_missing(
-        self, plans: Mapping[int, UnitPlan], chunk: int, total: int, *, container: bool
+        self,
+        plans: Mapping[int, UnitPlan],
+        chunk: int,
+        total: int,
+        *,
+        container: bool | Callable[[int], bool],
     ) -> bool:
         """Like `note`, for inputs whose shard (in memory or stored) has no record yet."""
         missing: dict[int, UnitPlan] = {}

@@ -28,7 +28,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -36,9 +36,9 @@ from typing import Any
 
 import kopf
 from kinetic import layout, limits, storage
+from kinetic.batchjobs import batch_total, is_container, retries_of
 from kinetic.fanout import (
     foreign_batch_uris,
-    input_count,
     parse_sha256_list,
     validate_batch_spec,
 )
@@ -336,7 +336,7 @@ def _reconcile_once(
     clock = time.monotonic()
     book = _book(mem, home)
     book.observed = units
-    total = input_count(spec.inputs)
+    total = batch_total(spec)
     manifest = _ManifestWrite(mem, write, home, spec, meta, now)
     if decision.write_status or status.wire() != old.wire():
         wait = _coalesce(mem, settings, decision.urgent, clock)
@@ -419,7 +419,7 @@ def _note_settled(
     there, so once per unit and process, an input with no record in its shard
     gets one (with the result hash its Pod reported). Returns whether any did.
     """
-    total, chunk = input_count(spec.inputs), spec.chunk_size
+    total, chunk = batch_total(spec), spec.chunk_size
     terminal = mem.recorded.terminal
     plans = {}
     for unit, obs in units.items():
@@ -432,7 +432,7 @@ def _note_settled(
             obs.pods,
             reserved=max(obs.pods),
             creating=False,
-            limits=Limits(spec.retries, settings.max_disruptions),
+            limits=Limits(retries_of(spec, unit), settings.max_disruptions),
             cancel=False,
             pod_name=functools.partial(input_pod_name, name, unit),
             now=now,
@@ -450,8 +450,9 @@ def _own_units(units: dict[int, UnitObservation], uid: str | None) -> dict[int, 
     return own
 
 
-def _is_container(spec: KineticBatchSpec) -> bool:
-    return spec.template.container is not None
+def _is_container(spec: KineticBatchSpec) -> Callable[[int], bool]:
+    """Whether a unit runs a container (in a spec.jobs batch, each input says for itself)."""
+    return functools.partial(is_container, spec)
 
 
 def _durable(mem: BatchMemory, recorded: Recorded) -> bool:
@@ -519,7 +520,7 @@ def _create(
             mem.creating[unit] = attempt
             try:
                 if kube.create_pod(pod):
-                    inputs = len(unit_inputs(unit, spec.chunk_size, input_count(spec.inputs)))
+                    inputs = len(unit_inputs(unit, spec.chunk_size, batch_total(spec)))
                     cause = "first" if attempt == 1 else (causes or {}).get(unit)
                     metrics.attempt_created(metrics.KIND_BATCH, cause, inputs)
             except Exception:
@@ -666,11 +667,16 @@ def _load_spec(
     try:
         spec = KineticBatchSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
-        return None, [
-            f"spec.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        ]
+        return None, [_problem(err) for err in exc.errors()]
     foreign = foreign_batch_uris(settings.storage_root, namespace, spec)
     return spec, foreign or validate_batch_spec(spec)
+
+
+def _problem(err: Any) -> str:
+    """One pydantic error as a sentence naming its field (a whole-spec error names itself)."""
+    if not err["loc"]:  # KineticBatchSpec's own check: its message names the fields
+        return str(err["msg"]).removeprefix("Value error, ")
+    return f"spec.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
 
 
 def _accept(
@@ -707,8 +713,8 @@ def _accept(
 
 def _load_hashes(mem: BatchMemory, spec: KineticBatchSpec) -> list[str]:
     """Read the input hash list once per batch; a bad list fails the batch."""
-    uri = spec.inputs.sha256_uri
-    if uri is None or mem.hashes is not None:
+    uri = spec.inputs.sha256_uri if spec.inputs is not None else None
+    if uri is None or spec.inputs is None or mem.hashes is not None:
         return []
     try:
         data = read_at_most(uri, hash_list_max_bytes(spec.inputs.count or 0))
