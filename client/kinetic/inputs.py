@@ -708,6 +708,11 @@ def add_cancel_indexes(
 
 
 def input_total(inputs: dict) -> int:
+    if "indexes" in inputs:  # a subset of the inputs below (a resolved rerun)
+        return len(IndexSet.parse(inputs["indexes"]))
+    if "fromBatch" in inputs:  # unresolved: known only when it names its inputs as ranges
+        chosen = (inputs["fromBatch"] or {}).get("indexes", "failed")
+        return 0 if chosen in ("failed", "all") else len(IndexSet.parse(chosen))
     if "count" in inputs:
         return inputs["count"]
     if "items" in inputs:

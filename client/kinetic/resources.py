@@ -235,7 +235,35 @@ INPUTS_ONE_OF: list[JsonValue] = [
     {"required": ["count"]},
     {"required": ["items"]},
     {"required": ["grid"]},
+    {"required": ["fromBatch"]},
 ]
+DNS_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+UID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$"
+RERUN_SELECTOR_PATTERN = r"^(failed|all|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)$"
+
+
+class FromBatch(Wire):
+    """Rerun inputs of an earlier batch of the same namespace (see `kinetic.rerun`)."""
+
+    name: str = Field(
+        pattern=DNS_NAME_PATTERN,
+        max_length=63,
+        description="The source batch's name (group id); it may have been deleted since, "
+        "its manifest in storage is what is read.",
+    )
+    uid: str | None = Field(
+        None,
+        pattern=UID_PATTERN,
+        max_length=64,
+        description="The source batch's UID; defaults to the last batch of that name. "
+        "The operator fills it in when it resolves the source.",
+    )
+    indexes: str = Field(
+        "failed",
+        pattern=RERUN_SELECTOR_PATTERN,
+        max_length=L.MAX_CANCEL_INDEXES_LENGTH,
+        description="failed (its failed inputs), all, or ranges of its indexes ('1,4-6').",
+    )
 
 
 class BatchInputs(Wire):
@@ -283,12 +311,29 @@ class BatchInputs(Wire):
         description="Named lists; one child per combination (cartesian product, "
         "last key in sorted order varies fastest).",
     )
+    from_batch: FromBatch | None = Field(
+        None,
+        alias="fromBatch",
+        description="Take the inputs (and, without spec.template, the template) of an earlier "
+        "batch in this namespace; the operator resolves it once, when it accepts the batch.",
+    )
+    indexes: str | None = Field(
+        None,
+        pattern=RANGES_PATTERN,
+        max_length=L.MAX_CANCEL_INDEXES_LENGTH,
+        description="Run only these of the inputs above (original indexes, as ranges): input "
+        "p of this batch is the p-th of them and keeps it as KINETIC_INDEX.",
+    )
 
 
 class KineticBatchSpec(Wire):
     """A fan-out: one Pod per attempt of each input, orchestrated by the operator."""
 
-    template: KineticJobSpec = Field(description="The job spec every input runs with.")
+    template: KineticJobSpec | None = Field(
+        None,
+        description="The job spec every input runs with; with inputs.fromBatch it defaults to "
+        "the source batch's.",
+    )
     inputs: BatchInputs = Field(description="The inputs.")
     input_mode: InputMode = Field(
         "auto", description="How each input is passed to the function: auto, single, args, kwargs."

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kinetic import layout
-from kinetic.fanout import child_spec, input_count
+from kinetic.fanout import child_spec, input_count, job_template
 from kinetic.names import (
     LABEL_ATTEMPT,
     LABEL_BATCH,
@@ -23,6 +23,7 @@ from kinetic.names import (
     input_id,
     input_pod_name,
 )
+from kinetic.rerun import original_index
 from kinetic.resources import BATCH_KIND, KineticBatchSpec
 
 from kinetic_operator.batch_logic import unit_inputs
@@ -57,7 +58,7 @@ def build_unit_pod(
     if len(indexes) == 1:
         child = child_spec(home, spec, unit, input_sha256=_hash(hashes, unit, spec))
         if child.function is not None:  # containers get it with their input, in spec.env
-            env["KINETIC_INDEX"] = str(unit)
+            env["KINETIC_INDEX"] = str(original_index(spec.inputs.indexes, unit))
         if child.output_dir:
             env["KINETIC_OUTPUT_DIR"] = child.output_dir
         env |= function_env(child)
@@ -65,7 +66,7 @@ def build_unit_pod(
             env["KINETIC_RESULT_URI"] = child.function.result_uri
     else:
         labels[LABEL_CHUNK] = str(len(indexes))
-        child = spec.template
+        child = job_template(spec)
         fn = child.function
         assert fn is not None  # validate_batch_spec: chunks are function templates only
         env["KINETIC_PAYLOAD_URI"] = fn.payload_uri
@@ -109,9 +110,10 @@ def _chunk_entry(
 def _hash(hashes: Sequence[str | None] | None, index: int, spec: KineticBatchSpec) -> str | None:
     if spec.inputs.count is None or hashes is None:
         return None
-    digest = hashes[index]
+    original = original_index(spec.inputs.indexes, index)  # the list is the source's
+    digest = hashes[original]
     if digest is None:
-        raise UnitRefused(f"input {index} has no entry in the input hash list")
+        raise UnitRefused(f"input {original} has no entry in the input hash list")
     return digest
 
 

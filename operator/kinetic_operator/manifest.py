@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from kinetic import digest, layout, storage
-from kinetic.fanout import input_count
+from kinetic.fanout import input_count, job_template
 from kinetic.manifest import (
     InputRecord,
     ManifestHeader,
     ManifestShard,
+    RerunOf,
     SubmissionFailureRecord,
     decode_header,
     decode_shard,
@@ -69,7 +70,8 @@ def build_header(
     shards: list[int],
 ) -> ManifestHeader:
     """The header for a batch as it stands, with the complete index ranges."""
-    template = spec.template
+    template = job_template(spec)
+    source = spec.inputs.from_batch
     return ManifestHeader(
         group_id=home.name,
         namespace=home.namespace,
@@ -98,6 +100,10 @@ def build_header(
             SubmissionFailureRecord(index=f.index, message=f.message)
             for f in sorted(spec.submission_failures, key=lambda f: f.index)
         ],
+        rerun_of=None
+        if source is None
+        else RerunOf(name=source.name, uid=source.uid, selected=source.indexes),
+        original_indexes=spec.inputs.indexes,
     )
 
 
