@@ -57,7 +57,7 @@ from typing import Any
 
 from kinetic import layout
 from kinetic.ranges import IndexSet
-from kinetic.rerun import index_map, original_index
+from kinetic.rerun import from_batch_problems, index_map, original_index
 from kinetic.resources import (
     SHA256_PATTERN,
     BatchInputs,
@@ -334,13 +334,8 @@ def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
     problems: list[str] = []
     inputs, template = spec.inputs, spec.template
     kinds = [k for k in ("count", "items", "grid") if getattr(inputs, k) is not None]
-    if inputs.from_batch is not None:
-        if kinds:
-            return [
-                f"spec.inputs.fromBatch takes the source batch's inputs: leave out "
-                f"{', '.join('spec.inputs.' + k for k in kinds)}"
-            ]
-        return _unresolved_rerun_problems(spec)
+    if inputs.from_batch is not None:  # as written: the operator resolves it (kinetic.rerun)
+        return from_batch_problems(spec.wire())
     if template is None:
         return [
             "spec.template is required (only a batch with spec.inputs.fromBatch may leave "
@@ -418,20 +413,6 @@ def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
             "inputs per Pod: set spec.chunkSize to 1 for a container template"
         )
     return problems
-
-
-def _unresolved_rerun_problems(spec: KineticBatchSpec) -> list[str]:
-    """A ``fromBatch`` spec as written: its inputs come from the source, so nothing else."""
-    inputs = spec.inputs
-    stray = [f for f in ("uri_prefix", "sha256_uri", "sha256", "indexes") if getattr(inputs, f)]
-    if stray:
-        names = ", ".join("spec.inputs." + _camel(f) for f in stray)
-        return [
-            f"{names} cannot be set with spec.inputs.fromBatch, which takes the source's inputs"
-        ]
-    if spec.submission_failures:
-        return ["spec.submissionFailures cannot be set with spec.inputs.fromBatch"]
-    return []
 
 
 def _env_collisions(where: str, keys: list[str]) -> list[str]:

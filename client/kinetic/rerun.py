@@ -24,6 +24,7 @@ import bisect
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from kinetic.ranges import IndexSet, RangeError
 
@@ -111,3 +112,28 @@ def originals(indexes: str | None, positions: IndexSet) -> IndexSet:
         return positions
     mapping = index_map(indexes)
     return IndexSet(mapping.original(p) for p in positions)
+
+
+_NOT_WITH_FROM_BATCH = ("count", "items", "grid", "uriPrefix", "sha256URI", "sha256", "indexes")
+
+
+def from_batch_problems(spec: Any) -> list[str]:
+    """Why a raw spec's ``inputs.fromBatch`` is refused at admission (empty: fine or absent).
+
+    The source's inputs replace this batch's, so naming inputs as well is a
+    mistake worth saying at ``kubectl apply`` rather than after the fact.
+    """
+    inputs = spec.get("inputs") if isinstance(spec, dict) else None
+    if not isinstance(inputs, dict) or inputs.get("fromBatch") is None:
+        return []
+    problems = []
+    stray = [k for k in _NOT_WITH_FROM_BATCH if k in inputs]
+    if stray:
+        names = ", ".join(f"spec.inputs.{k}" for k in stray)
+        problems.append(
+            f"{names} cannot be set with spec.inputs.fromBatch, which takes the source batch's "
+            "inputs: remove them (or remove fromBatch)"
+        )
+    if spec.get("submissionFailures"):
+        problems.append("spec.submissionFailures cannot be set with spec.inputs.fromBatch")
+    return problems

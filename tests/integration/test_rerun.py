@@ -211,6 +211,24 @@ def test_from_batch_declared_with_kubectl(kube: Kube, ns: str) -> None:
     assert executions(home, header) == {0: (1, "0:a"), 1: (1, "3:d")}
 
 
+def test_from_batch_with_inputs_of_its_own_is_refused_at_apply(kube: Kube, ns: str) -> None:
+    body = {
+        "apiVersion": r.API_VERSION,
+        "kind": r.BATCH_KIND,
+        "metadata": {"name": "both", "namespace": ns},
+        "spec": {"inputs": {"fromBatch": {"name": "first"}, "indexes": "0-2"}},
+    }
+    out = subprocess.run(
+        ["kubectl", "--kubeconfig", kube.kubeconfig, "apply", "-f", "-"],
+        input=json.dumps(body),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0
+    assert "spec.inputs.indexes cannot be set with spec.inputs.fromBatch" in out.stderr
+
+
 def test_from_batch_of_a_missing_or_foreign_batch_fails_naming_the_field(
     kube: Kube, ns: str
 ) -> None:

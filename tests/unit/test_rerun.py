@@ -9,7 +9,14 @@ from kinetic.fanout import child_spec, input_count, validate_batch_spec
 from kinetic.inputs import input_total
 from kinetic.manifest import ManifestHeader
 from kinetic.ranges import IndexSet
-from kinetic.rerun import SelectionError, index_map, original_index, originals, select
+from kinetic.rerun import (
+    SelectionError,
+    from_batch_problems,
+    index_map,
+    original_index,
+    originals,
+    select,
+)
 from kinetic.resources import KineticBatchSpec
 from kinetic_operator.batch_pods import build_unit_pod
 from kinetic_operator.rerun_source import Source, SourceProblem, rerun_spec
@@ -192,7 +199,8 @@ def test_function_pod_of_a_rerun_reads_the_original_pickled_input() -> None:
             KineticBatchSpec.model_validate(
                 {"inputs": {"fromBatch": {"name": "grp-src"}, "items": [1]}}
             ),
-            "spec.inputs.fromBatch takes the source batch's inputs: leave out spec.inputs.items",
+            "spec.inputs.items cannot be set with spec.inputs.fromBatch, which takes the "
+            "source batch's inputs",
         ),
         (
             KineticBatchSpec.model_validate({"inputs": {"items": [1]}}),
@@ -248,3 +256,30 @@ def test_rerun_body_all_and_refusals() -> None:
         rerun_body(view(phase="RUNNING"), failed=True, namespace="ns", new_name="g")
     with pytest.raises(ValueError, match="Nothing to rerun in batch grp-src"):
         rerun_body(view(phase="SUCCEEDED", failed=""), failed=True, namespace="ns", new_name="g")
+
+
+@pytest.mark.parametrize(
+    ("spec", "problems"),
+    [
+        ({"inputs": {"items": [1]}}, []),
+        ({"inputs": {"fromBatch": {"name": "grp-a"}}}, []),
+        (
+            {"inputs": {"fromBatch": {"name": "grp-a"}, "count": 3, "uriPrefix": "gs://b/x"}},
+            [
+                "spec.inputs.count, spec.inputs.uriPrefix cannot be set with "
+                "spec.inputs.fromBatch, which takes the source batch's inputs: remove them (or "
+                "remove fromBatch)"
+            ],
+        ),
+        (
+            {
+                "inputs": {"fromBatch": {"name": "grp-a"}},
+                "submissionFailures": [{"index": 0, "message": "x"}],
+            },
+            ["spec.submissionFailures cannot be set with spec.inputs.fromBatch"],
+        ),
+        ("not a spec", []),
+    ],
+)
+def test_from_batch_problems_at_admission(spec, problems) -> None:
+    assert from_batch_problems(spec) == problems
