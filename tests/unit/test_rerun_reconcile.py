@@ -18,9 +18,9 @@ from test_batch_reconcile import Batch, container_batch, pod_name, settings  # n
 from test_operator_reconcile import FakeKube
 
 
-def write_source(settings: OperatorSettings, namespace: str = "ns", failed: str = "1,4") -> str:
+def write_source(cfg: OperatorSettings, namespace: str = "ns", failed: str = "1,4") -> str:
     """Records of a finished batch grp-src (6 items) as the operator leaves them."""
-    root = settings.storage_root or ""
+    root = cfg.storage_root or ""
     home = layout.batch_home(root, namespace, "grp-src", "src-uid")
     spec = KineticBatchSpec.model_validate(container_batch(6)).wire()
     storage.write_bytes(home.current_uri, json.dumps({"uid": "src-uid"}).encode())
