@@ -39,19 +39,25 @@ _EXPORTS = {
     "attach_batch": "kinetic.batches",
     "list_batches": "kinetic.batches",
     "ConfigError": "kinetic.config",
+    "Data": "kinetic.data",
+    "RunnerError": "kinetic.payload",
+    "UnknownAccelerator": "kinetic.catalog",
 }
 
 __all__ = [
     "BatchError",
     "BatchHandle",
     "ConfigError",
+    "Data",
     "InputHandle",
     "JobCancelled",
     "JobFailed",
     "JobHandle",
     "JobStatus",
     "RemoteFunction",
+    "RunnerError",
     "SubmissionError",
+    "UnknownAccelerator",
     "attach",
     "attach_batch",
     "list_batches",
@@ -68,8 +74,11 @@ if TYPE_CHECKING:
         attach_batch,
         list_batches,
     )
+    from kinetic.catalog import UnknownAccelerator
     from kinetic.config import ConfigError
+    from kinetic.data import Data
     from kinetic.jobs import JobCancelled, JobFailed, JobHandle, JobStatus, attach, list_jobs
+    from kinetic.payload import RunnerError
     from kinetic.remote import RemoteFunction, run
 
 

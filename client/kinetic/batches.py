@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from kinetic import kube, layout, limits, names, payload, storage
 from kinetic import resources as r
+from kinetic.cleanup import delete_stored
 from kinetic.config import ClientConfig, resolve
+from kinetic.data import Stager
 from kinetic.inputs import (
     RECORD_WAIT,
     InputHandle,
     RecordedOutcomes,
-    SubmissionError,
     add_cancel_indexes,
     input_total,
     live_phase,
@@ -54,6 +55,13 @@ from kinetic.manifest import (
     ManifestHeader,
 )
 from kinetic.ranges import IndexSet
+from kinetic.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
+from kinetic.submission import (
+    mark_unsubmitted,
+    submission_exception,
+    submission_failure,
+    wrong_typed_inputs,
+)
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
@@ -76,13 +84,18 @@ class BatchError(Exception):
         failures: list[JobHandle],
         partial_results: list[Any],
         submission_failures: dict[int, Exception] | None = None,
+        cancelled: Iterable[int] = (),
     ) -> None:
         self.group_id = group_id
         self.failures = failures
         self.partial_results = partial_results
         self.submission_failures = dict(submission_failures or {})
+        self.cancelled = sorted(cancelled)
         failed = len(failures) + len(self.submission_failures)
-        super().__init__(f"Batch {group_id}: {failed} of {len(partial_results)} jobs failed")
+        message = f"Batch {group_id}: {failed} of {len(partial_results)} jobs failed"
+        if self.cancelled:
+            message += f", {len(self.cancelled)} cancelled"
+        super().__init__(message)
 
 
 # --------------------------------------------------------------------------- the batch
@@ -116,7 +129,7 @@ class BatchHandle:
         spec = obj["spec"]
         template = spec.get("template", {})
         failures: dict[int, Exception] = {
-            f["index"]: SubmissionError(f["index"], f["message"])
+            f["index"]: submission_exception(f["index"], f["message"], f.get("errorType"))
             for f in spec.get("submissionFailures", [])
         }
         return cls(
@@ -144,7 +157,8 @@ class BatchHandle:
     ) -> BatchHandle:
         """A handle for a batch whose resource is gone but whose manifest remains."""
         failures: dict[int, Exception] = {
-            f.index: SubmissionError(f.index, f.message) for f in header.submission_failures
+            f.index: submission_exception(f.index, f.message, f.error_type)
+            for f in header.submission_failures
         }
         return cls(
             group_id=header.group_id,
@@ -367,8 +381,13 @@ class BatchHandle:
         index_order = range(self.total) if ordered else order
         if errors and not return_exceptions:
             partial = [values.get(i) for i in range(self.total)]
+            cancelled = [i for i, e in errors.items() if isinstance(e, JobCancelled)]
             raise BatchError(
-                self.group_id, self._cached_failures, partial, self._submission_failures
+                self.group_id,
+                self._cached_failures,
+                partial,
+                self._submission_failures,
+                cancelled=cancelled,
             )
         return [values[i] if i in values else errors[i] for i in index_order]
 
@@ -496,14 +515,10 @@ class BatchHandle:
                 if obj is None:
                     break
         if gcs:
-            home = self._home()
-            if home is not None:
-                storage.delete_prefix(home.prefix)
             upload = layout.upload_dir_of(
                 self.storage_root, self.namespace, self.group_id, self.payload_uri
             )
-            if upload is not None:
-                storage.delete_prefix(upload)
+            delete_stored(self._home(), upload)
 
 
 def _final(status: dict) -> bool:
@@ -603,11 +618,8 @@ def submit_map(
             f"max_concurrent must be a positive integer or None (no limit); got {max_concurrent!r}"
         )
     chunk_size = _check_chunk_size(chunk_size)
-    for i, item in enumerate(items):  # a wrong-typed item fails here, before any upload
-        try:
-            payload.resolve_call(item, input_mode)
-        except TypeError as e:
-            raise TypeError(f"input {i}: {e}") from None
+    # A wrong-typed item fails its own slot (never uploaded), not the whole call.
+    refused = wrong_typed_inputs(items, input_mode)
     if max_concurrent is None and len(items) > _UNBOUNDED_WARNING_THRESHOLD:
         log.warning(
             "submitting %d inputs with max_concurrent=None starts them all at once; "
@@ -615,6 +627,7 @@ def submit_map(
             len(items),
         )
     cfg = fn._config()
+    fn.check_accelerator(cfg)
     # The operator's bounds, before anything is uploaded: the same check its webhook makes.
     _refuse(
         limits.check_batch_spec(
@@ -630,8 +643,11 @@ def submit_map(
     function_uri = layout.batch_function_uri(upload)
     storage.write_bytes(function_uri, function_bytes)
 
+    stager = Stager(root, cfg.namespace)  # kinetic.Data: uploaded once, referenced per input
+    volumes = stager.volumes(fn.options["volumes"])
+    items = [stager.value(item) for item in items]
     inputs_prefix = layout.batch_inputs_prefix(upload)
-    hashes, failures = _upload_inputs(inputs_prefix, items)
+    hashes, failures = _upload_inputs(inputs_prefix, items, refused)
     hashes_bytes = json.dumps(hashes).encode()
     hashes_uri = layout.batch_hashes_uri(upload)
     storage.write_bytes(hashes_uri, hashes_bytes)
@@ -643,6 +659,7 @@ def submit_map(
             name=fn.func_name,
         ),
         retries=0,
+        volumes=volumes,
     )
     spec = r.KineticBatchSpec(
         template=template,
@@ -660,7 +677,7 @@ def submit_map(
         cancel_running_on_fail=cancel_running_on_fail,
         name=name,
         tags=dict(tags or {}),
-        submission_failures=[r.SubmissionFailure(index=i, message=m) for i, m in failures.items()],
+        submission_failures=[submission_failure(i, e) for i, e in sorted(failures.items())],
     )
     body = {
         "apiVersion": r.API_VERSION,
@@ -674,7 +691,10 @@ def submit_map(
     }
     _refuse(limits.check_batch_spec(body["spec"], storage_root=root, max_inputs=cfg.max_inputs))
     created = kube.create(r.BATCH_PLURAL, cfg.namespace, body, cfg.context)
-    return BatchHandle.from_resource(created, root, cfg.context)
+    handle = BatchHandle.from_resource(created, root, cfg.context)
+    # This process still has the exceptions themselves: their type, message and traceback.
+    handle._submission_failures = {i: mark_unsubmitted(e, i) for i, e in failures.items()}
+    return handle
 
 
 def _refuse(problems: list[str]) -> None:
@@ -690,19 +710,26 @@ def _spec_body(spec: r.KineticBatchSpec) -> dict[str, Any]:
     return body
 
 
-def _upload_inputs(inputs_prefix: str, items: list[Any]) -> tuple[list[str | None], dict[int, str]]:
-    """Pickle and upload every input in parallel; returns hashes and per-index failures."""
+def _upload_inputs(
+    inputs_prefix: str, items: list[Any], refused: dict[int, Exception]
+) -> tuple[list[str | None], dict[int, Exception]]:
+    """Pickle and upload every input in parallel; returns hashes and per-index failures.
 
-    def one(i: int) -> tuple[int, str | None, str | None]:
+    Inputs in `refused` are not uploaded: they are failures already.
+    """
+
+    def one(i: int) -> tuple[int, str | None, Exception | None]:
+        if i in refused:
+            return i, None, refused[i]
         try:
             data = payload.build_input_payload(items[i])
-        except Exception as e:  # an unpicklable input fails alone, as a submission failure
-            return i, None, f"could not pickle input: {type(e).__name__}: {e}"
+        except payload.PayloadError as e:  # an unpicklable input fails alone, with its own error
+            return i, None, e.__cause__ if isinstance(e.__cause__, Exception) else e
         storage.write_bytes(layout.batch_input_uri(inputs_prefix, i), data)
         return i, payload.sha256(data), None
 
     hashes: list[str | None] = [None] * len(items)
-    failures: dict[int, str] = {}
+    failures: dict[int, Exception] = {}
     with ThreadPoolExecutor(max_workers=16) as pool:
         for i, digest, error in pool.map(one, range(len(items))):
             hashes[i] = digest

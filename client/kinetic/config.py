@@ -32,6 +32,9 @@ class ClientConfig:
     image: str | None = None
     # The operator's cap on inputs per batch (its published maxInputs), checked before upload.
     max_inputs: int = DEFAULT_MAX_INPUTS
+    # The accelerator names the operator's catalog accepts (its published list); None when
+    # no operator published one, and the built-in catalog is what the client checks against.
+    accelerators: tuple[str, ...] | None = None
 
 
 def resolve(
@@ -57,7 +60,13 @@ def resolve(
         context=context,
         image=image,
         max_inputs=_int(published.get("maxInputs"), DEFAULT_MAX_INPUTS),
+        accelerators=_names(published.get("accelerators")),
     )
+
+
+def _names(value: str | None) -> tuple[str, ...] | None:
+    names = tuple(n.strip() for n in (value or "").split(",") if n.strip())
+    return names or None
 
 
 def _int(value: str | None, default: int) -> int:

@@ -56,6 +56,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kinetic import layout
+from kinetic.data import volume_problems
 from kinetic.ranges import IndexSet
 from kinetic.rerun import from_batch_problems, index_map, original_index
 from kinetic.resources import (
@@ -319,7 +320,10 @@ def foreign_batch_uris(root: str, namespace: str, spec: KineticBatchSpec) -> lis
     found = (
         layout.outside_namespace(root, namespace, uri, field) for field, uri in named.items() if uri
     )
-    return [why for why in found if why is not None]
+    refused = [why for why in found if why is not None]
+    if spec.template is not None and spec.template.volumes:
+        refused += volume_problems(root, namespace, spec.template.volumes, "spec.template")
+    return refused
 
 
 def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:

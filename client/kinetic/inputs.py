@@ -47,6 +47,8 @@ from kinetic.manifest import (
     decode_shard,
 )
 from kinetic.ranges import IndexSet
+from kinetic.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
+from kinetic.submission import submission_exception
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
@@ -71,14 +73,6 @@ def _cancel_indexes_limit() -> int:
         if isinstance(meta, MaxLen):
             return meta.max_length
     return 65536
-
-
-class SubmissionError(RuntimeError):
-    """An input that could not be packaged, so it never ran."""
-
-    def __init__(self, index: int, message: str) -> None:
-        super().__init__(f"input {index} was not submitted: {message}")
-        self.index = index
 
 
 # --------------------------------------------------------------------------- storage records
@@ -476,14 +470,22 @@ class InputHandle(JobHandle):
         return self._submission_message()
 
     def _submission_message(self) -> str | None:
+        found = self._submission_failure()
+        return found[0] if found is not None else None
+
+    def _submission_failure(self) -> tuple[str, str | None] | None:
+        """(message, exception type) when this input failed at submission, else None."""
         obj = self._batch()
         if obj is not None:
             failures = obj["spec"].get("submissionFailures") or []
-            return next((f["message"] for f in failures if f["index"] == self.index), None)
+            return next(
+                ((f["message"], f.get("errorType")) for f in failures if f["index"] == self.index),
+                None,
+            )
         header = self._header()
         if header is not None:
             found = (f for f in header.submission_failures if f.index == self.index)
-            return next((f.message for f in found), None)
+            return next(((f.message, f.error_type) for f in found), None)
         return None
 
     def wait(
@@ -529,15 +531,16 @@ class InputHandle(JobHandle):
         timeout: float | None = None,
         cleanup: bool | None = None,
         on_status_change: Callable[[JobStatus], None] | None = None,
+        stream_logs: bool | None = None,
     ) -> Any:
         """Wait for the input and return its value, or raise its exception.
 
         Functions: the value the runner stored (by default the stored result
         is deleted after a successful read, like a job's). Containers: the
         termination message. A cancelled input raises JobCancelled, one that
-        left no result JobFailed, a submission failure SubmissionError.
+        left no result JobFailed, a submission failure the exception it failed with.
         """
-        final = self.wait(timeout=timeout, on_status_change=on_status_change)
+        final = self._wait_streaming(timeout, on_status_change, bool(stream_logs))
         return self._value(final, cleanup)
 
     def _value(self, final: JobStatus, cleanup: bool | None) -> Any:
@@ -563,9 +566,9 @@ class InputHandle(JobHandle):
                 "deleted after an earlier read (results(cleanup=True) and result() do that by "
                 "default; pass cleanup=False to keep results)"
             )
-        submitted = self._submission_message()
+        submitted = self._submission_failure()
         if submitted is not None:
-            return SubmissionError(self.index, submitted)
+            return submission_exception(self.index, *submitted)
         if final is JobStatus.NOT_FOUND:
             return JobFailed(
                 f"{where} is unknown: the batch is gone from namespace {self.namespace} and its "

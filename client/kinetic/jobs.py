@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from kinetic import digest, kube, layout, names, payload, storage
 from kinetic import resources as r
+from kinetic.cleanup import delete_stored
 from kinetic.config import ClientConfig, resolve
 
 if TYPE_CHECKING:
@@ -208,13 +209,15 @@ class JobHandle:
         timeout: float | None = None,
         cleanup: bool | None = None,
         on_status_change: Callable[[JobStatus], None] | None = None,
+        stream_logs: bool | None = None,
     ) -> Any:
         """Wait for the job and return its value, or raise the remote exception.
 
         By default a successful download is followed by cleanup of the resource
         and its artifacts; failed jobs are kept so their logs can be read.
+        With stream_logs=True every attempt's log is printed to stdout while waiting.
         """
-        final = self.wait(timeout=timeout, on_status_change=on_status_change)
+        final = self._wait_streaming(timeout, on_status_change, bool(stream_logs))
         if final is JobStatus.CANCELLED:
             raise JobCancelled(f"job {self.job_id} was cancelled before it finished")
         outcome = self._read_result()
@@ -231,6 +234,20 @@ class JobHandle:
         if cleanup if cleanup is not None else outcome.ok:
             self.cleanup()
         return payload.raise_remote(outcome)
+
+    def _wait_streaming(
+        self,
+        timeout: float | None,
+        on_status_change: Callable[[JobStatus], None] | None,
+        stream_logs: bool,
+    ) -> JobStatus:
+        """`wait()`, printing the job's logs meanwhile when asked to."""
+        if not stream_logs:
+            return self.wait(timeout=timeout, on_status_change=on_status_change)
+        from kinetic.logstream import LogFollower
+
+        with LogFollower(self):
+            return self.wait(timeout=timeout, on_status_change=on_status_change)
 
     def _is_function(self) -> bool:
         return self.function or self.result_uri is not None
@@ -360,14 +377,10 @@ class JobHandle:
                 if obj is None:
                     break
         if gcs:  # a container job has no result file, but may have archived logs there
-            home = self._home()
-            if home is not None:
-                storage.delete_prefix(home.prefix)
             upload = layout.upload_dir_of(
                 self._root(), self.namespace, self.job_id, self.payload_uri
             )
-            if upload is not None:
-                storage.delete_prefix(upload)
+            delete_stored(self._home(), upload)
 
 
 def sort_by_attempt(pods: list[V1Pod]) -> list[V1Pod]:
@@ -474,7 +487,7 @@ def attach(job_id: str, namespace: str | None = None, context: str | None = None
 
 
 def list_jobs(namespace: str | None = None, context: str | None = None) -> list[JobHandle]:
-    """Handles for every KineticJob in the namespace, oldest first.
+    """Handles for every KineticJob in the namespace, newest first.
 
     The inputs of a batch are not KineticJobs: `kinetic.attach_batch(group).jobs`
     (or `kinetic batches status GROUP --inputs`) lists them.
@@ -491,7 +504,8 @@ def list_jobs_with_status(
         (JobHandle.from_resource(o, context), o.get("status", {}))
         for o in kube.list_(r.JOB_PLURAL, ns, context)
     ]
-    return sorted(pairs, key=lambda pair: pair[0].created_at)
+    # Newest first, as the reference lists jobs; creation times are RFC 3339 in UTC (sortable).
+    return sorted(pairs, key=lambda pair: (pair[0].created_at, pair[0].job_id), reverse=True)
 
 
 def last_uid(root: str, namespace: str, kind: layout.Kind, name: str) -> str | None:

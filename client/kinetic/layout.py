@@ -26,6 +26,11 @@ reads, reports or overwrites another's files::
     <root>/namespaces/<ns>/batches/<name>/current.json
     <root>/namespaces/<ns>/outputs/<name>/<uid>/     default KINETIC_OUTPUT_DIR (a batch
                                                      input adds /<i>); never deleted by cleanup
+    <root>/namespaces/<ns>/data/<sha256>/...         `kinetic.Data` upload cache, keyed by
+    <root>/namespaces/<ns>/data/<sha256>.json        content hash; the manifest (written last)
+                                                     marks an entry complete. Shared by every
+                                                     object of the namespace: never deleted
+                                                     by an object's cleanup
 
 The client never needs the UID to upload: it uploads under a fresh folder
 of ``uploads/`` and creates the object; the operator derives every path it
@@ -220,6 +225,27 @@ def batch_hashes_uri(upload_dir: str) -> str:
 def batch_input_uri(inputs_prefix: str, index: int) -> str:
     """Input ``index`` under a batch's ``spec.inputs.uriPrefix``."""
     return f"{inputs_prefix.rstrip('/')}/{_index(index)}.pkl"
+
+
+# --------------------------------------------------------------------------- data cache
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _content_hash(value: str) -> str:
+    if not isinstance(value, str) or not _SHA256.match(value):
+        raise ValueError(f"a data content hash must be 64 lowercase hex digits, got {value!r}")
+    return value
+
+
+def data_cache_prefix(root: str, namespace: str, content_hash: str) -> str:
+    """Folder of one `kinetic.Data` upload, named by its content hash (ends with '/')."""
+    return f"{namespace_prefix(root, namespace)}data/{_content_hash(content_hash)}/"
+
+
+def data_manifest_uri(root: str, namespace: str, content_hash: str) -> str:
+    """The manifest of a data upload: each file's sha256; its presence means complete."""
+    return f"{namespace_prefix(root, namespace)}data/{_content_hash(content_hash)}.json"
 
 
 # --------------------------------------------------------------------------- checking specs

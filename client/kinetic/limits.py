@@ -53,6 +53,9 @@ MAX_SUBMISSION_FAILURES = 10_000
 MAX_MESSAGE_LENGTH = 4096
 MAX_CANCEL_INDEXES_LENGTH = 65536
 MAX_INPUTS_CEILING = 100_000_000  # schema maximum of inputs.count; the setting may not exceed it
+MAX_VOLUMES = 16  # data volumes (spec.volumes) per job: one emptyDir and one download each
+MAX_MOUNT_PATH_LENGTH = 1024
+RESERVED_MOUNT_ROOTS = ("/dev", "/proc", "/sys")  # the container runtime owns these
 
 # --------------------------------------------------------------------------- admission bounds
 # (beyond what a structural schema can say; checked by the webhook, the operator, the client)
@@ -224,7 +227,8 @@ def check_job_spec(spec: Any) -> list[str]:
     """What a KineticJob's spec breaks beyond its schema: its inline input's depth and size."""
     if not isinstance(spec, dict):
         return []
-    return _check_function_input("spec.function", spec.get("function"), [MAX_INLINE_BYTES])
+    problems = _check_function_input("spec.function", spec.get("function"), [MAX_INLINE_BYTES])
+    return problems + check_volume_mounts("spec.volumes", spec.get("volumes"))
 
 
 def check_batch_spec(
@@ -247,6 +251,7 @@ def check_batch_spec(
         problems += _check_function_input(
             "spec.template.function", template.get("function"), budget
         )
+        problems += check_volume_mounts("spec.template.volumes", template.get("volumes"))
     inputs = spec.get("inputs")
     if not isinstance(inputs, dict):
         return problems
@@ -303,3 +308,66 @@ def _check_hash_list(inputs: dict[str, Any], storage_root: str | None) -> list[s
             f"(got {str(uri)[:200]!r}): the operator reads it with its own credentials"
         )
     return problems
+
+
+# --------------------------------------------------------------------------- data volumes
+
+
+def mount_path_problem(path: Any) -> str | None:
+    """Why ``path`` cannot be a data volume's mount path, or None when it can.
+
+    Absolute, normalised (no ``..``), not ``/`` and not under a directory the
+    container runtime owns; the same rule for ``volumes=`` and ``spec.volumes``.
+    """
+    if not isinstance(path, str) or not path:
+        return f"mount path must be a string like '/data', got {path!r}"
+    if not path.startswith("/"):
+        return (
+            f"mount path {path!r} is relative; use an absolute path such as "
+            f"'/{path.lstrip('./') or 'data'}'"
+        )
+    if len(path) > MAX_MOUNT_PATH_LENGTH:
+        return f"mount path is {len(path)} characters, at most {MAX_MOUNT_PATH_LENGTH} allowed"
+    if ".." in path.split("/") or ":" in path or "\\" in path:
+        return f"mount path {path!r} may not contain '..', ':' or backslashes"
+    norm = posixpath.normpath(path)
+    if norm == "/":
+        return "mount path '/' would hide the whole image; mount under a folder such as /data"
+    for root in RESERVED_MOUNT_ROOTS:
+        if norm == root or norm.startswith(root + "/"):
+            return f"mount path {path!r} is under {root}, which the container runtime owns"
+    return None
+
+
+def check_volume_mounts(path: str, volumes: Any) -> list[str]:
+    """The mount paths of a raw ``volumes`` list: each usable, none inside another."""
+    if not isinstance(volumes, list):
+        return []
+    problems: list[str] = []
+    paths: list[str] = []
+    for i, v in enumerate(volumes[:MAX_VOLUMES]):
+        mount = v.get("mountPath") if isinstance(v, dict) else None
+        why = mount_path_problem(mount)
+        if why is not None:
+            problems.append(f"{path}[{i}].mountPath: {why}")
+        else:
+            paths.append(str(mount))
+    nested = nested_mount_paths(paths)
+    if nested is not None:
+        problems.append(f"{path}: {nested}")
+    return problems
+
+
+def nested_mount_paths(paths: list[str]) -> str | None:
+    """A sentence naming two mount paths of which one contains the other, or None."""
+    norm = [posixpath.normpath(p) for p in paths[:MAX_VOLUMES]]
+    for i, a in enumerate(norm):
+        for b in norm[i + 1 :]:
+            if a == b:
+                return f"mount path {a!r} is given twice"
+            inner, outer = (a, b) if len(a) > len(b) else (b, a)
+            if inner.startswith(outer + "/"):
+                return (
+                    f"mount path {inner!r} lies inside {outer!r}; give each volume its own folder"
+                )
+    return None

@@ -69,6 +69,7 @@ class ManifestShard(_Doc):
 class SubmissionFailureRecord(_Doc):
     index: int
     message: str
+    error_type: str | None = None
 
 
 class RerunOf(_Doc):

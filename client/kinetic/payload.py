@@ -77,9 +77,12 @@ __all__ = [
 PAYLOAD_FORMAT = 1
 """Bumped when the envelope changes incompatibly; the runner refuses newer ones."""
 
-Phase = Literal["setup", "download", "verify", "unpickle", "call", "pickle-result", "upload"]
+Phase = Literal[
+    "setup", "download", "verify", "unpickle", "data", "call", "pickle-result", "upload"
+]
 """Where a job failed. ``call`` is the user's function raising; the rest are the runner's
-(``setup``: the runner's environment variables are missing or invalid)."""
+(``setup``: the runner's environment variables are missing or invalid; ``data``: the job's
+`kinetic.Data` volumes or arguments could not be brought into the pod)."""
 
 InputMode = Literal["auto", "single", "args", "kwargs"]
 INPUT_MODES: tuple[str, ...] = get_args(InputMode)
@@ -111,8 +114,12 @@ class RemoteError(Exception):
         return f"{self.type_name}: {self.message}" if self.message else self.type_name
 
 
-class RunnerError(Exception):
-    """The runner itself failed (download, verify, unpickle, pickle-result, upload)."""
+class RunnerError(RuntimeError):
+    """The runner itself failed (download, verify, unpickle, pickle-result, upload).
+
+    A RuntimeError, as the reference says of a job that failed without a result
+    of the user's own: `except RuntimeError` catches it with JobFailed.
+    """
 
     def __init__(self, phase: str, message: str) -> None:
         super().__init__(phase, message)

@@ -9,12 +9,14 @@ creates resources: the operator does everything else.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kinetic import layout, payload, storage
+from kinetic import catalog, layout, limits, payload, storage
 from kinetic import resources as r
 from kinetic.config import ClientConfig, resolve
+from kinetic.data import Data, Stager, check_volumes
 from kinetic.jobs import JobHandle, new_job_id, submit_job
 
 if TYPE_CHECKING:
@@ -40,7 +42,13 @@ class RemoteFunction:
     def run_async(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Submit one call and return its handle without waiting."""
         cfg = self._config()
+        self.check_accelerator(cfg)
         job_id = new_job_id(self.func_name)
+        # kinetic.Data (arguments and volumes) goes to the namespace's upload cache first;
+        # the payload carries only references, the spec only volume URIs.
+        stager = Stager(cfg.storage_root, cfg.namespace)
+        args, kwargs = stager.call(args, kwargs)
+        volumes = stager.volumes(self.options["volumes"])
         data = payload.build_job_payload(self.fn, args, kwargs, env=self.captured_env())
         # Uploaded before the job exists (its UID is not known yet): a fresh folder of the
         # namespace's uploads; the operator puts the result under the job's own prefix.
@@ -50,7 +58,8 @@ class RemoteFunction:
         spec = self.job_spec(
             r.FunctionSpec(
                 payload_uri=payload_uri, sha256=payload.sha256(data), name=self.func_name
-            )
+            ),
+            volumes=volumes,
         )
         return submit_job(cfg, spec, job_id)
 
@@ -70,11 +79,25 @@ class RemoteFunction:
     def _config(self) -> ClientConfig:
         return resolve(namespace=self.options["namespace"], context=self.options["context"])
 
+    def check_accelerator(self, cfg: ClientConfig) -> None:
+        """Refuse, before any upload, an accelerator the cluster's catalog does not offer.
+
+        The cluster's list is what its operator published; without one, the
+        built-in catalog's. The error lists the close matches.
+        """
+        known = cfg.accelerators or tuple(catalog.default_catalog().names())
+        catalog.check_name(self.options["accelerator_as_given"], known)
+
     def captured_env(self) -> dict[str, str]:
         """The local variables named in capture_env_vars (a trailing * matches a prefix)."""
         return payload.capture_env(self.options["capture_env_vars"])
 
-    def job_spec(self, function: r.FunctionSpec, retries: int | None = None) -> r.KineticJobSpec:
+    def job_spec(
+        self,
+        function: r.FunctionSpec,
+        retries: int | None = None,
+        volumes: list[r.DataVolume] | None = None,
+    ) -> r.KineticJobSpec:
         """The job spec for ``function``; outputDir unset means the operator's default
         (under the namespace's prefix, keyed by the object's UID)."""
         o = self.options
@@ -87,6 +110,7 @@ class RemoteFunction:
             output_dir=o["output_dir"],
             retries=o["retries"] if retries is None else retries,
             deadline_seconds=o["deadline"],
+            volumes=volumes,
         )
 
 
@@ -101,18 +125,26 @@ def run(
     spot: bool = False,
     output_dir: str | None = None,
     deadline: int | None = None,
+    volumes: Mapping[str, Data] | None = None,
 ) -> Callable[[Callable[..., Any]], RemoteFunction]:
     """Decorator: run the function on the cluster.
 
-    `accelerator` is `cpu`, `gpu-l4`, `gpu-a100x8`, `tpu-v5e-1`, ...; `env` sets
+    `accelerator` is `cpu`, `gpu-l4`, `gpu-a100x8`, `tpu-v5e-1`, ... (also spelled
+    `l4`, `a100x8`, `v5litepod-1`, `v5e-1`; see `kinetic.catalog`); `env` sets
     variables in the job; `capture_env_vars` copies the named local variables
     (a trailing `*` matches a prefix); `retries` are extra attempts after a
-    failure; `deadline` bounds each attempt in seconds.
+    failure; `deadline` bounds each attempt in seconds; `volumes` maps absolute
+    paths to `kinetic.Data`, present at those paths in the pod before the call
+    (a `Data` passed as an argument arrives as a local path instead).
     """
     if retries < 0:
         raise ValueError(f"retries must be 0 or more, got {retries}")
+    # The reference's spellings (v5litepod-4, l4, a100x4, ...) become the catalog's; what
+    # the cluster offers is checked at submission, before any upload.
+    accelerator_as_given, accelerator = accelerator, _spelled(accelerator)
     options: dict[str, Any] = dict(
         accelerator=accelerator,
+        accelerator_as_given=accelerator_as_given,  # for error messages
         image=image,
         namespace=namespace,
         context=context,
@@ -122,6 +154,7 @@ def run(
         spot=spot,
         output_dir=output_dir,
         deadline=deadline,
+        volumes=check_volumes(volumes),  # before anything is uploaded
     )
     # Validate what the API server would reject anyway, but here, before any upload.
     r.KineticJobSpec(
@@ -137,3 +170,12 @@ def run(
         return RemoteFunction(fn, options)
 
     return wrap
+
+
+def _spelled(accelerator: str) -> str:
+    """The catalog's spelling of `accelerator`; a name no catalog could hold is refused now."""
+    name = catalog.canonical_name(accelerator)
+    if re.match(r.ACCELERATOR_PATTERN, name) and len(name) <= limits.MAX_ACCELERATOR_LENGTH:
+        return name
+    catalog.check_name(accelerator, catalog.default_catalog().names())
+    return name

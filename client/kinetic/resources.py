@@ -168,6 +168,50 @@ class ResourceOverrides(Wire):
     )
 
 
+DATA_URI_PATTERN = r"^(gs|file|hf)://.+"
+MOUNT_PATH_PATTERN = r"^/[^:\\]*$"
+
+
+class DataVolume(Wire):
+    """Data put at `mountPath` before the job's command or function starts.
+
+    Downloaded into an emptyDir by the runner (function jobs) or by an init
+    container running the runner image (container jobs).
+    """
+
+    mount_path: str = Field(
+        pattern=MOUNT_PATH_PATTERN,
+        max_length=L.MAX_MOUNT_PATH_LENGTH,
+        description="Absolute folder the data appears in (not /, /dev, /proc or /sys).",
+    )
+    uri: str = Field(
+        pattern=DATA_URI_PATTERN,
+        max_length=L.MAX_URI_LENGTH,
+        description="gs:// object, or prefix ending in '/' (a folder); hf://dataset; or a "
+        "file:// path under the namespace's storage prefix. A gs:// URI under the storage "
+        "root must be in the namespace's prefix; other buckets are read with the pod's "
+        "own credentials.",
+    )
+    manifest_uri: str | None = Field(
+        None,
+        pattern=STORAGE_URI_PATTERN,
+        max_length=L.MAX_URI_LENGTH,
+        alias="manifestURI",
+        description="Set by the client for uploaded data: each file's sha256, checked after "
+        "download. Must be in the namespace's prefix.",
+    )
+    file_name: str | None = Field(
+        None,
+        pattern=r"^[^/]+$",
+        max_length=255,
+        description="A single uploaded file's name inside mountPath (default: the object's).",
+    )
+    fuse: bool = Field(False, description="Mount lazily via the GCS FUSE CSI driver.")
+    hf_trust_remote_code: bool = Field(
+        False, description="hf:// only: let the dataset run its loading script."
+    )
+
+
 JOB_SPEC_ONE_OF: list[JsonValue] = [{"required": ["function"]}, {"required": ["container"]}]
 
 
@@ -215,6 +259,11 @@ class KineticJobSpec(Wire):
         None, description="Resource requests on top of what the accelerator implies."
     )
     cancel: bool = Field(False, description="Set to true to stop the job; it ends CANCELLED.")
+    volumes: list[DataVolume] | None = Field(
+        None,
+        max_length=L.MAX_VOLUMES,
+        description="Data present at each mountPath before the job starts.",
+    )
 
 
 class SubmissionFailure(Wire):
@@ -223,6 +272,12 @@ class SubmissionFailure(Wire):
     index: int = Field(ge=0, le=L.MAX_INPUTS_CEILING, description="Index of the input.")
     message: str = Field(
         max_length=L.MAX_MESSAGE_LENGTH, description="Why it could not be submitted."
+    )
+    error_type: str | None = Field(
+        None,
+        max_length=L.MAX_MESSAGE_LENGTH,
+        description="Type of the exception the client raised (TypeError, mod.Error), so "
+        "readers rebuild the same exception.",
     )
 
 

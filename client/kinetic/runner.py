@@ -14,6 +14,11 @@ where the result goes. One input (a KineticJob, or one input of a batch):
 ``KINETIC_INPUT_MODE``      auto | single | args | kwargs (default auto)
 ``KINETIC_INDEX``           the batch input's index (accepted, not needed)
 ``KINETIC_REPORT_URI``      a chunk: where its per-input result hashes go
+``KINETIC_VOLUMES``         the job's ``spec.volumes`` as JSON: each is downloaded
+                            into its mount path before the first call
+                            (`kinetic.datafetch`, phase ``data``)
+``KINETIC_DATA_DIR``        where `kinetic.Data` arguments are downloaded (default:
+                            a fresh temporary folder)
 ``KINETIC_TERMINATION_LOG`` one-line summary file (default
                             ``/dev/termination-log`` when it exists and is writable)
 ==========================  ===============================================
@@ -74,7 +79,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from kinetic import digest, payload, storage
@@ -440,6 +445,7 @@ class _Function:
         self._call: CallPayload | None = None
         self._failed: _PhaseFailed | None = None
         self._base_output_dir: str | None = None
+        self.data: _DataStage | None = None  # volumes and Data arguments, once per Pod
 
     def fetch(self) -> None:
         if self._failed is not None:
@@ -480,6 +486,54 @@ class _Function:
             os.environ["KINETIC_OUTPUT_DIR"] = value
         else:
             os.environ.pop("KINETIC_OUTPUT_DIR", None)
+
+
+class _DataStage:
+    """The ``data`` phase: volumes into their mount paths (once per Pod), then each
+    `kinetic.data.DataRef` argument downloaded and replaced by its local path.
+
+    Nothing is imported or read unless the job has volumes or Data arguments.
+    A volume that cannot be fetched fails every input of the Pod the same way.
+    """
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.environ = environ
+        self._volumes_done = not environ.get("KINETIC_VOLUMES", "").strip()
+        self._failed: _PhaseFailed | None = None
+        self._fetch_arg: Callable[[Any], str] | None = None
+
+    def prepare(self, call: CallPayload, item: Any) -> tuple[CallPayload, Any]:
+        if self._failed is not None:
+            raise self._failed
+        if self._volumes_done and not _may_hold_data():
+            return call, item  # the common case: nothing to import, nothing to fetch
+        from kinetic import datafetch
+        from kinetic.data import DataRef, substitute
+
+        try:
+            if not self._volumes_done:
+                datafetch.fetch_volumes(datafetch.volumes_from_env(self.environ))
+                self._volumes_done = True
+            if self._fetch_arg is None:
+                self._fetch_arg = datafetch.ArgFetcher(self.environ)
+            fetch = self._fetch_arg
+            args = substitute(call.args, fetch, DataRef)
+            kwargs = substitute(call.kwargs, fetch, DataRef)
+            item = substitute(item, fetch, DataRef)
+        except datafetch.FetchError as e:
+            self._failed = _PhaseFailed("data", str(e), e)
+            raise self._failed from None
+        except OSError as e:
+            raise _PhaseFailed("data", f"cannot write the data into the pod: {e}", e) from None
+        if args is not call.args or kwargs is not call.kwargs:
+            call = replace(call, args=args, kwargs=kwargs)
+        return call, item
+
+
+def _may_hold_data() -> bool:
+    """Whether an argument may be a `kinetic.data.DataRef`: unpickling one loads
+    kinetic.data, so without that module there is nothing to look for."""
+    return "kinetic.data" in sys.modules
 
 
 def _describe_call(call: CallPayload, spec: InputSpec, mode: str) -> str:
@@ -537,6 +591,9 @@ def execute(
             _verify(input_bytes, spec.input_sha256 or "", "input payload", prefix)
         call = function.load()
         item = _load_input(spec, input_bytes) if spec.has_input else None
+        if function.data is None:
+            function.data = _DataStage(os.environ)
+        call, item = function.data.prepare(call, item)
         function.set_output_dir(spec.output_dir)
         return _call(call, spec, cfg.input_mode, item)
     except _PhaseFailed as e:

@@ -302,8 +302,8 @@ class PodWorker(threading.Thread):
 
     def _backoff(self, run: ps.ContainerRun) -> bool:
         """Wait before a restart (10s doubling, max 5 min); False if stopped meanwhile."""
-        delay = min(10 * 2**run.restart_count, 300)
-        run.reset_for_restart(f"back-off {delay}s restarting failed container")
+        delay = run.restart_delay()
+        run.reset_for_restart(f"back-off {delay:.0f}s restarting failed container")
         self._report()
         return not self._sleep(delay)
 
@@ -1023,6 +1023,10 @@ class Agent:
                 grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
             if worker is not None and not worker.finished.is_set():
                 worker.request_stop(float(grace))
+            elif int(grace) == 0:
+                # Grace 0 (a finished Pod, or --force): the API server removes the object
+                # itself; a DELETE from us would only be answered 404.
+                return
             elif uid not in self.deleting:
                 self.deleting.add(uid)
                 pod_dir = self.pods_dir / ps.pod_dir_name(pod)

@@ -277,6 +277,11 @@ def exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+# The kubelet's crash-loop back-off: the cap, and how long a run must last to reset it.
+MAX_BACKOFF_SECONDS = 300.0
+BACKOFF_RESET_SECONDS = 600.0
+
+
 @dataclass
 class ContainerRun:
     """What the node knows about one container's process (init or app)."""
@@ -290,11 +295,27 @@ class ContainerRun:
     message: str = ""
     reason: str | None = None  # override (e.g. DeadlineExceeded, CreateContainerConfigError)
     restart_count: int = 0
+    # Doublings of the restart delay so far; back to 0 after a long enough run.
+    backoff_step: int = 0
     last_state: dict = field(default_factory=dict)
     waiting_reason: str = "ContainerCreating"
     waiting_message: str = ""
     # The readiness probe's verdict; None: no readiness probe, ready while running.
     ready: bool | None = None
+
+    def restart_delay(self) -> float:
+        """Seconds to wait before restarting this finished run, as a kubelet would.
+
+        10 s doubling up to 5 min; a run that lasted BACKOFF_RESET_SECONDS or
+        more starts the doubling over, so a container that crashes once a day
+        is not held back for 5 minutes forever after its first crash loop.
+        """
+        lasted = (self.finished_at or 0.0) - (self.started_at or 0.0)
+        if self.started_at is not None and lasted >= BACKOFF_RESET_SECONDS:
+            self.backoff_step = 0
+        delay = min(10.0 * 2**self.backoff_step, MAX_BACKOFF_SECONDS)
+        self.backoff_step += 1
+        return delay
 
     def reset_for_restart(self, message: str) -> None:
         """Keep the finished run as lastState and wait (CrashLoopBackOff) for the next one."""

@@ -1,164 +1,30 @@
-"""The accelerator catalog: what `spec.accelerator` means on the cluster.
+"""The accelerator catalog now lives in the client (`kinetic.catalog`), shared by both sides.
 
-A KineticJob names an accelerator (`cpu`, `gpu-a100x8`, `tpu-v5e-4`); the
-catalog turns that name into extended resources, node selectors and
-tolerations. The catalog lives in the operator's configuration, not in the
-client, so a cluster admin can change node labels without touching users.
-
-The built-in default follows GKE's conventions (`cloud.google.com/gke-accelerator`,
-`cloud.google.com/gke-tpu-accelerator`, `cloud.google.com/gke-tpu-topology`,
-`cloud.google.com/gke-spot`). TPU entries are single-host slices: one pod
-gets all the chips of one TPU VM.
+Re-exported here so operator code written against this module keeps working.
 """
 
-from __future__ import annotations
+from kinetic.catalog import (
+    Catalog,
+    GpuType,
+    Placement,
+    TpuSlice,
+    UnknownAccelerator,
+    canonical_name,
+    check_name,
+    default_catalog,
+    device_count,
+    resolve,
+)
 
-import re
-from dataclasses import dataclass, field
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field
-
-GPU_RESOURCE = "nvidia.com/gpu"
-TPU_RESOURCE = "google.com/tpu"
-GPU_NODE_LABEL = "cloud.google.com/gke-accelerator"
-TPU_NODE_LABEL = "cloud.google.com/gke-tpu-accelerator"
-TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
-SPOT_NODE_LABEL = "cloud.google.com/gke-spot"
-
-_GPU_NAME = re.compile(r"^gpu-(?P<type>[a-z0-9]+?)(?:x(?P<count>[0-9]+))?$")
-
-
-class GpuType(BaseModel):
-    """One GPU model: the node label value that selects it and the counts a node offers."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    node_label: str = Field(description="Value of the node's accelerator label, e.g. nvidia-l4.")
-    counts: list[int] = Field(default=[1], description="GPU counts one pod may ask for.")
-
-
-class TpuSlice(BaseModel):
-    """One single-host TPU slice: its node labels and how many chips the pod gets."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    node_label: str = Field(description="Value of the node's TPU accelerator label.")
-    topology: str = Field(description="Value of the node's TPU topology label, e.g. 2x2.")
-    chips: int = Field(ge=1, description="google.com/tpu chips requested by the pod.")
-
-
-class Catalog(BaseModel):
-    """Every accelerator the operator accepts, besides `cpu`.
-
-    `gpus` is keyed by GPU type (`gpu-<type>` or `gpu-<type>x<count>`);
-    `tpus` by the full accelerator name (`tpu-v5e-4`).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    gpus: dict[str, GpuType] = Field(default_factory=dict)
-    tpus: dict[str, TpuSlice] = Field(default_factory=dict)
-    gpu_resource: str = GPU_RESOURCE
-    tpu_resource: str = TPU_RESOURCE
-    gpu_node_label: str = GPU_NODE_LABEL
-    tpu_node_label: str = TPU_NODE_LABEL
-    tpu_topology_label: str = TPU_TOPOLOGY_LABEL
-    spot_node_label: str = SPOT_NODE_LABEL
-
-    def names(self) -> list[str]:
-        """Every accelerator name this catalog accepts, for error messages and the ConfigMap."""
-        names = ["cpu"]
-        for kind, gpu in sorted(self.gpus.items()):
-            names += [f"gpu-{kind}" if n == 1 else f"gpu-{kind}x{n}" for n in sorted(gpu.counts)]
-        names += sorted(self.tpus, key=_natural)
-        return names
-
-
-def _natural(name: str) -> list[Any]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
-
-
-def default_catalog() -> Catalog:
-    """GKE's GPU and single-host TPU offerings, as of 2025."""
-    return Catalog(
-        gpus={
-            "l4": GpuType(node_label="nvidia-l4", counts=[1, 2, 4, 8]),
-            "t4": GpuType(node_label="nvidia-tesla-t4", counts=[1, 2, 4]),
-            "a100": GpuType(node_label="nvidia-tesla-a100", counts=[1, 2, 4, 8, 16]),
-            "h100": GpuType(node_label="nvidia-h100-80gb", counts=[1, 2, 4, 8]),
-        },
-        tpus={
-            "tpu-v5e-1": TpuSlice(node_label="tpu-v5-lite-podslice", topology="1x1", chips=1),
-            "tpu-v5e-4": TpuSlice(node_label="tpu-v5-lite-podslice", topology="2x2", chips=4),
-            "tpu-v5e-8": TpuSlice(node_label="tpu-v5-lite-podslice", topology="2x4", chips=8),
-            "tpu-v6e-1": TpuSlice(node_label="tpu-v6e-slice", topology="1x1", chips=1),
-            "tpu-v6e-4": TpuSlice(node_label="tpu-v6e-slice", topology="2x2", chips=4),
-            "tpu-v6e-8": TpuSlice(node_label="tpu-v6e-slice", topology="2x4", chips=8),
-            # v5p names count TensorCores: v5p-8 is one host with 4 chips.
-            "tpu-v5p-8": TpuSlice(node_label="tpu-v5p-slice", topology="2x2x1", chips=4),
-        },
-    )
-
-
-class UnknownAccelerator(ValueError):
-    """`spec.accelerator` names something the catalog does not offer."""
-
-
-@dataclass(frozen=True)
-class Placement:
-    """What an accelerator adds to a pod: resource limits, node selector, tolerations."""
-
-    limits: dict[str, str] = field(default_factory=dict)
-    node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: list[dict[str, str]] = field(default_factory=list)
-
-
-def resolve(catalog: Catalog, accelerator: str, spot: bool = False) -> Placement:
-    """Map an accelerator name (and the spot flag) to a Placement.
-
-    Raises UnknownAccelerator with a message that names `spec.accelerator`
-    and lists what is known, so the user can fix the resource right away.
-    """
-    placement = _accelerator(catalog, accelerator)
-    if spot:
-        placement.node_selector[catalog.spot_node_label] = "true"
-        placement.tolerations.append(_toleration(catalog.spot_node_label, value="true"))
-    return placement
-
-
-def _accelerator(catalog: Catalog, accelerator: str) -> Placement:
-    if accelerator == "cpu":
-        return Placement()
-    if (tpu := catalog.tpus.get(accelerator)) is not None:
-        return Placement(
-            limits={catalog.tpu_resource: str(tpu.chips)},
-            node_selector={
-                catalog.tpu_node_label: tpu.node_label,
-                catalog.tpu_topology_label: tpu.topology,
-            },
-            tolerations=[_toleration(catalog.tpu_resource)],
-        )
-    if (m := _GPU_NAME.match(accelerator)) and (gpu := catalog.gpus.get(m["type"])):
-        count = int(m["count"] or 1)
-        if count in gpu.counts:
-            return Placement(
-                limits={catalog.gpu_resource: str(count)},
-                node_selector={catalog.gpu_node_label: gpu.node_label},
-                tolerations=[_toleration(catalog.gpu_resource)],
-            )
-        raise UnknownAccelerator(
-            f"spec.accelerator: {accelerator!r} asks for {count} GPUs of type {m['type']}, "
-            f"but nodes offer {', '.join(map(str, sorted(gpu.counts)))}; "
-            f"known accelerators: {', '.join(catalog.names())}"
-        )
-    raise UnknownAccelerator(
-        f"spec.accelerator: unknown accelerator {accelerator!r}; "
-        f"known accelerators: {', '.join(catalog.names())}"
-    )
-
-
-def _toleration(key: str, value: str | None = None) -> dict[str, str]:
-    if value is None:
-        return {"key": key, "operator": "Exists", "effect": "NoSchedule"}
-    return {"key": key, "operator": "Equal", "value": value, "effect": "NoSchedule"}
+__all__ = [
+    "Catalog",
+    "GpuType",
+    "Placement",
+    "TpuSlice",
+    "UnknownAccelerator",
+    "canonical_name",
+    "check_name",
+    "default_catalog",
+    "device_count",
+    "resolve",
+]

@@ -11,6 +11,7 @@ failures: they are decided again at once.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,9 +41,27 @@ class Failing:
 
 
 def describe(exc: BaseException) -> str:
-    """One line for people: the error's type and what it said, clipped."""
-    text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+    """One line for people: the error's type and what it said, clipped.
+
+    An API error's own first line is only "(403)"; what the server said
+    (e.g. which quota a Pod exceeded) is in its body, so that is used.
+    """
+    said = _api_message(exc) or str(exc)
+    text = f"{type(exc).__name__}: {said}".splitlines()[0] if said else type(exc).__name__
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
+
+
+def _api_message(exc: BaseException) -> str | None:
+    """The ``message`` of the Status an API server answered with, if ``exc`` carries one."""
+    body = getattr(exc, "body", None)
+    if not isinstance(body, str | bytes) or not body:
+        return None
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return None
+    message = status.get("message") if isinstance(status, dict) else None
+    return message if isinstance(message, str) and message else None
 
 
 def failure_conditions(

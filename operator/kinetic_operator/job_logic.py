@@ -30,6 +30,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from kinetic import digest, layout, limits
+from kinetic.catalog import Catalog, UnknownAccelerator, resolve
+from kinetic.data import volume_problems
 from kinetic.names import MAX_POD_NAME, fmt_time, job_pod_name, parse_time
 from kinetic.resources import (
     Condition,
@@ -40,8 +42,7 @@ from kinetic.resources import (
 from pydantic import ValidationError
 
 from kinetic_operator.attempts import AttemptCause, Limits, UnitPlan, plan_unit
-from kinetic_operator.catalog import Catalog, UnknownAccelerator, resolve
-from kinetic_operator.conditions import readiness
+from kinetic_operator.conditions import READINESS, readiness
 from kinetic_operator.observed import PodView
 
 __all__ = ["fmt_time", "parse_time"]
@@ -144,6 +145,10 @@ def validate_spec(
                 "(set KINETIC_STORAGE_ROOT on the operator)"
             )
         refused = foreign_uris(storage_root, namespace, spec, "spec")
+        if refused:
+            return InvalidSpec(refused[0])
+    if spec.volumes:
+        refused = volume_problems(storage_root, namespace, spec.volumes, "spec")
         if refused:
             return InvalidSpec(refused[0])
     longest = job_pod_name(name, spec.retries + max_disruptions + 1)
@@ -345,6 +350,8 @@ def _set_conditions(w: _Work) -> None:
         )
     reason = phase.value.title()
     out += readiness(st.conditions, phase, reason, st.message, fmt_time(w.now))
+    # Conditions others own (ReconcileFailed) stay: this decision knows nothing of them.
+    out += [c for c in st.conditions if c.type not in _CONDITIONS and c.type not in READINESS]
     st.conditions = out
 
 

@@ -97,7 +97,7 @@ def build_header(
         shard_size=layout.SHARD_SIZE,
         shards=sorted(shards),
         submission_failures=[
-            SubmissionFailureRecord(index=f.index, message=f.message)
+            SubmissionFailureRecord(index=f.index, message=f.message, error_type=f.error_type)
             for f in sorted(spec.submission_failures, key=lambda f: f.index)
         ],
         rerun_of=None

@@ -103,8 +103,8 @@ def summarize_pod(body: Mapping[str, Any]) -> PodView | None:
     status = body.get("status") or {}
     statuses = status.get("containerStatuses") or []
     state = (statuses[0].get("state") or {}) if statuses else {}
-    terminated = state.get("terminated") or {}
-    waiting = state.get("waiting") or {}
+    terminated = state.get("terminated") or {} or _failed_init(status)
+    waiting = {} if terminated else state.get("waiting") or {}
     scheduled = next(
         (c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), None
     )
@@ -135,6 +135,16 @@ def summarize_pod(body: Mapping[str, Any]) -> PodView | None:
         disruption=(disruption.get("reason") or "DisruptionTarget") if disruption else None,
         owner_uid=owner.get("uid") if owner else None,
     )
+
+
+def _failed_init(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The terminated state of a failed init container (a data volume that could not be
+    fetched): the attempt ended there, and its exit code and message say why."""
+    for s in status.get("initContainerStatuses") or ():
+        terminated = (s.get("state") or {}).get("terminated") or {}
+        if terminated and terminated.get("exitCode") not in (0, None):
+            return terminated
+    return {}
 
 
 def _clip(text: str | None) -> str | None:

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinetic import layout
+from kinetic.catalog import resolve
 from kinetic.names import LABEL_ATTEMPT, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, job_pod_name
 from kinetic.resources import API_VERSION, JOB_KIND, KineticJobSpec
 
-from kinetic_operator.catalog import resolve
+from kinetic_operator import datavolumes
 from kinetic_operator.settings import OperatorSettings
 
 CONTAINER_NAME = "main"
@@ -42,6 +43,7 @@ RESERVED_ENV = frozenset(
         "KINETIC_ATTEMPT",
         "KINETIC_CHUNK",
         "KINETIC_REPORT_URI",
+        "KINETIC_VOLUMES",
     }
 )
 
@@ -170,6 +172,7 @@ def build_pod(
         pod_spec["tolerations"] = placement.tolerations
     if spec.deadline_seconds is not None:
         pod_spec["activeDeadlineSeconds"] = spec.deadline_seconds
+    datavolumes.apply(pod_spec, spec, settings)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -12,11 +12,10 @@ from functools import lru_cache
 from typing import Annotated, Any
 
 import yaml
+from kinetic.catalog import Catalog, default_catalog
 from kinetic.limits import DEFAULT_MAX_INPUTS, MAX_INPUTS_CEILING
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-
-from kinetic_operator.catalog import Catalog, default_catalog
 
 
 class OperatorSettings(BaseSettings):

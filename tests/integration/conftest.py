@@ -11,14 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kinetic.resources import GROUP, JOB_PLURAL
-from kube_helpers import REPO, Kube, local_env, wait_for
+from kube_helpers import REPO, Kube, fresh_namespace, local_env, wait_for
 from kubernetes import client, config
 
 __all__ = ["Kube", "wait_for"]
@@ -68,35 +66,8 @@ def kube(kube_env: dict[str, str]) -> Kube:
 @pytest.fixture
 def namespace(kube: Kube) -> Iterator[str]:
     """A fresh namespace per test, deleted afterwards (its pods go with it)."""
-    name = f"kt-{uuid.uuid4().hex[:8]}"
-    kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    # Pods are refused until the namespace's default ServiceAccount (and, on 1.20, its token)
-    # exist; wait for them so tests do not race the controllers.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            sa = kube.core.read_namespaced_service_account("default", name)
-            if sa.secrets or not _needs_sa_secret(kube):
-                break
-        except client.ApiException:
-            pass
-        time.sleep(0.2)
-    yield name
-    try:
-        kube.core.delete_namespace(name, propagation_policy="Background")
-    except client.ApiException:
-        pass
-
-
-_sa_secret_cache: dict[str, bool] = {}
-
-
-def _needs_sa_secret(kube: Kube) -> bool:
-    """Before 1.24, a Pod is admitted only once its SA's token Secret exists."""
-    if "v" not in _sa_secret_cache:
-        minor = client.VersionApi(kube.api).get_code().minor
-        _sa_secret_cache["v"] = int("".join(ch for ch in minor if ch.isdigit()) or 99) < 24
-    return _sa_secret_cache["v"]
+    with fresh_namespace(kube) as name:
+        yield name
 
 
 # ----------------------------------------------------------------------- the operator

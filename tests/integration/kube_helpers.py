@@ -11,7 +11,9 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,3 +109,39 @@ def run_client(script: str, env: dict[str, str], timeout: float) -> dict:
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@contextmanager
+def fresh_namespace(kube: Kube) -> Iterator[str]:
+    """A new namespace that accepts Pods at once, deleted afterwards (its objects go with it)."""
+    name = f"kt-{uuid.uuid4().hex[:8]}"
+    kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    # Pods are refused until the namespace's default ServiceAccount (and, before 1.24,
+    # its token Secret) exist; wait for them so tests do not race the controllers.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            sa = kube.core.read_namespaced_service_account("default", name)
+            if sa.secrets or not _needs_sa_secret(kube):
+                break
+        except client.ApiException:
+            pass
+        time.sleep(0.2)
+    try:
+        yield name
+    finally:
+        try:
+            kube.core.delete_namespace(name, propagation_policy="Background")
+        except client.ApiException:
+            pass
+
+
+_sa_secret_cache: dict[str, bool] = {}
+
+
+def _needs_sa_secret(kube: Kube) -> bool:
+    """Before 1.24, a Pod is admitted only once its SA's token Secret exists."""
+    if "v" not in _sa_secret_cache:
+        minor = client.VersionApi(kube.api).get_code().minor
+        _sa_secret_cache["v"] = int("".join(ch for ch in minor if ch.isdigit()) or 99) < 24
+    return _sa_secret_cache["v"]

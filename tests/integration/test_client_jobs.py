@@ -291,7 +291,8 @@ def test_cli_lists_shows_and_collects(ns: str, client_env: dict[str, str]) -> No
     assert status["attempts"][0]["outcome"] == "success", status
     assert status["attempts"][0]["pod"] == names.job_pod_name(job.job_id, 1)
     assert "hello cli" in run("logs", job.job_id, "-n", ns, "--tail", "20")
-    assert json.loads(run("result", job.job_id, "-n", ns, "-o", "json")) == {"result": "hi cli"}
+    kept = run("result", job.job_id, "-n", ns, "-o", "json", "--keep")
+    assert json.loads(kept) == {"result": "hi cli"}
     run("cleanup", job.job_id, "-n", ns)
     assert job.status() is JobStatus.NOT_FOUND
 

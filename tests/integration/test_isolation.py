@@ -22,8 +22,7 @@ from kinetic import kube as kinetic_kube
 from kinetic import resources as r
 from kinetic.config import resolve
 from kinetic.jobs import JobHandle, JobStatus, submit_job
-from kube_helpers import Kube
-from kubernetes import client
+from kube_helpers import Kube, fresh_namespace
 
 pytestmark = pytest.mark.integration
 
@@ -36,19 +35,8 @@ def ns(client_env: dict[str, str], namespace: str) -> str:
 @pytest.fixture
 def other_ns(kube: Kube, client_env: dict[str, str]) -> Iterator[str]:
     """A second tenant's namespace."""
-    name = f"kt-{uuid.uuid4().hex[:8]}"
-    kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            sa = kube.core.read_namespaced_service_account("default", name)
-            if sa.secrets:
-                break
-        except client.ApiException:
-            pass
-        time.sleep(0.2)
-    yield name
-    kube.core.delete_namespace(name, propagation_policy="Background")
+    with fresh_namespace(kube) as name:
+        yield name
 
 
 def count_and_tag(counter: str, tag: str) -> str:
@@ -237,6 +225,21 @@ def test_cleanup_with_a_hostile_result_uri_deletes_only_the_jobs_own_prefix(ns: 
         assert job.describe()["message"].startswith("spec.function.resultURI: ")
         job.cleanup()
     assert all(storage.read_bytes(uri) == b"precious" for uri in keep)
+
+
+def test_cleanup_leaves_nothing_stored_under_the_jobs_name(ns: str) -> None:
+    """After result() (which cleans up), no pointer is left to files that are gone."""
+
+    @kinetic.run(namespace=ns)
+    def value() -> str:
+        return "once"
+
+    job = value.run_async()
+    assert job.result(timeout=120) == "once"
+    named = layout.namespace_prefix(resolve().storage_root, ns) + f"jobs/{job.job_id}/"
+    assert storage.list_prefix(named) == []
+    with pytest.raises(LookupError, match="no result recorded for that name"):
+        kinetic.attach(job.job_id, namespace=ns)
 
 
 def test_a_result_changed_in_storage_after_success_is_refused(ns: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -223,3 +224,53 @@ def test_probes_decide_readiness_endpoints_and_restarts(kube: Kube, namespace: s
         namespace, field_selector="involvedObject.name=probed"
     ).items
     assert any(e.reason == "Unhealthy" and "Liveness probe failed" in e.message for e in events)
+
+
+def _pod_delete_404s(kube: Kube) -> int:
+    """DELETEs of pods the API server answered 404 so far (its own counter)."""
+    metrics = kube.kubectl("get", "--raw", "/metrics").stdout
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in metrics.splitlines()
+        if line.startswith("apiserver_request_total{")
+        and 'resource="pods"' in line
+        and 'subresource=""' in line
+        and 'verb="DELETE"' in line
+        and 'code="404"' in line
+    )
+
+
+def test_deleting_finished_pods_costs_no_second_delete(kube: Kube, namespace: str) -> None:
+    """A finished Pod's deletion needs no confirmation from the node (grace 0): the node must
+    not send a DELETE of its own, which the API server could only answer 404."""
+    names = [f"done-{i}" for i in range(5)]
+    for name in names:
+        kube.core.create_namespaced_pod(
+            namespace,
+            client.V1Pod(
+                metadata=client.V1ObjectMeta(name=name),
+                spec=client.V1PodSpec(
+                    restart_policy="Never",
+                    containers=[client.V1Container(name="main", image=IMAGE, command=["true"])],
+                ),
+            ),
+        )
+    for name in names:
+        wait_for(
+            lambda name=name: (
+                kube.core.read_namespaced_pod(name, namespace).status.phase == "Succeeded"
+            ),
+            timeout=120,
+            what=f"{name} to succeed",
+        )
+    before = _pod_delete_404s(kube)
+    for name in names:
+        kube.core.delete_namespaced_pod(name, namespace)
+    wait_for(
+        lambda: not kube.core.list_namespaced_pod(namespace).items,
+        timeout=60,
+        what="the pods to be gone",
+    )
+    time.sleep(2)  # the node acts on the deletion's watch events, which may lag
+    # Fewer than one per Pod: the counter is cluster-wide, so a stray 404 elsewhere is tolerated.
+    assert _pod_delete_404s(kube) - before < len(names)

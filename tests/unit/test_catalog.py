@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from kinetic_operator.catalog import (
+from kinetic.catalog import (
     Catalog,
     GpuType,
     UnknownAccelerator,
+    canonical_name,
+    check_name,
     default_catalog,
+    device_count,
     resolve,
 )
 from kinetic_operator.settings import OperatorSettings
@@ -150,3 +153,73 @@ def test_empty_catalog_setting_keeps_the_built_in_one(monkeypatch) -> None:
 
     monkeypatch.setenv("KINETIC_ACCELERATOR_CATALOG", "{}")
     assert OperatorSettings().accelerator_catalog.names() == default_catalog().names()
+
+
+# --------------------------------------------------------------------------- names users type
+
+
+@pytest.mark.parametrize(
+    "typed, canonical",
+    [
+        ("cpu", "cpu"),
+        ("v5litepod-4", "tpu-v5e-4"),
+        ("tpu-v5litepod-4", "tpu-v5e-4"),
+        ("v5e-8", "tpu-v5e-8"),
+        ("tpu-v5e-1", "tpu-v5e-1"),
+        ("tpu-v3-8", "tpu-v3-8"),
+        ("v3-8", "tpu-v3-8"),
+        ("v5p-8", "tpu-v5p-8"),
+        ("V6E-4", "tpu-v6e-4"),
+        ("l4", "gpu-l4"),
+        ("gpu-l4", "gpu-l4"),
+        ("gpu-l4x1", "gpu-l4"),
+        ("a100x4", "gpu-a100x4"),
+        ("gpu-a100", "gpu-a100"),
+        ("h100x8", "gpu-h100x8"),
+    ],
+)
+def test_reference_spellings_resolve_through_the_catalog(typed, canonical):
+    assert canonical_name(typed) == canonical
+    assert check_name(typed, CATALOG.names()) == canonical
+    resolve(CATALOG, typed)  # the operator takes them too
+
+
+@pytest.mark.parametrize(
+    "typed, suggested",
+    [
+        ("v5litepod-3", ["tpu-v5e-1", "tpu-v5e-4", "tpu-v5e-8"]),
+        ("a100x3", ["gpu-a100x2", "gpu-a100x4"]),
+        ("gpu-l40", ["gpu-l4"]),
+        ("tpu-v5e-16", ["tpu-v5e-1"]),
+    ],
+)
+def test_unknown_names_list_the_close_matches(typed, suggested):
+    with pytest.raises(UnknownAccelerator) as err:
+        check_name(typed, CATALOG.names())
+    text = str(err.value)
+    assert text.startswith(f"accelerator: unknown accelerator {typed!r}; did you mean ")
+    hint = text.split("did you mean ")[1].split("?")[0]
+    for name in suggested:
+        assert repr(name) in hint
+    assert "known accelerators: cpu, gpu-a100" in text
+
+
+def test_a_name_with_nothing_close_lists_every_known_one():
+    with pytest.raises(UnknownAccelerator) as err:
+        check_name("quantum-9000", CATALOG.names())
+    assert "did you mean" not in str(err.value)
+    assert "known accelerators: cpu" in str(err.value)
+
+
+def test_a_cluster_list_decides_what_exists():
+    assert check_name("b200x8", ["cpu", "gpu-b200x8"]) == "gpu-b200x8"
+    with pytest.raises(UnknownAccelerator, match="did you mean 'gpu-b200x8'"):
+        check_name("b200x4", ["cpu", "gpu-b200x8"])
+
+
+@pytest.mark.parametrize(
+    "name, count",
+    [("cpu", 0), ("l4", 1), ("gpu-a100x8", 8), ("v5litepod-4", 4), ("tpu-v5p-8", 4)],
+)
+def test_device_count(name, count):
+    assert device_count(CATALOG, name) == count

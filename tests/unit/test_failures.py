@@ -46,3 +46,19 @@ def test_messages_are_one_clipped_line_naming_the_error() -> None:
     assert describe(ValueError("bad\nsecond line")) == "ValueError: bad"
     assert describe(KeyError()) == "KeyError"
     assert len(describe(RuntimeError("x" * 5000))) == 1024
+
+
+def test_an_api_error_is_described_by_what_the_server_said() -> None:
+    """A quota refusal names the quota, not just '(403)'."""
+    from kubernetes.client.exceptions import ApiException
+
+    exc = ApiException(status=403, reason="Forbidden")
+    exc.body = (
+        '{"kind":"Status","status":"Failure","message":"pods \\"j-1\\" is forbidden: '
+        'exceeded quota: nopods, requested: pods=1","reason":"Forbidden","code":403}'
+    )
+    assert describe(exc) == (
+        'ApiException: pods "j-1" is forbidden: exceeded quota: nopods, requested: pods=1'
+    )
+    exc.body = "not json"
+    assert describe(exc) == "ApiException: (403)"

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
+import helm_sdkpy as helm
 import yaml
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "kinetic"
-
-helm = pytest.importorskip("helm_sdkpy", reason="helm-sdkpy needs Python 3.12+")
 
 # Helm's lint severities: 1 info, 2 warning, 4 error.
 WARNING = 2

@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from kinetic.resources import KineticJobSpec, KineticJobStatus, Phase
-from kinetic_operator.catalog import default_catalog
+from kinetic.catalog import default_catalog
+from kinetic.resources import Condition, KineticJobSpec, KineticJobStatus, Phase
 from kinetic_operator.job_logic import (
     Bounds,
     CreatePod,
@@ -220,6 +220,16 @@ def test_transition_time_moves_only_when_a_condition_flips():
     assert cond(d.status, "Running").last_transition_time == fmt_time(later)
     assert cond(d.status, "Complete").last_transition_time == fmt_time(later)
     assert cond(d.status, "Failed").last_transition_time == fmt_time(T0)
+
+
+def test_a_condition_the_decision_does_not_own_is_kept():
+    """ReconcileFailed is written by the failure reporter; the next status must not drop it."""
+    st = running()
+    failed = Condition(type="ReconcileFailed", status="True", reason="ForbiddenException")
+    st.conditions.append(failed)
+    d = run(status=st, pods=[ok_pod()], now=T0 + timedelta(minutes=5))
+    assert d.status.phase == "SUCCEEDED"
+    assert cond(d.status, "ReconcileFailed") == failed
 
 
 # ----------------------------------------------------------------------- success

@@ -98,3 +98,31 @@ def test_reconcile_time_is_observed_even_when_the_reconcile_raises() -> None:
         raise RuntimeError("conflict")
     assert value("kinetic_reconcile_duration_seconds_count", kind=metrics.KIND_JOB) == count + 1
     assert b"kinetic_reconcile_duration_seconds_bucket" in generate_latest(REGISTRY)
+
+
+def test_a_busy_metrics_port_is_served_once_it_frees() -> None:
+    """An operator starting while an old process still holds the port serves metrics later."""
+    import asyncio
+    import logging
+    import socket
+    import urllib.request
+
+    from kinetic_operator.handlers.setup import _serve_metrics_when_free
+
+    holder = socket.socket()
+    holder.bind(("0.0.0.0", 0))  # noqa: S104 - the same wildcard address the operator binds
+    holder.listen()
+    port = holder.getsockname()[1]
+
+    async def scenario() -> None:
+        serving = asyncio.create_task(
+            _serve_metrics_when_free(port, logging.getLogger("test"))  # type: ignore[arg-type]
+        )
+        await asyncio.sleep(0.2)
+        assert not serving.done()  # still waiting for the port
+        holder.close()
+        await asyncio.wait_for(serving, timeout=30)
+
+    asyncio.run(scenario())
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        assert b"kinetic_inputs_launched_total" in answer.read()

@@ -194,3 +194,26 @@ def test_failed_init_container_fails_pod_and_restart_keeps_running():
 
 def test_pod_dir_name_is_unique_per_uid():
     assert ps.pod_dir_name(pod()) == "ns1_p1_01234567"
+
+
+@pytest.mark.parametrize(
+    ("runs_lasting", "delays"),
+    [
+        # Crash loops double from 10 s up to the 5-minute cap.
+        ([1, 1, 1, 1, 1, 1, 1], [10, 20, 40, 80, 160, 300, 300]),
+        # A run of 10 minutes or more starts the doubling over.
+        ([1, 1, 1, 600, 1, 1], [10, 20, 40, 10, 20, 40]),
+        ([1, 1, 599], [10, 20, 40]),
+    ],
+)
+def test_restart_back_off_doubles_and_resets_after_a_long_run(
+    runs_lasting: list[float], delays: list[float]
+) -> None:
+    run = ps.ContainerRun("main")
+    seen = []
+    for lasted in runs_lasting:
+        run.started_at, run.finished_at, run.exit_code = 1000.0, 1000.0 + lasted, 1
+        seen.append(run.restart_delay())
+        run.reset_for_restart("back-off")
+    assert seen == delays
+    assert run.restart_count == len(runs_lasting)  # the count never resets, only the delay

@@ -8,9 +8,9 @@ import string
 from typing import Any
 
 import pytest
+from kinetic.catalog import default_catalog
 from kinetic.names import job_pod_name
 from kinetic.resources import KineticJobSpec
-from kinetic_operator.catalog import default_catalog
 from kinetic_operator.job_logic import InvalidSpec, validate_spec
 from kinetic_operator.podspec import (
     CONTAINER_SECURITY_CONTEXT,

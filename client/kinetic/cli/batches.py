@@ -166,7 +166,10 @@ def results(
         None, help="Seconds to wait; the batch keeps running after."
     ),
     cleanup: bool = typer.Option(
-        False, "--cleanup/--keep", help="Delete each input's stored result after reading it."
+        True,
+        "--cleanup/--keep",
+        help="Delete each succeeded input's stored result after reading it (the default, as "
+        "in Python's results()); --keep keeps them.",
     ),
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,
@@ -233,7 +236,10 @@ def cleanup(
     group_id: str,
     k8s: bool = typer.Option(True, "--k8s/--no-k8s", help="Delete the batch and its Pods."),
     gcs: bool = typer.Option(
-        True, "--storage/--no-storage", help="Delete artifacts and the manifest."
+        True,
+        "--gcs/--no-gcs",
+        "--storage/--no-storage",
+        help="Delete artifacts and the manifest (--storage/--no-storage: the same).",
     ),
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,

@@ -121,7 +121,12 @@ def result(
     timeout: float | None = typer.Option(
         None, help="Seconds to wait; the job keeps running after."
     ),
-    cleanup: bool = typer.Option(False, "--cleanup/--keep", help="Delete the job after a success."),
+    cleanup: bool = typer.Option(
+        True,
+        "--cleanup/--keep",
+        help="Delete the job and its artifacts after a success (the default, as in Python's "
+        "result()); --keep keeps them. A failed job is always kept.",
+    ),
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,
     output: Format = OUTPUT_OPTION,
@@ -130,7 +135,7 @@ def result(
     h = _handle(job_id, namespace, context)
     try:
         with console.status(f"waiting for {job_id}"):
-            value = h.result(timeout=timeout, cleanup=cleanup)
+            value = h.result(timeout=timeout, cleanup=None if cleanup else False)
     except TimeoutError as e:
         raise fail(f"{e}; the job is still running", code=2) from None
     except (JobFailed, JobCancelled) as e:
@@ -156,7 +161,10 @@ def cleanup(
         True, "--k8s/--no-k8s", help="Delete the resource and its Pods (an input: its Pods)."
     ),
     gcs: bool = typer.Option(
-        True, "--storage/--no-storage", help="Delete stored payload and result."
+        True,
+        "--gcs/--no-gcs",
+        "--storage/--no-storage",
+        help="Delete stored payload, result and logs (--storage/--no-storage: the same).",
     ),
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,

@@ -7,6 +7,7 @@ off the things that would grow objects or flood the event log.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any, cast
 
@@ -54,6 +55,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # Kopf logs a line per handler run per object at INFO; at thousands of
     # children that drowns what matters. Our own logger stays at INFO.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # The probes hit /healthz every few seconds; an access line each would
+    # bury the operator's own lines in `kubectl logs`. Errors still show.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     # One replica: no peering objects, no freeze between equal-priority peers.
     settings.peering.standalone = True
     # Ask the server to end every watch after a few minutes and reconnect, so
@@ -92,7 +96,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 
 @kopf.on.startup()
-def serve_metrics(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+async def serve_metrics(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """Serve Prometheus metrics; gauges read the operator's memory at each scrape."""
     state = operator_state(memo)
     metrics.watch_queue(lambda: len(state.serializer))
@@ -103,16 +107,34 @@ def serve_metrics(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
         }
     )
     port = get_settings().metrics_port
-    if not port:
-        return
-    try:
-        metrics.serve(port)
-    except OSError as exc:  # metrics are for watching the operator, not a reason to stop it
-        logger.error(
-            "Cannot serve Prometheus metrics on port %d (KINETIC_METRICS_PORT): %s", port, exc
-        )
-    else:
-        logger.info("Prometheus metrics on port %d at /metrics", port)
+    if port:
+        memo.metrics_server = asyncio.create_task(_serve_metrics_when_free(port, logger))
+
+
+async def _serve_metrics_when_free(port: int, logger: kopf.Logger) -> None:
+    """Bind the metrics port, retrying while another process holds it.
+
+    Metrics are for watching the operator, not a reason to stop it; but a
+    port busy for a moment (an old Pod still exiting) must not leave the
+    operator unobservable until its next restart.
+    """
+    delay = 1.0
+    while True:
+        try:
+            metrics.serve(port)
+        except OSError as exc:
+            logger.error(
+                "Cannot serve Prometheus metrics on port %d (KINETIC_METRICS_PORT): %s; "
+                "retrying in %.0f s",
+                port,
+                exc,
+                delay,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 60.0)
+        else:
+            logger.info("Prometheus metrics on port %d at /metrics", port)
+            return
 
 
 def _phases(memories: Any) -> list[str]:

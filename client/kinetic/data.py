@@ -1,0 +1,445 @@
+"""`kinetic.Data`: data a remote function needs, from the laptop, a bucket or Hugging Face.
+
+A `Data` names a local file or directory, a ``gs://`` object (no trailing
+slash) or prefix (trailing slash), or a ``hf://`` dataset. The user passes it
+as a function argument (the function receives a plain local path in the pod)
+or mounts it with ``@kinetic.run(volumes={"/data": Data(...)})`` (present at
+that path before the call).
+
+Client side, every `Data` becomes a `DataRef` before anything is pickled or
+any resource is created (`stage`):
+
+* local data is uploaded once into the namespace's content-addressed cache
+  (`kinetic.layout.data_cache_prefix`), keyed by `Data.content_hash`; the
+  manifest (each file's sha256) is written last and marks the entry
+  complete, so a second submission of the same bytes finds it and uploads
+  nothing, and the pod verifies every file it downloads against it;
+* ``gs://`` and ``hf://`` data is referred to where it is. The pod reads it
+  with its own credentials (the runner's service account); the operator
+  never reads, copies or deletes it. A ``gs://`` URI under the storage
+  root must lie in the namespace's own prefix (`volume_problems`), so one
+  tenant cannot name another's uploads; anything else in a bucket is the
+  bucket owner's IAM decision.
+
+Pod side, `kinetic.datafetch` turns each `DataRef` (and each volume of
+``spec.volumes``) into files. This module imports only the standard
+library at load, so the runner can unpickle a `DataRef` cheaply.
+
+Nothing here is imported by the runner unless a job has data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import stat as stat_module
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kinetic import resources as r
+
+__all__ = [
+    "Data",
+    "DataRef",
+    "DataError",
+    "stage",
+    "Stager",
+    "volume_problems",
+    "check_volumes",
+]
+
+GCS = "gs://"
+HF = "hf://"
+_MAX_WALK_DEPTH = 32  # containers searched for Data inside a call's arguments
+_UPLOAD_WORKERS = 8
+_HASH_WORKERS = 8
+
+
+class DataError(ValueError):
+    """A `Data` or a ``volumes=`` entry that cannot be used; the message names the fix."""
+
+
+# --------------------------------------------------------------------------- Data
+
+
+class Data:
+    """A reference to data that must be on the pod: local path, ``gs://`` URI or ``hf://``.
+
+    ``gs://bucket/prefix/`` (trailing slash) is a directory, ``gs://bucket/obj``
+    one object. ``fuse=True`` asks for a lazy GCS FUSE mount instead of a
+    download; ``hf_trust_remote_code`` lets a Hugging Face dataset run its
+    loading script. Both are carried to the pod, which says plainly when the
+    cluster cannot honour them.
+    """
+
+    def __init__(self, path: str, fuse: bool = False, hf_trust_remote_code: bool = False) -> None:
+        if isinstance(path, os.PathLike):
+            path = os.fspath(path)
+        if not isinstance(path, str) or not path.strip():
+            raise DataError(f"Data(path): expected a local path, gs:// or hf:// URI, got {path!r}")
+        if not isinstance(fuse, bool) or not isinstance(hf_trust_remote_code, bool):
+            raise DataError("Data(fuse=..., hf_trust_remote_code=...) take True or False")
+        self._fuse = fuse
+        self._hf_trust_remote_code = hf_trust_remote_code
+        if path.startswith(GCS):
+            bucket, _, _key = path[len(GCS) :].partition("/")
+            if not bucket:
+                raise DataError(f"Data({path!r}): a gs:// URI needs a bucket, gs://BUCKET/path")
+            self._path = path
+        elif path.startswith(HF):
+            if not path[len(HF) :].split("?", 1)[0].strip("/"):
+                raise DataError(f"Data({path!r}): name the dataset, e.g. hf://imdb?split=train")
+            self._path = path
+        elif "://" in path:
+            scheme = path.split("://", 1)[0]
+            raise DataError(
+                f"Data({path!r}): scheme {scheme}:// is not supported; use a local path, "
+                "gs://bucket/path or hf://dataset"
+            )
+        else:
+            local = os.path.abspath(os.path.expanduser(path))
+            if not os.path.exists(local):
+                raise DataError(f"Data({path!r}): no such file or directory ({local})")
+            self._path = local
+
+    path = property(lambda self: self._path, doc="The local absolute path or the URI.")
+    fuse = property(lambda self: self._fuse, doc="Mount lazily through GCS FUSE.")
+    hf_trust_remote_code = property(
+        lambda self: self._hf_trust_remote_code, doc="Let a hf:// dataset run its own code."
+    )
+
+    @property
+    def is_gcs(self) -> bool:
+        return self._path.startswith(GCS)
+
+    @property
+    def is_hf(self) -> bool:
+        return self._path.startswith(HF)
+
+    @property
+    def is_local(self) -> bool:
+        return not (self.is_gcs or self.is_hf)
+
+    @property
+    def is_dir(self) -> bool:
+        """A directory (local), a prefix (gs:// with a trailing slash) or a saved dataset (hf)."""
+        if self.is_gcs:
+            return self._path.endswith("/")
+        if self.is_hf:
+            return True
+        return os.path.isdir(self._path)
+
+    def content_hash(self) -> str:
+        """SHA-256 of the local data (see `content_hash_of`); refused for gs:// and hf://."""
+        if not self.is_local:
+            raise DataError(f"Data({self._path!r}).content_hash(): only local data is hashed")
+        return content_hash_of(self._path)[0]
+
+    def __repr__(self) -> str:
+        extra = ", fuse=True" if self._fuse else ""
+        extra += ", hf_trust_remote_code=True" if self._hf_trust_remote_code else ""
+        return f"Data({self._path!r}{extra})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Data) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple[str, bool, bool]:
+        return (self._path, self._fuse, self._hf_trust_remote_code)
+
+
+# --------------------------------------------------------------------------- hashing
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """One file of local data: path relative to the Data (``/``-separated) and its hashes."""
+
+    rel: str
+    path: str
+    digest: str  # sha256(rel + "\0" + contents): the content_hash ingredient
+    sha256: str  # sha256(contents): what the pod verifies after download
+    size: int
+
+
+def _walk_files(root: str) -> Iterator[tuple[str, str]]:
+    """(relpath, path) of every file under ``root`` in sorted depth-first order.
+
+    Symlinked directories are not entered (a cycle cannot loop); symlinked
+    files are followed, so the hash is of the bytes the pod will see.
+    """
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, root).replace(os.sep, "/")
+            yield rel, path
+        # Symlinks to directories show up in dirnames and are skipped by followlinks=False.
+
+
+def _hash_file(rel: str, path: str) -> LocalFile:
+    per_file = hashlib.sha256(rel.encode() + b"\0")
+    contents = hashlib.sha256()
+    size = 0
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                per_file.update(chunk)
+                contents.update(chunk)
+                size += len(chunk)
+    except OSError as e:
+        raise DataError(f"cannot read {path} for Data: {e.strerror or e}") from e
+    return LocalFile(rel, path, per_file.hexdigest(), contents.hexdigest(), size)
+
+
+def content_hash_of(path: str) -> tuple[str, list[LocalFile]]:
+    """The content hash of a local file or directory, and its files.
+
+    Each file is hashed on its own (SHA-256 of its relative path, a NUL and
+    its bytes), in parallel; the digests are then combined in sorted walk
+    order after a ``dir:`` or ``file:`` prefix, so a file and a directory
+    holding only that file never collide. Non-regular files (sockets, FIFOs)
+    are refused rather than hashed.
+    """
+    if os.path.isdir(path):
+        prefix, entries = b"dir:", list(_walk_files(path))
+    else:
+        prefix, entries = b"file:", [(os.path.basename(path), path)]
+    for _rel, p in entries:
+        try:
+            mode = os.stat(p).st_mode
+        except OSError as e:
+            raise DataError(f"cannot read {p} for Data: {e.strerror or e}") from e
+        if not stat_module.S_ISREG(mode):
+            raise DataError(f"{p} is not a regular file; Data can only ship files and folders")
+    from concurrent.futures import ThreadPoolExecutor  # client side only: the pod never hashes
+
+    with ThreadPoolExecutor(max_workers=_HASH_WORKERS) as pool:
+        files = list(pool.map(lambda e: _hash_file(*e), entries))
+    total = hashlib.sha256(prefix)
+    for f in files:
+        total.update(bytes.fromhex(f.digest))
+    return total.hexdigest(), files
+
+
+# --------------------------------------------------------------------------- references
+
+
+@dataclass(frozen=True)
+class DataRef:
+    """What the pod gets instead of a `Data`: where the bytes are and how to bring them.
+
+    ``uri`` is a gs:// or file:// object or prefix (ending in ``/`` for a
+    directory) or a hf:// dataset; ``manifest_uri`` is set for data from the
+    upload cache and lists every file's sha256, which the pod checks.
+    ``name`` is the file name a single file keeps in the pod.
+    """
+
+    uri: str
+    is_dir: bool
+    manifest_uri: str | None = None
+    name: str | None = None
+    fuse: bool = False
+    hf_trust_remote_code: bool = False
+
+
+def manifest_bytes(is_dir: bool, files: list[LocalFile]) -> bytes:
+    """The cache entry's manifest: kind and each file's sha256 and size, in walk order."""
+    import json
+
+    doc = {
+        "kind": "dir" if is_dir else "file",
+        "files": [{"path": f.rel, "sha256": f.sha256, "size": f.size} for f in files],
+    }
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def stage(data: Data, root: str, namespace: str) -> DataRef:
+    """Upload local data into the namespace's cache unless it is there; return its ref.
+
+    An entry is complete once its manifest exists (written after every file),
+    so an interrupted upload is simply redone, and a second submission of the
+    same bytes costs one existence check and no upload.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kinetic import layout, storage
+
+    if not data.is_local:
+        return DataRef(
+            uri=data.path,
+            is_dir=data.is_dir,
+            fuse=data.fuse,
+            hf_trust_remote_code=data.hf_trust_remote_code,
+        )
+    content_hash, files = content_hash_of(data.path)
+    prefix = layout.data_cache_prefix(root, namespace, content_hash)
+    manifest_uri = layout.data_manifest_uri(root, namespace, content_hash)
+    if not storage.exists(manifest_uri):
+
+        def upload(f: LocalFile) -> None:
+            with open(f.path, "rb") as fh:
+                storage.write_bytes(prefix + f.rel, fh.read())
+
+        with ThreadPoolExecutor(max_workers=_UPLOAD_WORKERS) as pool:
+            list(pool.map(upload, files))
+        storage.write_bytes(manifest_uri, manifest_bytes(data.is_dir, files))
+    is_dir = os.path.isdir(data.path)
+    return DataRef(
+        uri=prefix,
+        is_dir=is_dir,
+        manifest_uri=manifest_uri,
+        name=None if is_dir else os.path.basename(data.path),
+        fuse=data.fuse,
+        hf_trust_remote_code=data.hf_trust_remote_code,
+    )
+
+
+def substitute(value: Any, convert: Callable[[Any], Any], kind: type, depth: int = 0) -> Any:
+    """``value`` with every ``kind`` inside plain lists, tuples and dicts replaced by
+    ``convert(it)``; anything else (and anything deeper than 32 levels) is left as is."""
+    if isinstance(value, kind):
+        return convert(value)
+    if depth >= _MAX_WALK_DEPTH:
+        return value
+    t = type(value)
+    if t is list or t is tuple:
+        items = [substitute(v, convert, kind, depth + 1) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return items if t is list else tuple(items)
+    if t is dict:
+        new = {k: substitute(v, convert, kind, depth + 1) for k, v in value.items()}
+        return value if all(new[k] is value[k] for k in value) else new
+    return value
+
+
+class Stager:
+    """Stages each distinct `Data` of one submission once (a batch may repeat it per input)."""
+
+    def __init__(self, root: str, namespace: str) -> None:
+        self.root = root
+        self.namespace = namespace
+        self._cache: dict[Data, DataRef] = {}
+
+    def __call__(self, d: Data) -> DataRef:
+        if d not in self._cache:
+            self._cache[d] = stage(d, self.root, self.namespace)
+        return self._cache[d]
+
+    def value(self, value: Any) -> Any:
+        """``value`` with each `Data` inside (lists, tuples, dicts) replaced by its ref."""
+        return substitute(value, self, Data)
+
+    def call(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """A call's arguments with each `Data` staged and replaced by its `DataRef`."""
+        return self.value(tuple(args)), self.value(dict(kwargs))
+
+    def volumes(self, volumes: Mapping[str, Data]) -> list[r.DataVolume] | None:
+        """``spec.volumes`` for checked ``volumes=`` (see `check_volumes`); None when empty."""
+        if not volumes:
+            return None
+        return [volume_spec(path, self(d)) for path, d in volumes.items()]
+
+
+# --------------------------------------------------------------------------- volumes
+
+
+def check_volumes(volumes: Any) -> dict[str, Data]:
+    """``volumes=`` as given to `kinetic.run`, checked before anything is uploaded.
+
+    Keys are absolute, normalised mount paths (not ``/``, no ``..``, no two
+    nested in each other); values are `Data`. Raises `DataError` naming the
+    entry and the fix.
+    """
+    from kinetic import limits
+
+    if volumes is None:
+        return {}
+    if not isinstance(volumes, Mapping):
+        raise DataError(
+            f"volumes must be a dict of mount path -> kinetic.Data, got {type(volumes).__name__}"
+        )
+    if len(volumes) > limits.MAX_VOLUMES:
+        raise DataError(f"volumes: {len(volumes)} entries, at most {limits.MAX_VOLUMES} allowed")
+    checked: dict[str, Data] = {}
+    for path, value in volumes.items():
+        problem = limits.mount_path_problem(path)
+        if problem is not None:
+            raise DataError(f"volumes[{path!r}]: {problem}")
+        if not isinstance(value, Data):
+            raise DataError(
+                f"volumes[{path!r}]: expected a kinetic.Data, got {type(value).__name__}; "
+                f"wrap it: volumes={{{path!r}: kinetic.Data(...)}}"
+            )
+        checked[posixpath.normpath(path)] = value
+    nested = limits.nested_mount_paths(list(checked))
+    if nested:
+        raise DataError(f"volumes: {nested}")
+    return checked
+
+
+def volume_spec(mount_path: str, ref: DataRef) -> r.DataVolume:
+    """The ``spec.volumes`` entry for a staged volume."""
+    from kinetic import resources as r
+
+    return r.DataVolume(
+        mount_path=mount_path,
+        uri=ref.uri,
+        manifest_uri=ref.manifest_uri,
+        file_name=ref.name,
+        fuse=ref.fuse,
+        hf_trust_remote_code=ref.hf_trust_remote_code,
+    )
+
+
+def volume_ref(volume: Mapping[str, Any]) -> DataRef:
+    """A ``spec.volumes`` entry (wire form) as the ref the pod fetches."""
+    uri = str(volume["uri"])
+    return DataRef(
+        uri=uri,
+        is_dir=uri.endswith("/") or uri.startswith(HF),
+        manifest_uri=volume.get("manifestURI"),
+        name=volume.get("fileName"),
+        fuse=bool(volume.get("fuse")),
+        hf_trust_remote_code=bool(volume.get("hfTrustRemoteCode")),
+    )
+
+
+def volume_problems(
+    root: str | None, namespace: str, volumes: Sequence[r.DataVolume], at: str
+) -> list[str]:
+    """Why each volume URI of a spec is refused, if any (the operator's check).
+
+    Storage under the root belongs to namespaces: a URI there, and any
+    manifest or file:// URI (a shared filesystem has no per-tenant
+    permissions), must be in this namespace's prefix. A gs:// URI outside
+    the root is read with the pod's own credentials.
+    """
+    from kinetic import layout
+
+    problems: list[str] = []
+    for i, v in enumerate(volumes):
+        for key, uri in (("uri", v.uri), ("manifestURI", v.manifest_uri)):
+            if not uri or uri.startswith(HF):
+                continue
+            field = f"{at}.volumes[{i}].{key}"
+            inside_root = bool(root) and uri.startswith(str(root).rstrip("/") + "/")
+            if not (inside_root or uri.startswith("file://") or key == "manifestURI"):
+                continue
+            if not root:
+                problems.append(f"{field}: the operator has no storage root to check {uri} against")
+                continue
+            # A prefix's trailing '/' is not an empty path segment.
+            bare = uri.removesuffix("/")
+            why = layout.outside_namespace(root, namespace, bare, field)
+            if why is not None:
+                problems.append(why.replace(f": {bare} is", f": {uri} is", 1))
+    return problems

@@ -1,0 +1,224 @@
+"""kinetic.Data end to end: arguments, volumes, the upload cache, container jobs from YAML.
+
+The functions run in pods on the cluster (on the local cluster: processes in
+their own mount namespace, where each volume's emptyDir is bound at its
+mount path), so what they return is what the pod saw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import kinetic
+import pytest
+from kinetic import layout, payload, storage
+from kinetic.config import resolve
+from kinetic.data import DataError
+from kinetic.jobs import JobFailed, JobStatus
+from kube_helpers import Kube
+
+pytestmark = pytest.mark.integration
+TIMEOUT = 180
+
+
+@pytest.fixture
+def ns(client_env: dict[str, str], namespace: str) -> str:
+    return namespace
+
+
+def tree(root: Path) -> Path:
+    files = {
+        "train/a.csv": b"x,y\n1,2\n",
+        "train/deep/b.bin": os.urandom(70_000),
+        "README": b"hello\n",
+        "empty.txt": b"",
+    }
+    for rel, content in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(content)
+    return root
+
+
+def digests(path: str) -> dict[str, str]:
+    """Every file under ``path`` with its sha256 (also the function the pods run)."""
+    import hashlib as h
+    import os as o
+
+    out = {}
+    for dirpath, _dirs, files in o.walk(path):
+        for name in files:
+            full = o.path.join(dirpath, name)
+            with open(full, "rb") as f:
+                out[o.path.relpath(full, path)] = h.sha256(f.read()).hexdigest()
+    return out
+
+
+def data_objects(ns: str) -> dict[str, int | None]:
+    """The namespace's data cache: each object and its generation (a rewrite changes it)."""
+    prefix = f"{layout.namespace_prefix(resolve().storage_root, ns)}data/"
+    return {uri: storage.stat(uri) for uri in storage.list_prefix(prefix)}
+
+
+def test_a_local_folder_arrives_byte_identical_and_is_uploaded_once(ns: str, tmp_path) -> None:
+    src = tree(tmp_path / "ds")
+    remote_digests = kinetic.run(namespace=ns)(digests)
+
+    first = remote_digests.run_async(kinetic.Data(str(src)))
+    assert first.result(timeout=TIMEOUT) == digests(str(src))
+    stored = data_objects(ns)
+    assert len(stored) == 5  # four files and the manifest
+
+    second = remote_digests.run_async(kinetic.Data(str(src)))
+    assert second.result(timeout=TIMEOUT) == digests(str(src))
+    assert data_objects(ns) == stored  # nothing uploaded or rewritten the second time
+
+
+def test_a_gs_prefix_arrives_as_a_folder_and_an_object_as_a_file(ns: str) -> None:
+    root = resolve().storage_root
+    if not root.startswith("gs://"):
+        pytest.skip(f"the cluster's storage root {root} is not gs://")
+    prefix = f"{layout.namespace_prefix(root, ns)}datasets/mnist/"
+    storage.write_bytes(prefix + "train/0.txt", b"zero")
+    storage.write_bytes(prefix + "labels.json", b"[0]")
+
+    @kinetic.run(namespace=ns)
+    def look(folder: str, single: str) -> tuple[bool, dict[str, str], str, bytes]:
+        import os as o
+
+        with open(single, "rb") as f:
+            return o.path.isdir(folder), digests(folder), o.path.basename(single), f.read()
+
+    is_dir, got, name, content = look(kinetic.Data(prefix), kinetic.Data(prefix + "labels.json"))
+    assert is_dir
+    assert got == {
+        "train/0.txt": hashlib.sha256(b"zero").hexdigest(),
+        "labels.json": hashlib.sha256(b"[0]").hexdigest(),
+    }
+    assert (name, content) == ("labels.json", b"[0]")
+
+
+def test_volumes_are_at_their_paths_before_the_call(ns: str, tmp_path) -> None:
+    src = tree(tmp_path / "ds")
+    (tmp_path / "config.json").write_text('{"lr": 0.1}')
+
+    @kinetic.run(
+        namespace=ns,
+        volumes={
+            "/data": kinetic.Data(str(src)),
+            "/config": kinetic.Data(str(tmp_path / "config.json")),
+        },
+    )
+    def mounted() -> tuple[dict[str, str], str]:
+        with open("/config/config.json") as f:
+            return digests("/data"), f.read()
+
+    assert mounted() == (digests(str(src)), '{"lr": 0.1}')
+
+    batch = mounted.run_async_map([(), ()], input_mode="args")  # every input sees them too
+    assert batch.results(timeout=TIMEOUT) == [(digests(str(src)), '{"lr": 0.1}')] * 2
+
+
+def test_data_inside_batch_inputs_becomes_a_path(ns: str, tmp_path) -> None:
+    src = tree(tmp_path / "ds")
+
+    @kinetic.run(namespace=ns)
+    def count(item: dict) -> int:
+        return len(digests(item["data"])) * item["k"]
+
+    data = kinetic.Data(str(src))
+    inputs = [{"data": data, "k": 1}, {"data": data, "k": 2}, {"data": data, "k": 3}]
+    batch = count.run_async_map(inputs, input_mode="single")
+    assert batch.results(timeout=TIMEOUT) == [4, 8, 12]
+    chunked = count.run_async_map(inputs, input_mode="single", chunk_size=3)  # one Pod, one fetch
+    assert chunked.results(timeout=TIMEOUT) == [4, 8, 12]
+    assert chunked.jobs[2].logs().count("downloaded and verified 4 file(s)") == 1
+
+
+def test_bad_volumes_are_refused_before_anything_is_uploaded(ns: str, tmp_path) -> None:
+    tree(tmp_path / "ds")
+    with pytest.raises(DataError, match="'data' is relative; use an absolute path such as '/data'"):
+        kinetic.run(namespace=ns, volumes={"data": kinetic.Data(str(tmp_path / "ds"))})
+    with pytest.raises(DataError, match="expected a kinetic.Data, got str"):
+        kinetic.run(namespace=ns, volumes={"/data": str(tmp_path / "ds")})
+    assert storage.list_prefix(layout.namespace_prefix(resolve().storage_root, ns)) == []
+
+
+def test_what_the_cluster_lacks_fails_the_job_with_a_sentence(ns: str, tmp_path) -> None:
+    tree(tmp_path / "ds")
+
+    @kinetic.run(namespace=ns)
+    def touch(path: str) -> str:
+        return path
+
+    job = touch.run_async(kinetic.Data(str(tmp_path / "ds"), fuse=True))
+    with pytest.raises(payload.RunnerError, match="runner failed in phase data: .*GCS FUSE") as e:
+        job.result(timeout=TIMEOUT)
+    assert "Traceback" not in str(e.value)
+    assert job.status() is JobStatus.FAILED
+
+    try:
+        import datasets  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:  # the local cluster's pods share this environment
+        hf = touch.run_async(kinetic.Data("hf://imdb?split=train"))
+        with pytest.raises(payload.RunnerError, match="needs the Hugging Face `datasets` package"):
+            hf.result(timeout=TIMEOUT)
+
+
+def test_a_container_job_from_yaml_sees_its_volume(ns: str, kube: Kube) -> None:
+    root = resolve().storage_root
+    prefix = f"{layout.namespace_prefix(root, ns)}shared/words/"
+    storage.write_bytes(prefix + "hello.txt", b"hello from storage")
+    body = {
+        "apiVersion": "kinetic.dev/v1alpha1",
+        "kind": "KineticJob",
+        "metadata": {"name": "reader"},
+        "spec": {
+            "container": {
+                "command": ["sh", "-c", 'cat /words/hello.txt > "$KINETIC_TERMINATION_LOG"']
+            },
+            "volumes": [{"mountPath": "/words", "uri": prefix}],
+        },
+    }
+    kube.apply(ns, body)
+    assert kinetic.attach("reader", namespace=ns).result(timeout=TIMEOUT) == "hello from storage"
+
+    missing = {
+        **body,
+        "metadata": {"name": "reader-missing"},
+        "spec": {**body["spec"], "volumes": [{"mountPath": "/words", "uri": prefix + "nope/"}]},
+    }
+    kube.apply(ns, missing)
+    job = kinetic.attach("reader-missing", namespace=ns)
+    with pytest.raises(JobFailed, match="holds no objects"):
+        job.result(timeout=TIMEOUT)
+
+
+def test_a_container_batch_from_yaml_mounts_its_volume_in_every_input(ns: str, kube: Kube) -> None:
+    root = resolve().storage_root
+    prefix = f"{layout.namespace_prefix(root, ns)}shared/greetings/"
+    storage.write_bytes(prefix + "en.txt", b"hello")
+    storage.write_bytes(prefix + "fr.txt", b"bonjour")
+    body = {
+        "apiVersion": "kinetic.dev/v1alpha1",
+        "kind": "KineticBatch",
+        "metadata": {"name": "greet"},
+        "spec": {
+            "template": {
+                "container": {
+                    "command": [
+                        "sh",
+                        "-c",
+                        'cat "/greetings/$KINETIC_INPUT.txt" > "$KINETIC_TERMINATION_LOG"',
+                    ]
+                },
+                "volumes": [{"mountPath": "/greetings", "uri": prefix}],
+            },
+            "inputs": {"items": ["en", "fr"]},
+        },
+    }
+    kube.apply(ns, body)
+    batch = kinetic.attach_batch("greet", namespace=ns)
+    batch.wait(timeout=TIMEOUT)
+    assert batch.results(timeout=30) == ["hello", "bonjour"]
