@@ -527,6 +527,22 @@ class BatchHandle:
         """
         add_cancel_indexes(self.namespace, self.group_id, indexes, self.context)
 
+    def rerun(self, *, failed: bool = True, name: str | None = None) -> BatchHandle:
+        """A new batch running this batch's failed inputs (``failed=False``: all) again.
+
+        Each input keeps its original index (``KINETIC_INDEX``); the new
+        batch's manifest maps it back to this one. See `kinetic.batch_rerun`.
+        """
+        from kinetic.batch_rerun import rerun_batch  # it builds on this module
+
+        return rerun_batch(
+            self.group_id,
+            failed=failed,
+            name=name,
+            namespace=self.namespace,
+            context=self.context,
+        )
+
     def cleanup(self, *, k8s: bool = True, gcs: bool = True) -> None:
         """Delete the batch and its Pods, and with gcs=True every artifact, log and the manifest.
 

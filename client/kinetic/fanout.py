@@ -58,6 +58,8 @@ from typing import Any
 
 from kinetic import batchjobs, layout
 from kinetic.data import volume_problems
+from kinetic.ranges import IndexSet
+from kinetic.rerun import from_batch_problems, index_map, original_index
 from kinetic.resources import (
     SHA256_PATTERN,
     BatchInputs,
@@ -75,6 +77,7 @@ __all__ = [
     "grid_point",
     "input_at",
     "input_count",
+    "job_template",
     "iter_inputs",
     "param_env_name",
     "parse_sha256_list",
@@ -94,12 +97,22 @@ _SHA256 = re.compile(SHA256_PATTERN)
 
 
 def input_count(inputs: BatchInputs) -> int:
-    """How many inputs a batch has.
+    """How many inputs a batch has: ``inputs.indexes`` when set, else all of them.
 
     A grid with an empty list has no points; a grid with no keys has exactly
     one (the empty point), as ``itertools.product()`` does — but
-    `validate_batch_spec` rejects it, since it is surely a mistake.
+    `validate_batch_spec` rejects it, since it is surely a mistake. A
+    ``fromBatch`` the operator has not resolved yet has no inputs known (0).
     """
+    if inputs.indexes is not None:
+        return len(index_map(inputs.indexes))
+    return base_count(inputs)
+
+
+def base_count(inputs: BatchInputs) -> int:
+    """How many inputs count, items or grid name, before ``inputs.indexes`` picks some."""
+    if inputs.from_batch is not None and not _has_kind(inputs):
+        return 0
     if inputs.count is not None:
         return inputs.count
     if inputs.items is not None:
@@ -110,6 +123,20 @@ def input_count(inputs: BatchInputs) -> int:
             total *= len(values)
         return total
     raise ValueError("spec.inputs needs one of count, items or grid")
+
+
+def _has_kind(inputs: BatchInputs) -> bool:
+    return any(getattr(inputs, k) is not None for k in ("count", "items", "grid"))
+
+
+def job_template(spec: KineticBatchSpec) -> KineticJobSpec:
+    """The template every input runs with; only an unresolved ``fromBatch`` leaves it out."""
+    if spec.template is None:
+        raise ValueError(
+            "spec.template is required (only a batch with spec.inputs.fromBatch may leave it "
+            "out, to run the source batch's)"
+        )
+    return spec.template
 
 
 def grid_point(grid: Mapping[str, list[Any]], index: int) -> dict[str, Any]:
@@ -139,7 +166,7 @@ def input_at(inputs: BatchInputs, index: int) -> Any:
     ``count`` inputs live in storage, so there is nothing inline to return:
     that is a `ValueError`, as is an index outside the batch.
     """
-    total = input_count(inputs)
+    total = base_count(inputs)
     if not 0 <= index < total:
         raise IndexError(f"input index {index} is out of range: the batch has {total} inputs")
     if inputs.items is not None:
@@ -150,8 +177,8 @@ def input_at(inputs: BatchInputs, index: int) -> Any:
 
 
 def iter_inputs(inputs: BatchInputs) -> Iterator[Any]:
-    """Every inline input in index order (items or grid points)."""
-    for i in range(input_count(inputs)):
+    """Every inline input in index order (items or grid points), before ``inputs.indexes``."""
+    for i in range(base_count(inputs)):
         yield input_at(inputs, i)
 
 
@@ -197,11 +224,12 @@ def child_spec(
     total = input_count(spec.inputs)
     if not 0 <= index < total:
         raise IndexError(f"input index {index} is out of range: the batch has {total} inputs")
-    template = spec.template
+    template = job_template(spec)
+    original = original_index(spec.inputs.indexes, index)  # what the input is and says it is
     update: dict[str, Any] = {
         "retries": spec.retries,
         "cancel": False,
-        "output_dir": home.input_output_dir(template.output_dir, index),
+        "output_dir": home.input_output_dir(template.output_dir, original),
     }
 
     if template.function is not None:
@@ -212,10 +240,10 @@ def child_spec(
         if spec.inputs.count is not None:
             if not spec.inputs.uri_prefix:
                 raise ValueError("spec.inputs.uriPrefix is required with spec.inputs.count")
-            fn_update["input_uri"] = layout.batch_input_uri(spec.inputs.uri_prefix, index)
+            fn_update["input_uri"] = layout.batch_input_uri(spec.inputs.uri_prefix, original)
             fn_update["input_sha256"] = input_sha256
         else:
-            fn_update["input_json"] = input_at(spec.inputs, index)
+            fn_update["input_json"] = input_at(spec.inputs, original)
         update["function"] = template.function.model_copy(update=fn_update)
     elif template.container is not None:
         if spec.inputs.count is not None:
@@ -223,8 +251,8 @@ def child_spec(
                 "spec.inputs.count (pickled inputs) needs spec.template.function; "
                 "a container template takes spec.inputs.items or spec.inputs.grid"
             )
-        item = input_at(spec.inputs, index)
-        update["env"] = _with_input_env(template.env, index, item)
+        item = input_at(spec.inputs, original)
+        update["env"] = _with_input_env(template.env, original, item)
     else:
         raise ValueError("spec.template needs one of function or container")
     return template.model_copy(update=update, deep=True)
@@ -289,9 +317,9 @@ def foreign_batch_uris(root: str, namespace: str, spec: KineticBatchSpec) -> lis
             if job.volumes:
                 refused += volume_problems(root, namespace, job.volumes, f"spec.jobs[{i}]")
         return refused
-    if spec.template is None or spec.inputs is None:
+    if spec.inputs is None:
         return []
-    fn = spec.template.function
+    fn = spec.template.function if spec.template is not None else None
     named = {
         "spec.inputs.uriPrefix": spec.inputs.uri_prefix,
         "spec.inputs.sha256URI": spec.inputs.sha256_uri,
@@ -306,7 +334,7 @@ def foreign_batch_uris(root: str, namespace: str, spec: KineticBatchSpec) -> lis
         layout.outside_namespace(root, namespace, uri, field) for field, uri in named.items() if uri
     )
     refused = [why for why in found if why is not None]
-    if spec.template.volumes:
+    if spec.template is not None and spec.template.volumes:
         refused += volume_problems(root, namespace, spec.template.volumes, "spec.template")
     return refused
 
@@ -327,6 +355,13 @@ def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
     problems: list[str] = []
     inputs, template = spec.inputs, spec.template
     kinds = [k for k in ("count", "items", "grid") if getattr(inputs, k) is not None]
+    if inputs.from_batch is not None:  # as written: the operator resolves it (kinetic.rerun)
+        return from_batch_problems(spec.wire())
+    if template is None:
+        return [
+            "spec.template is required (only a batch with spec.inputs.fromBatch may leave "
+            "it out, to run the source batch's)"
+        ]
     if len(kinds) != 1:
         problems.append(
             "spec.inputs needs exactly one of count, items or grid"
@@ -368,6 +403,12 @@ def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
                     problems.extend(found)
                     break
 
+    if inputs.indexes is not None:
+        top, whole = IndexSet.parse(inputs.indexes).max(), base_count(inputs)
+        if top is not None and top >= whole:
+            problems.append(
+                f"spec.inputs.indexes names input {top}, but the inputs above have only {whole}"
+            )
     total = input_count(inputs)
     seen: set[int] = set()
     for failure in spec.submission_failures:

@@ -718,6 +718,11 @@ def spec_input_total(spec: dict) -> int:
 
 
 def input_total(inputs: dict) -> int:
+    if "indexes" in inputs:  # a subset of the inputs below (a resolved rerun)
+        return len(IndexSet.parse(inputs["indexes"]))
+    if "fromBatch" in inputs:  # unresolved: known only when it names its inputs as ranges
+        chosen = (inputs["fromBatch"] or {}).get("indexes", "failed")
+        return 0 if chosen in ("failed", "all") else len(IndexSet.parse(chosen))
     if "count" in inputs:
         return inputs["count"]
     if "items" in inputs:

@@ -297,7 +297,10 @@ def check_batch_form(spec: Any) -> str | None:
         )
     if "jobs" in has:
         return None
-    missing = [f"spec.{k}" for k in ("template", "inputs") if k not in has]
+    inputs = spec.get("inputs")
+    from_batch = isinstance(inputs, dict) and inputs.get("fromBatch") is not None
+    needed = ("inputs",) if from_batch else ("template", "inputs")  # fromBatch: the source's
+    missing = [f"spec.{k}" for k in needed if k not in has]
     if missing:
         return (
             f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required: set "

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from kinetic.rerun import original_index
 from kinetic.resources import AttemptRecord
 
 MANIFEST_VERSION = 2
@@ -71,6 +72,14 @@ class SubmissionFailureRecord(_Doc):
     error_type: str | None = None
 
 
+class RerunOf(_Doc):
+    """The batch a rerun took its inputs from (`kinetic.rerun`)."""
+
+    name: str
+    uid: str | None = None
+    selected: str = Field("failed", description="failed, all, or the source's index ranges.")
+
+
 class ManifestHeader(_Doc):
     """A batch's definition and outcome; the complete index ranges."""
 
@@ -102,6 +111,16 @@ class ManifestHeader(_Doc):
     shard_size: int = 1000
     shards: list[int] = Field(default_factory=list, description="Shards written so far.")
     submission_failures: list[SubmissionFailureRecord] = Field(default_factory=list)
+    rerun_of: RerunOf | None = Field(None, description="A rerun: the batch its inputs are from.")
+    original_indexes: str | None = Field(
+        None,
+        description="Input p of this batch is the p-th of these original indexes (ranges, "
+        "ascending): the index it ran as (KINETIC_INDEX) and had in the source batch.",
+    )
+
+    def original_index(self, position: int) -> int:
+        """The original index of input ``position`` (itself when this is no rerun)."""
+        return original_index(self.original_indexes, position)
 
 
 def decode_header(data: bytes) -> ManifestHeader | None:

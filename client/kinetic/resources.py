@@ -306,7 +306,35 @@ INPUTS_ONE_OF: list[JsonValue] = [
     {"required": ["count"]},
     {"required": ["items"]},
     {"required": ["grid"]},
+    {"required": ["fromBatch"]},
 ]
+DNS_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+UID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$"
+RERUN_SELECTOR_PATTERN = r"^(failed|all|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)$"
+
+
+class FromBatch(Wire):
+    """Rerun inputs of an earlier batch of the same namespace (see `kinetic.rerun`)."""
+
+    name: str = Field(
+        pattern=DNS_NAME_PATTERN,
+        max_length=63,
+        description="The source batch's name (group id); it may have been deleted since, "
+        "its manifest in storage is what is read.",
+    )
+    uid: str | None = Field(
+        None,
+        pattern=UID_PATTERN,
+        max_length=64,
+        description="The source batch's UID; defaults to the last batch of that name. "
+        "The operator fills it in when it resolves the source.",
+    )
+    indexes: str = Field(
+        "failed",
+        pattern=RERUN_SELECTOR_PATTERN,
+        max_length=L.MAX_CANCEL_INDEXES_LENGTH,
+        description="failed (its failed inputs), all, or ranges of its indexes ('1,4-6').",
+    )
 
 
 class BatchInputs(Wire):
@@ -354,9 +382,24 @@ class BatchInputs(Wire):
         description="Named lists; one child per combination (cartesian product, "
         "last key in sorted order varies fastest).",
     )
+    from_batch: FromBatch | None = Field(
+        None,
+        alias="fromBatch",
+        description="Take the inputs (and, without spec.template, the template) of an earlier "
+        "batch in this namespace; the operator resolves it once, when it accepts the batch.",
+    )
+    indexes: str | None = Field(
+        None,
+        pattern=RANGES_PATTERN,
+        max_length=L.MAX_CANCEL_INDEXES_LENGTH,
+        description="Run only these of the inputs above (original indexes, as ranges): input "
+        "p of this batch is the p-th of them and keeps it as KINETIC_INDEX.",
+    )
 
 
-BATCH_FORM_ONE_OF: list[JsonValue] = [{"required": ["template", "inputs"]}, {"required": ["jobs"]}]
+# template may be left out with inputs.fromBatch (the source batch's), so the schema asks
+# for inputs or jobs; `limits.check_batch_form` says the rest in a sentence.
+BATCH_FORM_ONE_OF: list[JsonValue] = [{"required": ["inputs"]}, {"required": ["jobs"]}]
 
 
 class KineticBatchSpec(Wire):
@@ -369,7 +412,9 @@ class KineticBatchSpec(Wire):
     model_config = ConfigDict(json_schema_extra={"oneOf": BATCH_FORM_ONE_OF})
 
     template: KineticJobSpec | None = Field(
-        None, description="The job spec every input runs with (with inputs; not with jobs)."
+        None,
+        description="The job spec every input runs with (with inputs; not with jobs); with "
+        "inputs.fromBatch it defaults to the source batch's.",
     )
     inputs: BatchInputs | None = Field(
         None, description="The inputs (with template; not with jobs)."

@@ -15,7 +15,7 @@ from typing import Any
 
 from kinetic import layout
 from kinetic.batchjobs import batch_total
-from kinetic.fanout import child_spec
+from kinetic.fanout import child_spec, job_template
 from kinetic.names import (
     LABEL_ATTEMPT,
     LABEL_BATCH,
@@ -24,6 +24,7 @@ from kinetic.names import (
     input_id,
     input_pod_name,
 )
+from kinetic.rerun import original_index
 from kinetic.resources import BATCH_KIND, KineticBatchSpec
 
 from kinetic_operator.batch_logic import unit_inputs
@@ -58,7 +59,8 @@ def build_unit_pod(
     if len(indexes) == 1:
         child = child_spec(home, spec, unit, input_sha256=_hash(hashes, unit, spec))
         if child.function is not None:  # containers get it with their input, in spec.env
-            env["KINETIC_INDEX"] = str(unit)
+            indexes_ = spec.inputs.indexes if spec.inputs is not None else None
+            env["KINETIC_INDEX"] = str(original_index(indexes_, unit))
         if child.output_dir:
             env["KINETIC_OUTPUT_DIR"] = child.output_dir
         env |= function_env(child)
@@ -66,8 +68,7 @@ def build_unit_pod(
             env["KINETIC_RESULT_URI"] = child.function.result_uri
     else:
         labels[LABEL_CHUNK] = str(len(indexes))
-        assert spec.template is not None  # validate_batch_spec: chunks are template batches only
-        child = spec.template
+        child = job_template(spec)  # validate_batch_spec: chunks are template batches only
         fn = child.function
         assert fn is not None  # validate_batch_spec: chunks are function templates only
         env["KINETIC_PAYLOAD_URI"] = fn.payload_uri
@@ -111,9 +112,10 @@ def _chunk_entry(
 def _hash(hashes: Sequence[str | None] | None, index: int, spec: KineticBatchSpec) -> str | None:
     if spec.inputs is None or spec.inputs.count is None or hashes is None:
         return None
-    digest = hashes[index]
+    original = original_index(spec.inputs.indexes, index)  # the list is the source's
+    digest = hashes[original]
     if digest is None:
-        raise UnitRefused(f"input {index} has no entry in the input hash list")
+        raise UnitRefused(f"input {original} has no entry in the input hash list")
     return digest
 
 

@@ -33,6 +33,7 @@ from kinetic.manifest import (
     InputRecord,
     ManifestHeader,
     ManifestShard,
+    RerunOf,
     SubmissionFailureRecord,
     decode_header,
     decode_shard,
@@ -78,6 +79,7 @@ def build_header(
         )
     else:
         kind = "container" if containers else "function"
+    source = spec.inputs.from_batch if spec.inputs is not None else None
     return ManifestHeader(
         group_id=home.name,
         namespace=home.namespace,
@@ -109,6 +111,10 @@ def build_header(
             SubmissionFailureRecord(index=f.index, message=f.message, error_type=f.error_type)
             for f in sorted(spec.submission_failures, key=lambda f: f.index)
         ],
+        rerun_of=None
+        if source is None
+        else RerunOf(name=source.name, uid=source.uid, selected=source.indexes),
+        original_indexes=spec.inputs.indexes if spec.inputs is not None else None,
     )
 
 

@@ -71,7 +71,9 @@ def test_changing_the_template_and_more_names_every_field():
 
 def test_updates_it_cannot_judge_are_allowed():
     check_spec_update(body({"template": "not a template"}), body(spec()))  # old unparsable
-    check_spec_update(body(spec()), body({"inputs": {}}))  # new unparsable: the operator fails it
+    check_spec_update(
+        body(spec()), body({"template": "not a template", "inputs": {}})
+    )  # new unparsable: the operator fails it
     check_spec_update(None, body(spec()))
 
 

@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.table import Table
 
 from kinetic import kube
+from kinetic.batch_rerun import rerun_batch, rerun_origin
 from kinetic.batches import BatchHandle, attach_batch, list_batches
 from kinetic.cli import submit
 from kinetic.cli.jobs import CONTEXT, NAMESPACE
@@ -70,13 +71,20 @@ def status(
     """Show a batch's counts, index ranges and conditions (and with --inputs, each input)."""
     h = _handle(group_id, namespace, context)
     st = h.status()
-    rows = (
-        [{"input": f"{h.group_id}-{i}", "index": i, "phase": s.value} for i, s in h.statuses()]
+    origin = rerun_origin(h)  # a rerun: each input also shows the index it ran as
+    rows: list[dict[str, Any]] | None = (
+        [
+            {"input": f"{h.group_id}-{i}", "index": i, "phase": s.value}
+            | ({} if origin is None else {"original index": origin.original(i)})
+            for i, s in h.statuses()
+        ]
         if inputs
         else None
     )
     if output is not Format.table:
-        extra = {} if rows is None else {"inputs": rows}
+        extra: dict[str, Any] = {} if rows is None else {"inputs": rows}
+        if origin is not None:
+            extra["rerunOf"] = origin.describe()
         emit({"groupId": h.group_id, "name": h.name, "tags": h.tags, **st, **extra}, output)
         return
     emit(
@@ -92,7 +100,8 @@ def status(
             "cancelled": st.get("cancelledIndexes") or "-",
             "manifest": st.get("manifestURI"),
             "message": st.get("message"),
-        },
+        }
+        | ({} if origin is None else {"rerun of": origin.summary()}),
         output,
     )
     if rows is not None:
@@ -239,6 +248,29 @@ def cleanup(
     """Delete a batch, its Pods and (by default) all its stored artifacts and logs."""
     _handle(group_id, namespace, context).cleanup(k8s=k8s, gcs=gcs)
     console.print(f"{group_id}: cleaned up")
+
+
+@app.command()
+def rerun(
+    group_id: str,
+    failed: bool = typer.Option(False, "--failed", help="Rerun the inputs that failed."),
+    all_: bool = typer.Option(False, "--all", help="Rerun every input."),
+    name: str | None = typer.Option(None, "--name", help="Group id of the new batch."),
+    namespace: str | None = NAMESPACE,
+    context: str | None = CONTEXT,
+) -> None:
+    """Run the failed (or all) inputs of a batch again as a new batch; prints its group id.
+
+    Each input keeps its original index (KINETIC_INDEX) and runs with the
+    original definition, also when the old batch was deleted.
+    """
+    if failed == all_:
+        raise fail("Choose what to rerun: --failed or --all (exactly one).")
+    try:
+        h = rerun_batch(group_id, failed=failed, name=name, namespace=namespace, context=context)
+    except (LookupError, ValueError, kube.ClusterUnreachable) as e:
+        raise fail(str(e)) from None
+    typer.echo(h.group_id)
 
 
 submit.register(app)

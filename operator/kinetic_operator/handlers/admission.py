@@ -25,6 +25,7 @@ from typing import Any
 
 import kopf
 from kinetic import limits
+from kinetic.rerun import from_batch_problems
 from kinetic.resources import GROUP, VERSION, KineticBatchSpec
 from pydantic import ValidationError
 
@@ -48,7 +49,7 @@ def batch_problems(
         (new or {}).get("spec"),
         storage_root=settings.storage_root,
         max_inputs=settings.max_inputs,
-    )
+    ) + from_batch_problems((new or {}).get("spec"))
     if problems or old is None:
         return problems
     change = immutable_change_of(old, new)

@@ -48,6 +48,7 @@ from kinetic.resources import (
     BATCH_PLURAL,
     GROUP,
     VERSION,
+    FromBatch,
     KineticBatchSpec,
     KineticBatchStatus,
     Phase,
@@ -84,6 +85,7 @@ from kinetic_operator.manifest import (
 from kinetic_operator.observed import PodView, batch_key, summarize_pod
 from kinetic_operator.policy import Policy, first_acceptance_violations
 from kinetic_operator.reaper import due_pods
+from kinetic_operator.rerun_source import SourceProblem, load_source, rerun_spec
 from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings, get_settings
 from kinetic_operator.state import Fresh, operator_state
@@ -110,6 +112,7 @@ class BatchMemory:
     body: Fresh = field(default_factory=Fresh)
     failing: Failing = field(default_factory=Failing)  # the error last reported, if any
     accepted: KineticBatchSpec | None = None
+    rerun: KineticBatchSpec | None = None  # a fromBatch spec as resolved (rerun_source)
     hashes: list[str | None] | None = None
     creating: dict[int, int] = field(default_factory=dict)  # unit -> attempt, not seen yet
     gone: dict[int, dict[int, PodView]] = field(default_factory=dict)  # tombstones
@@ -308,6 +311,8 @@ def _reconcile_once(
         )
     refused: str | None = None
     home = layout.batch_home(settings.storage_root or "", namespace, name, meta.get("uid", ""))
+    if spec is not None and not problems and _from_batch(spec) is not None:
+        spec, problems = _resolve_rerun(mem, home, spec)
     if spec is not None and not problems and not Phase(old.phase).terminal:
         spec, refused = _accept(mem, home, spec)
         problems = _load_hashes(mem, spec)
@@ -709,6 +714,57 @@ def _accept(
     if change is None:
         return spec, None
     return merge_mutable(mem.accepted, spec), change
+
+
+def _resolve_rerun(
+    mem: BatchMemory, home: layout.Home, spec: KineticBatchSpec
+) -> tuple[KineticBatchSpec | None, list[str]]:
+    """A ``fromBatch`` spec as it runs, resolved from its source once.
+
+    Later reconciles (and a restarted operator, through the accepted spec
+    stored for this UID) reuse the first resolution, so the rerun keeps the
+    inputs it started with whatever happens to the source afterwards.
+    """
+    base = mem.rerun or _stored_rerun(home)
+    try:
+        if base is not None:
+            resolved = spec.model_copy(
+                update={
+                    "template": base.template,
+                    "inputs": base.inputs,
+                    "input_mode": base.input_mode,
+                }
+            )
+        else:
+            wanted = _from_batch(spec)
+            assert wanted is not None
+            resolved = rerun_spec(spec, load_source(home.root, home.namespace, wanted))
+    except SourceProblem as exc:
+        return None, [str(exc)]
+    mem.rerun = resolved
+    assert resolved.inputs is not None  # a rerun's are the source's, resolved
+    plain = resolved.model_copy(
+        update={"inputs": resolved.inputs.model_copy(update={"from_batch": None})}
+    )
+    foreign = foreign_batch_uris(home.root, home.namespace, resolved)
+    return resolved, foreign or validate_batch_spec(plain)
+
+
+def _from_batch(spec: KineticBatchSpec) -> FromBatch | None:
+    """The batch this one reruns, if any (a spec.jobs batch has no inputs)."""
+    return spec.inputs.from_batch if spec.inputs is not None else None
+
+
+def _stored_rerun(home: layout.Home) -> KineticBatchSpec | None:
+    """The resolved spec this batch's accepted-spec record holds, if it was stored."""
+    doc = _read_json(home.accepted_spec_uri)
+    if not doc or doc.get("uid") != home.uid:
+        return None
+    try:
+        stored = KineticBatchSpec.model_validate(doc.get("spec") or {})
+    except ValidationError:
+        return None
+    return stored if stored.inputs is not None and stored.inputs.indexes is not None else None
 
 
 def _load_hashes(mem: BatchMemory, spec: KineticBatchSpec) -> list[str]:

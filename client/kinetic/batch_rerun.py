@@ -1,0 +1,204 @@
+"""`kinetic batches rerun` and `BatchHandle.rerun`: a new batch over inputs of an earlier one.
+
+The client only decides *which* inputs (the source's failed ones, or all)
+and writes them into a new KineticBatch as ``spec.inputs.fromBatch`` with
+explicit index ranges and the source's UID; the operator resolves the
+inputs and the template from the source's records in storage (see
+`kinetic_operator.rerun_source`), exactly as for a batch written by hand.
+So a rerun works whether or not the source batch object still exists, and
+each input keeps its original index.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client import ApiException
+
+from kinetic import kube, layout, names, storage
+from kinetic import resources as r
+from kinetic.batches import BatchHandle, new_group_id
+from kinetic.config import resolve
+from kinetic.inputs import read_manifest
+from kinetic.jobs import last_uid
+from kinetic.ranges import IndexSet
+from kinetic.rerun import SELECT_ALL, SELECT_FAILED, SelectionError, original_index, select
+
+# Settings a rerun takes over from its source (the inputs and template come via fromBatch).
+_CARRIED = (
+    "template",
+    "inputMode",
+    "maxConcurrent",
+    "chunkSize",
+    "retries",
+    "failFast",
+    "cancelRunningOnFail",
+    "tags",
+)
+
+
+@dataclass(frozen=True)
+class SourceView:
+    """What the client knows about the batch to rerun."""
+
+    group_id: str
+    uid: str
+    spec: dict[str, Any]  # the spec the operator accepted (else, the object's)
+    phase: str
+    total: int
+    failed: str
+
+
+def source_view(group_id: str, namespace: str, root: str, context: str | None) -> SourceView:
+    """The source batch from its object, or from storage when it was deleted."""
+    obj = kube.get(r.BATCH_PLURAL, namespace, group_id, context)
+    uid = (obj or {}).get("metadata", {}).get("uid") or last_uid(
+        root, namespace, "batches", group_id
+    )
+    if uid is None:
+        raise LookupError(
+            f"No KineticBatch {group_id!r} in namespace {namespace!r} and no record of one "
+            "in storage: check the group id and namespace (`kinetic batches list`)."
+        )
+    home = layout.batch_home(root, namespace, group_id, uid)
+    header = read_manifest(home)
+    spec = _accepted_spec(home)
+    phase, total, failed = "PENDING", 0, ""
+    if obj is not None:
+        st = obj.get("status") or {}
+        phase, total, failed = st.get("phase", "PENDING"), st.get("total", 0), ""
+        failed = st.get("failedIndexes", "")
+        spec = spec or obj.get("spec") or {}
+    if spec is None:
+        raise LookupError(
+            f"Batch {group_id} was deleted and its accepted spec is not in storage "
+            f"({home.accepted_spec_uri}): it was cleaned up, so it cannot be rerun."
+        )
+    if header is not None:  # complete ranges (the status may cut them)
+        phase, total, failed = header.phase, header.total, header.failed_indexes
+    return SourceView(group_id, uid, spec, phase, total, failed)
+
+
+def _accepted_spec(home: layout.Home) -> dict[str, Any] | None:
+    """The spec the operator accepted for this UID (the definition the batch ran with)."""
+    try:
+        doc = json.loads(storage.read_bytes(home.accepted_spec_uri))
+    except (storage.NotFound, ValueError):
+        return None
+    ok = isinstance(doc, dict) and doc.get("uid") == home.uid and isinstance(doc.get("spec"), dict)
+    return doc["spec"] if ok else None
+
+
+def rerun_body(
+    source: SourceView, *, failed: bool, namespace: str, new_name: str
+) -> tuple[dict[str, Any], IndexSet]:
+    """The new KineticBatch (and the source indexes it runs). Raises ValueError to refuse."""
+    if failed and not r.Phase(source.phase).terminal:
+        raise ValueError(
+            f"Batch {source.group_id} is still {source.phase}: rerun its failed inputs once it "
+            f"has finished (`kinetic batches watch {source.group_id}`), or use --all."
+        )
+    failures = [f.get("index") for f in source.spec.get("submissionFailures") or []]
+    try:
+        chosen = select(
+            SELECT_FAILED if failed else SELECT_ALL,
+            total=source.total,
+            failed=source.failed,
+            submission_failures=[i for i in failures if isinstance(i, int)],
+        )
+    except SelectionError as exc:
+        raise ValueError(f"Nothing to rerun in batch {source.group_id}: {exc}.") from None
+    spec: dict[str, Any] = {k: source.spec[k] for k in _CARRIED if k in source.spec}
+    if source.spec.get("name"):
+        spec["name"] = source.spec["name"]
+    spec["inputs"] = {
+        "fromBatch": {"name": source.group_id, "uid": source.uid, "indexes": str(chosen)}
+    }
+    body = {
+        "apiVersion": r.API_VERSION,
+        "kind": r.BATCH_KIND,
+        "metadata": {
+            "name": new_name,
+            "namespace": namespace,
+            "labels": {names.LABEL_MANAGED_BY: names.MANAGED_BY},
+            "annotations": {"kinetic.dev/rerun-of": source.group_id},
+        },
+        "spec": spec,
+    }
+    return body, chosen
+
+
+def rerun_batch(
+    group_id: str,
+    *,
+    failed: bool = True,
+    name: str | None = None,
+    namespace: str | None = None,
+    context: str | None = None,
+) -> BatchHandle:
+    """Create a batch that runs the failed (or all) inputs of batch ``group_id`` again.
+
+    Each input runs with the source's template and keeps its original index
+    (``KINETIC_INDEX``); the new batch's manifest maps it back to the source.
+    Works after the source batch was deleted, as long as its records remain
+    in storage. Raises LookupError (no such batch) or ValueError (nothing to
+    rerun, or the source has not finished and ``failed`` is set).
+    """
+    cfg = resolve(namespace=namespace, context=context)
+    source = source_view(group_id, cfg.namespace, cfg.storage_root, cfg.context)
+    body, _ = rerun_body(
+        source, failed=failed, namespace=cfg.namespace, new_name=name or new_group_id()
+    )
+    try:
+        created = kube.create(r.BATCH_PLURAL, cfg.namespace, body, cfg.context)
+    except ApiException as exc:
+        if exc.status == 409:
+            raise ValueError(
+                f"A batch named {body['metadata']['name']} already exists in namespace "
+                f"{cfg.namespace}: choose another --name (or leave it out for a fresh one)."
+            ) from None
+        raise ValueError(f"The API server refused the rerun batch: {kube_reason(exc)}") from None
+    return BatchHandle.from_resource(created, cfg.storage_root, cfg.context)
+
+
+def kube_reason(exc: ApiException) -> str:
+    """The API server's own message (a webhook's or the schema's), else the HTTP reason."""
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        return str(exc.reason)
+
+
+@dataclass(frozen=True)
+class RerunOrigin:
+    """Where a rerun batch's inputs come from, as its manifest records it."""
+
+    source: str
+    uid: str | None
+    selected: str
+    indexes: str  # input p is the p-th original index of these ranges
+
+    def original(self, position: int) -> int:
+        return original_index(self.indexes, position)
+
+    def summary(self) -> str:
+        return f"{self.source} ({self.selected}); original indexes {self.indexes}"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.source,
+            "uid": self.uid,
+            "selected": self.selected,
+            "originalIndexes": self.indexes,
+        }
+
+
+def rerun_origin(handle: BatchHandle) -> RerunOrigin | None:
+    """The batch's source and index map when it is a rerun (from its manifest), else None."""
+    header = handle._manifest()
+    if header is None or header.rerun_of is None or header.original_indexes is None:
+        return None
+    of = header.rerun_of
+    return RerunOrigin(of.name, of.uid, of.selected, header.original_indexes)
