@@ -219,8 +219,8 @@ def child_spec(
     """
     if spec.jobs is not None:
         return batchjobs.job_at(home, spec, index)
-    if spec.template is None or spec.inputs is None:
-        raise ValueError("spec.template and spec.inputs are required without spec.jobs")
+    if spec.inputs is None:
+        raise ValueError("spec.inputs (with spec.template) is required without spec.jobs")
     total = input_count(spec.inputs)
     if not 0 <= index < total:
         raise IndexError(f"input index {index} is out of range: the batch has {total} inputs")
@@ -350,8 +350,8 @@ def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
     """
     if spec.jobs is not None:
         return batchjobs.validate_jobs(spec)
-    if spec.template is None or spec.inputs is None:
-        return ["spec.template and spec.inputs are required without spec.jobs"]
+    if spec.inputs is None:
+        return ["spec.inputs (with spec.template) is required without spec.jobs"]
     problems: list[str] = []
     inputs, template = spec.inputs, spec.template
     kinds = [k for k in ("count", "items", "grid") if getattr(inputs, k) is not None]
