@@ -25,6 +25,8 @@ import posixpath
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from kinetic.ranges import IndexSet, RangeError
+
 # --------------------------------------------------------------------------- schema bounds
 # (the CRD enforces these; pydantic enforces them again in the operator and the client)
 
@@ -216,7 +218,22 @@ def spec_total(spec: dict[str, Any], cap: int) -> int:
 
 
 def input_total(inputs: dict[str, Any], cap: int) -> int:
-    """The batch's input count, capped at ``cap + 1`` (raw spec; unknown shapes count 0)."""
+    """The batch's input count, capped at ``cap + 1`` (raw spec; unknown shapes count 0).
+
+    A rerun counts what it runs: its resolved ``indexes``, or the ranges its
+    ``fromBatch`` names (``failed``/``all`` are known only once resolved: 0).
+    """
+    chosen = inputs.get("indexes")
+    from_batch = inputs.get("fromBatch")
+    if chosen is None and isinstance(from_batch, dict):
+        chosen = from_batch.get("indexes", "failed")
+        if chosen in ("failed", "all"):
+            return 0
+    if isinstance(chosen, str):
+        try:
+            return min(len(IndexSet.parse(chosen)), cap + 1)
+        except RangeError:
+            return 0  # malformed ranges are refused by their own check
     if isinstance(inputs.get("count"), int):
         return int(inputs["count"])
     if isinstance(inputs.get("items"), list):

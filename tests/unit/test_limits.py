@@ -199,3 +199,21 @@ def test_inputs_bounds() -> None:
         BatchInputs.model_validate({"count": L.MAX_INPUTS_CEILING + 1})
     with pytest.raises(ValidationError, match="grid"):
         BatchInputs.model_validate({"grid": {f"k{i}": [1] for i in range(L.MAX_GRID_KEYS + 1)}})
+
+
+@pytest.mark.parametrize(
+    ("inputs", "total"),
+    [
+        ({"items": [1, 2, 3]}, 3),
+        ({"count": 7, "uriPrefix": "x"}, 7),
+        ({"grid": {"a": [1, 2], "b": [1, 2, 3]}}, 6),
+        # A rerun counts what it runs: its resolved indexes, or the ranges it names.
+        ({"items": list(range(100)), "indexes": "3,5-9"}, 6),
+        ({"fromBatch": {"name": "grp-a", "indexes": "0-9"}}, 10),
+        ({"fromBatch": {"name": "grp-a", "indexes": "failed"}}, 0),  # known once resolved
+        ({"fromBatch": {"name": "grp-a", "indexes": "0-99999999999"}}, 1_000_001),  # capped
+        ({"fromBatch": {"name": "grp-a", "indexes": "9-1"}}, 0),  # malformed: its own check
+    ],
+)
+def test_input_total_counts_what_a_batch_runs(inputs: dict, total: int) -> None:
+    assert L.input_total(inputs, 1_000_000) == total

@@ -305,14 +305,19 @@ def _reconcile_once(
     generation = meta.get("generation")
 
     spec, problems = _load_spec(body, settings, namespace)
-    if spec is not None and not problems and policy is not None:
-        problems = first_acceptance_violations(
-            "KineticBatch", body, policy, settings.accelerator_catalog, settings.default_image
-        )
     refused: str | None = None
     home = layout.batch_home(settings.storage_root or "", namespace, name, meta.get("uid", ""))
     if spec is not None and not problems and _from_batch(spec) is not None:
         spec, problems = _resolve_rerun(mem, home, spec)
+    if spec is not None and not problems and policy is not None:
+        # Judged as it will run: a rerun's size and template are known only once resolved.
+        problems = first_acceptance_violations(
+            "KineticBatch",
+            {**body, "spec": spec.wire()},
+            policy,
+            settings.accelerator_catalog,
+            settings.default_image,
+        )
     if spec is not None and not problems and not Phase(old.phase).terminal:
         spec, refused = _accept(mem, home, spec)
         problems = _load_hashes(mem, spec)
