@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from kube_helpers import Kube, wait_for
-from test_policy import EFFECT_SECONDS, policy, refused  # noqa: F401 — the policy fixture
-from test_policy import batch as batch_json
+from test_policy_live import EFFECT_SECONDS, policy, refused  # noqa: F401 — the policy fixture
+from test_policy_live import batch as batch_json
 
 pytestmark = pytest.mark.integration
 

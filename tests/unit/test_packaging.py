@@ -165,3 +165,14 @@ def test_kinetic_local_is_there_when_the_dev_cluster_is_installed():
     )
     assert done.returncode == 0, done.stderr
     assert "Start (or repair) the local cluster" in done.stdout
+
+
+def test_test_modules_have_unique_names() -> None:
+    """pytest imports test files by basename (no packages): a name used in both unit and
+    integration makes `make test` stop at collection."""
+    from collections import Counter
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parents[1]
+    names = Counter(p.name for p in tests.glob("*/test_*.py"))
+    assert [n for n, c in names.items() if c > 1] == []
