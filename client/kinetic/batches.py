@@ -723,6 +723,19 @@ def submit_map(
         tags=dict(tags or {}),
         submission_failures=[submission_failure(i, e) for i, e in sorted(failures.items())],
     )
+    created = create_batch(cfg, group_id, spec)
+    handle = BatchHandle.from_resource(created, root, cfg.context)
+    # This process still has the exceptions themselves: their type, message and traceback.
+    handle._submission_failures = {i: mark_unsubmitted(e, i) for i, e in failures.items()}
+    return handle
+
+
+def create_batch(cfg: ClientConfig, group_id: str, spec: r.KineticBatchSpec) -> dict[str, Any]:
+    """Check the spec as it will be sent (the operator's own bounds), then create the batch.
+
+    ``maxConcurrent`` is always sent, null included: null means unlimited,
+    while leaving it out would mean the CRD's default.
+    """
     body = {
         "apiVersion": r.API_VERSION,
         "kind": r.BATCH_KIND,
@@ -731,14 +744,14 @@ def submit_map(
             "namespace": cfg.namespace,
             "labels": {names.LABEL_MANAGED_BY: names.MANAGED_BY},
         },
-        "spec": _spec_body(spec) | {"maxConcurrent": max_concurrent},
+        "spec": _spec_body(spec) | {"maxConcurrent": spec.max_concurrent},
     }
-    _refuse(limits.check_batch_spec(body["spec"], storage_root=root, max_inputs=cfg.max_inputs))
-    created = kube.create(r.BATCH_PLURAL, cfg.namespace, body, cfg.context)
-    handle = BatchHandle.from_resource(created, root, cfg.context)
-    # This process still has the exceptions themselves: their type, message and traceback.
-    handle._submission_failures = {i: mark_unsubmitted(e, i) for i, e in failures.items()}
-    return handle
+    _refuse(
+        limits.check_batch_spec(
+            body["spec"], storage_root=cfg.storage_root, max_inputs=cfg.max_inputs
+        )
+    )
+    return kube.create(r.BATCH_PLURAL, cfg.namespace, body, cfg.context)
 
 
 def _refuse(problems: list[str]) -> None:

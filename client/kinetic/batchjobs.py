@@ -147,16 +147,22 @@ def validate_jobs(spec: KineticBatchSpec) -> list[str]:
 
 
 def _collect_submission_failures(spec: KineticBatchSpec, total: int, problems: list[str]) -> None:
+    entries = f"spec.jobs has only {total} entr{'y' if total == 1 else 'ies'}"
+    problems += submission_failure_problems(spec, total, entries)
+
+
+def submission_failure_problems(spec: KineticBatchSpec, total: int, size: str) -> list[str]:
+    """Each submission failure must name an input that exists, once; ``size`` says how many
+    there are ("the batch has only 3 inputs"), for the message."""
+    problems: list[str] = []
     seen: set[int] = set()
     for failure in spec.submission_failures:
         if failure.index >= total:
-            problems.append(
-                f"spec.submissionFailures has index {failure.index}, but spec.jobs has "
-                f"only {total} entr{'y' if total == 1 else 'ies'}"
-            )
+            problems.append(f"spec.submissionFailures has index {failure.index}, but {size}")
         elif failure.index in seen:
             problems.append(f"spec.submissionFailures lists index {failure.index} twice")
         seen.add(failure.index)
+    return problems
 
 
 def foreign_job_uris(root: str, namespace: str, spec: KineticBatchSpec) -> list[str]:

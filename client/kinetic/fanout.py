@@ -410,16 +410,9 @@ def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
                 f"spec.inputs.indexes names input {top}, but the inputs above have only {whole}"
             )
     total = input_count(inputs)
-    seen: set[int] = set()
-    for failure in spec.submission_failures:
-        if failure.index >= total:
-            problems.append(
-                f"spec.submissionFailures has index {failure.index}, but the batch has "
-                f"only {total} input{'' if total == 1 else 's'}"
-            )
-        elif failure.index in seen:
-            problems.append(f"spec.submissionFailures lists index {failure.index} twice")
-        seen.add(failure.index)
+    problems += batchjobs.submission_failure_problems(
+        spec, total, f"the batch has only {total} input{'' if total == 1 else 's'}"
+    )
 
     if template.retries not in (0, spec.retries):
         problems.append(

@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kinetic import kube, layout, limits, names, payload, storage
+from kinetic import layout, limits, payload, storage
 from kinetic import resources as r
 from kinetic.config import ClientConfig, resolve
 
@@ -131,7 +131,7 @@ def batch(
     container its own ``retries`` (default 0). ``namespace`` / ``context``
     default to the first function call's, then to the client's configuration.
     """
-    from kinetic.batches import BatchHandle, _refuse, _spec_body, new_group_id
+    from kinetic.batches import BatchHandle, _refuse, create_batch, new_group_id
 
     entries = list(calls)
     if not entries:
@@ -164,22 +164,7 @@ def batch(
         tags=dict(tags or {}),
         submission_failures=[r.SubmissionFailure(index=i, message=m) for i, m in failures.items()],
     )
-    body = {
-        "apiVersion": r.API_VERSION,
-        "kind": r.BATCH_KIND,
-        "metadata": {
-            "name": group_id,
-            "namespace": cfg.namespace,
-            "labels": {names.LABEL_MANAGED_BY: names.MANAGED_BY},
-        },
-        "spec": _spec_body(spec) | {"maxConcurrent": max_concurrent},
-    }
-    _refuse(
-        limits.check_batch_spec(
-            body["spec"], storage_root=cfg.storage_root, max_inputs=cfg.max_inputs
-        )
-    )
-    created = kube.create(r.BATCH_PLURAL, cfg.namespace, body, cfg.context)
+    created = create_batch(cfg, group_id, spec)
     return BatchHandle.from_resource(created, cfg.storage_root, cfg.context)
 
 

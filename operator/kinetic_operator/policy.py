@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import yaml
 from kinetic.catalog import Catalog, UnknownAccelerator, resolve
-from kinetic.limits import input_total
+from kinetic.limits import spec_total
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 POLICY_CONFIG_MAP = "kinetic-policy"
@@ -157,15 +157,6 @@ def job_specs(kind: Kind, spec: dict[str, Any]) -> Iterator[tuple[str, dict[str,
                 yield f"spec.jobs[{i}]", job
 
 
-def batch_size(spec: dict[str, Any], cap: int) -> int:
-    """How many jobs a batch runs (capped at ``cap + 1``): its inputs, or its ``jobs``."""
-    jobs = spec.get("jobs")
-    if isinstance(jobs, list):
-        return len(jobs)
-    inputs = spec.get("inputs")
-    return input_total(inputs, cap) if isinstance(inputs, dict) else 0
-
-
 def accelerator_count(catalog: Catalog, accelerator: Any) -> int:
     """GPUs or TPU chips one Pod of ``accelerator`` requests (0 for cpu or an unknown name:
     the catalog check refuses that one with its own message)."""
@@ -209,7 +200,7 @@ def policy_violations(
             f"{', '.join(policy.allowed_namespaces)} {at}"
         )
     if kind == "KineticBatch" and policy.max_batch_size is not None:
-        size = batch_size(spec, policy.max_batch_size)
+        size = spec_total(spec, policy.max_batch_size)
         if size > policy.max_batch_size:
             problems.append(
                 f"batch size {size:,} exceeds maxBatchSize {policy.max_batch_size:,} {at}: "
