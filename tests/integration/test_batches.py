@@ -155,7 +155,8 @@ def test_fail_fast_rows(ns: str, fail_fast: bool, cancel_running: bool) -> None:
     counts = status["counts"]
     assert err.group_id == batch.group_id
     assert [job.group_index for job in err.failures] == [0]
-    assert str(err) == f"Batch {batch.group_id}: 1 of 5 jobs failed"
+    cancelled = f", {counts['cancelled']} cancelled" if counts["cancelled"] else ""
+    assert str(err) == f"Batch {batch.group_id}: 1 of 5 jobs failed{cancelled}"
     assert status["phase"] == "FAILED"
     if not fail_fast:  # everything continues
         assert err.partial_results == [None, 1, 2, 3, 4]
