@@ -49,6 +49,8 @@ class _Shutdown(Exception):
 # (as opposed to None: the object is gone, or the request was refused for good).
 _GAVE_UP = object()
 # How often statuses the API server could not take are sent again (seconds).
+# How long a Secret or ConfigMap the Node authorizer refuses (403) is retried for a volume.
+NODE_AUTHZ_WAIT_SECONDS = 30.0
 RESEND_INTERVAL = 2.0
 
 
@@ -732,21 +734,36 @@ class Agent:
         )
 
     def fetch_data(self, kind: str, ns: str, name: str) -> dict[str, bytes] | None:
-        """A ConfigMap's or Secret's data as bytes, for volumes; None if it does not exist."""
+        """A ConfigMap's or Secret's data as bytes, for volumes; None if it does not exist.
+
+        The API server's Node authorizer lets a node read a Secret only once its
+        graph links the object to a Pod bound to that node, which can lag the
+        binding the node just saw: a 403 then means "not yet", and is retried
+        for a while, as a kubelet keeps retrying a mount.
+        """
+        delay, waited = 0.1, 0.0
+        while True:
+            try:
+                return self._read_data(kind, ns, name)
+            except ApiException as e:
+                if e.status == 404:
+                    return None
+                if e.status != 403 or waited >= NODE_AUTHZ_WAIT_SECONDS:
+                    raise
+            time.sleep(delay)
+            waited += delay
+            delay = min(delay * 2, 2.0)
+
+    def _read_data(self, kind: str, ns: str, name: str) -> dict[str, bytes]:
         import base64
 
-        try:
-            if kind == "configMap":
-                cm = self.core.read_namespaced_config_map(name, ns)
-                data = {k: v.encode() for k, v in (cm.data or {}).items()}
-                data.update({k: base64.b64decode(v) for k, v in (cm.binary_data or {}).items()})
-                return data
-            secret = self.core.read_namespaced_secret(name, ns)
-            return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        if kind == "configMap":
+            cm = self.core.read_namespaced_config_map(name, ns)
+            data = {k: v.encode() for k, v in (cm.data or {}).items()}
+            data.update({k: base64.b64decode(v) for k, v in (cm.binary_data or {}).items()})
+            return data
+        secret = self.core.read_namespaced_secret(name, ns)
+        return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
 
     def request_token(self, pod: dict, audience: str | None, seconds: int) -> str:
         """A ServiceAccount token bound to the pod (TokenRequest), as for projected volumes."""
