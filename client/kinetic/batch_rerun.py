@@ -23,6 +23,7 @@ from kinetic.batches import BatchHandle, new_group_id
 from kinetic.config import resolve
 from kinetic.inputs import read_manifest
 from kinetic.jobs import last_uid
+from kinetic.manifest import ManifestHeader
 from kinetic.ranges import IndexSet
 from kinetic.rerun import SELECT_ALL, SELECT_FAILED, SelectionError, original_index, select
 
@@ -65,20 +66,40 @@ def source_view(group_id: str, namespace: str, root: str, context: str | None) -
     home = layout.batch_home(root, namespace, group_id, uid)
     header = read_manifest(home)
     spec = _accepted_spec(home)
-    phase, total, failed = "PENDING", 0, ""
     if obj is not None:
-        st = obj.get("status") or {}
-        phase, total, failed = st.get("phase", "PENDING"), st.get("total", 0), ""
-        failed = st.get("failedIndexes", "")
         spec = spec or obj.get("spec") or {}
     if spec is None:
         raise LookupError(
             f"Batch {group_id} was deleted and its accepted spec is not in storage "
             f"({home.accepted_spec_uri}): it was cleaned up, so it cannot be rerun."
         )
-    if header is not None:  # complete ranges (the status may cut them)
-        phase, total, failed = header.phase, header.total, header.failed_indexes
+    live = None if obj is None else (obj.get("status") or {})
+    phase, total, failed = source_state(group_id, live, header)
     return SourceView(group_id, uid, spec, phase, total, failed)
+
+
+def source_state(
+    group_id: str, status: dict[str, Any] | None, header: ManifestHeader | None
+) -> tuple[str, int, str]:
+    """Phase, input count and failed ranges of the source: from its live status (None once
+    deleted) and its manifest header.
+
+    The manifest has the complete ranges (the status may cut them), but it is
+    written just after the status: a batch that has just ended may still
+    have an older header, and then the live status is the truth.
+    """
+    live_phase = (status or {}).get("phase", "PENDING")
+    live_final = status is not None and r.Phase(live_phase).terminal
+    if header is not None and (r.Phase(header.phase).terminal or not live_final):
+        return header.phase, header.total, header.failed_indexes
+    if status is None:
+        return "PENDING", 0, ""
+    if live_final and status.get("truncated"):
+        raise ValueError(
+            f"Batch {group_id} has just finished and its manifest is still being written; "
+            "try again in a few seconds."
+        )
+    return live_phase, status.get("total", 0), status.get("failedIndexes", "")
 
 
 def _accepted_spec(home: layout.Home) -> dict[str, Any] | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from kinetic import layout
-from kinetic.batch_rerun import SourceView, rerun_body
+from kinetic.batch_rerun import SourceView, rerun_body, source_state
 from kinetic.fanout import child_spec, input_count, validate_batch_spec
 from kinetic.inputs import input_total
 from kinetic.manifest import ManifestHeader
@@ -286,3 +286,33 @@ def test_rerun_body_all_and_refusals() -> None:
 )
 def test_from_batch_problems_at_admission(spec, problems) -> None:
     assert from_batch_problems(spec) == problems
+
+
+LIVE_FAILED = {"phase": "FAILED", "total": 5, "failedIndexes": "1,3"}
+
+
+@pytest.mark.parametrize(
+    ("status", "head", "expected"),
+    [
+        # The manifest, written just after the status, still says RUNNING: the status rules.
+        (LIVE_FAILED, header("RUNNING", ""), ("FAILED", 5, "1,3")),
+        (LIVE_FAILED, header("PENDING", ""), ("FAILED", 5, "1,3")),
+        # Both finished: the manifest's complete ranges (the status may cut them).
+        ({**LIVE_FAILED, "failedIndexes": "1", "truncated": True}, header(), ("FAILED", 5, "1,3")),
+        # Still running: the manifest, as recent as the status allows.
+        ({"phase": "RUNNING", "total": 5}, header("RUNNING", "1"), ("RUNNING", 5, "1")),
+        # Deleted: the manifest alone.
+        (None, header(), ("FAILED", 5, "1,3")),
+        # No manifest yet.
+        (LIVE_FAILED, None, ("FAILED", 5, "1,3")),
+        (None, None, ("PENDING", 0, "")),
+    ],
+)
+def test_source_state_takes_whichever_record_is_newer(status, head, expected) -> None:
+    assert source_state("grp-src", status, head) == expected
+
+
+def test_a_cut_status_with_an_old_manifest_asks_to_try_again() -> None:
+    cut = {**LIVE_FAILED, "truncated": True}
+    with pytest.raises(ValueError, match="manifest is still being written"):
+        source_state("grp-src", cut, header("RUNNING", ""))
