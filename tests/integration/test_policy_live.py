@@ -61,6 +61,18 @@ def refused(kube: Kube, text: str) -> str | None:
     return out.stderr if out.returncode != 0 else None
 
 
+def refused_for(kube: Kube, text: str, reason: str) -> bool:
+    """Whether the webhook refuses ``text`` for ``reason`` (not for some other policy's)."""
+    return reason in (refused(kube, text) or "")
+
+
+def unrestricted(kube: Kube) -> bool:
+    """Whether the chart's unlimited policy is in force: a probe every test policy refuses
+    (another namespace, a foreign image, 50 inputs, 16 accelerators) is admitted."""
+    probe = batch("probe", "default", 50, accelerator="gpu-a100x16", image="docker.io/probe:1")
+    return refused(kube, probe) is None
+
+
 def read_policy(kube: Kube) -> dict[str, str]:
     out = kube.kubectl("get", "configmap", CM, "-n", SYSTEM, "-o", "json").stdout
     return json.loads(out).get("data") or {}
@@ -78,10 +90,11 @@ def policy(
 ) -> Iterator[Callable[[dict[str, str]], None]]:
     """Set the policy for one test; the chart's policy is restored (and in force) afterwards."""
     saved = read_policy(kube)
+    wait_for(lambda: unrestricted(kube), timeout=EFFECT_SECONDS * 2, what="the chart's policy")
     yield lambda data: write_policy(kube, {**saved, **data})
     write_policy(kube, saved)
     wait_for(
-        lambda: refused(kube, batch("probe", namespace, 50, accelerator="gpu-a100x16")) is None,
+        lambda: unrestricted(kube),
         timeout=EFFECT_SECONDS * 2,
         what="the chart's policy to be in force again",
     )
@@ -97,7 +110,7 @@ def test_an_edit_holds_within_seconds_and_refuses_on_create_and_dry_run(
     edited = time.monotonic()
     policy({"maxBatchSize": "10", "maxAcceleratorsPerJob": "4"})
     wait_for(
-        lambda: refused(kube, oversize),
+        lambda: refused_for(kube, oversize, "exceeds maxBatchSize 10"),
         timeout=EFFECT_SECONDS,
         interval=0.2,
         what=f"the edit to hold within {EFFECT_SECONDS}s",
@@ -125,7 +138,11 @@ def test_namespaces_and_images(
 ) -> None:
     policy({"allowedNamespaces": "team-x", "allowedImages": "ghcr.io/acme/"})
     elsewhere = job("elsewhere", namespace)
-    wait_for(lambda: refused(kube, elsewhere), timeout=EFFECT_SECONDS, what="the edit to hold")
+    wait_for(
+        lambda: refused_for(kube, elsewhere, "allowed namespaces: team-x"),
+        timeout=EFFECT_SECONDS,
+        what="the edit to hold",
+    )
     assert f"namespace '{namespace}' may not run Kinetic jobs; allowed namespaces: team-x" in (
         refused(kube, elsewhere) or ""
     )
@@ -143,7 +160,11 @@ def test_an_invalid_edit_keeps_the_last_good_policy_and_says_so(
     kube: Kube, namespace: str, policy: Callable[[dict[str, str]], None]
 ) -> None:
     policy({"maxBatchSize": "10"})
-    wait_for(lambda: refused(kube, batch("b", namespace, 11)), timeout=EFFECT_SECONDS, what="edit")
+    wait_for(
+        lambda: refused_for(kube, batch("b", namespace, 11), "exceeds maxBatchSize 10"),
+        timeout=EFFECT_SECONDS,
+        what="the edit to hold",
+    )
     policy({"maxBatchSize": "10", "maxBatchSzie": "2"})
 
     def warned() -> bool:
@@ -164,7 +185,7 @@ def test_an_invalid_edit_keeps_the_last_good_policy_and_says_so(
         )
 
     wait_for(warned, timeout=EFFECT_SECONDS, what="a Warning Event InvalidPolicy on the ConfigMap")
-    assert refused(kube, batch("b", namespace, 11))  # the last good policy: still 10
+    assert refused_for(kube, batch("b", namespace, 11), "exceeds maxBatchSize 10")  # still 10
     assert refused(kube, batch("b", namespace, 3)) is None  # not the typo's 2
 
 
@@ -176,7 +197,11 @@ def test_a_policy_tightened_later_leaves_an_accepted_batch_running(
     assert kubectl_in(kube, json.dumps(text), "create").returncode == 0
     wait_for(lambda: _phase(kube, namespace, "accepted") == "RUNNING", timeout=60, what="it to run")
     policy({"maxBatchSize": "1"})
-    wait_for(lambda: refused(kube, batch("b", namespace, 3)), timeout=EFFECT_SECONDS, what="edit")
+    wait_for(
+        lambda: refused_for(kube, batch("b", namespace, 3), "exceeds maxBatchSize 1 "),
+        timeout=EFFECT_SECONDS,
+        what="the edit to hold",
+    )
     # An update that adds nothing the policy forbids is still allowed.
     patched = kube.kubectl(
         "patch",
@@ -204,7 +229,11 @@ def test_the_operator_fails_what_was_stored_while_the_webhook_was_down(
     if not kube.is_local:
         pytest.skip("deletes and restores the webhook configuration of the local cluster")
     policy({"maxBatchSize": "2", "maxAcceleratorsPerJob": "1"})
-    wait_for(lambda: refused(kube, batch("b", namespace, 3)), timeout=EFFECT_SECONDS, what="edit")
+    wait_for(
+        lambda: refused_for(kube, batch("b", namespace, 3), "exceeds maxBatchSize 2 "),
+        timeout=EFFECT_SECONDS,
+        what="the edit to hold",
+    )
     with webhook_off(kube, (namespace, namespace)):
         assert kubectl_in(kube, batch("too-big", namespace, 3), "create").returncode == 0
         assert (
