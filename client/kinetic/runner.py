@@ -72,8 +72,11 @@ hash of the stored bytes it kept.
 
 Startup is kept lean because every Pod pays it before the user's code runs:
 the module imports only the standard library, cloudpickle and kinetic's
-storage/payload/ranges modules, and one input costs four storage round trips
-(check for an earlier result, payload, input, conditional write of the result).
+storage/payload/ranges modules; gs:// goes through `kinetic.gcs_http` (the
+standard library's HTTP client) wherever its credentials allow, not through
+google-cloud-storage; and one input costs four storage round trips (check
+for an earlier result, payload, input, conditional write of the result) on
+one kept-alive connection.
 
 Progress goes to stdout, prefixed ``kinetic runner:``, for ``kubectl logs``.
 The user's own stdout and stderr are not captured.
@@ -838,6 +841,7 @@ def _result_uris(environ: Mapping[str, str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; ``argv`` is unused (the contract is the environment)."""
+    storage.use_lean_gcs()  # a Pod should not pay for importing google-cloud-storage
     try:
         cfg = RunnerConfig.from_env(os.environ)
     except ConfigError as e:

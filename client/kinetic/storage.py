@@ -235,7 +235,7 @@ class _FileBackend:
         with _dir_lock(directory, uri):
             current = _file_generation(path)
             if generation is not None and (current or 0) != generation:
-                raise PreconditionFailed(_precondition_message(uri, generation, current), uri)
+                raise PreconditionFailed(precondition_message(uri, generation, current), uri)
             return _atomic_write(path, data, current, uri)
 
     def stat(self, p: _Parsed, uri: str) -> int | None:
@@ -352,7 +352,7 @@ def _file_permission(uri: str, action: str, e: OSError) -> StoragePermissionErro
     )
 
 
-def _precondition_message(uri: str, expected: int, current: int | None) -> str:
+def precondition_message(uri: str, expected: int, current: int | None) -> str:
     want = "absent" if expected == 0 else f"at generation {expected}"
     have = "absent" if current is None else f"at generation {current}"
     return f"conditional write to {uri} lost: expected the object {want}, but it is {have}"
@@ -379,8 +379,8 @@ class _GcsBackend:
             try:
                 data = blob.download_as_bytes(retry=_retry())
             except _google_not_found() as e:
-                if _says_bucket_missing(e):
-                    raise _bucket_missing(uri, p.bucket) from None
+                if _saysbucket_missing(e):
+                    raise bucket_missing(uri, p.bucket) from None
                 return None
         if blob.generation is None:  # would make a conditional write on it unsafe
             raise StorageError(
@@ -406,10 +406,10 @@ class _GcsBackend:
             except gexc.PreconditionFailed:
                 current = self.stat(p, uri)
                 raise PreconditionFailed(
-                    _precondition_message(uri, generation or 0, current), uri
+                    precondition_message(uri, generation or 0, current), uri
                 ) from None
             except gexc.NotFound:
-                raise _bucket_missing(uri, p.bucket) from None
+                raise bucket_missing(uri, p.bucket) from None
         return int(blob.generation or 0)
 
     def stat(self, p: _Parsed, uri: str) -> int | None:
@@ -434,7 +434,7 @@ class _GcsBackend:
                 return sorted(f"gs://{p.bucket}/{b.name}" for b in blobs)
             except _google_not_found():
                 pass
-        raise _bucket_missing(uri, p.bucket)
+        raise bucket_missing(uri, p.bucket)
 
     @staticmethod
     def _require_key(p: _Parsed, uri: str) -> None:
@@ -446,7 +446,7 @@ class _GcsBackend:
         with _gcs_errors(uri, p.bucket):
             bucket_exists = _gcs_client().lookup_bucket(p.bucket, retry=_retry()) is not None
         if not bucket_exists:
-            raise _bucket_missing(uri, p.bucket)
+            raise bucket_missing(uri, p.bucket)
         raise NotFound(f"no object at {uri}", uri)
 
 
@@ -456,7 +456,7 @@ def _google_not_found() -> type[Exception]:
     return GoogleNotFound
 
 
-def _says_bucket_missing(e: Exception) -> bool:
+def _saysbucket_missing(e: Exception) -> bool:
     """Whether a 404 names the bucket, not the object, as missing.
 
     GCS says so in the error text ("The specified bucket does not exist.");
@@ -466,7 +466,7 @@ def _says_bucket_missing(e: Exception) -> bool:
     return "specified bucket does not exist" in str(e).lower()
 
 
-def _bucket_missing(uri: str, bucket: str) -> BucketNotFound:
+def bucket_missing(uri: str, bucket: str) -> BucketNotFound:
     return BucketNotFound(
         f"bucket {bucket!r} does not exist (needed for {uri}) — create it "
         f"(gcloud storage buckets create gs://{bucket}) or set KINETIC_STORAGE_ROOT "
@@ -475,16 +475,20 @@ def _bucket_missing(uri: str, bucket: str) -> BucketNotFound:
     )
 
 
+def retry_timeout() -> float:
+    """How long gs:// calls retry transient errors, in seconds (``RETRY_TIMEOUT_ENV``)."""
+    raw = os.environ.get(RETRY_TIMEOUT_ENV, "")
+    try:
+        return float(raw) if raw else _DEFAULT_RETRY_TIMEOUT_S
+    except ValueError:
+        raise ValueError(f"{RETRY_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+
+
 def _retry() -> Any:
     """The library's default retry for transient errors, bounded by our timeout."""
     from google.cloud.storage.retry import DEFAULT_RETRY
 
-    raw = os.environ.get(RETRY_TIMEOUT_ENV, "")
-    try:
-        timeout = float(raw) if raw else _DEFAULT_RETRY_TIMEOUT_S
-    except ValueError:
-        raise ValueError(f"{RETRY_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
-    return DEFAULT_RETRY.with_timeout(timeout)
+    return DEFAULT_RETRY.with_timeout(retry_timeout())
 
 
 @contextmanager
@@ -513,7 +517,7 @@ def _gcs_errors(uri: str, bucket: str) -> Iterator[None]:
     except gexc.RetryError as e:
         raise StorageUnavailable(
             f"gave up reaching storage for {uri} after retrying ({_short(e.cause or e)}) — "
-            f"check the network{_emulator_hint()}",
+            f"check the network{emulator_hint()}",
             uri,
         ) from None
     except gexc.GoogleAPICallError as e:
@@ -523,11 +527,11 @@ def _gcs_errors(uri: str, bucket: str) -> Iterator[None]:
     except (OSError, auth_exc.TransportError) as e:
         # requests' ConnectionError is an OSError.
         raise StorageUnavailable(
-            f"cannot reach storage for {uri}: {_short(e)}{_emulator_hint()}", uri
+            f"cannot reach storage for {uri}: {_short(e)}{emulator_hint()}", uri
         ) from None
 
 
-def _emulator_hint() -> str:
+def emulator_hint() -> str:
     host = os.environ.get("STORAGE_EMULATOR_HOST")
     if host:
         return f"; STORAGE_EMULATOR_HOST={host} — is fake-gcs-server running there?"
@@ -574,6 +578,20 @@ def _cached_gcs_client(emulator_host: str | None, project: str | None) -> Client
 
 
 _BACKENDS: dict[str, _Backend] = {"gs": _GcsBackend(), "file": _FileBackend()}
+
+
+def use_lean_gcs() -> bool:
+    """Route gs:// through `kinetic.gcs_http` in this process when its credentials allow.
+
+    For Pods, where importing google-cloud-storage is most of the cost of a
+    short function; returns whether the lean backend is now in use.
+    """
+    from kinetic.gcs_http import lean_backend
+
+    lean = lean_backend(os.environ, fallback=_GcsBackend())
+    if lean is not None:
+        _BACKENDS["gs"] = lean
+    return lean is not None
 
 
 def _dispatch(uri: str) -> tuple[_Backend, _Parsed]:

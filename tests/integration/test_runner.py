@@ -137,6 +137,12 @@ def returns_lock() -> Any:
     return threading.Lock()
 
 
+def loaded_google_modules() -> list[str]:
+    import sys
+
+    return sorted(name for name in sys.modules if name.startswith(("google", "requests")))
+
+
 def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return {"args": list(args), "kwargs": kwargs}
 
@@ -171,6 +177,15 @@ def test_success_records_the_value_and_says_so(job: Job, tmp_path: Path) -> None
     assert "kinetic runner: calling train(1 arg, 2 kwargs)" in lines
     assert "user says hello from train" in lines
     assert any(line.startswith("kinetic runner: uploaded result (") for line in lines)
+
+
+def test_a_function_pod_never_loads_google_cloud_storage(job: Job) -> None:
+    """The payload is downloaded through kinetic.gcs_http: the library's import is what a
+    short function's Pod would otherwise spend most of its CPU on (see bench/README.md)."""
+    job.call(loaded_google_modules)
+    run = job.run()
+    assert run.code == EXIT_OK, run.stdout + run.stderr
+    assert payload.raise_remote(run.result()) == []
 
 
 def test_user_exception_is_recorded_with_its_traceback(job: Job) -> None:

@@ -107,13 +107,26 @@ def gcs_bucket(gcs_server: str) -> str:
     return f"gs://{name}"
 
 
-@pytest.fixture(params=["gs", "file"])
-def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture(params=["library", "lean"])
+def gs_flavour(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """gs:// through google-cloud-storage (client, operator) or kinetic.gcs_http (Pods)."""
+    monkeypatch.setitem(storage._BACKENDS, "gs", storage._BACKENDS["gs"])  # restored after
+    if request.param == "lean":
+        request.getfixturevalue("gcs_server")  # the emulator's address must be set first
+        assert storage.use_lean_gcs()
+    return str(request.param)
+
+
+@pytest.fixture(params=["gs", "gs-lean", "file"])
+def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A unique root on each backend; gs:// tests are integration tests."""
     if request.param == "file":
         return f"file://{tmp_path}/root"
     request.applymarker(pytest.mark.integration)
     bucket: str = request.getfixturevalue("gcs_bucket")
+    if request.param == "gs-lean":
+        monkeypatch.setitem(storage._BACKENDS, "gs", storage._BACKENDS["gs"])
+        assert storage.use_lean_gcs()
     return f"{bucket}/t-{uuid.uuid4().hex[:8]}"
 
 
@@ -447,7 +460,7 @@ def test_malformed_uris_are_rejected(uri: str, fragment: str) -> None:
 
 
 @pytest.mark.integration
-def test_missing_bucket_names_the_bucket_and_the_fix(gcs_server: str) -> None:
+def test_missing_bucket_names_the_bucket_and_the_fix(gcs_server: str, gs_flavour: str) -> None:
     uri = f"gs://no-such-bucket-{uuid.uuid4().hex[:8]}/jobs/j1/result.pkl"
     for op in (
         lambda: storage.read_bytes(uri),
@@ -462,14 +475,18 @@ def test_missing_bucket_names_the_bucket_and_the_fix(gcs_server: str) -> None:
 
 
 @pytest.mark.integration
-def test_bucket_uri_is_not_an_object(gcs_bucket: str) -> None:
+def test_bucket_uri_is_not_an_object(gcs_bucket: str, gs_flavour: str) -> None:
     with pytest.raises(ValueError, match="names a bucket or folder, not an object"):
         storage.read_bytes(gcs_bucket)
 
 
-def test_unreachable_emulator_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("lean", [False, True])
+def test_unreachable_emulator_says_so(monkeypatch: pytest.MonkeyPatch, lean: bool) -> None:
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{_free_port()}")
     monkeypatch.setenv(storage.RETRY_TIMEOUT_ENV, "0.5")
+    monkeypatch.setitem(storage._BACKENDS, "gs", storage._BACKENDS["gs"])
+    if lean:
+        assert storage.use_lean_gcs()
     with pytest.raises(storage.StorageUnavailable) as info:
         storage.read_bytes("gs://b/x")
     assert "is fake-gcs-server running there?" in str(info.value)
