@@ -454,10 +454,12 @@ class BatchHandle:
         messages = self._container_results(
             [i for i in rest if i in outcomes.succeeded and self.is_container(i)]
         )
+        hashes = self._recorded_hashes([i for i in rest if not self.is_container(i)])
 
         def one(i: int) -> tuple[int, bool, Any]:
             final = outcomes.of(i) or JobStatus.NOT_FOUND
             handle = self.child(i)
+            handle.recorded_sha256 = hashes.get(i)
             try:
                 if self.is_container(i) and final is JobStatus.SUCCEEDED:
                     return i, True, messages.get(i)
@@ -467,6 +469,29 @@ class BatchHandle:
 
         out.extend(pool.map(one, rest))
         return out
+
+    def _recorded_hashes(self, indexes: list[int]) -> dict[int, str]:
+        """The result hashes the manifest already records for ``indexes``: a read per shard.
+
+        Without this every input's result would read its whole shard for one
+        hash. Inputs not recorded yet are left out; their handles find the
+        hash themselves (from the Pod, or by waiting for the record).
+        """
+        home = self._home()
+        found: dict[int, str] = {}
+        if home is None:
+            return found
+        by_shard: dict[int, list[int]] = {}
+        for i in indexes:
+            by_shard.setdefault(layout.shard_of(i), []).append(i)
+        for shard_no, members in sorted(by_shard.items()):
+            shard = read_shard(home, shard_no)
+            records = shard.inputs if shard is not None else {}
+            for i in members:
+                record = records.get(str(i))
+                if record is not None and record.result_sha256:
+                    found[i] = record.result_sha256
+        return found
 
     def _container_results(self, indexes: list[int]) -> dict[int, str | None]:
         """Termination messages of succeeded container inputs: live Pods first, then shards.
@@ -690,11 +715,14 @@ def submit_map(
     stager = Stager(root, cfg.namespace)  # kinetic.Data: uploaded once, referenced per input
     volumes = stager.volumes(fn.options["volumes"])
     items = [stager.value(item) for item in items]
-    inputs_prefix = layout.batch_inputs_prefix(upload)
-    hashes, failures = _upload_inputs(inputs_prefix, items, refused)
-    hashes_bytes = json.dumps(hashes).encode()
-    hashes_uri = layout.batch_hashes_uri(upload)
-    storage.write_bytes(hashes_uri, hashes_bytes)
+    inline = (
+        payload.inline_inputs(items) if 0 < len(items) <= limits.MAX_ITEMS and not refused else None
+    )
+    failures: dict[int, Exception] = {}
+    if inline is not None:
+        batch_inputs = r.BatchInputs(items=inline)
+    else:
+        batch_inputs, failures = _pickled_inputs(upload, items, refused)
 
     template = fn.job_spec(
         r.FunctionSpec(
@@ -707,12 +735,7 @@ def submit_map(
     )
     spec = r.KineticBatchSpec(
         template=template,
-        inputs=r.BatchInputs(
-            count=len(items),
-            uri_prefix=inputs_prefix,
-            sha256_uri=hashes_uri,
-            sha256=payload.sha256(hashes_bytes),
-        ),
+        inputs=batch_inputs,
         input_mode=input_mode,
         max_concurrent=max_concurrent,
         chunk_size=chunk_size,
@@ -765,6 +788,24 @@ def _spec_body(spec: r.KineticBatchSpec) -> dict[str, Any]:
     if not body.get("cancelIndexes"):
         body.pop("cancelIndexes", None)
     return body
+
+
+def _pickled_inputs(
+    upload: str, items: list[Any], refused: dict[int, Exception]
+) -> tuple[r.BatchInputs, dict[int, Exception]]:
+    """Upload every input pickled, with the list of their hashes; per-index failures."""
+    inputs_prefix = layout.batch_inputs_prefix(upload)
+    hashes, failures = _upload_inputs(inputs_prefix, items, refused)
+    hashes_bytes = json.dumps(hashes).encode()
+    hashes_uri = layout.batch_hashes_uri(upload)
+    storage.write_bytes(hashes_uri, hashes_bytes)
+    inputs = r.BatchInputs(
+        count=len(items),
+        uri_prefix=inputs_prefix,
+        sha256_uri=hashes_uri,
+        sha256=payload.sha256(hashes_bytes),
+    )
+    return inputs, failures
 
 
 def _upload_inputs(

@@ -237,6 +237,7 @@ class InputHandle(JobHandle):
 
     container: bool = False
     chunk_size: int = 1
+    recorded_sha256: str | None = None  # the manifest's hash, when the batch read it already
 
     @property
     def index(self) -> int:
@@ -283,6 +284,8 @@ class InputHandle(JobHandle):
         the Pod is there before the operator writes the record — else the
         record once the manifest catches up.
         """
+        if self.recorded_sha256:
+            return self.recorded_sha256
         record = self._record()
         if record is not None and record.result_sha256:
             return record.result_sha256

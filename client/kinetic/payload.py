@@ -28,6 +28,7 @@ import hashlib
 import io
 import keyword
 import linecache
+import math
 import os
 import pickle
 import platform
@@ -351,6 +352,38 @@ def build_function_payload(
 ) -> bytes:
     """Bytes for ``batches/<gid>/function.pkl``: ``fn`` and env, inputs come separately."""
     return _envelope("function", fn, (), {}, env, project)
+
+
+_JSON_EXACT = (int, str, bool, type(None), float)
+INLINE_INPUTS_BUDGET = 256 * 1024  # bytes of JSON: the batch object stays far below etcd's limit
+
+
+def inline_inputs(values: list[Any], budget: int = INLINE_INPUTS_BUDGET) -> list[Any] | None:
+    """``values`` as inline JSON items, when JSON carries every one exactly; else None.
+
+    Plain scalars only (int, finite float, str, bool, None, exactly those
+    types: not a subclass such as an IntEnum or a numpy scalar, which JSON
+    would turn into something else), and ``budget`` bytes of JSON in all. A
+    batch of such inputs needs no upload per input before it starts and no
+    download per input in its Pods: the value travels in the Pod's
+    environment. Anything else is pickled as before.
+    """
+    size = 0
+    for value in values:
+        if type(value) not in _JSON_EXACT:
+            return None
+        if type(value) is float and not math.isfinite(value):
+            return None
+        if type(value) is str:
+            try:
+                size += len(value.encode("utf-8")) + 3
+            except UnicodeEncodeError:  # a lone surrogate: JSON text cannot carry it
+                return None
+        else:
+            size += 24
+        if size > budget:
+            return None
+    return list(values)
 
 
 def build_input_payload(value: Any) -> bytes:

@@ -299,3 +299,28 @@ def test_chunked_batch_results_equal_the_unchunked_ones(ns: str, kube: Kube) -> 
 
     with pytest.raises(ValueError, match="chunk_size must be an integer from 1 to 256"):
         check.run_async_map(inputs, chunk_size=0)
+
+
+def test_plain_scalar_inputs_travel_inline_and_others_are_pickled(ns: str) -> None:
+    """range(N), floats, strings: the batch carries them as items (no upload per input,
+    no download per Pod); a tuple among them keeps the whole batch pickled, exactly."""
+
+    @kinetic.run(namespace=ns)
+    def kind(x: object) -> str:
+        return f"{type(x).__name__}:{x!r}"
+
+    plain = kind.run_async_map([3, 0.5, "a b", None, True], max_concurrent=5)
+    spec = kinetic_kube.get("kineticbatches", ns, plain.group_id)["spec"]["inputs"]
+    assert spec == {"items": [3, 0.5, "a b", None, True]}
+    assert plain.results(timeout=TIMEOUT) == [
+        "int:3",
+        "float:0.5",
+        "str:'a b'",
+        "NoneType:None",
+        "bool:True",
+    ]
+
+    mixed = kind.run_async_map([3, (1, 2)], max_concurrent=2, input_mode="single")
+    spec = kinetic_kube.get("kineticbatches", ns, mixed.group_id)["spec"]["inputs"]
+    assert spec["count"] == 2 and "items" not in spec
+    assert mixed.results(timeout=TIMEOUT) == ["int:3", "tuple:(1, 2)"]
