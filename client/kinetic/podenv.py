@@ -28,6 +28,8 @@ imports this module only for payloads that carry a project.
 from __future__ import annotations
 
 import collections
+import contextlib
+import fcntl
 import hashlib
 import io
 import os
@@ -36,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -103,6 +105,25 @@ def _publish(tmp: Path, final: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _one_at_a_time(cache: Path) -> Iterator[None]:
+    """Hold the cache's lock while preparing a folder in it.
+
+    Pods sharing a cache (every Pod of the local process node, or a shared
+    volume) that start together would otherwise all download, unpack or
+    install the same thing at once; with the lock one does it and the others
+    find it done. The lock is on the folder itself (``flock`` of its
+    descriptor), so it leaves no file behind, and the kernel drops it with a
+    Pod that dies holding it.
+    """
+    fd = os.open(cache, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _prepend(path: Path) -> None:
     text = str(path)
     if text in sys.path:
@@ -141,10 +162,20 @@ def install_requirements(entry: Mapping[str, Any], cache: Path, log: Callable[[s
     phase = "install-dependencies"
     sha = str(entry.get("sha256", ""))
     target = cache / f"req-{install_key(sha)}"
-    if target.is_dir():
-        log(f"installing dependencies: reusing {target} (requirements sha256 {sha[:12]})")
-        _prepend(target / "site")
-        return target
+    with _one_at_a_time(cache):
+        if target.is_dir():
+            log(f"installing dependencies: reusing {target} (requirements sha256 {sha[:12]})")
+        else:
+            _install(entry, target, cache, log)
+    _prepend(target / "site")
+    return target
+
+
+def _install(
+    entry: Mapping[str, Any], target: Path, cache: Path, log: Callable[[str], None]
+) -> None:
+    """pip install the requirements into a temporary folder, then give it ``target``'s name."""
+    phase = "install-dependencies"
     data = _fetch(entry, "requirements", phase)
     lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
     log(f"installing dependencies: {len(lines)} requirement(s) from {entry.get('file')}")
@@ -170,8 +201,6 @@ def install_requirements(entry: Mapping[str, Any], cache: Path, log: Callable[[s
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
     log(f"installing dependencies: done, in {target}")
-    _prepend(target / "site")
-    return target
 
 
 def _safe_relative(path: str) -> bool:
@@ -200,17 +229,18 @@ def unpack_source(entry: Mapping[str, Any], cache: Path, log: Callable[[str], No
     ):
         raise PrepareError(phase, f"the payload's source paths {paths!r} are not relative folders")
     target = cache / f"src-{sha[:32]}"
-    if not target.is_dir():
-        data = _fetch(entry, "project source", phase)
-        tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=cache))
-        try:
-            _extract(data, tmp, phase)
-            _publish(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
-        log(f"unpacked the project's source ({len(data)} bytes) into {target}")
-    else:
-        log(f"reusing the project's source in {target}")
+    with _one_at_a_time(cache):
+        if target.is_dir():
+            log(f"reusing the project's source in {target}")
+        else:
+            data = _fetch(entry, "project source", phase)
+            tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=cache))
+            try:
+                _extract(data, tmp, phase)
+                _publish(tmp, target)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
+            log(f"unpacked the project's source ({len(data)} bytes) into {target}")
     for rel in reversed(paths):  # the first listed ends up first on sys.path
         _prepend(target / rel if rel else target)
     return target

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing
+import os
 import zipfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import kinetic
 import pytest
@@ -271,6 +275,31 @@ def test_source_is_uploaded_once_by_content_and_unpacked_in_the_pod(
     assert helper_for_unit_test.VALUE == 7
     podenv.prepare(entry, lines.append)  # a second pod on the node reuses it
     assert any("reusing the project's source" in line for line in lines)
+
+
+def _prepare_after(barrier: Any, entry: dict, cache: str) -> list[str]:
+    os.environ["KINETIC_DEPS_CACHE"] = cache
+    lines: list[str] = []
+    barrier.wait()
+    podenv.prepare(entry, lines.append)
+    return lines
+
+
+def test_pods_sharing_a_cache_unpack_the_source_once(tmp_path: Path) -> None:
+    """Pods that start together on one node: one unpacks, the others wait and reuse it."""
+    files = {f"mod_{i}.py": f"VALUE = {i}\n" * 200 for i in range(40)}
+    entry = _ship_source(tmp_path, files)
+    ctx = multiprocessing.get_context("fork")
+    pods = 6
+    with ctx.Manager() as manager, ProcessPoolExecutor(pods, mp_context=ctx) as pool:
+        barrier = manager.Barrier(pods)
+        cache = str(tmp_path / "cache")
+        logs = list(pool.map(_prepare_after, [barrier] * pods, [entry] * pods, [cache] * pods))
+    said = sorted(line.split(" ")[0] for lines in logs for line in lines)
+    assert said == ["reusing"] * (pods - 1) + ["unpacked"]
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [
+        f"src-{entry['source']['sha256'][:32]}"
+    ]
 
 
 def test_a_tampered_source_blob_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
