@@ -159,7 +159,6 @@ def _run_pip(args: list[str], log: Callable[[str], None]) -> tuple[int, list[str
 
 def install_requirements(entry: Mapping[str, Any], cache: Path, log: Callable[[str], None]) -> Path:
     """Install the requirements once per cache; returns the folder now first on sys.path."""
-    phase = "install-dependencies"
     sha = str(entry.get("sha256", ""))
     target = cache / f"req-{install_key(sha)}"
     with _one_at_a_time(cache):
