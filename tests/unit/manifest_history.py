@@ -114,6 +114,7 @@ def play(
     book = ManifestBook(home(root))
     units = list(range(0, n, chunk))
     recorded = Recorded()
+    previous: dict[int, UnitPlan] = {}
     for wave, start in enumerate(range(0, len(units), parallel)):
         group = units[start : start + parallel]
         book.note(
@@ -152,6 +153,10 @@ def play(
                 home(root), spec, status, recorded, created=STAMP, now=T0, shards=[]
             )
             book.write(header, recorded)
+        # The next reconcile looks once at units that ended (their Pods wait out their TTL)
+        # and notes any input its shard has no record of (`_note_settled`).
+        book.note_missing(previous, chunk, n, container=container)
+        previous = ended
         if probe is not None:
             probe(book, wave)
     return book
