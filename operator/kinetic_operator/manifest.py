@@ -136,9 +136,12 @@ class ManifestBook:
     written: set[int] = field(default_factory=set)
     loaded: set[int] = field(default_factory=set)
     header_read: bool = False
+    # Inputs with a record in each shard dropped from memory, as ranges (a few per shard),
+    # so asking whether a settled input is recorded does not read the shard back for good.
+    dropped: dict[int, IndexSet] = field(default_factory=dict)
     hashes: dict[int, str] = field(default_factory=dict)  # from chunk reports read
     reports: dict[tuple[int, int], tuple[str, str]] = field(default_factory=dict)
-    read_reports: set[str] = field(default_factory=set)
+    read_reports: dict[str, int] = field(default_factory=dict)  # chunk Pod -> its unit
     observed: Mapping[int, UnitObservation] = field(default_factory=dict)  # this reconcile's
 
     @property
@@ -191,7 +194,10 @@ class ManifestBook:
         missing: dict[int, UnitPlan] = {}
         for unit, plan in plans.items():
             for index in unit_inputs(unit, chunk, total):
-                if index not in self._merged(layout.shard_of(index)):
+                shard = layout.shard_of(index)
+                if index in self.dropped.get(shard, ()):
+                    continue  # written by this process, and settled
+                if index not in self._merged(shard):
                     missing[unit] = plan
         if missing:
             self.note(missing, chunk, total, container=container)
@@ -226,8 +232,8 @@ class ManifestBook:
             except storage.StorageError:
                 self.reports[key] = (pod, expected)  # storage down: retried with the write
                 raise
-            self.read_reports.add(pod)
             unit = key[0]
+            self.read_reports[pod] = unit
             for index, value in found.items():
                 if chunk_of.get(index, -1) != unit:
                     continue  # a report may only speak for its own unit's inputs
@@ -312,10 +318,30 @@ class ManifestBook:
             self.dirty.discard(shard)
             self.written.add(shard)
             if all(i in terminal for i in records):
-                self.shards.pop(shard, None)
-                self.loaded.discard(shard)
+                self._drop(shard, max(1, header.chunk_size))
         header.shards = sorted(self.written | set(header.shards))
         storage.write_bytes(self.home.manifest_uri, header.encode())
+
+    def _drop(self, shard: int, chunk: int) -> None:
+        """Forget a written shard whose inputs have all ended: nothing in it changes again.
+
+        What stays is which inputs it records (ranges), so `note_missing` need
+        not read it back; the result hashes of its inputs and the chunk reports
+        read for units wholly inside dropped shards go with it (they are in
+        the shard as written).
+        """
+        records = self.shards.pop(shard, {})
+        self.loaded.discard(shard)
+        self.dropped[shard] = self.dropped.get(shard, IndexSet()).union(records)
+        for index in records:
+            self.hashes.pop(index, None)
+        for pod, unit in list(self.read_reports.items()):
+            first, last = unit, unit + chunk - 1
+            if (
+                layout.shard_of(first) not in self.shards
+                and layout.shard_of(last) not in self.shards
+            ):
+                del self.read_reports[pod]
 
     def _merged(self, shard: int) -> dict[int, InputRecord]:
         """This shard's records, merged over what an earlier process wrote (read once)."""
@@ -327,6 +353,7 @@ class ManifestBook:
             stored = decode_shard(storage.read_bytes(self.home.manifest_shard_uri(shard)))
         except storage.NotFound:
             stored = None
+        self.dropped.pop(shard, None)  # held again: the records themselves say it
         if stored is not None:
             for key, rec in stored.inputs.items():
                 records.setdefault(int(key), rec)

@@ -155,6 +155,21 @@ class OperatorSettings(BaseSettings):
         "(KINETIC_METRICS_PORT).",
     )
 
+    tracemalloc_frames: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="Trace allocations with this many frames and write heap snapshots to the "
+        "temporary directory on SIGUSR1; 0 (the default) traces nothing "
+        "(KINETIC_TRACEMALLOC_FRAMES). For finding what holds memory, not for production.",
+    )
+    tracemalloc_seconds: float = Field(
+        0.0,
+        ge=0,
+        description="With tracing on, also write a heap snapshot every this many seconds; "
+        "0 writes them only on SIGUSR1 (KINETIC_TRACEMALLOC_SECONDS).",
+    )
+
     @field_validator("runner_command", mode="before")
     @classmethod
     def _split_command(cls, value: Any) -> Any:

@@ -414,3 +414,26 @@ def test_a_succeeded_input_never_carries_a_failed_attempts_hash() -> None:
     )
     # a failed input keeps its last failure's hash (the failure payload is its result)
     assert reported_result_sha256(UnitPlan("failed", 1, "", "", records=(first,))) == failed_hash
+
+
+def test_checking_settled_inputs_of_a_written_shard_does_not_hold_it_again(root):
+    """The next reconcile asks whether inputs that just ended are recorded: a shard
+    already written and dropped answers from memory, without being read back and kept."""
+    spec = make_spec(4)
+    book = ManifestBook(home(root))
+    book.note({0: succeeded(0), 1: failed(1)}, 1, 4, container=False)
+    recorded = Recorded(IndexSet([0]), IndexSet([1]), IndexSet())
+    book.write(header_for(spec, recorded), recorded)
+    assert book.shards == {}
+    assert not book.note_missing({0: succeeded(0), 1: failed(1)}, 1, 4, container=False)
+    assert book.shards == {} and book.dirty == set()
+    # An input the written shard does not hold is still added (and the shard read back).
+    assert book.note_missing({2: succeeded(2)}, 1, 4, container=False)
+    recorded = Recorded(IndexSet([0, 2]), IndexSet([1]), IndexSet())
+    book.write(header_for(spec, recorded), recorded)
+    assert {k: v.outcome for k, v in read_shard(root, 0).inputs.items()} == {
+        "0": "SUCCEEDED",
+        "1": "FAILED",
+        "2": "SUCCEEDED",
+    }
+    assert book.shards == {}

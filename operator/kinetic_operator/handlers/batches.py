@@ -562,11 +562,16 @@ def _each(fn: Any, items: Any) -> None:
 
 
 def _prune(mem: BatchMemory, chunk: int, total: int) -> None:
-    """Forget tombstones and refusals of units whose inputs have all been recorded."""
+    """Forget tombstones and refusals of units whose inputs have all been recorded.
+
+    Runs in a worker thread while Pod events (on the event loop) add
+    tombstones, so it walks a copy of the keys: iterating the dict itself
+    raised "dictionary changed size during iteration" mid-reconcile.
+    """
     terminal = mem.recorded.terminal
     for source in (mem.gone, mem.refused):
-        for unit in [u for u in source if not unit_inputs(u, chunk, total) - terminal]:
-            del source[unit]
+        for unit in [u for u in list(source) if not unit_inputs(u, chunk, total) - terminal]:
+            source.pop(unit, None)
 
 
 def _expire(

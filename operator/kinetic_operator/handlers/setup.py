@@ -14,7 +14,7 @@ from typing import Any, cast
 import kopf
 from kinetic.names import LABEL_MANAGED_BY, MANAGED_BY
 
-from kinetic_operator import metrics
+from kinetic_operator import memtrace, metrics
 from kinetic_operator.kube import get_kube
 from kinetic_operator.settings import OperatorSettings, get_settings
 from kinetic_operator.state import OperatorState, operator_state
@@ -147,6 +147,19 @@ def _phases(memories: Any) -> list[str]:
 def stop_retries(memo: kopf.Memo, **_: Any) -> None:
     """Pending retries and wake-ups die with the process; a restart re-lists everything."""
     operator_state(memo).serializer.cancel_all()
+
+
+@kopf.on.startup()
+async def trace_memory(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """Opt-in heap snapshots (KINETIC_TRACEMALLOC_FRAMES): see `memtrace`."""
+    ours = get_settings()
+    if memtrace.start(ours.tracemalloc_frames):
+        memo.memtrace = memtrace.install(asyncio.get_running_loop(), ours.tracemalloc_seconds)
+        logger.warning(
+            "Tracing allocations (%d frames): heap snapshots on SIGUSR1%s",
+            ours.tracemalloc_frames,
+            f" and every {ours.tracemalloc_seconds:g} s" if ours.tracemalloc_seconds else "",
+        )
 
 
 @kopf.on.startup()
