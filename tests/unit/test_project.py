@@ -289,7 +289,7 @@ def test_pods_sharing_a_cache_unpack_the_source_once(tmp_path: Path) -> None:
     """Pods that start together on one node: one unpacks, the others wait and reuse it."""
     files = {f"mod_{i}.py": f"VALUE = {i}\n" * 200 for i in range(40)}
     entry = _ship_source(tmp_path, files)
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # fork from a threaded pytest may deadlock
     pods = 6
     with ctx.Manager() as manager, ProcessPoolExecutor(pods, mp_context=ctx) as pool:
         barrier = manager.Barrier(pods)
