@@ -8,8 +8,6 @@ Every test writes to a ``file://`` storage root under ``tmp_path`` through
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 from kinetic import layout, storage
 from kinetic.manifest import MANIFEST_VERSION, ManifestShard, decode_shard
@@ -26,17 +24,10 @@ from kinetic_operator.manifest import (
     recorded_from,
 )
 from kinetic_operator.observed import PodView
+from manifest_history import BATCH, T0, UID, home
 
 SHA = "a" * 64
-T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 CREATED = "2024-05-01T11:59:58Z"
-BATCH = "grp-1a2b3c4d"
-UID = "0d1c2b3a-0000-4000-8000-000000000001"
-
-
-def home(root: str) -> layout.Home:
-    """The batch's own storage prefix."""
-    return layout.batch_home(root, "ns", BATCH, UID)
 
 
 @pytest.fixture
