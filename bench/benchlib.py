@@ -207,6 +207,7 @@ class ForeignActivity(threading.Thread):
         self.selector = ",".join(f"metadata.namespace!={ns}" for ns in own_namespaces)
         self.added = 0
         self.deleted = 0
+        self.gaps = 0  # times the watch expired and was resumed from a fresh LIST
         self.namespaces: set[str] = set()
         self._stop_event = threading.Event()
         self._ready = threading.Event()
@@ -252,19 +253,33 @@ class ForeignActivity(threading.Thread):
             except client.ApiException as e:
                 if e.status != 410:
                     return
-                version = core.list_pod_for_all_namespaces(
-                    field_selector=self.selector, limit=1
-                ).metadata.resource_version
+                version = self._relist(core)
+                if version is None:
+                    return
             except Exception:
                 return
             finally:
                 w.stop()
+
+    def _relist(self, core: Any) -> str | None:
+        """A fresh resourceVersion after the watch expired; retried while the API server is
+        too busy to answer (a LIST across thousands of Pods can time out under load).
+        Events between the two are not seen: counted in ``gaps``."""
+        self.gaps += 1
+        while not self._stop_event.is_set():
+            try:
+                listed = core.list_pod_for_all_namespaces(field_selector=self.selector, limit=1)
+                return str(listed.metadata.resource_version)
+            except Exception:  # noqa: BLE001 — a 504 or a dropped connection: try again
+                self._stop_event.wait(2)
+        return None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "pods_added": self.added,
             "pods_deleted": self.deleted,
             "namespaces": sorted(self.namespaces),
+            "watch_gaps": self.gaps,
         }
 
     @property
