@@ -10,10 +10,11 @@ input run again.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
+import threading
 from collections.abc import Hashable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -62,47 +63,67 @@ def archive_log(kube: Kube, namespace: str, pod: str, uri: str) -> bool:
     return True
 
 
+def reap_one(kube: Kube, namespace: str, pod: str, uri: str | None) -> None:
+    """Archive the Pod's log (when given a URI), then delete the Pod; a Pod whose log could
+    not be archived is kept for a later pass."""
+    if uri is not None and not archive_log(kube, namespace, pod, uri):
+        return
+    kube.delete_pod(namespace, pod, now=True)
+
+
 def reap(kube: Kube, namespace: str, work: list[tuple[str, str | None]]) -> None:
-    """Archive (when given a URI) and delete each ``(pod, archive URI)``; a Pod whose log
-    could not be archived is kept for the next pass."""
-
-    def one(item: tuple[str, str | None]) -> None:
-        pod, uri = item
-        if uri is not None and not archive_log(kube, namespace, pod, uri):
-            return
-        kube.delete_pod(namespace, pod, now=True)
-
+    """`reap_one` for each ``(pod, archive URI)``, a few at a time, until all are done."""
     with ThreadPoolExecutor(max_workers=min(THREADS, max(1, len(work)))) as pool:
-        list(pool.map(one, work))
+        list(pool.map(lambda item: reap_one(kube, namespace, *item), work))
 
 
 @dataclass
 class Reaper:
-    """Runs `reap` in the background, one pass per owner at a time."""
+    """Archives and deletes due Pods in the background, each Pod as soon as it is due.
+
+    Every Pod is its own piece of work, not part of a pass over an owner's
+    due Pods: a Pod whose log is slow to read holds back no other, and Pods
+    that fall due while others are being reaped start at once. (One pass
+    per owner at a time kept up with ~12 Pods/s at 10,000 inputs, less than
+    the batch finished.) ``busy`` is read by reconciles on other threads,
+    hence the lock.
+    """
 
     busy: dict[Hashable, set[str]] = field(default_factory=dict)
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pool: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(THREADS, thread_name_prefix="reaper")
+    )
 
     def in_flight(self, owner: Hashable) -> set[str]:
         """Pods of ``owner`` being reaped now (callers skip them)."""
-        return self.busy.get(owner, set())
+        with self.lock:
+            return set(self.busy.get(owner, ()))
 
     def submit(
         self, kube: Kube, owner: Hashable, namespace: str, work: list[tuple[str, str | None]]
     ) -> None:
-        """Start reaping ``work`` unless a pass for ``owner`` is running (it is retried later)."""
-        if not work or owner in self.busy:
-            return
-        self.busy[owner] = {pod for pod, _ in work}
+        """Start reaping each Pod of ``work`` that is not being reaped already."""
+        for pod, uri in work:
+            with self.lock:
+                flying = self.busy.setdefault(owner, set())
+                if pod in flying:
+                    continue
+                flying.add(pod)
+            future = self.pool.submit(reap_one, kube, namespace, pod, uri)
+            future.add_done_callback(functools.partial(self._done, owner, namespace, pod))
 
-        async def run() -> None:
-            try:
-                await asyncio.to_thread(reap, kube, namespace, work)
-            except Exception:  # noqa: BLE001 — the next pass tries again
-                log.exception("Deleting finished Pods of %s failed; will retry", owner)
-            finally:
-                self.busy.pop(owner, None)
+    def idle(self) -> bool:
+        with self.lock:
+            return not self.busy
 
-        task = asyncio.get_running_loop().create_task(run())
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+    def _done(self, owner: Hashable, namespace: str, pod: str, future: Future[None]) -> None:
+        error = future.exception()
+        if error is not None:  # the next reconcile hands the Pod over again
+            log.warning("Deleting finished Pod %s/%s failed; will retry: %s", namespace, pod, error)
+        with self.lock:
+            flying = self.busy.get(owner)
+            if flying is not None:
+                flying.discard(pod)
+                if not flying:
+                    del self.busy[owner]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
+import time
 from datetime import timedelta
 
 from kinetic import storage
@@ -63,28 +63,32 @@ def test_a_pod_whose_log_cannot_be_archived_is_kept(tmp_path):
     assert "a" in kube.pods and not any(c[0] == "delete" for c in kube.calls)
 
 
-def test_the_reaper_runs_one_pass_per_owner_in_the_background(tmp_path):
+def test_each_pod_is_reaped_on_its_own_as_soon_as_it_is_due(tmp_path):
+    """A Pod whose log is slow holds back no other, and none is reaped twice."""
     kube = FakeKube()
     gate = threading.Event()
-    kube.pods["p"] = {"metadata": {"name": "p"}}
+    for name in ("slow", "quick"):
+        kube.pods[name] = {"metadata": {"name": name}}
 
-    def slow_log(namespace: str, name: str) -> bytes:
-        gate.wait(5)
-        return b"x"
+    def log_of(namespace: str, name: str) -> bytes:
+        if name == "slow":
+            gate.wait(5)
+        return name.encode()
 
-    kube.pod_log = slow_log  # type: ignore[method-assign]
-
-    async def main() -> None:
-        reaper = Reaper()
-        reaper.submit(kube, "owner", "ns", [("p", f"file://{tmp_path}/p.log")])
-        assert reaper.in_flight("owner") == {"p"}
-        reaper.submit(kube, "owner", "ns", [("q", None)])  # a pass is running: not now
-        reaper.submit(kube, "other", "ns", [])  # nothing to do
-        assert reaper.in_flight("other") == set()
-        gate.set()
-        while reaper.tasks:
-            await asyncio.sleep(0.01)
-        assert reaper.in_flight("owner") == set()
-
-    asyncio.run(main())
-    assert [c for c in kube.calls if c[0] == "delete"] == [("delete", "p")]
+    kube.pod_log = log_of  # type: ignore[method-assign]
+    reaper = Reaper()
+    reaper.submit(kube, "owner", "ns", [("slow", f"file://{tmp_path}/slow.log")])
+    assert reaper.in_flight("owner") == {"slow"}
+    reaper.submit(kube, "owner", "ns", [("slow", None), ("quick", f"file://{tmp_path}/q.log")])
+    reaper.submit(kube, "other", "ns", [])  # nothing to do
+    assert reaper.in_flight("other") == set()
+    deadline = time.monotonic() + 5
+    while "quick" in kube.pods and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "quick" not in kube.pods and "slow" in kube.pods  # not waiting for the slow one
+    gate.set()
+    while not reaper.idle() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert reaper.in_flight("owner") == set()
+    assert [c for c in kube.calls if c[0] == "delete"] == [("delete", "quick"), ("delete", "slow")]
+    assert storage.read_bytes(f"file://{tmp_path}/slow.log") == b"slow"
