@@ -580,18 +580,31 @@ def _cached_gcs_client(emulator_host: str | None, project: str | None) -> Client
 _BACKENDS: dict[str, _Backend] = {"gs": _GcsBackend(), "file": _FileBackend()}
 
 
-def use_lean_gcs() -> bool:
-    """Route gs:// through `kinetic.gcs_http` in this process when its credentials allow.
+class _LeanOnFirstUse:
+    """Stands in for the gs:// backend until the first gs:// call, then picks it.
+
+    So a Pod whose storage is file:// never imports the HTTP client at all.
+    """
+
+    def resolve(self) -> _Backend:
+        from kinetic.gcs_http import lean_backend
+
+        library = _GcsBackend()
+        chosen: _Backend = lean_backend(os.environ, fallback=library) or library
+        _BACKENDS["gs"] = chosen
+        return chosen
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.resolve(), name)
+
+
+def use_lean_gcs() -> None:
+    """Route gs:// through `kinetic.gcs_http` in this process where its credentials allow.
 
     For Pods, where importing google-cloud-storage is most of the cost of a
-    short function; returns whether the lean backend is now in use.
+    short function. The choice is made at the first gs:// call.
     """
-    from kinetic.gcs_http import lean_backend
-
-    lean = lean_backend(os.environ, fallback=_GcsBackend())
-    if lean is not None:
-        _BACKENDS["gs"] = lean
-    return lean is not None
+    _BACKENDS["gs"] = _LeanOnFirstUse()
 
 
 def _dispatch(uri: str) -> tuple[_Backend, _Parsed]:

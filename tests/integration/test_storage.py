@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from kinetic import storage
+from kinetic.gcs_http import LeanGcs
 
 _WRAPPER_BINARY = "vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64"
 
@@ -107,13 +108,19 @@ def gcs_bucket(gcs_server: str) -> str:
     return f"gs://{name}"
 
 
+def use_lean() -> None:
+    """What the runner does; the emulator's settings make it pick kinetic.gcs_http."""
+    storage.use_lean_gcs()
+    assert isinstance(storage._BACKENDS["gs"].resolve(), LeanGcs)  # type: ignore[attr-defined]
+
+
 @pytest.fixture(params=["library", "lean"])
 def gs_flavour(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """gs:// through google-cloud-storage (client, operator) or kinetic.gcs_http (Pods)."""
     monkeypatch.setitem(storage._BACKENDS, "gs", storage._BACKENDS["gs"])  # restored after
     if request.param == "lean":
         request.getfixturevalue("gcs_server")  # the emulator's address must be set first
-        assert storage.use_lean_gcs()
+        use_lean()
     return str(request.param)
 
 
@@ -126,7 +133,7 @@ def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mon
     bucket: str = request.getfixturevalue("gcs_bucket")
     if request.param == "gs-lean":
         monkeypatch.setitem(storage._BACKENDS, "gs", storage._BACKENDS["gs"])
-        assert storage.use_lean_gcs()
+        use_lean()
     return f"{bucket}/t-{uuid.uuid4().hex[:8]}"
 
 
@@ -486,7 +493,7 @@ def test_unreachable_emulator_says_so(monkeypatch: pytest.MonkeyPatch, lean: boo
     monkeypatch.setenv(storage.RETRY_TIMEOUT_ENV, "0.5")
     monkeypatch.setitem(storage._BACKENDS, "gs", storage._BACKENDS["gs"])
     if lean:
-        assert storage.use_lean_gcs()
+        use_lean()
     with pytest.raises(storage.StorageUnavailable) as info:
         storage.read_bytes("gs://b/x")
     assert "is fake-gcs-server running there?" in str(info.value)
