@@ -1,8 +1,10 @@
 """Kinetic against a plain batch/v1 Job doing the same work, in one run on one cluster.
 
-Four ways to run N short tasks with at most P at once:
+Five ways to run N short tasks with at most P at once:
 
   job        one batch/v1 Job, completions=N, parallelism=P (the baseline)
+  python-job the same Job, its task a Python process that imports cloudpickle:
+             the floor for one Python process per input on this cluster
   container  a KineticBatch whose template is the same container command
   function   `f.run_async_map(range(N), max_concurrent=P)` of a function sleeping 0.2 s
   chunked    the same with `chunk_size=K` (K consecutive inputs per Pod)
@@ -42,7 +44,11 @@ from rich.progress import Progress
 from rich.table import Table
 
 COMMAND = ["sh", "-c", "echo task; sleep 0.2"]
-MODES = ("job", "container", "function", "chunked")
+# The floor of any design that starts one Python process per input: the same
+# 0.2 s task as a plain Job, in a Python that imports cloudpickle (what every
+# function Pod must import to unpickle the function) and nothing of Kinetic.
+PYTHON_COMMAND = ["python", "-c", "import cloudpickle, time; print('task'); time.sleep(0.2)"]
+MODES = ("job", "python-job", "container", "function", "chunked")
 
 # A log file or CI gets a table wide enough to read; a terminal keeps its own width.
 console = Console() if sys.stdout.isatty() else Console(width=120)
@@ -80,7 +86,9 @@ class Config:
 # --------------------------------------------------------------------------- the modes
 
 
-def run_job(ns: str, cfg: Config, tick: Tick, defer: Defer) -> Outcome:
+def run_job(
+    ns: str, cfg: Config, tick: Tick, defer: Defer, command: list[str] = COMMAND
+) -> Outcome:
     """The baseline: one Job, the Job controller does the fan-out."""
     api = client.BatchV1Api(kube.api_client())
     name = f"bench-job-{uuid.uuid4().hex[:6]}"
@@ -95,7 +103,7 @@ def run_job(ns: str, cfg: Config, tick: Tick, defer: Defer) -> Outcome:
             "template": {
                 "spec": {
                     "restartPolicy": "Never",
-                    "containers": [{"name": "task", "image": "busybox", "command": COMMAND}],
+                    "containers": [{"name": "task", "image": "busybox", "command": command}],
                 }
             },
         },
@@ -445,7 +453,13 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     modes = list(result["modes"])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 0.7 * len(modes) + 2.8))
-    colors = {"job": "#888888", "container": "#2a9d8f", "function": "#264653", "chunked": "#e9c46a"}
+    colors = {
+        "job": "#888888",
+        "python-job": "#b5b5b5",
+        "container": "#2a9d8f",
+        "function": "#264653",
+        "chunked": "#e9c46a",
+    }
     walls = [result["modes"][m].get("wall_seconds") or 0 for m in modes]
     # each bar in three parts: submitting (functions: packaging and upload), running,
     # and collecting results after the batch ended (functions)
@@ -545,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config(args.tasks, args.parallel, args.chunk_size, args.timeout, args.namespace)
     runners: dict[str, Runner] = {
         "job": run_job,
+        "python-job": lambda ns, c, tick, defer: run_job(ns, c, tick, defer, PYTHON_COMMAND),
         "container": run_container,
         "function": run_function,
         "chunked": lambda ns, c, tick, defer: run_function(ns, c, tick, defer, c.chunk_size),
@@ -560,6 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         "parallel": args.parallel,
         "chunk_size": args.chunk_size,
         "command": COMMAND,
+        "python_command": PYTHON_COMMAND,
         "server_version": bl.server_version(),
         "cpus": os.cpu_count(),
         "operator_pid": pid,

@@ -51,9 +51,7 @@ from kinetic.jobs import (
     last_uid,
     sort_by_attempt,
 )
-from kinetic.manifest import (
-    ManifestHeader,
-)
+from kinetic.manifest import InputRecord, ManifestHeader
 from kinetic.ranges import IndexSet
 from kinetic.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
 from kinetic.submission import (
@@ -470,15 +468,14 @@ class BatchHandle:
         out.extend(pool.map(one, rest))
         return out
 
-    def _recorded_hashes(self, indexes: list[int]) -> dict[int, str]:
-        """The result hashes the manifest already records for ``indexes``: a read per shard.
+    def _manifest_records(self, indexes: Iterable[int]) -> dict[int, InputRecord]:
+        """The manifest's records of those ``indexes`` it has: one read per shard.
 
-        Without this every input's result would read its whole shard for one
-        hash. Inputs not recorded yet are left out; their handles find the
-        hash themselves (from the Pod, or by waiting for the record).
+        Not one read per input: a whole shard comes back for each read, and
+        `results()` asks for thousands of inputs at once.
         """
         home = self._home()
-        found: dict[int, str] = {}
+        found: dict[int, InputRecord] = {}
         if home is None:
             return found
         by_shard: dict[int, list[int]] = {}
@@ -486,12 +483,22 @@ class BatchHandle:
             by_shard.setdefault(layout.shard_of(i), []).append(i)
         for shard_no, members in sorted(by_shard.items()):
             shard = read_shard(home, shard_no)
-            records = shard.inputs if shard is not None else {}
+            if shard is None:
+                continue
             for i in members:
-                record = records.get(str(i))
-                if record is not None and record.result_sha256:
-                    found[i] = record.result_sha256
+                record = shard.inputs.get(str(i))
+                if record is not None:
+                    found[i] = record
         return found
+
+    def _recorded_hashes(self, indexes: list[int]) -> dict[int, str]:
+        """The result hashes the manifest already records for ``indexes``.
+
+        Inputs not recorded yet are left out; their handles find the hash
+        themselves (from the Pod, or by waiting for the record).
+        """
+        records = self._manifest_records(indexes)
+        return {i: rec.result_sha256 for i, rec in records.items() if rec.result_sha256}
 
     def _container_results(self, indexes: list[int]) -> dict[int, str | None]:
         """Termination messages of succeeded container inputs: live Pods first, then shards.
@@ -512,14 +519,9 @@ class BatchHandle:
                 found[index] = ended.message
         deadline = time.monotonic() + RECORD_WAIT
         while True:
-            missing = wanted - set(found)
-            home = self._home()
-            for shard_no in sorted({layout.shard_of(i) for i in missing}):
-                shard = read_shard(home, shard_no) if home is not None else None
-                for i in missing:
-                    record = shard.inputs.get(str(i)) if shard is not None else None
-                    if record is not None and record.outcome == "SUCCEEDED":
-                        found[i] = record.result
+            for i, record in self._manifest_records(wanted - set(found)).items():
+                if record.outcome == "SUCCEEDED":
+                    found[i] = record.result
             if wanted <= set(found) or time.monotonic() > deadline:
                 return found
             time.sleep(1.0)
@@ -696,7 +698,7 @@ def submit_map(
     cfg = fn._config()
     fn.check_accelerator(cfg)
     # The operator's bounds, before anything is uploaded: the same check its webhook makes.
-    _refuse(
+    limits.refuse(
         limits.check_batch_spec(
             {"inputs": {"count": len(items)}}, storage_root=None, max_inputs=cfg.max_inputs
         )
@@ -769,17 +771,12 @@ def create_batch(cfg: ClientConfig, group_id: str, spec: r.KineticBatchSpec) -> 
         },
         "spec": _spec_body(spec) | {"maxConcurrent": spec.max_concurrent},
     }
-    _refuse(
+    limits.refuse(
         limits.check_batch_spec(
             body["spec"], storage_root=cfg.storage_root, max_inputs=cfg.max_inputs
         )
     )
     return kube.create(r.BATCH_PLURAL, cfg.namespace, body, cfg.context)
-
-
-def _refuse(problems: list[str]) -> None:
-    if problems:
-        raise ValueError("; ".join(problems))
 
 
 def _spec_body(spec: r.KineticBatchSpec) -> dict[str, Any]:

@@ -295,6 +295,12 @@ def check_batch_spec(
     return problems
 
 
+def refuse(problems: list[str]) -> None:
+    """Raise the problems a check found as one ValueError, before anything is uploaded."""
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
 def check_batch_form(spec: Any) -> str | None:
     """Why a raw batch spec is neither ``template`` + ``inputs`` nor ``jobs``, else None.
 

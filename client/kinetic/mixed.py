@@ -131,7 +131,7 @@ def batch(
     container its own ``retries`` (default 0). ``namespace`` / ``context``
     default to the first function call's, then to the client's configuration.
     """
-    from kinetic.batches import BatchHandle, _refuse, create_batch, new_group_id
+    from kinetic.batches import BatchHandle, create_batch, new_group_id
 
     entries = list(calls)
     if not entries:
@@ -147,7 +147,7 @@ def batch(
             f"max_concurrent must be a positive integer or None (no limit); got {max_concurrent!r}"
         )
     cfg = _config(entries, namespace, context)
-    _refuse(
+    limits.refuse(
         limits.check_batch_spec(
             {"jobs": [{}] * len(entries)}, storage_root=None, max_inputs=cfg.max_inputs
         )

@@ -589,8 +589,8 @@ class _LeanOnFirstUse:
     def resolve(self) -> _Backend:
         from kinetic.gcs_http import lean_backend
 
-        library = _GcsBackend()
-        chosen: _Backend = lean_backend(os.environ, fallback=library) or library
+        lean = lean_backend(os.environ)
+        chosen: _Backend = lean if lean is not None and lean.has_credentials() else _GcsBackend()
         _BACKENDS["gs"] = chosen
         return chosen
 
@@ -602,7 +602,8 @@ def use_lean_gcs() -> None:
     """Route gs:// through `kinetic.gcs_http` in this process where its credentials allow.
 
     For Pods, where importing google-cloud-storage is most of the cost of a
-    short function. The choice is made at the first gs:// call.
+    short function, and for the operator, which writes a log archive per
+    finished Pod. The choice is made at the first gs:// call.
     """
     _BACKENDS["gs"] = _LeanOnFirstUse()
 

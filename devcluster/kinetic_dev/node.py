@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -21,6 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
 
@@ -39,6 +41,19 @@ log = logging.getLogger("kinetic.node")
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 LEASE_NS = "kube-node-lease"
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
+CLEANUP_THREADS = 4  # removing deleted Pods: API calls and rmtree, off the watch thread
+
+
+class _RawWatch(watch.Watch):
+    """A Pod watch that hands out the API server's JSON as it came.
+
+    The client's default builds a V1Pod model for every event (and the node
+    turned it back into a dict): at thousands of Pods that was most of the
+    node's CPU, and it delayed every other Pod's start behind it.
+    """
+
+    def get_return_type(self, func: Callable[..., object]) -> None:
+        return None
 
 
 class _Shutdown(Exception):
@@ -632,6 +647,10 @@ class Agent:
         api = urlparse(cfg.host)
         self.service_env = vol.service_env(api.hostname or ps.LOOPBACK, api.port or 443)
         self.can_mount = os.geteuid() == 0 and shutil.which("unshare") is not None
+        # The watch thread only decides; what takes an API round trip or a disk walk for a
+        # deleted Pod happens here, so a batch of thousands being deleted never holds back
+        # a new Pod's start (a kubelet's pod workers are independent in the same way).
+        self.cleaner = ThreadPoolExecutor(CLEANUP_THREADS, thread_name_prefix="pod-cleanup")
 
     # ---- API helpers ----
     def _retry(
@@ -1026,7 +1045,7 @@ class Agent:
             if worker is not None:
                 worker.request_stop(2)
             else:
-                self._cleanup_dir(pod)
+                self.cleaner.submit(self._cleanup_dir, pod)
             with self.lock:
                 self.finished.discard(uid)
                 self.deleting.discard(uid)
@@ -1051,10 +1070,7 @@ class Agent:
                 return
             elif uid not in self.deleting:
                 self.deleting.add(uid)
-                pod_dir = self.pods_dir / ps.pod_dir_name(pod)
-                if pod_dir.exists():
-                    self._kill_leftovers(pod_dir)
-                self.delete_pod(ns, name, uid)
+                self.cleaner.submit(self._remove_finished, pod)
             return
         phase = (pod.get("status") or {}).get("phase") or "Pending"
         if worker is not None or uid in self.finished or phase in ("Succeeded", "Failed"):
@@ -1104,6 +1120,14 @@ class Agent:
             # deleted: its logs go with it
             self._cleanup_dir(worker.pod)
 
+    def _remove_finished(self, pod: dict) -> None:
+        """A finished Pod being deleted with a grace period: no process to stop, so remove it."""
+        md = pod["metadata"]
+        pod_dir = self.pods_dir / ps.pod_dir_name(pod)
+        if pod_dir.exists():
+            self._kill_leftovers(pod_dir)
+        self.delete_pod(md["namespace"], md["name"], md["uid"])
+
     def _cleanup_dir(self, pod: dict) -> None:
         d = self.pods_dir / ps.pod_dir_name(pod)
         if d.exists():
@@ -1112,9 +1136,11 @@ class Agent:
 
     # ---- main loop ----
     def _list(self) -> tuple[list[dict], str]:
-        resp = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.name}")
-        pods = [self.api.sanitize_for_serialization(p) for p in resp.items]
-        return pods, resp.metadata.resource_version
+        resp = self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={self.name}", _preload_content=False
+        )
+        body = json.loads(resp.data)
+        return body.get("items") or [], body["metadata"]["resourceVersion"]
 
     def sync(self) -> str:
         """List and reconcile (start-up, and after a broken watch); returns the resourceVersion."""
@@ -1135,7 +1161,7 @@ class Agent:
         rv = self.sync()
         self.synced.set()
         while not self.stopping.is_set():
-            w = watch.Watch()
+            w = _RawWatch()
             try:
                 for ev in w.stream(
                     self.core.list_pod_for_all_namespaces,
@@ -1144,10 +1170,9 @@ class Agent:
                     timeout_seconds=300,
                     allow_watch_bookmarks=True,
                 ):
-                    obj = ev["object"]
+                    pod = ev["object"]
                     if ev["type"] == "ERROR":
-                        raise RuntimeError(f"watch error: {obj}")
-                    pod = self.api.sanitize_for_serialization(obj)
+                        raise RuntimeError(f"watch error: {pod}")
                     rv = pod["metadata"].get("resourceVersion", rv)
                     if ev["type"] == "BOOKMARK":
                         continue
@@ -1181,6 +1206,7 @@ class Agent:
             w.request_stop(5, "NodeShutdown")
         for w in workers:
             w.join(timeout=15)
+        self.cleaner.shutdown(wait=False, cancel_futures=True)
         log.info("process node stopped (%d pods stopped)", len(workers))
 
     def run(self) -> None:

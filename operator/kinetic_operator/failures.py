@@ -16,13 +16,20 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from kinetic.names import fmt_time
 
-from kinetic_operator.kube import Conflict, Kube
+from kinetic_operator.kube import Conflict, Kube, until_settled
+from kinetic_operator.state import Fresh
 
-__all__ = ["COND_RECONCILE_FAILED", "Failing", "failure_conditions", "reported"]
+__all__ = [
+    "COND_RECONCILE_FAILED",
+    "Failing",
+    "failure_conditions",
+    "reconcile_rounds",
+    "reported",
+]
 
 log = logging.getLogger("kinetic.operator")
 
@@ -38,6 +45,46 @@ class Failing:
     """The error last reported for one object (None: its last reconcile succeeded)."""
 
     message: str | None = None
+
+
+class Remembered(Protocol):
+    """What the operator keeps of one object: its freshest copy and its last failure."""
+
+    body: Fresh
+    failing: Failing
+
+
+def reconcile_rounds(
+    kube: Kube,
+    mem: Remembered,
+    plural: str,
+    what: str,
+    fetch: Callable[[], dict[str, Any] | None],
+    once: Callable[[dict[str, Any] | None, bool], T],
+) -> T:
+    """Decide from the copy held, and again from a fresh read after each write conflict.
+
+    ``once(body, fresh)`` reads observations, decides and writes; ``fresh``
+    says the copy was just read from the API server. An unexpected error is
+    put on the object (`reported`) and raised for the caller's backoff.
+    """
+
+    def one_round(round_: int) -> T:
+        body = mem.body.get() if round_ == 0 else None
+        fresh = body is None
+        if body is None:
+            body = fetch()
+            mem.body.set(body)
+        return once(body, fresh)
+
+    return reported(
+        kube,
+        mem.failing,
+        mem.body.get,
+        mem.body.set,
+        plural,
+        lambda: until_settled(one_round, what),
+    )
 
 
 def describe(exc: BaseException) -> str:

@@ -209,6 +209,34 @@ def test_deleting_a_running_pod_kills_its_process(kube: Kube, namespace: str):
         wait_for(lambda: not _pgrep(marker), 10, what="the sleeper process to be gone")
 
 
+def test_deleting_finished_pods_with_a_grace_period_removes_them_and_a_new_pod_still_runs(
+    kube: Kube, namespace: str
+):
+    """What a batch's deletion does to the node: many finished Pods deleted with the
+    default grace at once (each needs the node's own DELETE), and a new Pod created
+    meanwhile. Every finished Pod goes, and the new one runs and succeeds."""
+    names = [f"done-{i}" for i in range(12)]
+    for name in names:
+        kube.core.create_namespaced_pod(namespace, pod(name, "true"))
+
+    def phase(name: str) -> str | None:
+        try:
+            return kube.core.read_namespaced_pod(name, namespace).status.phase
+        except client.ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    wait_for(lambda: all(phase(n) == "Succeeded" for n in names), 120, what="pods to finish")
+    for name in names:  # grace period 5 s (the pod's own): the node must remove each
+        kube.core.delete_namespaced_pod(name, namespace)
+    kube.core.create_namespaced_pod(namespace, pod("newcomer", "echo arrived"))
+    wait_for(lambda: all(phase(n) is None for n in names), 60, what="finished pods to go")
+    wait_for(lambda: phase("newcomer") == "Succeeded", 60, what="the new pod to succeed")
+    log = kube.core.read_namespaced_pod_log("newcomer", namespace)
+    assert log.strip() == "arrived"
+
+
 def test_gpu_pod_stays_pending_with_the_schedulers_reason(kube: Kube, namespace: str):
     body = pod(
         "greedy",

@@ -150,19 +150,34 @@ def test_a_token_is_fetched_again_a_minute_before_it_expires(
     ]
 
 
-def test_without_a_metadata_server_the_library_finds_the_credentials(
-    gcs_bucket: str,  # noqa: F811
+def test_without_a_metadata_server_a_pod_takes_the_library(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Off GKE (no metadata server), calls go to google-cloud-storage, which knows every
-    form of Application Default Credentials (here: the emulator's anonymous ones)."""
-    nobody = f"127.0.0.1:{closed_port()}"
-    lean = LeanGcs("https://storage.invalid", MetadataToken(nobody), storage._GcsBackend())
-    uri = f"{gcs_bucket}/gke/{uuid.uuid4().hex[:8]}/x"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(storage._BACKENDS, "gs", lean)
-        gen = storage.write_bytes(uri, b"via the library")
-        assert storage.read_if_exists(uri) == (b"via the library", gen)
-    assert lean.use_fallback
+    """Off GKE (no metadata server, no key file, no emulator), the first gs:// call picks
+    google-cloud-storage, which knows every form of Application Default Credentials."""
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("GCE_METADATA_HOST", f"127.0.0.1:{closed_port()}")
+    monkeypatch.setitem(storage._BACKENDS, "gs", storage._LeanOnFirstUse())
+    chosen = storage._BACKENDS["gs"].resolve()  # type: ignore[union-attr]
+    assert isinstance(chosen, storage._GcsBackend)
+    assert storage._BACKENDS["gs"] is chosen
+
+
+def test_with_a_metadata_server_a_pod_takes_the_lean_client_and_keeps_its_token(
+    monkeypatch: pytest.MonkeyPatch, metadata: tuple[str, Seen]
+) -> None:
+    meta_host, meta_seen = metadata
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("GCE_METADATA_HOST", meta_host)
+    monkeypatch.setitem(storage._BACKENDS, "gs", storage._LeanOnFirstUse())
+    chosen = storage._BACKENDS["gs"].resolve()  # type: ignore[union-attr]
+    assert isinstance(chosen, LeanGcs)
+    assert chosen.endpoint == "https://storage.googleapis.com"
+    assert meta_seen.tokens_issued == 1  # asked once to choose, and kept for the calls after
+    assert chosen.auth.headers(chosen.connections) == {"Authorization": "Bearer tok-1"}
+    assert meta_seen.tokens_issued == 1
 
 
 def test_a_metadata_server_that_refuses_a_token_names_the_fix(
@@ -171,7 +186,7 @@ def test_a_metadata_server_that_refuses_a_token_names_the_fix(
 ) -> None:
     meta_host, meta_seen = metadata
     meta_seen.token_status = 404
-    lean = LeanGcs("https://storage.invalid", MetadataToken(meta_host), storage._GcsBackend())
+    lean = LeanGcs("https://storage.invalid", MetadataToken(meta_host))
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(storage._BACKENDS, "gs", lean)
         with pytest.raises(storage.StoragePermissionError) as info:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from kinetic import gcs_http, storage
+from kinetic import gcs_http
 from kinetic.gcs_http import Anonymous, MetadataToken, lean_backend, with_retries
 
 
@@ -24,16 +24,15 @@ from kinetic.gcs_http import Anonymous, MetadataToken, lean_backend, with_retrie
 def test_the_environment_picks_endpoint_and_credentials(
     environ: dict[str, str], endpoint: str, auth: type
 ) -> None:
-    lean = lean_backend(environ, fallback=storage._GcsBackend())
+    lean = lean_backend(environ)
     assert lean is not None and lean.endpoint == endpoint and isinstance(lean.auth, auth)
     if isinstance(lean.auth, MetadataToken):
         assert lean.auth.host == environ.get("GCE_METADATA_HOST", "metadata.google.internal")
-        assert lean.fallback is not None
 
 
 def test_a_key_file_is_left_to_the_library() -> None:
     environ = {"GOOGLE_APPLICATION_CREDENTIALS": "/var/run/keys/sa.json"}
-    assert lean_backend(environ, fallback=storage._GcsBackend()) is None
+    assert lean_backend(environ) is None
 
 
 class Flaky:

@@ -6,6 +6,8 @@ import io
 import json
 import multiprocessing
 import os
+import subprocess
+import sys
 import zipfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -355,3 +357,38 @@ def test_discover_finds_the_functions_project_its_requirements_and_source(
     names = zipfile.ZipFile(io.BytesIO(found.source)).namelist()
     assert names == ["src/userpkg_for_unit_test/__init__.py", "src/userpkg_for_unit_test/tasks.py"]
     assert project.discover(tasks.go, with_requirements=False).requirements == ()  # type: ignore[union-attr]
+
+
+def test_a_pod_that_finds_the_source_unpacked_imports_nothing_to_unpack_it(
+    tmp_path: Path,
+) -> None:
+    """Every Pod of a project imports this module; only the first on a node unpacks.
+
+    The others must not pay for pip's subprocess, zipfile, shutil or tempfile
+    (about 0.03 CPU-seconds a Pod): a fresh interpreter is the only honest
+    place to see what a Pod imports.
+    """
+    entry = _ship_source(tmp_path, {"helper_warm_cache.py": "VALUE = 1\n"})
+    cache = str(tmp_path / "cache")
+    script = (
+        "import json, sys\n"
+        "from kinetic import podenv\n"
+        "lines = []\n"
+        f"podenv.prepare(json.loads({json.dumps(json.dumps(entry))}), lines.append)\n"
+        "heavy = ('subprocess', 'zipfile', 'shutil', 'tempfile')\n"
+        "print(json.dumps([lines, [m for m in heavy if m in sys.modules]]))\n"
+    )
+    env = {**os.environ, "KINETIC_DEPS_CACHE": cache}
+
+    def pod() -> tuple[list[str], list[str]]:
+        done = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+        )
+        lines, loaded = json.loads(done.stdout)
+        return lines, loaded
+
+    first_lines, _ = pod()
+    assert first_lines[0].startswith("unpacked the project's source")
+    lines, loaded = pod()
+    assert lines[0].startswith("reusing the project's source")
+    assert loaded == []

@@ -72,9 +72,9 @@ from kinetic_operator.batch_logic import (
 )
 from kinetic_operator.batch_pods import UnitRefused, build_unit_pod, log_uri
 from kinetic_operator.bounded_read import TooLarge, read_at_most
-from kinetic_operator.failures import Failing, reported
+from kinetic_operator.failures import Failing, reconcile_rounds
 from kinetic_operator.handlers.policy import current_policy
-from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube, until_settled
+from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube
 from kinetic_operator.manifest import (
     Debouncer,
     ManifestBook,
@@ -258,24 +258,24 @@ def reconcile_batch_sync(
     Returns in how many seconds to look again, or None.
     """
 
-    def one_round(round_: int) -> float | None:
-        body = mem.body.get() if round_ == 0 else None
-        fresh = body is None
-        if body is None:
-            body = kube.get_kinetic_batch(namespace, name)
-            mem.body.set(body)
-        when = now or datetime.now(UTC)
-        return _reconcile_once(
-            kube, settings, mem, namespace, name, body, fresh, units, when, policy
-        )
-
-    return reported(
+    return reconcile_rounds(
         kube,
-        mem.failing,
-        mem.body.get,
-        mem.body.set,
+        mem,
         BATCH_PLURAL,
-        lambda: until_settled(one_round, f"{namespace}/{name}"),
+        f"{namespace}/{name}",
+        lambda: kube.get_kinetic_batch(namespace, name),
+        lambda body, fresh: _reconcile_once(
+            kube,
+            settings,
+            mem,
+            namespace,
+            name,
+            body,
+            fresh,
+            units,
+            now or datetime.now(UTC),
+            policy,
+        ),
     )
 
 

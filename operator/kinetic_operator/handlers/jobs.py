@@ -25,10 +25,10 @@ from kinetic.names import LABEL_JOB
 from kinetic.resources import GROUP, JOB_KIND, JOB_PLURAL, VERSION, KineticJobStatus, Phase
 
 from kinetic_operator import job_logic, metrics, podspec
-from kinetic_operator.failures import Failing, reported
+from kinetic_operator.failures import Failing, reconcile_rounds
 from kinetic_operator.handlers.policy import current_policy
 from kinetic_operator.job_logic import CreatePod, DeletePod, Event, InvalidSpec
-from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube, until_settled
+from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube
 from kinetic_operator.observed import PodView, job_key, summarize_pod
 from kinetic_operator.policy import Policy, first_acceptance_violations
 from kinetic_operator.reaper import due_pods
@@ -166,24 +166,24 @@ def reconcile_job_sync(
     their TTL), or None.
     """
 
-    def one_round(round_: int) -> float | None:
-        body = mem.body.get() if round_ == 0 else None
-        fresh = body is None
-        if body is None:
-            body = kube.get_kinetic_job(namespace, name)
-            mem.body.set(body)
-        when = now or datetime.now(UTC)
-        return _reconcile_once(
-            kube, settings, namespace, name, body, fresh, pods, mem, when, policy
-        )
-
-    return reported(
+    return reconcile_rounds(
         kube,
-        mem.failing,
-        mem.body.get,
-        mem.body.set,
+        mem,
         JOB_PLURAL,
-        lambda: until_settled(one_round, f"{namespace}/{name}"),
+        f"{namespace}/{name}",
+        lambda: kube.get_kinetic_job(namespace, name),
+        lambda body, fresh: _reconcile_once(
+            kube,
+            settings,
+            namespace,
+            name,
+            body,
+            fresh,
+            pods,
+            mem,
+            now or datetime.now(UTC),
+            policy,
+        ),
     )
 
 
