@@ -186,6 +186,7 @@ class PodWorker(threading.Thread):
         self.terminal_reason: str | None = None
         self.terminal_message: str | None = None
         self.finished = threading.Event()
+        self.removed = False  # this worker sent the Pod's final DELETE
 
     # ---- called from other threads ----
     def request_stop(self, grace: float, reason: str | None = None) -> None:
@@ -467,6 +468,7 @@ class PodWorker(threading.Thread):
         self._kill_all(self.stop_grace)
         if self.stop_reason is None:  # deleted: remove the Pod as a kubelet does
             self.agent.delete_pod(self.ns, self.pod_name, self.uid)
+            self.removed = True
             return
         if self.stop_reason == "DeadlineExceeded":
             self._report(phase="Failed", reason="DeadlineExceeded", message=DEADLINE_MESSAGE)
@@ -1045,7 +1047,7 @@ class Agent:
             if worker is not None:
                 worker.request_stop(2)
             else:
-                self.cleaner.submit(self._cleanup_dir, pod)
+                self._in_background(self._cleanup_dir, pod)
             with self.lock:
                 self.finished.discard(uid)
                 self.deleting.discard(uid)
@@ -1070,7 +1072,7 @@ class Agent:
                 return
             elif uid not in self.deleting:
                 self.deleting.add(uid)
-                self.cleaner.submit(self._remove_finished, pod)
+                self._in_background(self._remove_finished, pod)
             return
         phase = (pod.get("status") or {}).get("phase") or "Pending"
         if worker is not None or uid in self.finished or phase in ("Succeeded", "Failed"):
@@ -1119,6 +1121,22 @@ class Agent:
         if worker.stop_reason is None and worker.stop_event.is_set():
             # deleted: its logs go with it
             self._cleanup_dir(worker.pod)
+            if not worker.removed:
+                # Its containers ended on their own just as it was deleted (after its
+                # last wait), and its last status came before: no later event will
+                # bring it back to on_pod, so remove it now, or it stays Terminating.
+                self.delete_pod(worker.ns, worker.pod_name, worker.uid)
+
+    def _in_background(self, fn: Callable[[dict], None], pod: dict) -> None:
+        """``fn(pod)`` on the cleanup threads; an error is logged, not lost in a Future."""
+
+        def run() -> None:
+            try:
+                fn(pod)
+            except Exception:  # noqa: BLE001 - one pod's cleanup must not stop the others
+                log.exception("cleaning up pod %s", pod["metadata"].get("name"))
+
+        self.cleaner.submit(run)
 
     def _remove_finished(self, pod: dict) -> None:
         """A finished Pod being deleted with a grace period: no process to stop, so remove it."""

@@ -237,6 +237,21 @@ def test_deleting_finished_pods_with_a_grace_period_removes_them_and_a_new_pod_s
     assert log.strip() == "arrived"
 
 
+def test_pods_deleted_as_they_finish_are_removed(kube: Kube, namespace: str):
+    """The garbage collector deletes an orphan's Pods the moment they are created, with
+    their grace period; some are still starting, some already done. Each must go: a Pod
+    whose process ended just as its deletion arrived once stayed Terminating for good."""
+    names = [f"short-{i}" for i in range(30)]
+    for name in names:
+        kube.core.create_namespaced_pod(namespace, pod(name, "true"))
+        kube.core.delete_namespaced_pod(name, namespace, grace_period_seconds=30)
+
+    def left() -> list[str]:
+        return [p.metadata.name for p in kube.core.list_namespaced_pod(namespace).items]
+
+    wait_for(lambda: not left(), 90, what="every deleted pod to go")
+
+
 def test_gpu_pod_stays_pending_with_the_schedulers_reason(kube: Kube, namespace: str):
     body = pod(
         "greedy",

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import signal
+import threading
 import tracemalloc
+from pathlib import Path
 
+import pytest
 from kinetic_operator import memtrace
 
 
@@ -25,3 +32,33 @@ def test_a_dump_writes_a_loadable_snapshot_and_a_readable_summary(tmp_path) -> N
     text = path.with_suffix(".txt").read_text()
     assert text.startswith("traced ") and "test_memtrace.py" in text
     assert len(kept) == 64
+
+
+def test_a_signalled_snapshot_is_written_while_the_event_loop_goes_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A snapshot of a busy operator takes tens of seconds; the watches and reconciles on
+    the event loop must not wait for it. The stand-in dump finishes only once the loop
+    has run something else, so a dump made on the loop would never finish."""
+    loop_ran = threading.Event()
+
+    def dump_after_the_loop_ran(directory: str | None = None) -> Path:
+        assert loop_ran.wait(10), "the event loop was blocked while the snapshot was taken"
+        return tmp_path / "snapshot.snap"
+
+    monkeypatch.setattr(memtrace, "dump", dump_after_the_loop_ran)
+
+    async def operator_at_work() -> None:
+        loop = asyncio.get_running_loop()
+        memtrace.install(loop, every=0)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        await asyncio.sleep(0.01)  # other work on the loop, while the snapshot is taken
+        loop_ran.set()
+        for _ in range(1000):
+            if "Heap snapshot written to" in caplog.text:
+                return
+            await asyncio.sleep(0.01)
+
+    with caplog.at_level(logging.INFO, logger="kinetic.operator"):
+        asyncio.run(operator_at_work())
+    assert f"Heap snapshot written to {tmp_path / 'snapshot.snap'}" in caplog.text
