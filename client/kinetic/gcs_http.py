@@ -52,9 +52,14 @@ from kinetic.storage import (
     StoragePermissionError,
     StorageUnavailable,
     bucket_missing,
-    emulator_hint,
+    describe_error,
+    permission_denied,
     precondition_message,
+    request_failed,
+    require_object_key,
     retry_timeout,
+    says_bucket_missing,
+    unavailable,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,7 +135,7 @@ class Connections:
                     e, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
                 ):
                     continue
-                raise _Transient(_describe(e), server_said=False) from None
+                raise _Transient(describe_error(e), server_said=False) from None
             response = Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, data)
             if response.status in _TRANSIENT:
                 raise _Transient(response.error_text(), server_said=True)
@@ -148,11 +153,6 @@ class Connections:
 
     def _drop(self, base: str) -> None:
         self._local.__dict__.get("pool", {}).pop(base, None)
-
-
-def _describe(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0][:300]
 
 
 def with_retries(call: Callable[[], T], deadline_s: float, sleep: Callable[[float], None]) -> T:
@@ -258,10 +258,10 @@ class LeanGcs:
         return found[0]
 
     def read_if_exists(self, p: _Parsed, uri: str) -> tuple[bytes, int] | None:
-        _require_key(p, uri)
-        answer = self._call(uri, p.bucket, "GET", f"{_object_path(p)}?alt=media")
+        require_object_key(p, uri)
+        answer = self._call(uri, "GET", f"{_object_path(p)}?alt=media")
         if answer.status == 404:
-            if _says_bucket_missing(answer):
+            if says_bucket_missing(answer.error_text()):
                 raise bucket_missing(uri, p.bucket)
             return None
         self._check(answer, uri, p.bucket)
@@ -275,15 +275,13 @@ class LeanGcs:
         return answer.body, int(generation)
 
     def write(self, p: _Parsed, uri: str, data: bytes, generation: int | None) -> int:
-        _require_key(p, uri)
+        require_object_key(p, uri)
         query = {"uploadType": "multipart"}
         if generation is not None:
             query["ifGenerationMatch"] = str(generation)
         path = f"/upload/storage/v1/b/{_quote(p.bucket)}/o?{urllib.parse.urlencode(query)}"
         body, content_type = _multipart(p.key, data)
-        answer = self._call(
-            uri, p.bucket, "POST", path, body=body, headers={"Content-Type": content_type}
-        )
+        answer = self._call(uri, "POST", path, body=body, headers={"Content-Type": content_type})
         if answer.status == 412:
             current = self.stat(p, uri)
             raise PreconditionFailed(precondition_message(uri, generation or 0, current), uri)
@@ -293,16 +291,16 @@ class LeanGcs:
         return int(answer.json().get("generation") or 0)
 
     def stat(self, p: _Parsed, uri: str) -> int | None:
-        _require_key(p, uri)
-        answer = self._call(uri, p.bucket, "GET", f"{_object_path(p)}?fields=generation")
+        require_object_key(p, uri)
+        answer = self._call(uri, "GET", f"{_object_path(p)}?fields=generation")
         if answer.status == 404:
             return None
         self._check(answer, uri, p.bucket)
         return int(answer.json()["generation"])
 
     def delete(self, p: _Parsed, uri: str) -> bool:
-        _require_key(p, uri)
-        answer = self._call(uri, p.bucket, "DELETE", _object_path(p))
+        require_object_key(p, uri)
+        answer = self._call(uri, "DELETE", _object_path(p))
         if answer.status == 404:
             return False
         self._check(answer, uri, p.bucket)
@@ -318,7 +316,7 @@ class LeanGcs:
             if token:
                 query["pageToken"] = token
             path = f"/storage/v1/b/{_quote(p.bucket)}/o?{urllib.parse.urlencode(query)}"
-            answer = self._call(uri, p.bucket, "GET", path)
+            answer = self._call(uri, "GET", path)
             if answer.status == 404:
                 raise bucket_missing(uri, p.bucket)
             self._check(answer, uri, p.bucket)
@@ -333,7 +331,6 @@ class LeanGcs:
     def _call(
         self,
         uri: str,
-        bucket: str,
         method: str,
         path: str,
         body: bytes | None = None,
@@ -346,31 +343,19 @@ class LeanGcs:
         try:
             return with_retries(once, retry_timeout(), self.sleep)
         except _Transient as e:
-            if e.server_said:
-                raise StorageUnavailable(
-                    f"gave up reaching storage for {uri} after retrying ({e}) — "
-                    f"check the network{emulator_hint()}",
-                    uri,
-                ) from None
-            raise StorageUnavailable(
-                f"cannot reach storage for {uri}: {e}{emulator_hint()}", uri
-            ) from None
+            raise unavailable(uri, str(e), retried=e.server_said) from None
 
     def _check(self, answer: Response, uri: str, bucket: str) -> None:
         """Raise the storage error an unsuccessful answer means."""
         if answer.status < 300:
             return
         if answer.status in (401, 403):
-            raise StoragePermissionError(
-                f"permission denied for {uri}: {answer.error_text()} — grant this identity "
-                f"roles/storage.objectAdmin on gs://{bucket}",
-                uri,
-            )
-        raise StorageError(f"storage request for {uri} failed: {answer.error_text()}", uri)
+            raise permission_denied(uri, bucket, answer.error_text())
+        raise request_failed(uri, answer.error_text())
 
     def _raise_missing(self, p: _Parsed, uri: str) -> NoReturn:
         """Tell a missing object from a missing bucket: the fixes differ."""
-        answer = self._call(uri, p.bucket, "GET", f"/storage/v1/b/{_quote(p.bucket)}?fields=name")
+        answer = self._call(uri, "GET", f"/storage/v1/b/{_quote(p.bucket)}?fields=name")
         if answer.status == 404:
             raise bucket_missing(uri, p.bucket)
         self._check(answer, uri, p.bucket)
@@ -391,11 +376,6 @@ def lean_backend(environ: Mapping[str, str]) -> LeanGcs | None:
         return None  # a key file: the library signs with it
     host = environ.get(METADATA_HOST_ENV) or _METADATA_HOST
     return LeanGcs(GCS_ENDPOINT, MetadataToken(host))
-
-
-def _require_key(p: _Parsed, uri: str) -> None:
-    if not p.key or p.key.endswith("/"):
-        raise ValueError(f"{uri!r} names a bucket or folder, not an object")
 
 
 def _quote(part: str) -> str:
@@ -420,8 +400,3 @@ def _multipart(name: str, data: bytes) -> tuple[bytes, str]:
     )
     body = head.encode() + data + f"\r\n--{boundary}--\r\n".encode()
     return body, f"multipart/related; boundary={boundary}"
-
-
-def _says_bucket_missing(answer: Response) -> bool:
-    """Whether a 404 names the bucket, not the object (GCS says so; fake-gcs-server does not)."""
-    return "specified bucket does not exist" in answer.error_text().lower()

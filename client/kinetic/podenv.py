@@ -99,18 +99,6 @@ def _fetch(entry: Mapping[str, Any], what: str, phase: str) -> bytes:
     return data
 
 
-def _publish(tmp: Path, final: Path) -> None:
-    """Move a finished folder into place; another pod that got there first wins."""
-    try:
-        os.rename(tmp, final)
-    except OSError:
-        if not final.is_dir():
-            raise
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 @contextlib.contextmanager
 def _one_at_a_time(cache: Path) -> Iterator[None]:
     """Hold the cache's lock while preparing a folder in it.
@@ -165,52 +153,69 @@ def _run_pip(args: list[str], log: Callable[[str], None]) -> tuple[int, list[str
     return proc.wait(), list(tail)
 
 
+def _build_once(cache: Path, target: Path, build: Callable[[Path], None]) -> bool:
+    """Make ``target`` in ``cache`` with ``build(folder)`` unless it is there; True if built.
+
+    The common case, a folder another Pod made, costs one stat and no lock: a
+    folder is complete once it has its name. Otherwise the cache's lock is
+    taken and the check made again, so Pods starting together build it once;
+    ``build`` fills a temporary folder that gets the final name only when it
+    returns.
+    """
+    if target.is_dir():
+        return False
+    with _one_at_a_time(cache):
+        if target.is_dir():
+            return False
+        import shutil
+        import tempfile
+
+        tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=cache))
+        try:
+            build(tmp)
+            try:
+                os.rename(tmp, target)
+            except OSError:  # on a volume shared by nodes, another Pod may have won
+                if not target.is_dir():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
+    return True
+
+
 def install_requirements(entry: Mapping[str, Any], cache: Path, log: Callable[[str], None]) -> Path:
     """Install the requirements once per cache; returns the folder now first on sys.path."""
     sha = str(entry.get("sha256", ""))
     target = cache / f"req-{install_key(sha)}"
-    with _one_at_a_time(cache):
-        if target.is_dir():
-            log(f"installing dependencies: reusing {target} (requirements sha256 {sha[:12]})")
-        else:
-            _install(entry, target, cache, log)
+    if _build_once(cache, target, lambda tmp: _install(entry, tmp, log)):
+        log(f"installing dependencies: done, in {target}")
+    else:
+        log(f"installing dependencies: reusing {target} (requirements sha256 {sha[:12]})")
     _prepend(target / "site")
     return target
 
 
-def _install(
-    entry: Mapping[str, Any], target: Path, cache: Path, log: Callable[[str], None]
-) -> None:
-    """pip install the requirements into a temporary folder, then give it ``target``'s name."""
-    import shutil
-    import tempfile
-
+def _install(entry: Mapping[str, Any], into: Path, log: Callable[[str], None]) -> None:
+    """pip install the requirements into ``into``/site."""
     phase = "install-dependencies"
     data = _fetch(entry, "requirements", phase)
     lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
     log(f"installing dependencies: {len(lines)} requirement(s) from {entry.get('file')}")
-    tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=cache))
-    req_file = tmp / ".requirements.txt"
+    req_file = into / ".requirements.txt"
     req_file.write_bytes(data)
-    pkgs = tmp / "site"
-    try:
-        code, tail = _run_pip(
-            ["install", "--no-input", "--target", str(pkgs), "-r", str(req_file)], log
+    code, tail = _run_pip(
+        ["install", "--no-input", "--target", str(into / "site"), "-r", str(req_file)], log
+    )
+    if code != 0:
+        errors = [line for line in tail if line.startswith("ERROR")]
+        detail = " | ".join(errors or tail) or "no output"
+        raise PrepareError(
+            phase,
+            f"installing dependencies failed: pip exited with {code}: {detail} (fix "
+            f"{entry.get('file') or 'the requirements'}, or pass image= an image that "
+            "has them)",
         )
-        if code != 0:
-            errors = [line for line in tail if line.startswith("ERROR")]
-            detail = " | ".join(errors or tail) or "no output"
-            raise PrepareError(
-                phase,
-                f"installing dependencies failed: pip exited with {code}: {detail} (fix "
-                f"{entry.get('file') or 'the requirements'}, or pass image= an image that "
-                "has them)",
-            )
-        req_file.unlink()
-        _publish(tmp, target)  # only a complete install ever gets the final name
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
-    log(f"installing dependencies: done, in {target}")
+    req_file.unlink()
 
 
 def _safe_relative(path: str) -> bool:
@@ -242,21 +247,17 @@ def unpack_source(entry: Mapping[str, Any], cache: Path, log: Callable[[str], No
     ):
         raise PrepareError(phase, f"the payload's source paths {paths!r} are not relative folders")
     target = cache / f"src-{sha[:32]}"
-    with _one_at_a_time(cache):
-        if target.is_dir():
-            log(f"reusing the project's source in {target}")
-        else:
-            import shutil
-            import tempfile
+    fetched: list[int] = []
 
-            data = _fetch(entry, "project source", phase)
-            tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=cache))
-            try:
-                _extract(data, tmp, phase)
-                _publish(tmp, target)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)  # gone already when published
-            log(f"unpacked the project's source ({len(data)} bytes) into {target}")
+    def unpack(into: Path) -> None:
+        data = _fetch(entry, "project source", phase)
+        fetched.append(len(data))
+        _extract(data, into, phase)
+
+    if _build_once(cache, target, unpack):
+        log(f"unpacked the project's source ({fetched[0]} bytes) into {target}")
+    else:
+        log(f"reusing the project's source in {target}")
     for rel in reversed(paths):  # the first listed ends up first on sys.path
         _prepend(target / rel if rel else target)
     return target

@@ -362,7 +362,7 @@ class _GcsBackend:
     """Google Cloud Storage (or fake-gcs-server via STORAGE_EMULATOR_HOST)."""
 
     def read(self, p: _Parsed, uri: str) -> bytes:
-        self._require_key(p, uri)
+        require_object_key(p, uri)
         client = _gcs_client()
         with _gcs_errors(uri, p.bucket):
             try:
@@ -373,13 +373,13 @@ class _GcsBackend:
 
     def read_if_exists(self, p: _Parsed, uri: str) -> tuple[bytes, int] | None:
         # One request: the download's x-goog-generation header fills blob.generation.
-        self._require_key(p, uri)
+        require_object_key(p, uri)
         blob = _gcs_client().bucket(p.bucket).blob(p.key)
         with _gcs_errors(uri, p.bucket):
             try:
                 data = blob.download_as_bytes(retry=_retry())
             except _google_not_found() as e:
-                if _saysbucket_missing(e):
+                if says_bucket_missing(str(e)):
                     raise bucket_missing(uri, p.bucket) from None
                 return None
         if blob.generation is None:  # would make a conditional write on it unsafe
@@ -391,7 +391,7 @@ class _GcsBackend:
         return data, int(blob.generation)
 
     def write(self, p: _Parsed, uri: str, data: bytes, generation: int | None) -> int:
-        self._require_key(p, uri)
+        require_object_key(p, uri)
         blob = _gcs_client().bucket(p.bucket).blob(p.key)
         from google.api_core import exceptions as gexc
 
@@ -413,13 +413,13 @@ class _GcsBackend:
         return int(blob.generation or 0)
 
     def stat(self, p: _Parsed, uri: str) -> int | None:
-        self._require_key(p, uri)
+        require_object_key(p, uri)
         with _gcs_errors(uri, p.bucket):
             blob = _gcs_client().bucket(p.bucket).get_blob(p.key, retry=_retry())
         return None if blob is None else int(blob.generation)
 
     def delete(self, p: _Parsed, uri: str) -> bool:
-        self._require_key(p, uri)
+        require_object_key(p, uri)
         with _gcs_errors(uri, p.bucket):
             try:
                 _gcs_client().bucket(p.bucket).blob(p.key).delete(retry=_retry())
@@ -436,11 +436,6 @@ class _GcsBackend:
                 pass
         raise bucket_missing(uri, p.bucket)
 
-    @staticmethod
-    def _require_key(p: _Parsed, uri: str) -> None:
-        if not p.key or p.key.endswith("/"):
-            raise ValueError(f"{uri!r} names a bucket or folder, not an object")
-
     def _raise_missing(self, p: _Parsed, uri: str) -> NoReturn:
         """Tell a missing object from a missing bucket: the fixes differ."""
         with _gcs_errors(uri, p.bucket):
@@ -456,14 +451,42 @@ def _google_not_found() -> type[Exception]:
     return GoogleNotFound
 
 
-def _saysbucket_missing(e: Exception) -> bool:
-    """Whether a 404 names the bucket, not the object, as missing.
+# ------------------------------------------- shared by both gs:// backends (and kinetic.gcs_http)
 
-    GCS says so in the error text ("The specified bucket does not exist.");
-    fake-gcs-server answers a bare "Not Found" either way, so there the
-    answer is False.
+
+def require_object_key(p: _Parsed, uri: str) -> None:
+    if not p.key or p.key.endswith("/"):
+        raise ValueError(f"{uri!r} names a bucket or folder, not an object")
+
+
+def says_bucket_missing(error_text: str) -> bool:
+    """Whether a 404's text names the bucket, not the object, as missing.
+
+    GCS says so ("The specified bucket does not exist."); fake-gcs-server
+    answers a bare "Not Found" either way, so there the answer is False.
     """
-    return "specified bucket does not exist" in str(e).lower()
+    return "specified bucket does not exist" in error_text.lower()
+
+
+def permission_denied(uri: str, bucket: str, detail: str) -> StoragePermissionError:
+    return StoragePermissionError(
+        f"permission denied for {uri}: {detail} — grant this identity "
+        f"roles/storage.objectAdmin on gs://{bucket}",
+        uri,
+    )
+
+
+def unavailable(uri: str, detail: str, *, retried: bool) -> StorageUnavailable:
+    """Storage did not answer usably: after retrying transient errors, or not at all."""
+    if retried:
+        text = f"gave up reaching storage for {uri} after retrying ({detail}) — check the network"
+    else:
+        text = f"cannot reach storage for {uri}: {detail}"
+    return StorageUnavailable(text + emulator_hint(), uri)
+
+
+def request_failed(uri: str, detail: str) -> StorageError:
+    return StorageError(f"storage request for {uri} failed: {detail}", uri)
 
 
 def bucket_missing(uri: str, bucket: str) -> BucketNotFound:
@@ -502,11 +525,7 @@ def _gcs_errors(uri: str, bucket: str) -> Iterator[None]:
     except StorageError:
         raise
     except (gexc.Forbidden, gexc.Unauthorized) as e:
-        raise StoragePermissionError(
-            f"permission denied for {uri}: {_short(e)} — grant this identity "
-            f"roles/storage.objectAdmin on gs://{bucket}",
-            uri,
-        ) from None
+        raise permission_denied(uri, bucket, describe_error(e)) from None
     except auth_exc.DefaultCredentialsError:
         raise StoragePermissionError(
             f"no Google Cloud credentials to access {uri} — run "
@@ -515,20 +534,14 @@ def _gcs_errors(uri: str, bucket: str) -> Iterator[None]:
             uri,
         ) from None
     except gexc.RetryError as e:
-        raise StorageUnavailable(
-            f"gave up reaching storage for {uri} after retrying ({_short(e.cause or e)}) — "
-            f"check the network{emulator_hint()}",
-            uri,
-        ) from None
+        raise unavailable(uri, describe_error(e.cause or e), retried=True) from None
     except gexc.GoogleAPICallError as e:
         if isinstance(e, gexc.ServerError):
-            raise StorageUnavailable(f"storage error for {uri}: {_short(e)}", uri) from None
-        raise StorageError(f"storage request for {uri} failed: {_short(e)}", uri) from None
+            raise StorageUnavailable(f"storage error for {uri}: {describe_error(e)}", uri) from None
+        raise request_failed(uri, describe_error(e)) from None
     except (OSError, auth_exc.TransportError) as e:
         # requests' ConnectionError is an OSError.
-        raise StorageUnavailable(
-            f"cannot reach storage for {uri}: {_short(e)}{emulator_hint()}", uri
-        ) from None
+        raise unavailable(uri, describe_error(e), retried=False) from None
 
 
 def emulator_hint() -> str:
@@ -538,7 +551,8 @@ def emulator_hint() -> str:
     return ""
 
 
-def _short(e: BaseException) -> str:
+def describe_error(e: BaseException) -> str:
+    """An error's first line (or its type), cut to fit a one-line message."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return text[:300]
 

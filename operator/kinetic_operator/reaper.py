@@ -71,12 +71,6 @@ def reap_one(kube: Kube, namespace: str, pod: str, uri: str | None) -> None:
     kube.delete_pod(namespace, pod, now=True)
 
 
-def reap(kube: Kube, namespace: str, work: list[tuple[str, str | None]]) -> None:
-    """`reap_one` for each ``(pod, archive URI)``, a few at a time, until all are done."""
-    with ThreadPoolExecutor(max_workers=min(THREADS, max(1, len(work)))) as pool:
-        list(pool.map(lambda item: reap_one(kube, namespace, *item), work))
-
-
 @dataclass
 class Reaper:
     """Archives and deletes due Pods in the background, each Pod as soon as it is due.

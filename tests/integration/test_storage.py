@@ -108,8 +108,10 @@ def gcs_bucket(gcs_server: str) -> str:
     return f"gs://{name}"
 
 
-def use_lean() -> None:
-    """What the runner does; the emulator's settings make it pick kinetic.gcs_http."""
+def use_lean(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the runner does, undone after the test; the emulator's settings make it pick
+    kinetic.gcs_http."""
+    monkeypatch.setitem(storage._BACKENDS, "gs", storage._BACKENDS["gs"])  # restored after
     storage.use_lean_gcs()
     assert isinstance(storage._BACKENDS["gs"].resolve(), LeanGcs)  # type: ignore[attr-defined]
 
@@ -117,10 +119,9 @@ def use_lean() -> None:
 @pytest.fixture(params=["library", "lean"])
 def gs_flavour(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """gs:// through google-cloud-storage (client, operator) or kinetic.gcs_http (Pods)."""
-    monkeypatch.setitem(storage._BACKENDS, "gs", storage._BACKENDS["gs"])  # restored after
     if request.param == "lean":
         request.getfixturevalue("gcs_server")  # the emulator's address must be set first
-        use_lean()
+        use_lean(monkeypatch)
     return str(request.param)
 
 
@@ -132,8 +133,7 @@ def root(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mon
     request.applymarker(pytest.mark.integration)
     bucket: str = request.getfixturevalue("gcs_bucket")
     if request.param == "gs-lean":
-        monkeypatch.setitem(storage._BACKENDS, "gs", storage._BACKENDS["gs"])
-        use_lean()
+        use_lean(monkeypatch)
     return f"{bucket}/t-{uuid.uuid4().hex[:8]}"
 
 
@@ -491,9 +491,8 @@ def test_bucket_uri_is_not_an_object(gcs_bucket: str, gs_flavour: str) -> None:
 def test_unreachable_emulator_says_so(monkeypatch: pytest.MonkeyPatch, lean: bool) -> None:
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{_free_port()}")
     monkeypatch.setenv(storage.RETRY_TIMEOUT_ENV, "0.5")
-    monkeypatch.setitem(storage._BACKENDS, "gs", storage._BACKENDS["gs"])
     if lean:
-        use_lean()
+        use_lean(monkeypatch)
     with pytest.raises(storage.StorageUnavailable) as info:
         storage.read_bytes("gs://b/x")
     assert "is fake-gcs-server running there?" in str(info.value)

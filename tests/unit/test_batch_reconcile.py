@@ -26,9 +26,8 @@ from kinetic_operator.handlers.batches import BatchMemory, observe_units, reconc
 from kinetic_operator.kube import Conflict
 from kinetic_operator.manifest import Debouncer, read_header
 from kinetic_operator.observed import PodView
-from kinetic_operator.reaper import reap
 from kinetic_operator.settings import OperatorSettings
-from test_operator_reconcile import NOW, FakeKube
+from test_operator_reconcile import NOW, FakeKube, reap_due
 
 GRP = "grp-0a1b2c3d"
 SHA = "a" * 64
@@ -288,7 +287,7 @@ def test_finished_pods_go_after_their_ttl_once_their_shard_is_written(settings):
     batch.reconcile()
     assert batch.status["phase"] == "SUCCEEDED"
     assert sorted(p for p, _ in batch.mem.due) == [pod_name(i) for i in range(3)]
-    reap(kube, "ns", batch.mem.due)
+    reap_due(kube, batch.mem.due)
     assert sorted(seen_at_delete) == [("SUCCEEDED", f"log {i}\n".encode()) for i in range(3)]
     assert kube.pods == {}
     # The tombstones that follow change nothing, and nothing runs again.
@@ -371,7 +370,7 @@ def test_a_truncated_status_never_makes_a_recorded_input_run_again(settings, mon
     st = batch.status
     assert st["truncated"] is True
     assert (st["counts"]["succeeded"], st["counts"]["failed"]) == (10, 10)
-    reap(kube, "ns", batch.mem.due)  # their outcomes are in the manifest: the Pods go
+    reap_due(kube, batch.mem.due)  # their outcomes are in the manifest: the Pods go
     assert not any(pod_name(i) in kube.pods for i in range(20))
     kube.calls.clear()
     counts = []

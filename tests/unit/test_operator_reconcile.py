@@ -26,7 +26,7 @@ from kinetic_operator.handlers import setup
 from kinetic_operator.handlers.jobs import JobMemory, by_attempt, reconcile_job_sync
 from kinetic_operator.kube import Conflict, Rejected
 from kinetic_operator.observed import PodView, summarize_pod
-from kinetic_operator.reaper import reap
+from kinetic_operator.reaper import reap_one
 from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings
 
@@ -235,6 +235,12 @@ class Job:
 # ----------------------------------------------------------------------- starting
 
 
+def reap_due(kube: Any, due: list[tuple[str, str | None]]) -> None:
+    """What the Reaper's threads do with each due ``(pod, archive URI)``, one after another."""
+    for pod, uri in due:
+        reap_one(kube, "ns", pod, uri)
+
+
 def test_a_new_job_writes_its_attempt_in_status_then_creates_the_pod_then_tells(settings):
     kube = FakeKube()
     job = Job(kube, settings)
@@ -401,7 +407,7 @@ def test_a_finished_pod_goes_after_its_ttl_once_recorded_with_its_log_archived(s
     )
     job.reconcile()
     assert job.status["phase"] == "SUCCEEDED" and job.mem.due == [("kj-1", archive)]
-    reap(kube, "ns", job.mem.due)  # what the reaper does, off the reconcile path
+    reap_due(kube, job.mem.due)  # what the reaper does, off the reconcile path
     assert at_delete == [("SUCCEEDED", b"hello from kj-1\n")]
     assert job.status["result"] == "the answer" and kube.pods == {}
 
@@ -441,7 +447,7 @@ def test_a_log_that_cannot_be_archived_keeps_its_pod(settings, tmp_path):
     kube = FakeKube()
     job = _finished_job(kube, settings, NOW - timedelta(seconds=200))
     assert job.reconcile() == 30.0  # looked at again soon
-    reap(kube, "ns", job.mem.due)
+    reap_due(kube, job.mem.due)
     assert "kj-1" in kube.pods and not any(c[0] == "delete" for c in kube.calls)
 
 
@@ -454,7 +460,7 @@ def test_without_a_storage_root_finished_pods_go_without_an_archive(settings):
     kube.end_pod("kj-1", finished=NOW - timedelta(seconds=200))
     job.reconcile()
     assert job.mem.due == [("kj-1", None)]
-    reap(kube, "ns", job.mem.due)
+    reap_due(kube, job.mem.due)
     assert kube.pods == {}
 
 

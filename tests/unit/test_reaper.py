@@ -9,8 +9,8 @@ from datetime import timedelta
 from kinetic import storage
 from kinetic.names import fmt_time
 from kinetic_operator.observed import PodView
-from kinetic_operator.reaper import Reaper, due_pods, reap
-from test_operator_reconcile import NOW, FakeKube
+from kinetic_operator.reaper import Reaper, due_pods
+from test_operator_reconcile import NOW, FakeKube, reap_due
 
 
 def view(name: str, phase: str = "Succeeded", ago: float | None = 200, **kw) -> PodView:
@@ -50,7 +50,7 @@ def test_reap_archives_each_log_then_deletes_its_pod(tmp_path):
         kube.logs[name] = f"log {name}".encode()
     order: list[tuple[str, bool]] = []
     kube.on_delete = lambda name: order.append((name, storage.exists(f"{root}/{name}.log")))
-    reap(kube, "ns", [("a", f"{root}/a.log"), ("b", f"{root}/b.log"), ("c", None)])
+    reap_due(kube, [("a", f"{root}/a.log"), ("b", f"{root}/b.log"), ("c", None)])
     assert sorted(order) == [("a", True), ("b", True), ("c", False)]
     assert storage.read_bytes(f"{root}/b.log") == b"log b" and kube.pods == {}
 
@@ -59,7 +59,7 @@ def test_a_pod_whose_log_cannot_be_archived_is_kept(tmp_path):
     kube = FakeKube()
     kube.pods["a"] = {"metadata": {"name": "a"}}
     (tmp_path / "blocked").write_text("a file, not a directory")
-    reap(kube, "ns", [("a", f"file://{tmp_path}/blocked/a.log")])
+    reap_due(kube, [("a", f"file://{tmp_path}/blocked/a.log")])
     assert "a" in kube.pods and not any(c[0] == "delete" for c in kube.calls)
 
 
