@@ -86,8 +86,23 @@ class Config:
 # --------------------------------------------------------------------------- the modes
 
 
+def runner_image() -> str:
+    """The image the operator runs this interpreter's functions in (what it publishes)."""
+    from kinetic.config import resolve
+
+    image = resolve().image
+    if not image:
+        raise RuntimeError("the operator published no default image (ConfigMap kinetic-config)")
+    return image
+
+
 def run_job(
-    ns: str, cfg: Config, tick: Tick, defer: Defer, command: list[str] = COMMAND
+    ns: str,
+    cfg: Config,
+    tick: Tick,
+    defer: Defer,
+    command: list[str] = COMMAND,
+    image: str = "busybox",
 ) -> Outcome:
     """The baseline: one Job, the Job controller does the fan-out."""
     api = client.BatchV1Api(kube.api_client())
@@ -103,7 +118,7 @@ def run_job(
             "template": {
                 "spec": {
                     "restartPolicy": "Never",
-                    "containers": [{"name": "task", "image": "busybox", "command": command}],
+                    "containers": [{"name": "task", "image": image, "command": command}],
                 }
             },
         },
@@ -559,7 +574,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config(args.tasks, args.parallel, args.chunk_size, args.timeout, args.namespace)
     runners: dict[str, Runner] = {
         "job": run_job,
-        "python-job": lambda ns, c, tick, defer: run_job(ns, c, tick, defer, PYTHON_COMMAND),
+        # In the runner image function Pods run in: its Python, its cloudpickle.
+        "python-job": lambda ns, c, tick, defer: run_job(
+            ns, c, tick, defer, PYTHON_COMMAND, runner_image()
+        ),
         "container": run_container,
         "function": run_function,
         "chunked": lambda ns, c, tick, defer: run_function(ns, c, tick, defer, c.chunk_size),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, kube-controller-manager and kube-scheduler from
-# Debian's `kubernetes` source package, once, into a cache keyed by version.
+# Build the control plane (kube-apiserver, kube-controller-manager, kube-scheduler),
+# the node (kubelet, kube-proxy) and the pod sandbox's `pause` program from Debian's
+# `kubernetes` source package, once, into a cache keyed by version.
 #
 # Why from source: no Docker engine and no network beyond the package
 # registries, so neither kind nor the upstream release tarballs are reachable.
@@ -8,7 +9,7 @@
 set -euo pipefail
 
 cache_root="${KINETIC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kinetic}"
-components=(kube-apiserver kube-controller-manager kube-scheduler)
+components=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 
 need_root() {
   if [ "$(id -u)" != 0 ]; then
@@ -33,16 +34,21 @@ ensure_deb_src() {
   apt-get update -qq
 }
 
+all_built() {
+  local c
+  for c in "${components[@]}" pause; do [ -x "$out/$c" ] || return 1; done
+}
+
 ensure_deb_src
 version=$(apt-cache showsrc kubernetes | awk '/^Version:/ {print $2; exit}')
 out="$cache_root/kube/$version/bin"
-if [ -x "$out/kube-apiserver" ] && [ -x "$out/kube-controller-manager" ] && [ -x "$out/kube-scheduler" ]; then
+if all_built; then
   echo "$out"
   exit 0
 fi
 
 need_root
-apt-get install -y -qq golang-go golang-github-modern-go-reflect2-dev rsync jq dpkg-dev >/dev/null
+apt-get install -y -qq golang-go golang-github-modern-go-reflect2-dev rsync jq dpkg-dev gcc libc6-dev >/dev/null
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kinetic-kube-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -69,6 +75,10 @@ mkdir -p "$out.tmp"
 for c in "${components[@]}"; do
   cp "_output/local/bin/linux/amd64/$c" "$out.tmp/" 2>/dev/null || cp "_output/bin/$c" "$out.tmp/"
 done
+# The sandbox every pod's containers share: a static C program that holds the
+# namespaces, reaps orphans and exits on SIGINT/SIGTERM.
+pause_tag=$(awk -F' = ' '/^TAG = / {print $2; exit}' build/pause/Makefile)
+gcc -Os -Wall -static "-DVERSION=v${pause_tag}-kinetic" -o "$out.tmp/pause" build/pause/linux/pause.c
 rm -rf "$out"
 mv "$out.tmp" "$out"
 echo "$out"

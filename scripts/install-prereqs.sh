@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Install what a fresh Debian machine lacks to run the local cluster and the tests:
 # etcd (etcd-server), kubectl (kubernetes-client as a fallback), make, procps, lua5.1,
-# the Python venv module, and the Kubernetes control-plane binaries (built once
-# from Debian's source package by build-kube.sh, cached under ~/.cache/kinetic).
+# the Python venv module; the node's runtime (containerd and runc, Docker Engine to
+# build images, Debian's registry, mmdebstrap for base images, CNI plugins, iptables,
+# conntrack); and the Kubernetes binaries (control plane, kubelet, kube-proxy, pause:
+# built once from Debian's source package by build-kube.sh, cached under
+# ~/.cache/kinetic).
 # Idempotent: a fast no-op when everything is present.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -18,6 +21,18 @@ have pgrep || need+=(procps)
 have ss || need+=(iproute2)
 have curl || need+=(curl)
 have git || need+=(git)
+# The node: a real kubelet on containerd's CRI, pods on a CNI bridge, kube-proxy.
+[ -x /usr/bin/containerd ] || need+=(containerd)
+[ -x /usr/sbin/runc ] || have runc || need+=(runc)
+[ -x /usr/sbin/dockerd ] || [ -x /usr/bin/dockerd ] || need+=(docker.io)
+have docker-registry || need+=(docker-registry)
+have mmdebstrap || need+=(mmdebstrap)
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+have iptables || [ -x /usr/sbin/iptables ] || need+=(iptables)
+have conntrack || [ -x /usr/sbin/conntrack ] || need+=(conntrack)
+# The pause program is compiled statically.
+[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
+have gcc || need+=(gcc)
 # The Argo CD health check is tested with the Lua dialect Argo CD embeds.
 have lua5.1 || need+=(lua5.1)
 # The Makefile prefers pyenv's 3.12; the system python3 needs the venv module otherwise.
@@ -44,12 +59,13 @@ fi
 kube_ok=false
 if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ]; then
   kube_ok=true
-elif have kube-apiserver && have kube-controller-manager && have kube-scheduler; then
+elif have kube-apiserver && have kube-controller-manager && have kube-scheduler \
+  && have kubelet && have kube-proxy && have pause; then
   kube_ok=true
 fi
 if ! $kube_ok; then
   start=$(date +%s)
   bin_dir=$(bash "$here/build-kube.sh" | tail -n 1)
-  echo "install-prereqs: Kubernetes control-plane binaries in $bin_dir ($(( $(date +%s) - start ))s)"
+  echo "install-prereqs: Kubernetes binaries in $bin_dir ($(( $(date +%s) - start ))s)"
 fi
 echo "install-prereqs: ok (etcd $(command -v etcd || echo /usr/bin/etcd), kubectl $(command -v kubectl))"

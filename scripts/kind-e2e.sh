@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# The integration suite against a kind cluster: for users with Docker. This machine
-# class (no Docker engine) cannot run it; `make test` runs the same suite on the
-# local process-node cluster instead.
+# The integration suite against a kind cluster: for users with Docker and kind (kind
+# cannot be fetched on the machines this project is developed on; `make test` runs the
+# same suite on the local cluster's real node instead).
 #
-# What it does: creates a kind cluster (KIND_CLUSTER, default kinetic-e2e), builds
-# the runner and operator images from docker/*.Dockerfile and loads them, runs
-# fake-gcs-server in the cluster as the gs:// backend, installs the CRDs and the
-# chart, then runs tests/integration with KUBECONFIG pointing at kind.
+# What it does: creates a kind cluster (KIND_CLUSTER, default kinetic-e2e), builds the
+# runner and operator images with the same build as the local cluster (`kinetic local
+# images`: docker/*.Dockerfile, the wheelhouse, this interpreter's Python in the runner)
+# with the machine's Docker Engine, loads them, runs fake-gcs-server in the cluster as the
+# gs:// backend, installs the CRDs and the chart, then runs tests/integration with
+# KUBECONFIG pointing at kind.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 cluster="${KIND_CLUSTER:-kinetic-e2e}"
-tag="${KINETIC_E2E_TAG:-e2e}"
 for tool in docker kind kubectl; do
   command -v "$tool" >/dev/null || { echo "kind-e2e: $tool is required" >&2; exit 2; }
 done
@@ -27,9 +28,10 @@ kind get clusters | grep -qx "$cluster" || kind create cluster --name "$cluster"
 kind get kubeconfig --name "$cluster" > "$kubeconfig"
 export KUBECONFIG="$kubeconfig"
 
-docker build -f docker/runner.Dockerfile -t "kinetic-runner:$tag" .
-docker build -f docker/operator.Dockerfile -t "kinetic-operator:$tag" .
-kind load docker-image --name "$cluster" "kinetic-runner:$tag" "kinetic-operator:$tag"
+docker_host="${DOCKER_HOST:-unix:///var/run/docker.sock}"
+built=$(.venv/bin/kinetic local images --docker-host "$docker_host")
+image() { python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$built" "$1"; }
+kind load docker-image --name "$cluster" "$(image runnerImage)" "$(image operatorImage)"
 
 # fake-gcs-server as the cluster's gs:// storage, reachable from pods and (port-forwarded) from here.
 kubectl create namespace kinetic-system --dry-run=client -o yaml | kubectl apply -f -
@@ -64,15 +66,20 @@ curl -sf -X POST -H 'Content-Type: application/json' -d '{"name":"kinetic"}' \
   http://127.0.0.1:4443/storage/v1/b >/dev/null || true
 
 kubectl apply -f helm/kinetic/crds
-.venv/bin/python - "$tag" <<'PY'
-import asyncio, os, sys
+.venv/bin/python - "$built" <<'PY'
+import asyncio, json, os, sys
 import helm_sdkpy as helm
-tag = sys.argv[1]
+built = json.loads(sys.argv[1])
+repository, tag = built["operatorImage"].rsplit(":", 1)
 values = {
-    "image": {"repository": "kinetic-operator", "tag": tag, "pullPolicy": "Never"},
-    "defaultJobImage": f"kinetic-runner:{tag}",
+    "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+    "runnerImage": {
+        "repository": built["runnerRepository"],
+        "tag": built["runnerTag"],
+        "pythonVersions": [built["python"]],
+    },
     "storageRoot": "gs://kinetic",
-    "extraEnv": [{"name": "STORAGE_EMULATOR_HOST", "value": "http://fake-gcs.kinetic-system:4443"}],
+    "storageEmulatorHost": "http://fake-gcs.kinetic-system:4443",
 }
 config = helm.Configuration(namespace="kinetic-system", kubeconfig=os.environ["KUBECONFIG"])
 asyncio.run(helm.Upgrade(config).run("kinetic", "helm/kinetic", values=values, install=True, wait=True))

@@ -696,7 +696,7 @@ def submit_map(
             len(items),
         )
     cfg = fn._config()
-    fn.check_accelerator(cfg)
+    fn.check_cluster(cfg)
     # The operator's bounds, before anything is uploaded: the same check its webhook makes.
     limits.refuse(
         limits.check_batch_spec(

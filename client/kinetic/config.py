@@ -35,6 +35,9 @@ class ClientConfig:
     # The accelerator names the operator's catalog accepts (its published list); None when
     # no operator published one, and the built-in catalog is what the client checks against.
     accelerators: tuple[str, ...] | None = None
+    # The Python versions the operator has runner images for (its published list); None
+    # when no operator published one.
+    runner_pythons: tuple[str, ...] | None = None
 
 
 def resolve(
@@ -61,6 +64,7 @@ def resolve(
         image=image,
         max_inputs=_int(published.get("maxInputs"), DEFAULT_MAX_INPUTS),
         accelerators=_names(published.get("accelerators")),
+        runner_pythons=_names(published.get("runnerPythons")),
     )
 
 

@@ -147,6 +147,9 @@ def batch(
             f"max_concurrent must be a positive integer or None (no limit); got {max_concurrent!r}"
         )
     cfg = _config(entries, namespace, context)
+    for entry in entries:
+        if isinstance(entry, Call):
+            entry.fn.check_cluster(cfg)
     limits.refuse(
         limits.check_batch_spec(
             {"jobs": [{}] * len(entries)}, storage_root=None, max_inputs=cfg.max_inputs

@@ -127,12 +127,39 @@ def _prepend(path: Path) -> None:
     os.environ["PYTHONPATH"] = text + (os.pathsep + current if current else "")
 
 
+PIP_CA_ENV = "KINETIC_PIP_CA_CERTIFICATES"
+"""Extra CA certificates (PEM) the cluster's packageIndex setting adds to pip's bundle."""
+SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+
+
+def _pip_ca_bundle(extra: str) -> Path:
+    """The image's CA bundle plus the cluster's extra certificates, for pip only.
+
+    The image's own bundle is kept (an extra CA must not replace the public
+    ones); when the image has none, pip's vendored one is the base.
+    """
+    import tempfile
+
+    base = next((Path(p) for p in SYSTEM_CA_BUNDLES if Path(p).is_file()), None)
+    if base is None:
+        from pip._vendor import certifi  # the bundle pip itself would use
+
+        base = Path(certifi.where())
+    fd, name = tempfile.mkstemp(prefix="kinetic-pip-ca-", suffix=".pem")
+    with os.fdopen(fd, "w") as out:
+        out.write(base.read_text(errors="replace").rstrip("\n") + "\n" + extra.strip() + "\n")
+    return Path(name)
+
+
 def _run_pip(args: list[str], log: Callable[[str], None]) -> tuple[int, list[str]]:
     """Run pip, echoing each line to the log; returns its exit code and its last lines."""
     import subprocess
 
     tail: collections.deque[str] = collections.deque(maxlen=PIP_TAIL_LINES)
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+    extra = env.pop(PIP_CA_ENV, "")
+    if extra.strip() and "PIP_CERT" not in env:
+        env["PIP_CERT"] = str(_pip_ca_bundle(extra))
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pip", *args],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,7 @@ class RemoteFunction:
     def run_async(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Submit one call and return its handle without waiting."""
         cfg = self._config()
-        self.check_accelerator(cfg)
+        self.check_cluster(cfg)
         job_id = new_job_id(self.func_name)
         # kinetic.Data (arguments and volumes) goes to the namespace's upload cache first;
         # the payload carries only references, the spec only volume URIs.
@@ -104,8 +105,15 @@ class RemoteFunction:
     def _config(self) -> ClientConfig:
         return resolve(namespace=self.options["namespace"], context=self.options["context"])
 
+    def check_cluster(self, cfg: ClientConfig) -> None:
+        """Refuse, before any upload, what the cluster cannot run: an accelerator its
+        catalog does not offer, or this interpreter's Python without a runner image."""
+        self.check_accelerator(cfg)
+        if self.options["image"] is None:
+            check_python(cfg)
+
     def check_accelerator(self, cfg: ClientConfig) -> None:
-        """Refuse, before any upload, an accelerator the cluster's catalog does not offer.
+        """Refuse an accelerator the cluster's catalog does not offer.
 
         The cluster's list is what its operator published; without one, the
         built-in catalog's. The error lists the close matches.
@@ -137,6 +145,9 @@ class RemoteFunction:
         """The job spec for ``function``; outputDir unset means the operator's default
         (under the namespace's prefix, keyed by the object's UID)."""
         o = self.options
+        if o["image"] is None:
+            # The operator's runner image for this interpreter: cloudpickle needs it.
+            function = function.model_copy(update={"python": PYTHON})
         return r.KineticJobSpec(
             function=function,
             accelerator=o["accelerator"],
@@ -148,6 +159,28 @@ class RemoteFunction:
             deadline_seconds=o["deadline"],
             volumes=volumes,
         )
+
+
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+class PythonMismatch(RuntimeError):
+    """This interpreter's Python has no runner image on the cluster."""
+
+
+def check_python(cfg: ClientConfig) -> None:
+    """The cluster's runner images carry a Python minor version each; a function
+    pickled here must run under the same one, or unpickling may fail in the pod."""
+    offered = cfg.runner_pythons
+    if offered is None or PYTHON in offered:
+        return
+    raise PythonMismatch(
+        f"this client runs Python {PYTHON}, but the cluster's runner images are for Python "
+        f"{', '.join(offered)}: a function pickled by {PYTHON} must run under {PYTHON}. Use "
+        f"Python {offered[-1]} here, ask the cluster's administrator to add {PYTHON} to the "
+        "chart's runnerImage.pythonVersions, or pass image= an image with Python "
+        f"{PYTHON} and kinetic installed (start FROM the runner image)."
+    )
 
 
 def run(

@@ -134,6 +134,13 @@ class FunctionSpec(Wire):
     input_mode: InputMode | None = Field(
         None, description="How the input is passed: auto, single, args or kwargs."
     )
+    python: str | None = Field(
+        None,
+        pattern=r"^3\.[0-9]{1,2}$",
+        max_length=5,
+        description="The Python version that pickled the call (3.X): without an image, the "
+        "job runs in the operator's runner image for that version.",
+    )
 
 
 Arg = Annotated[str, Field(max_length=L.MAX_ARG_LENGTH)]

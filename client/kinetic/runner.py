@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -839,8 +840,25 @@ def _result_uris(environ: Mapping[str, str]) -> list[str]:
     return uris
 
 
+def _end_on_sigterm() -> None:
+    """End at once on SIGTERM, as any process without a handler would.
+
+    In a container the runner is process 1, and the kernel delivers no signal to
+    process 1 that it has not asked for: without this, a cancelled or deleted
+    Pod would run on until its grace period ran out and the kubelet's SIGKILL.
+    Nothing half-written survives: results are uploaded whole or not at all.
+    """
+
+    def end(signum: int, frame: object) -> None:
+        log("terminated (SIGTERM: the Pod is being deleted or the job cancelled)")
+        os._exit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, end)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; ``argv`` is unused (the contract is the environment)."""
+    _end_on_sigterm()
     storage.use_lean_gcs()  # a Pod should not pay for importing google-cloud-storage
     try:
         cfg = RunnerConfig.from_env(os.environ)

@@ -1,9 +1,10 @@
-"""The local cluster: a real Kubernetes control plane on one machine, without Docker.
+"""The local cluster: a real Kubernetes control plane and node on one machine.
 
 `kinetic local up` starts etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, a process node (``kinetic_dev.node``: runs each Pod as a local
-process) and the real fake-gcs-server, all under ``<repo>/.local`` (or
-``$KINETIC_LOCAL_DIR``).  Tests and tools read ``.local/env`` for KUBECONFIG,
+kube-scheduler, a kubelet and kube-proxy on containerd's CRI, the real
+fake-gcs-server, a local registry with the project's images, and installs the
+operator with its Helm chart; state under ``<repo>/.local`` (or
+``$KINETIC_LOCAL_DIR``). Tests and tools read ``.local/env`` for KUBECONFIG,
 STORAGE_EMULATOR_HOST and KINETIC_STORAGE_ROOT.
 """
 

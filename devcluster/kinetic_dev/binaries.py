@@ -10,7 +10,27 @@ from pathlib import Path
 
 from kinetic_dev.procs import ClusterError
 
-KUBE_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+KUBE_COMPONENTS = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+    "kube-proxy",
+    "pause",
+)
+# Debian packages of the node's runtime: `scripts/install-prereqs.sh` installs them.
+RUNTIME_PROGRAMS = {
+    "containerd": "containerd",
+    "ctr": "containerd",
+    "runc": "runc",
+    "dockerd": "docker.io",
+    "docker": "docker.io",
+    "docker-registry": "docker-registry",
+    "mmdebstrap": "mmdebstrap",
+    "iptables": "iptables",
+    "conntrack": "conntrack",
+}
+CNI_DIR = Path("/usr/lib/cni")
 
 
 def kube_cache_root() -> Path:
@@ -51,7 +71,7 @@ def find_kube_binaries(repo_root: Path | None) -> dict[str, str]:
         if missing:
             raise ClusterError(
                 f"KUBEBUILDER_ASSETS={assets} lacks {', '.join(missing)}; unset it or point it at "
-                "a directory with kube-apiserver, kube-controller-manager and kube-scheduler"
+                f"a directory with {', '.join(KUBE_COMPONENTS)}"
             )
         return found
     on_path = {c: shutil.which(c) for c in KUBE_COMPONENTS}
@@ -62,7 +82,7 @@ def find_kube_binaries(repo_root: Path | None) -> dict[str, str]:
         script = _build_script(repo_root)
         if script is None:
             raise ClusterError(
-                "kube-apiserver/kube-controller-manager/kube-scheduler not found in "
+                f"{'/'.join(KUBE_COMPONENTS)} not found in "
                 "KUBEBUILDER_ASSETS, PATH or the build cache "
                 f"({kube_cache_root()}); run scripts/build-kube.sh from the kinetic repository"
             )
@@ -78,8 +98,7 @@ def find_kube_binaries(repo_root: Path | None) -> dict[str, str]:
             raise ClusterError(
                 f"building the Kubernetes binaries failed ({script} exited {res.returncode}); "
                 "it needs root for apt-get (run: sudo scripts/install-prereqs.sh), or set "
-                "KUBEBUILDER_ASSETS to a directory holding kube-apiserver, "
-                "kube-controller-manager and kube-scheduler"
+                f"KUBEBUILDER_ASSETS to a directory holding {', '.join(KUBE_COMPONENTS)}"
             )
         cached = _cached_kube_dir()
         if cached is None:
@@ -127,3 +146,36 @@ def find_fake_gcs_server() -> str:
     if not os.access(binary, os.X_OK):
         binary.chmod(0o755)
     return str(binary)
+
+
+def find_runtime() -> dict[str, str]:
+    """containerd, runc, Docker Engine, the registry, mmdebstrap, iptables: from Debian."""
+    found: dict[str, str] = {}
+    missing: set[str] = set()
+    for program, package in RUNTIME_PROGRAMS.items():
+        # Debian's docker client first: it matches the engine we start.
+        debian = Path("/usr/bin/docker")
+        if program == "docker" and debian.exists():
+            found[program] = str(debian)
+            continue
+        path = shutil.which(program) or next(
+            (
+                str(p)
+                for d in ("/usr/sbin", "/sbin", "/usr/bin")
+                if (p := Path(d) / program).exists()
+            ),
+            None,
+        )
+        if path is None:
+            missing.add(package)
+        else:
+            found[program] = path
+    if not (CNI_DIR / "bridge").exists():
+        missing.add("containernetworking-plugins")
+    if missing:
+        raise ClusterError(
+            f"the local node needs {', '.join(sorted(missing))}; install them with: "
+            f"sudo apt-get install -y {' '.join(sorted(missing))}   "
+            "(or run: sudo scripts/install-prereqs.sh)"
+        )
+    return found

@@ -49,6 +49,70 @@ def status() -> None:
 
 
 @app.command()
+def images(
+    docker_host: str = typer.Option(
+        None,
+        "--docker-host",
+        help="build with this Docker Engine (e.g. unix:///var/run/docker.sock, for kind) "
+        "instead of the local cluster's, and push nowhere",
+    ),
+) -> None:
+    """Build the runner and operator images (docker/*.Dockerfile); print their names as JSON.
+
+    The same build the local cluster runs: offline from the wheelhouse, with this
+    interpreter's Python in the runner. `scripts/kind-e2e.sh` loads the result into kind.
+    """
+    import json
+    import sys
+
+    from kinetic_dev.cluster import Cluster
+    from kinetic_dev.images import Images
+    from kinetic_dev.procs import ClusterError
+
+    cluster = Cluster()
+    try:
+        if cluster.repo_root is None:
+            raise ClusterError("`kinetic local images` builds from a checkout of the repository")
+        if docker_host is None:
+            cluster.up(out=lambda line: typer.echo(line, err=True))
+            bins = cluster._bins
+        else:
+            bins = {"docker": find_runtime_docker()}
+        cluster.cfg.logs_dir.mkdir(parents=True, exist_ok=True)
+        built = Images(
+            cluster.cfg,
+            cluster.repo_root,
+            bins,
+            lambda line: typer.echo(line, err=True),
+            docker_host,
+        ).ensure_project()
+    except ClusterError as e:
+        _fail(e)
+    json.dump(
+        {
+            "operatorImage": built.operator_image,
+            "runnerRepository": built.runner_repository,
+            "runnerTag": built.runner_tag,
+            "runnerImage": built.runner_image,
+            "python": built.python,
+        },
+        sys.stdout,
+    )
+    typer.echo()
+
+
+def find_runtime_docker() -> str:
+    import shutil
+
+    from kinetic_dev.procs import ClusterError
+
+    path = shutil.which("docker")
+    if path is None:
+        raise ClusterError("docker not found on PATH: `--docker-host` builds with a Docker Engine")
+    return path
+
+
+@app.command()
 def env() -> None:
     """Print the `export` lines of .local/env (eval "$(kinetic local env)")."""
     from kinetic_dev.config import LocalConfig

@@ -1,9 +1,12 @@
-"""`kinetic local up|down|status`: orchestrate the local control plane.
+"""`kinetic local up|down|status`: orchestrate the local cluster.
 
-Order matters only where one component needs another to answer: etcd, then the
-API server, then everything that talks to it.  Each component is identified by
-its pid file, so `up` can tell "already running" from "half up" from "someone
-else's process on my port", and `down` stops exactly what `up` started.
+Order matters only where one component needs another to answer: the pod
+network (before any pod can start), then etcd, storage, the registry and the
+runtimes, then the images, then the API server, then everything that talks to
+it. Each process is identified by its pid file, so `up` can tell "already
+running" from "half up" from "someone else's process on my port", and `down`
+stops exactly what `up` started — and then the containers, mounts, cgroups and
+iptables rules the node made.
 """
 
 from __future__ import annotations
@@ -12,14 +15,14 @@ import json
 import os
 import shutil
 import ssl
-import sys
 import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from kinetic_dev import binaries, gcs
+from kinetic_dev import binaries, engine, gcs, images, kubelet, network, runtime
 from kinetic_dev import operator as kinetic_operator
 from kinetic_dev.config import LocalConfig, _find_repo_root
 from kinetic_dev.pki import PKI, kubeconfig_yaml
@@ -36,7 +39,7 @@ from kinetic_dev.procs import (
 KCM_CONTROLLERS = (
     "job,garbagecollector,namespace,serviceaccount,serviceaccount-token,ttl-after-finished,"
     "deployment,replicaset,podgc,cronjob,endpoint,endpointslice,resourcequota,disruption,"
-    "statefulset,daemonset,csrapproving,csrsigning,root-ca-cert-publisher"
+    "statefulset,daemonset,csrapproving,csrsigning,root-ca-cert-publisher,nodelifecycle"
 )
 FEATURE_GATES = "TTLAfterFinished=true"
 API_QPS = ("--kube-api-qps=200", "--kube-api-burst=300")
@@ -47,7 +50,7 @@ class Component:
     """One background process: how to start it and how to tell it is ready."""
 
     name: str
-    port: int
+    port: int | None  # the port it listens on, checked before start (None: a socket)
     argv: Callable[[], list[str]]
     ready: Callable[[], bool]
     timeout: float
@@ -86,9 +89,10 @@ class Cluster:
         except ValueError:
             return {"raw": body.decode(errors="replace")}
 
-    def _https_ok(self, port: int, path: str) -> bool:
+    def _https_ok(self, port: int, path: str, host: str | None = None) -> bool:
         ctx = ssl.create_default_context(cafile=str(self.pki.ca_crt))
-        with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", context=ctx, timeout=2) as r:
+        url = f"https://{host or self.cfg.node_ip}:{port}{path}"
+        with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
             return r.status == 200
 
     def _http_ok(self, url: str) -> bool:
@@ -136,14 +140,16 @@ class Cluster:
             return [
                 b["kube-apiserver"],
                 f"--etcd-servers=http://127.0.0.1:{p.etcd_client}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                # The node's address: pods reach it there (the `kubernetes` Service
+                # points at it), and nothing listens on the machine's real interfaces.
+                f"--bind-address={c.node_ip}",
+                f"--advertise-address={c.node_ip}",
                 f"--secure-port={p.apiserver}",
                 "--insecure-port=0",
                 f"--tls-cert-file={pki.crt('apiserver')}",
                 f"--tls-private-key-file={pki.key('apiserver')}",
                 f"--client-ca-file={pki.ca_crt}",
-                "--service-cluster-ip-range=10.0.0.0/24",
+                f"--service-cluster-ip-range={c.service_cidr}",
                 "--authorization-mode=Node,RBAC",
                 f"--service-account-key-file={pki.sa_pub}",
                 f"--service-account-signing-key-file={pki.sa_key}",
@@ -152,9 +158,6 @@ class Cluster:
                 f"--kubelet-client-key={pki.key('apiserver-kubelet-client')}",
                 f"--kubelet-certificate-authority={pki.ca_crt}",
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
-                # Webhooks behind a Service are called at its endpoints (the pod IPs): no
-                # kube-proxy here routes a ClusterIP.
-                "--enable-aggregator-routing=true",
                 f"--feature-gates={FEATURE_GATES}",
                 "--allow-privileged=true",
                 "--max-requests-inflight=800",
@@ -207,26 +210,21 @@ class Cluster:
                 "--v=1",
             ]
 
-        def node() -> list[str]:
-            return [
-                sys.executable,
-                "-m",
-                "kinetic_dev.node",
-                "--kubeconfig",
-                str(c.component_kubeconfig("node")),
-                "--name",
-                c.node_name,
-                "--port",
-                str(p.node),
-                "--state-dir",
-                str(c.state_dir),
-                "--tls-cert",
-                str(pki.crt("node-serving")),
-                "--tls-key",
-                str(pki.key("node-serving")),
-                "--client-ca",
-                str(pki.ca_crt),
-            ]
+        def containerd() -> list[str]:
+            config = runtime.write_config(c, str(binaries.CNI_DIR), b["runc"])
+            return runtime.argv(b["containerd"], config)
+
+        def kubelet_argv() -> list[str]:
+            runtime.ensure_cgroup_root(c)
+            dns = kubelet.nameservers(Path("/etc/resolv.conf").read_text())
+            config = kubelet.write(
+                c.state_dir / "kubelet.yaml", kubelet.kubelet_config(c, pki, dns)
+            )
+            return kubelet.kubelet_argv(b["kubelet"], c, config)
+
+        def proxy_argv() -> list[str]:
+            config = kubelet.write(c.state_dir / "kube-proxy.yaml", kubelet.proxy_config(c))
+            return kubelet.proxy_argv(b["kube-proxy"], config)
 
         def gcs_argv() -> list[str]:
             return gcs.argv(b["fake-gcs-server"], c)
@@ -244,6 +242,30 @@ class Cluster:
                 "fake-gcs-server", p.gcs, gcs_argv, lambda: gcs.healthy(c), 30, "KINETIC_GCS_PORT"
             ),
             Component(
+                "registry",
+                p.registry,
+                lambda: engine.registry_argv(b["docker-registry"], c),
+                lambda: engine.registry_ready(c),
+                30,
+                "KINETIC_REGISTRY_PORT",
+            ),
+            Component(
+                "dockerd",
+                None,
+                lambda: engine.dockerd_argv(b["dockerd"], c),
+                lambda: engine.dockerd_ready(c),
+                60,
+                "",
+            ),
+            Component(
+                "containerd",
+                None,
+                containerd,
+                lambda: runtime.ready(c, b["ctr"]),
+                60,
+                "",
+            ),
+            Component(
                 "kube-apiserver",
                 p.apiserver,
                 apiserver,
@@ -255,7 +277,7 @@ class Cluster:
                 "kube-controller-manager",
                 p.controller_manager,
                 kcm,
-                lambda: self._https_ok(p.controller_manager, "/healthz"),
+                lambda: self._https_ok(p.controller_manager, "/healthz", "127.0.0.1"),
                 60,
                 "KINETIC_KCM_PORT",
             ),
@@ -263,20 +285,35 @@ class Cluster:
                 "kube-scheduler",
                 p.scheduler,
                 scheduler,
-                lambda: self._https_ok(p.scheduler, "/healthz"),
+                lambda: self._https_ok(p.scheduler, "/healthz", "127.0.0.1"),
                 60,
                 "KINETIC_SCHEDULER_PORT",
             ),
-            Component("node", p.node, node, self.node_ready, 60, "KINETIC_NODE_PORT"),
+            Component(
+                "kube-proxy",
+                p.proxy_healthz,
+                proxy_argv,
+                lambda: self._http_ok(f"http://127.0.0.1:{p.proxy_healthz}/healthz"),
+                60,
+                "KINETIC_PROXY_HEALTHZ_PORT",
+            ),
+            Component(
+                "kubelet",
+                p.node,
+                kubelet_argv,
+                self.node_ready,
+                120,
+                "KINETIC_NODE_PORT",
+            ),
         ]
 
     def operator_status(self) -> dict:
         """The operator's row in `status`: its Deployment's Pod, read from the API."""
-        row = {
+        row: dict[str, Any] = {
             "component": "operator",
             "state": "unknown",
             "pid": None,
-            "port": kinetic_operator.webhook_port(),
+            "port": None,
             "log": f"kubectl -n {kinetic_operator.NAMESPACE} logs "
             f"deploy/{kinetic_operator.DEPLOYMENT}",
         }
@@ -288,41 +325,36 @@ class Cluster:
             row["state"] = "stopped"
         else:
             row["state"] = "running" if kinetic_operator.pod_ready(pod) else "starting"
-            row["pid"] = kinetic_operator.container_pid(pod)
+            row["pid"] = kinetic_operator.container_pid(self.cfg, pod)
         return row
 
     def ensure_operator(self, started: list[str], out: Callable[[str], None]) -> None:
-        """Wait for the chart's operator Pod to be Ready; replace it if its process is gone.
+        """Wait for the chart's operator Pod to be Ready.
 
-        A killed operator process would be restarted by the node after a
-        back-off, as a kubelet does; `up` replaces the Pod at once instead.
+        A Pod whose container is crash-looping is replaced at once instead of
+        waiting out the kubelet's back-off.
         """
         c = self.cfg
-        kinetic_operator.remove_finished_pods(c)
         what = (
             f"the operator's Pod to be Ready (kubectl -n {kinetic_operator.NAMESPACE} "
-            f"logs deploy/{kinetic_operator.DEPLOYMENT}; node log"
+            f"describe pods; logs deploy/{kinetic_operator.DEPLOYMENT}"
         )
         try:
             wait_until(lambda: kinetic_operator.ready(c), 5, what + ")")
         except ClusterError:
             if kinetic_operator.stuck(c):
-                out("the operator's process is not running; replacing its Pod")
+                out("the operator's container is not running; replacing its Pod")
                 kinetic_operator.restart(c)
             started.append("operator")
             wait_until(
-                lambda: kinetic_operator.ready(c), 180, what, self.log_file("node"), interval=0.5
+                lambda: kinetic_operator.ready(c), 240, what, self.log_file("kubelet"), interval=0.5
             )
         kinetic_operator.write_pid_file(c, self.pid_file("operator"))
 
     # ---- readiness beyond "the process answers" -----------------------------------------------
     def node_ready(self) -> bool:
-        """The agent answers /healthz (registered, pods synced) and the Node is Ready."""
-        ctx = self._admin_ssl()
-        url = f"https://127.0.0.1:{self.cfg.ports.node}/healthz"
-        with urllib.request.urlopen(url, context=ctx, timeout=2) as r:
-            if r.status != 200:
-                return False
+        """The kubelet answers /healthz and its Node is Ready with no not-ready taint."""
+        self._http_ok(f"http://127.0.0.1:{self.cfg.ports.kubelet_healthz}/healthz")
         node = self.api_get(f"/api/v1/nodes/{self.cfg.node_name}")
         return node_is_ready(node)
 
@@ -344,6 +376,7 @@ class Cluster:
             ("controller-manager", "controller-manager"),
             ("scheduler", "scheduler"),
             ("node", "node"),
+            ("kube-proxy", "kube-proxy"),
         ):
             path = c.component_kubeconfig(comp)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -362,9 +395,11 @@ class Cluster:
         binaries.find_kubectl()
         self._bins["fake-gcs-server"] = binaries.find_fake_gcs_server()
         self._bins.update(binaries.find_kube_binaries(self.repo_root))
+        self._bins.update(binaries.find_runtime())
 
     def _check_port(self, comp: Component) -> None:
-        for port, env_var in ((comp.port, comp.env_var), *comp.more_ports):
+        ports = [(comp.port, comp.env_var)] if comp.port else []
+        for port, env_var in (*ports, *comp.more_ports):
             if port_in_use(port):
                 owner = port_owner(port)
                 raise ClusterError(
@@ -377,13 +412,18 @@ class Cluster:
         """Start whatever is not running; return the seconds it took."""
         t0 = time.monotonic()
         c = self.cfg
-        for d in (c.state_dir, c.logs_dir, c.run_dir, c.pods_dir, c.gcs_dir):
+        if os.geteuid() != 0:
+            raise ClusterError(
+                "the local node runs containers (containerd, a kubelet, iptables rules): "
+                "run `kinetic local up` as root, e.g. sudo -E .venv/bin/kinetic local up"
+            )
+        for d in (c.state_dir, c.logs_dir, c.run_dir, c.gcs_dir, c.run_root):
             d.mkdir(parents=True, exist_ok=True)
         self._resolve_binaries()
-        comps = self.components()
-        if self.pki.ensure(c.node_name):
+        comps = {comp.name: comp for comp in self.components()}
+        if self.pki.ensure(c.node_name, c.node_ip, c.service_ip):
             # A new CA means every running component holds stale certs.
-            for comp in reversed(comps):
+            for comp in reversed(comps.values()):
                 pid = read_live_pid(self.pid_file(comp.name))
                 if pid:
                     stop_pid(pid)
@@ -391,10 +431,25 @@ class Cluster:
         self.write_env()
 
         started: list[str] = []
-        # etcd and fake-gcs-server first (independent), then the API server, then the rest in
-        # parallel: start them all, then wait for each.
-        for wave in (comps[0:2], comps[2:3], comps[3:]):
-            self._start_wave(wave, started, out)
+        # The pod network and its guard exist before any pod can start.
+        network.apply(c)
+        self._start_wave(
+            [comps[n] for n in ("etcd", "fake-gcs-server", "registry", "dockerd", "containerd")],
+            started,
+            out,
+        )
+        built = None
+        if self.repo_root is not None:
+            built = images.Images(c, self.repo_root, self._bins, out).ensure_all()
+        self._start_wave([comps["kube-apiserver"]], started, out)
+        self._start_wave(
+            [
+                comps[n]
+                for n in ("kube-controller-manager", "kube-scheduler", "kube-proxy", "kubelet")
+            ],
+            started,
+            out,
+        )
         gcs.ensure_bucket(c)
         wait_until(
             self.default_sa_ready,
@@ -402,8 +457,9 @@ class Cluster:
             "the default ServiceAccount and its token (kube-controller-manager)",
             self.log_file("kube-controller-manager"),
         )
-        if self.repo_root is not None and kinetic_operator.chart_dir(self.repo_root).exists():
-            if kinetic_operator.install_chart(c, self.repo_root):
+        if built is not None and kinetic_operator.chart_dir(self.repo_root).exists():  # type: ignore[arg-type]
+            images.prepull(c, self._bins["ctr"], built, out)
+            if kinetic_operator.install_chart(c, self.repo_root, built):  # type: ignore[arg-type]
                 started.append("helm chart")
             self.ensure_operator(started, out)
         else:
@@ -413,8 +469,10 @@ class Cluster:
             out(f"kinetic local cluster up in {elapsed:.1f}s (started: {', '.join(started)})")
         else:
             out(f"kinetic local cluster already up ({elapsed:.1f}s check)")
-        out(f"  API server   {c.apiserver_url}   node {c.node_name} Ready")
+        out(f"  API server   {c.apiserver_url}   node {c.node_name} Ready ({c.node_ip})")
         out(f"  gs:// root   {c.storage_root} at {c.storage_emulator_host}")
+        if built is not None:
+            out(f"  images       {built.operator_image}, {built.runner_image}")
         out(f"  logs         {c.logs_dir}/")
         out(f"  environment  . {c.env_file}   (KUBECONFIG={c.kubeconfig})")
         return elapsed
@@ -464,49 +522,69 @@ class Cluster:
         for comp, pid in pending:
             wait_until(comp.ready, comp.timeout, comp.name, self.log_file(comp.name), pid)
 
+    STOP_ORDER = (
+        "kube-proxy",
+        "kubelet",
+        "containerd",
+        "kube-scheduler",
+        "kube-controller-manager",
+        "kube-apiserver",
+        "dockerd",
+        "registry",
+        "fake-gcs-server",
+        "etcd",
+    )
+
     def down(self, out: Callable[[str], None] = print, purge: bool = False) -> None:
-        """Stop, in reverse order, every process whose pid file still names it."""
-        names = [
-            "operator",
-            "node",
-            "kube-scheduler",
-            "kube-controller-manager",
-            "kube-apiserver",
-            "fake-gcs-server",
-            "etcd",
-        ]
+        """Stop, in reverse order, every process whose pid file still names it; then
+        remove what the node left: pod processes, mounts, cgroups and network rules."""
+        c = self.cfg
+        names = list(self.STOP_ORDER)
         extra = (
-            sorted(p.stem for p in self.cfg.run_dir.glob("*.pid") if p.stem not in names)
-            if self.cfg.run_dir.exists()
+            sorted(
+                p.stem
+                for p in c.run_dir.glob("*.pid")
+                if p.stem not in names and p.stem != "operator"
+            )
+            if c.run_dir.exists()
             else []
         )
         stopped = []
         for name in extra + names:
             pf = self.pid_file(name)
-            # The operator is a pod: the node stops it with every other pod.
-            pid = read_live_pid(pf) if name != "operator" else None
-            if pid is not None:
-                stop_pid(pid, grace=20 if name == "node" else 10)
-                stopped.append(f"{name} ({pid})")
-            pf.unlink(missing_ok=True)
-            if name == "node":
-                stopped += self._stop_pod_processes()
-        out("stopped: " + ", ".join(stopped) if stopped else "nothing was running")
-        if purge and self.cfg.state_dir.exists():
-            shutil.rmtree(self.cfg.state_dir)
-            out(f"removed {self.cfg.state_dir}")
-
-    def _stop_pod_processes(self) -> list[str]:
-        """Pod processes the node left behind (it was killed before it stopped them all):
-        the operator's among them, which would otherwise keep its ports."""
-        stopped = []
-        pods = self.cfg.pods_dir
-        for pf in sorted(pods.glob("*/*.pid")) if pods.exists() else []:
             pid = read_live_pid(pf)
             if pid is not None:
-                stop_pid(pid, grace=5)
-                stopped.append(f"pod {pf.parent.name} ({pid})")
-        return stopped
+                stop_pid(pid, grace=20 if name in ("kubelet", "dockerd") else 10)
+                stopped.append(f"{name} ({pid})")
+            pf.unlink(missing_ok=True)
+            if name == "kubelet":
+                killed = runtime.kill_pods(c)
+                if killed:
+                    stopped.append(f"{killed} pod processes")
+            if name == "containerd":
+                stopped += self._clean_node()
+        self.pid_file("operator").unlink(missing_ok=True)
+        out("stopped: " + ", ".join(stopped) if stopped else "nothing was running")
+        if purge and c.state_dir.exists():
+            runtime.unmount_all(c.state_dir)
+            shutil.rmtree(c.state_dir)
+            out(f"removed {c.state_dir}")
+
+    def _clean_node(self) -> list[str]:
+        """What the node leaves behind when its processes are gone."""
+        c = self.cfg
+        cleaned = []
+        runtime.kill_pods(c)
+        unmounted = runtime.unmount_all(c.kubelet_dir, c.containerd_dir, c.run_root)
+        if unmounted:
+            cleaned.append(f"{unmounted} mounts")
+        runtime.remove_cgroups(c)
+        chains = network.remove_kube_chains()
+        if chains:
+            cleaned.append(f"{chains} kubelet and kube-proxy iptables chains")
+        cleaned += network.remove(c)
+        shutil.rmtree(c.cni_dir / "ipam", ignore_errors=True)
+        return cleaned
 
     def status(self) -> list[dict]:
         rows = []
@@ -541,7 +619,15 @@ class Cluster:
 
     def components_for_status(self) -> list[Component]:
         # Binaries are not needed to report status; use placeholders.
-        self._bins = dict.fromkeys(["etcd", "fake-gcs-server", *binaries.KUBE_COMPONENTS], "")
+        self._bins = dict.fromkeys(
+            [
+                "etcd",
+                "fake-gcs-server",
+                *binaries.KUBE_COMPONENTS,
+                *binaries.RUNTIME_PROGRAMS,
+            ],
+            "",
+        )
         return self.components()
 
 

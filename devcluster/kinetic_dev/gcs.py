@@ -10,13 +10,14 @@ from kinetic_dev.config import LocalConfig
 
 
 def argv(binary: str, cfg: LocalConfig) -> list[str]:
-    """Plain HTTP on loopback with a filesystem backend, so objects survive restarts."""
+    """Plain HTTP on the node's address (where pods reach it) with a filesystem backend,
+    so objects survive restarts."""
     return [
         binary,
         "-scheme",
         "http",
         "-host",
-        "127.0.0.1",
+        cfg.node_ip,
         "-port",
         str(cfg.ports.gcs),
         "-backend",
@@ -24,7 +25,7 @@ def argv(binary: str, cfg: LocalConfig) -> list[str]:
         "-filesystem-root",
         str(cfg.gcs_dir),
         "-public-host",
-        f"127.0.0.1:{cfg.ports.gcs}",
+        f"{cfg.node_ip}:{cfg.ports.gcs}",
         "-external-url",
         cfg.storage_emulator_host,
         "-log-level",

@@ -2,17 +2,15 @@
 
 The chart is installed with the real Helm library (helm-sdkpy): CRDs,
 ServiceAccount, least-privilege RBAC, settings, the Service in front of the
-admission webhook and the operator's Deployment. Its Pod runs on the process
-node, which gives it what a kubelet would (the ServiceAccount token in a
-per-pod mount namespace, KUBERNETES_SERVICE_HOST/PORT, the /tmp emptyDir,
-probes, a pod IP the API server reaches through the Service's endpoints).
-Only the image differs: the node ignores images, so the chart's
-``operator.command`` points at the repository's virtualenv.
+admission webhook and the operator's Deployment, whose Pod runs the operator
+image built from this checkout (``images.py``) on the real node. The local
+install sets what a user's would: the images, the storage root, the storage
+emulator's address for job pods, and the package index settings this
+machine's pip uses (so requirements install in pods as they do here).
 
-After code changes, restart it like any Deployment
-(``kubectl -n kinetic-system rollout restart deploy/kinetic-operator``), or
-kill its process (``kill $(cat .local/run/operator.pid)``) and run
-``kinetic local up``, which replaces a pod that is not Ready.
+After code changes, `kinetic local up` rebuilds the images whose sources
+changed and upgrades the release with their new tags, which rolls the
+Deployment.
 """
 
 from __future__ import annotations
@@ -22,13 +20,15 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import socket
 import ssl
 import subprocess
-import sys
 from pathlib import Path
 
+from kinetic_dev import pipconfig
 from kinetic_dev.config import LocalConfig
+from kinetic_dev.images import Built
 from kinetic_dev.procs import ClusterError
 
 RELEASE = "kinetic"
@@ -38,18 +38,7 @@ SETTINGS_CONFIGMAP = "kinetic-operator-settings"
 WEBHOOK_CONFIG = "kinetic.dev"  # the ValidatingWebhookConfiguration the operator patches
 
 
-def health_port() -> int:
-    return int(os.environ.get("KINETIC_OPERATOR_PORT", 18080))
-
-
-def webhook_port() -> int:
-    """Where the local operator serves its admission webhook (the API server calls it here)."""
-    return int(os.environ.get("KINETIC_WEBHOOK_PORT", 18443))
-
-
-def metrics_port() -> int:
-    """Where the local operator serves Prometheus metrics (pods share the host network)."""
-    return int(os.environ.get("KINETIC_METRICS_PORT", 18090))
+WEBHOOK_PORT = 9443  # the chart's default: each Pod has its own address now
 
 
 def webhook_enabled(settings: dict[str, str] | None = None) -> bool:
@@ -73,35 +62,34 @@ DEPLOYMENT = "kinetic-operator"
 POD_SELECTOR = f"app.kubernetes.io/name=kinetic,app.kubernetes.io/instance={RELEASE}"
 
 
-def chart_values(cfg: LocalConfig) -> dict:
-    """What the local install overrides: this repo's Kopf, this cluster's ports and bucket.
-
-    Pods share the machine's network, so the webhook and health ports come
-    from this cluster's port set: two local clusters on one machine must not
-    collide.
-    """
-    kopf = Path(sys.executable).with_name("kopf")
-    return {
+def chart_values(cfg: LocalConfig, built: Built | None = None) -> dict:
+    """What the local install sets: the images built here, this cluster's storage, the
+    package index this machine's pip uses. Everything else is the chart's default."""
+    values: dict = {
         "storageRoot": cfg.storage_root,
+        "storageEmulatorHost": cfg.storage_emulator_host,
         "podTTLSeconds": LOCAL_POD_TTL_SECONDS,
-        "operator": {"enabled": True, "command": [str(kopf)], "healthPort": health_port()},
-        "webhook": {"port": webhook_port()},
-        "metrics": {"port": metrics_port()},
-        "extraEnv": [
-            {"name": "STORAGE_EMULATOR_HOST", "value": cfg.storage_emulator_host},
-            {"name": "PYTHONUNBUFFERED", "value": "1"},
-        ],
+        "packageIndex": pipconfig.package_index(),
     }
+    if built is not None:
+        repository, tag = built.operator_image.rsplit(":", 1)
+        values["image"] = {"repository": repository, "tag": tag}
+        values["runnerImage"] = {
+            "repository": built.runner_repository,
+            "tag": built.runner_tag,
+            "pythonVersions": [built.python],
+        }
+    return values
 
 
-def install_chart(cfg: LocalConfig, repo_root: Path) -> bool:
+def install_chart(cfg: LocalConfig, repo_root: Path, built: Built | None = None) -> bool:
     """Install or upgrade the chart; a no-op when neither it nor its values changed.
 
     Returns True when Helm ran. CRDs are also applied every time, because Helm
     installs a chart's crds/ only on first install and never upgrades them.
     """
     chart = chart_dir(repo_root)
-    values = chart_values(cfg)
+    values = chart_values(cfg, built)
     _kubectl(cfg, "apply", "-f", str(chart / "crds"))
     stamp = cfg.run_dir / "chart.sha256"
     digest = _digest(chart, values)
@@ -131,7 +119,14 @@ def install_chart(cfg: LocalConfig, repo_root: Path) -> bool:
     except helm.HelmError as e:
         raise ClusterError(f"installing the Helm chart {chart} failed: {e}") from e
     stamp.write_text(digest)
+    (cfg.run_dir / "chart-values.json").write_text(json.dumps(values, indent=1))
     return True
+
+
+def installed_values(cfg: LocalConfig) -> dict:
+    """The values of the last local install (images included), for tests that upgrade
+    the release and must put it back as it was."""
+    return json.loads((cfg.run_dir / "chart-values.json").read_text())
 
 
 def operator_pod(cfg: LocalConfig) -> dict | None:
@@ -152,17 +147,31 @@ def pod_ready(pod: dict | None) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
-def container_pid(pod: dict | None) -> int | None:
-    """The operator process's pid, from the process node's ``process://<pid>`` container id."""
+def container_pid(cfg: LocalConfig, pod: dict | None, container: str = "operator") -> int | None:
+    """The host pid of a running container's main process (the operator's by default),
+    from its ``containerd://<id>`` and the runtime's task list."""
     for st in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
         cid = st.get("containerID") or ""
-        if (
-            st.get("name") == "operator"
-            and cid.startswith("process://")
-            and "running" in (st.get("state") or {})
-        ):
-            return int(cid.removeprefix("process://"))
+        if st.get("name") == container and "running" in (st.get("state") or {}):
+            return task_pids(cfg).get(cid.removeprefix("containerd://"))
     return None
+
+
+def task_pids(cfg: LocalConfig) -> dict[str, int]:
+    """Container id -> host pid of every running task on the node."""
+    ctr = shutil.which("ctr") or "/usr/bin/ctr"
+    proc = subprocess.run(
+        [ctr, "--address", str(cfg.containerd_socket), "-n", "k8s.io", "tasks", "ls"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    pids = {}
+    for line in proc.stdout.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] == "RUNNING" and parts[1].isdigit():
+            pids[parts[0]] = int(parts[1])
+    return pids
 
 
 def ready(cfg: LocalConfig) -> bool:
@@ -178,12 +187,21 @@ def ready(cfg: LocalConfig) -> bool:
 
 
 def stuck(cfg: LocalConfig) -> bool:
-    """The Pod's container is not running (killed, crashed, waiting out a back-off)."""
+    """The Pod's container ended or waits out a crash back-off (not merely starting)."""
     pod = operator_pod(cfg)
     if pod is None:
         return False
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return any("running" not in (st.get("state") or {}) for st in statuses)
+    for st in statuses:
+        state = st.get("state") or {}
+        reason = (state.get("waiting") or {}).get("reason", "")
+        if "terminated" in state or reason in (
+            "CrashLoopBackOff",
+            "ErrImagePull",
+            "ImagePullBackOff",
+        ):
+            return True
+    return False
 
 
 def restart(cfg: LocalConfig) -> None:
@@ -211,7 +229,7 @@ def write_pid_file(cfg: LocalConfig, path: Path) -> int | None:
     """Record the operator process (``<pid> <start>``) for tools that signal or measure it."""
     from kinetic_dev.procs import write_pidfile
 
-    pid = container_pid(operator_pod(cfg))
+    pid = container_pid(cfg, operator_pod(cfg))
     if pid is None:
         path.unlink(missing_ok=True)
         return None
@@ -230,7 +248,7 @@ def webhook_ready(cfg: LocalConfig, pod_ip: str) -> bool:
         bundle = base64.b64decode(client.get("caBundle") or "").decode(errors="replace")
         service = client.get("service") or {}
         name = f"{service.get('name')}.{service.get('namespace')}.svc" if service else pod_ip
-        if bundle and _trusted(pod_ip, webhook_port(), bundle, name):
+        if bundle and _trusted(pod_ip, WEBHOOK_PORT, bundle, name):
             return True
     return False
 

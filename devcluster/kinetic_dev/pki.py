@@ -38,8 +38,14 @@ class CertSpec:
     client: bool = False
 
 
-def leaf_specs(node_name: str) -> list[CertSpec]:
-    """The certificates the local cluster needs (pure; unit-tested)."""
+def leaf_specs(node_name: str, node_ip: str, service_ip: str = "10.0.0.1") -> list[CertSpec]:
+    """The certificates the local cluster needs (pure; unit-tested).
+
+    The API server and the kubelet serve on the node's address, where pods and
+    the API server reach them: it is in their certificates, because the API
+    server checks the kubelet's (``--kubelet-certificate-authority``) and
+    clients check the API server's.
+    """
     api_dns = (
         "localhost",
         "kubernetes",
@@ -49,7 +55,11 @@ def leaf_specs(node_name: str) -> list[CertSpec]:
     )
     return [
         CertSpec(
-            "apiserver", "kube-apiserver", dns=api_dns, ips=("127.0.0.1", "10.0.0.1"), server=True
+            "apiserver",
+            "kube-apiserver",
+            dns=api_dns,
+            ips=("127.0.0.1", service_ip, node_ip),
+            server=True,
         ),
         CertSpec(
             "apiserver-kubelet-client",
@@ -65,9 +75,11 @@ def leaf_specs(node_name: str) -> list[CertSpec]:
             "node-serving",
             f"system:node:{node_name}",
             dns=("localhost", node_name),
-            ips=("127.0.0.1",),
+            ips=("127.0.0.1", node_ip),
             server=True,
         ),
+        # The user the default RBAC binds to system:node-proxier.
+        CertSpec("kube-proxy", "system:kube-proxy", client=True),
         CertSpec(
             "controller-manager-serving",
             "kube-controller-manager",
@@ -137,13 +149,14 @@ class PKI:
             files += [self.crt(s.name), self.key(s.name)]
         return all(f.exists() for f in files)
 
-    def ensure(self, node_name: str) -> bool:
-        """Create whatever is missing. Returns True if the CA had to be (re)created.
+    def ensure(self, node_name: str, node_ip: str, service_ip: str = "10.0.0.1") -> bool:
+        """Create whatever is missing or names other addresses. Returns True if the CA
+        had to be (re)created.
 
         A new CA invalidates every leaf, so then all leaves are regenerated too.
         """
         self.dir.mkdir(parents=True, exist_ok=True)
-        specs = leaf_specs(node_name)
+        specs = leaf_specs(node_name, node_ip, service_ip)
         new_ca = not (self.ca_crt.exists() and self.key("ca").exists())
         if new_ca:
             self._make_ca()
@@ -152,7 +165,7 @@ class PKI:
             raise ValueError(f"{self.key('ca')}: not an EC or RSA key; delete {self.dir} to remake")
         ca_cert = x509.load_pem_x509_certificate(self.ca_crt.read_bytes())
         for spec in specs:
-            if new_ca or not (self.crt(spec.name).exists() and self.key(spec.name).exists()):
+            if new_ca or not self._matches(spec):
                 self._make_leaf(spec, ca_cert, ca_key)
         if new_ca or not (self.sa_key.exists() and self.sa_pub.exists()):
             sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -164,6 +177,19 @@ class PKI:
                 ),
             )
         return new_ca
+
+    def _matches(self, spec: CertSpec) -> bool:
+        """The leaf exists and carries exactly the spec's addresses and names."""
+        if not (self.crt(spec.name).exists() and self.key(spec.name).exists()):
+            return False
+        cert = x509.load_pem_x509_certificate(self.crt(spec.name).read_bytes())
+        try:
+            san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except x509.ExtensionNotFound:
+            return not (spec.dns or spec.ips)
+        ips = {str(i) for i in san.get_values_for_type(x509.IPAddress)}
+        dns = set(san.get_values_for_type(x509.DNSName))
+        return ips == set(spec.ips) and dns == set(spec.dns)
 
     def _make_ca(self) -> None:
         key = ec.generate_private_key(ec.SECP256R1())

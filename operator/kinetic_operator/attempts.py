@@ -50,6 +50,15 @@ _DISRUPTION_REASONS = {
 }
 _DISRUPTED_PHASE_REASONS = {"Evicted", "NodeLost", "Preempting", "Terminated", "Shutdown"}
 MAX_TEXT = 4096
+# A container that cannot start for a reason of its spec (an image that exists nowhere, a
+# name that is not one) ends its attempt as a failure: it would wait forever otherwise.
+# Reasons a registry blip may cause are given IMAGE_PULL_GRACE first (the kubelet retries
+# a pull after 10 s, 20 s, 40 s...).
+START_FAILURES_AT_ONCE = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+START_FAILURES_AFTER_GRACE = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError", "CreateContainerError"}
+)
+IMAGE_PULL_GRACE = 30.0
 
 
 @dataclass(frozen=True)
@@ -130,7 +139,7 @@ def plan_unit(
     records: list[AttemptRecord] = []
     ends: dict[int, _End] = {}
     for k in range(1, current + 1):
-        end = _ended(pods.get(k), known.get(k), is_current=k == current)
+        end = _ended(pods.get(k), known.get(k), is_current=k == current, now=now)
         if end is not None:
             ends[k] = end
         records.append(_record(k, pods.get(k), end, known.get(k), pod_name, now))
@@ -204,7 +213,7 @@ def plan_unit(
                 "failed",
                 end.reason,
                 f"Failed on attempt {current} {used}: {what}.",
-                stop=strays,
+                stop=strays + ((pod.name,) if pod is not None and pod.live else ()),
                 last=pod,
             )
         why = f"Attempt {current} failed ({what}); retry {failures} of {limits.retries}"
@@ -233,7 +242,9 @@ def plan_unit(
     )
 
 
-def _ended(pod: PodView | None, known: AttemptRecord | None, *, is_current: bool) -> _End | None:
+def _ended(
+    pod: PodView | None, known: AttemptRecord | None, *, is_current: bool, now: datetime
+) -> _End | None:
     """How an attempt ended, or None while it is still on its way (or not created yet)."""
     if known is not None and known.outcome in ("success", "failure") and (pod is None or pod.gone):
         return _End(known.outcome, known.reason or "Unknown", known.message, known.exit_code)
@@ -262,6 +273,22 @@ def _ended(pod: PodView | None, known: AttemptRecord | None, *, is_current: bool
     if pod.gone or disrupted is not None:
         reason = disrupted or "PodDeleted"
         return _End("disruption", reason, pod.message or f"pod {pod.name} was deleted")
+    return _cannot_start(pod, now)
+
+
+def _cannot_start(pod: PodView, now: datetime) -> _End | None:
+    """A Pod whose container cannot be started: its image or its configuration is wrong."""
+    reason = pod.waiting_reason
+    if reason is None or pod.phase != "Pending":
+        return None
+    since = pod.start_time or pod.created
+    waited = (now - parse_time(since)).total_seconds() if since else 0.0
+    if reason in START_FAILURES_AT_ONCE or (
+        reason in START_FAILURES_AFTER_GRACE and waited >= IMAGE_PULL_GRACE
+    ):
+        return _End(
+            "failure", reason, pod.waiting_message or f"its container could not start ({reason})"
+        )
     return None
 
 

@@ -71,7 +71,7 @@ def apply(pod_spec: dict[str, Any], spec: KineticJobSpec, settings: OperatorSett
         "name": INIT_CONTAINER_NAME,
         "image": settings.default_image,  # the runner image: it has kinetic.datafetch
         "command": data_command(settings),
-        "env": [env],
+        "env": [env, *({"name": k, "value": v} for k, v in settings.cluster_env().items())],
         "volumeMounts": mounts,
         "terminationMessagePath": main["terminationMessagePath"],
         "terminationMessagePolicy": "FallbackToLogsOnError",

@@ -10,9 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from kinetic.names import LABEL_ATTEMPT, LABEL_BATCH, LABEL_CHUNK, LABEL_INDEX, LABEL_JOB
+from kinetic.names import (
+    LABEL_ATTEMPT,
+    LABEL_BATCH,
+    LABEL_CHUNK,
+    LABEL_INDEX,
+    LABEL_JOB,
+    fmt_time,
+    parse_time,
+)
 
 MAX_MESSAGE = 4096
 
@@ -32,7 +41,7 @@ class PodView:
     phase: str = "Pending"
     created: str | None = None
     deleting: bool = False
-    deleted_at: str | None = None
+    deleted_at: str | None = None  # when its deletion was asked for (not when it ends)
     gone: bool = False
     reason: str | None = None
     message: str | None = None
@@ -121,7 +130,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodView | None:
         phase=status.get("phase") or "Pending",
         created=meta.get("creationTimestamp"),
         deleting=bool(meta.get("deletionTimestamp")),
-        deleted_at=meta.get("deletionTimestamp"),
+        deleted_at=_deletion_asked(meta),
         reason=status.get("reason"),
         message=_clip(status.get("message")),
         start_time=status.get("startTime"),
@@ -135,6 +144,21 @@ def summarize_pod(body: Mapping[str, Any]) -> PodView | None:
         disruption=(disruption.get("reason") or "DisruptionTarget") if disruption else None,
         owner_uid=owner.get("uid") if owner else None,
     )
+
+
+def _deletion_asked(meta: Mapping[str, Any]) -> str | None:
+    """When the Pod's deletion was asked for. The API server sets ``deletionTimestamp``
+    to that moment plus the grace period (the time by which it will be gone), so a
+    container killed by the deletion ends before ``deletionTimestamp``: its
+    ``finishedAt`` must be compared with the request, not with the deadline."""
+    stamp = meta.get("deletionTimestamp")
+    if not stamp:
+        return None
+    grace = meta.get("deletionGracePeriodSeconds") or 0
+    try:
+        return fmt_time(parse_time(stamp) - timedelta(seconds=int(grace)))
+    except (TypeError, ValueError):
+        return stamp
 
 
 def _failed_init(status: Mapping[str, Any]) -> dict[str, Any]:

@@ -206,19 +206,23 @@ def _container(
     env: Mapping[str, str],
     limits: Mapping[str, str],
 ) -> dict[str, Any]:
+    cluster = settings.cluster_env()
     if spec.container is not None:
         image = spec.container.image or spec.image or settings.default_image
         command, args = list(spec.container.command), list(spec.container.args)
     else:
-        image = spec.image or settings.default_image
+        python = spec.function.python if spec.function is not None else None
+        image = spec.image or settings.runner_image_for(python)
         command, args = list(settings.runner_command), []
+        cluster |= settings.package_index_env()
 
     user = [{"name": e.name, "value": e.value} for e in spec.env if e.name not in RESERVED_ENV]
+    ours = cluster | dict(env)
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
         "command": command,
-        "env": user + [{"name": k, "value": v} for k, v in env.items()],
+        "env": user + [{"name": k, "value": v} for k, v in ours.items()],
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),

@@ -29,8 +29,43 @@ class OperatorSettings(BaseSettings):
         "(KINETIC_STORAGE_ROOT). Published to clients in the ConfigMap.",
     )
     default_image: str = Field(
+        "kinetic-runner:0.1.0-py3.12",
+        description="Image for container jobs that name none, and for data download init "
+        "containers (KINETIC_DEFAULT_IMAGE).",
+    )
+    runner_image: str = Field(
         "kinetic-runner:0.1.0",
-        description="Image for jobs that name none (KINETIC_DEFAULT_IMAGE).",
+        description="Function jobs of Python 3.X run in <this>-py3.X unless they name an "
+        "image (KINETIC_RUNNER_IMAGE).",
+    )
+    runner_pythons: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["3.12"],
+        description="The Python versions runner images exist for, comma-separated "
+        "(KINETIC_RUNNER_PYTHONS). Published to clients, which refuse others before upload.",
+    )
+    storage_emulator_host: str | None = Field(
+        None,
+        description="STORAGE_EMULATOR_HOST given to every job Pod: a fake GCS "
+        "(KINETIC_STORAGE_EMULATOR_HOST). Empty on GKE.",
+    )
+    pip_index_url: str | None = Field(
+        None, description="PIP_INDEX_URL for function Pods' requirements (KINETIC_PIP_INDEX_URL)."
+    )
+    pip_extra_index_urls: str | None = Field(
+        None,
+        description="PIP_EXTRA_INDEX_URL, space-separated (KINETIC_PIP_EXTRA_INDEX_URLS).",
+    )
+    pip_trusted_hosts: str | None = Field(
+        None, description="PIP_TRUSTED_HOST, space-separated (KINETIC_PIP_TRUSTED_HOSTS)."
+    )
+    pip_proxy: str | None = Field(
+        None, description="PIP_PROXY for requirement installs (KINETIC_PIP_PROXY)."
+    )
+    pip_ca_certificates: str | None = Field(
+        None,
+        max_length=16384,
+        description="PEM certificates pip trusts besides the image's bundle "
+        "(KINETIC_PIP_CA_CERTIFICATES).",
     )
     runner_command: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["python", "-m", "kinetic.runner"],
@@ -174,6 +209,37 @@ class OperatorSettings(BaseSettings):
     @classmethod
     def _split_command(cls, value: Any) -> Any:
         return shlex.split(value) if isinstance(value, str) else value
+
+    @field_validator("runner_pythons", mode="before")
+    @classmethod
+    def _split_pythons(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    def runner_image_for(self, python: str | None) -> str:
+        """The runner image for a function pickled by Python ``python`` (the first
+        version's when the spec does not say)."""
+        return f"{self.runner_image}-py{python or self.runner_pythons[0]}"
+
+    def cluster_env(self) -> dict[str, str]:
+        """What every job container (init containers too) needs to know of the cluster:
+        the storage emulator's address, where there is one."""
+        if self.storage_emulator_host:
+            return {"STORAGE_EMULATOR_HOST": self.storage_emulator_host}
+        return {}
+
+    def package_index_env(self) -> dict[str, str]:
+        """pip's own variables for a function Pod's requirement install (only pip reads
+        them), plus the extra CA certificates the runner adds to pip's bundle."""
+        pairs = {
+            "PIP_INDEX_URL": self.pip_index_url,
+            "PIP_EXTRA_INDEX_URL": self.pip_extra_index_urls,
+            "PIP_TRUSTED_HOST": self.pip_trusted_hosts,
+            "PIP_PROXY": self.pip_proxy,
+            "KINETIC_PIP_CA_CERTIFICATES": self.pip_ca_certificates,
+        }
+        return {k: v for k, v in pairs.items() if v}
 
     @field_validator("namespaces", mode="before")
     @classmethod

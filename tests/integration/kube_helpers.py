@@ -81,6 +81,94 @@ def local_up() -> None:
     assert up.returncode == 0, up.stderr
 
 
+def witness_command(prefix: str) -> str:
+    """A shell line for a busybox container that records one run of its Pod in storage:
+    an empty object ``<prefix>/$KINETIC_INDEX/$HOSTNAME`` (the Pod's name names the
+    attempt), uploaded to the storage emulator the Pod was given. Count them with
+    `runs_in`. ``prefix`` is a gs:// URI (the local cluster's and kind's storage)."""
+    assert prefix.startswith("gs://"), prefix
+    bucket, _, path = prefix[len("gs://") :].partition("/")
+    url = (
+        f"$STORAGE_EMULATOR_HOST/upload/storage/v1/b/{bucket}/o?uploadType=media"
+        f"&name={path}/$KINETIC_INDEX/$HOSTNAME"
+    )
+    return f'wget -q -O /dev/null --post-data "" "{url}"'
+
+
+def runs_in(prefix: str) -> list[int]:
+    """The input index of every run recorded under ``prefix`` (one entry per run)."""
+    from kinetic import storage
+
+    found = storage.list_prefix(prefix.rstrip("/") + "/")
+    return [int(uri[len(prefix) + 1 :].split("/")[0]) for uri in found]
+
+
+OPERATOR_NAMESPACE = "kinetic-system"
+OPERATOR_SELECTOR = "app.kubernetes.io/name=kinetic"
+
+
+def operator_pod(kube: Kube) -> dict | None:
+    """The chart's operator Pod that is running (not being deleted), if any."""
+    got = kube.kubectl(
+        "get", "pods", "-n", OPERATOR_NAMESPACE, "-l", OPERATOR_SELECTOR, "-o", "json"
+    )
+    live = [
+        p
+        for p in json.loads(got.stdout)["items"]
+        if not p["metadata"].get("deletionTimestamp")
+        and p.get("status", {}).get("phase") == "Running"
+    ]
+    return live[0] if live else None
+
+
+def kill_operator(kube: Kube) -> None:
+    """SIGKILL the operator: on the local cluster its container's process, from this
+    machine (the kubelet restarts the container, as after a crash); elsewhere its Pod,
+    force-deleted (the Deployment replaces it)."""
+    pod = operator_pod(kube)
+    assert pod is not None, "no running operator Pod to kill"
+    if kube.is_local:
+        import os
+        import signal
+
+        from kinetic_dev import operator as local_operator
+        from kinetic_dev.config import LocalConfig
+
+        pid = local_operator.container_pid(LocalConfig(), pod)
+        assert pid is not None, "the operator's container has no process on this node"
+        os.kill(pid, signal.SIGKILL)
+        return
+    kube.kubectl(
+        "delete",
+        "pod",
+        "-n",
+        OPERATOR_NAMESPACE,
+        pod["metadata"]["name"],
+        "--grace-period=0",
+        "--force",
+        "--wait=false",
+    )
+
+
+def wait_operator_ready(kube: Kube, timeout: float = 180) -> None:
+    """The operator's Pod is Ready again (and, on the local cluster, its webhook trusted
+    by the API server): what `kinetic local up` waits for."""
+    if kube.is_local:
+        from kinetic_dev import operator as local_operator
+        from kinetic_dev.config import LocalConfig
+
+        cfg = LocalConfig()
+        wait_for(lambda: local_operator.ready(cfg), timeout, 0.5, "the operator to be Ready")
+        return
+
+    def ready() -> bool:
+        pod = operator_pod(kube)
+        conds = (pod or {}).get("status", {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+    wait_for(ready, timeout, 0.5, "the operator to be Ready")
+
+
 def wait_for(
     pred: Callable[[], object], timeout: float = 60, interval: float = 0.2, what: str = "condition"
 ) -> object:

@@ -12,17 +12,14 @@ operator lists them all at start.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import REPO, Kube, wait_for
+from kube_helpers import OPERATOR_NAMESPACE, Kube, wait_for, wait_operator_ready
 from kubernetes import client
 
 pytestmark = pytest.mark.integration
@@ -256,29 +253,24 @@ def test_the_schema_bounds_every_field(
 # ----------------------------------------------------------------------- the operator
 
 
-def restart_operator() -> None:
-    """Stop the local operator and start it again, as `kinetic local up` does."""
-    pid_file = Path(os.environ.get("KINETIC_LOCAL_DIR") or REPO / ".local") / "run/operator.pid"
-    pid = int(pid_file.read_text().split()[0])
-    os.kill(pid, 15)
-    wait_for(lambda: not _alive(pid), what="the operator to stop")
-    kinetic = Path(sys.executable).with_name("kinetic")
-    subprocess.run([str(kinetic), "local", "up"], check=True, capture_output=True, timeout=300)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
+def restart_operator(kube: Kube) -> None:
+    """Restart the operator as an administrator would: a rollout of its Deployment."""
+    kube.kubectl("rollout", "restart", "-n", OPERATOR_NAMESPACE, "deploy/kinetic-operator")
+    kube.kubectl(
+        "rollout",
+        "status",
+        "-n",
+        OPERATOR_NAMESPACE,
+        "deploy/kinetic-operator",
+        "--timeout=180s",
+        timeout=200,
+    )
+    wait_operator_ready(kube)
 
 
 def test_objects_stored_without_the_webhook_fail_and_others_keep_running(
     kube: Kube, two_namespaces: tuple[str, str]
 ) -> None:
-    if not kube.is_local:
-        pytest.skip("restarts the local operator")
     bad_ns, good_ns = two_namespaces
     bad = cases(bad_ns, storage_root(kube))
     with webhook_off(kube, two_namespaces):
@@ -318,7 +310,7 @@ def test_objects_stored_without_the_webhook_fail_and_others_keep_running(
     assert pods == [], "nothing may run for a refused object"
 
     # The objects are still stored: a restarted operator lists them all and keeps serving.
-    restart_operator()
+    restart_operator(kube)
     served("b")
 
 

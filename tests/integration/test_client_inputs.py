@@ -126,7 +126,7 @@ def test_container_input_results_outlive_their_pods(ns: str, kube: Kube) -> None
                         "sh",
                         "-c",
                         'echo "working on $KINETIC_INPUT"; '
-                        'printf "got %s" "$KINETIC_INPUT" > "$KINETIC_TERMINATION_LOG"',
+                        'printf "got %s" "$KINETIC_INPUT" > /dev/termination-log',
                     ]
                 }
             },

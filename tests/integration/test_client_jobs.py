@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from kinetic import resources as r
 from kinetic.config import resolve
 from kinetic.jobs import JobFailed, JobStatus, new_job_id, submit_job
 from kube_helpers import Kube, run_client, wait_for
+from kubernetes import watch
 
 pytestmark = pytest.mark.integration
 
@@ -172,22 +174,38 @@ def test_cancel_ends_cancelled_and_stops_the_process(ns: str, kube: Kube) -> Non
 
     @kinetic.run(namespace=ns)
     def forever(uri: str) -> None:
-        import os
         import time as t
 
         from kinetic import storage as s
 
-        s.write_bytes(uri, str(os.getpid()).encode())
-        t.sleep(3600)
+        beat = 0
+        while True:  # a heartbeat in storage: the witness that the process still runs
+            beat += 1
+            s.write_bytes(uri, str(beat).encode())
+            t.sleep(0.5)
 
     job = forever.run_async(marker)
     wait_for(lambda: storage.exists(marker), timeout=120, what="the job to start")
+    ended: list[int] = []  # exit codes the Pod's container was seen to end with
+
+    def follow() -> None:
+        for event in watch.Watch().stream(
+            kube.core.list_namespaced_pod,
+            ns,
+            label_selector=f"kinetic.dev/job={job.job_id}",
+            timeout_seconds=90,
+        ):
+            for st in event["object"].status.container_statuses or []:
+                if st.state.terminated is not None:
+                    ended.append(st.state.terminated.exit_code)
+            if event["type"] == "DELETED":
+                return
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
     assert job.cancel(timeout=120) is JobStatus.CANCELLED
     with pytest.raises(kinetic.JobCancelled):
         job.result(timeout=30)
-    if kube.is_local:  # the process node runs pods as local processes we can look for
-        pid = int(storage.read_bytes(marker))
-        wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=60, what="the process to exit")
     wait_for(
         lambda: (
             not kube.core.list_namespaced_pod(
@@ -197,6 +215,13 @@ def test_cancel_ends_cancelled_and_stops_the_process(ns: str, kube: Kube) -> Non
         timeout=60,
         what="the cancelled job's pod to be deleted",
     )
+    follower.join(timeout=30)
+    # The runner (process 1 in its container) ended on the kubelet's SIGTERM, not on the
+    # SIGKILL that follows the grace period.
+    assert ended and ended[-1] == 143, ended
+    last = storage.read_bytes(marker)
+    time.sleep(3)  # six heartbeats, were the process still running
+    assert storage.read_bytes(marker) == last, "the cancelled job's process still runs"
     storage.delete(marker)
 
 

@@ -176,7 +176,7 @@ def test_a_container_job_from_yaml_sees_its_volume(ns: str, kube: Kube) -> None:
         "metadata": {"name": "reader"},
         "spec": {
             "container": {
-                "command": ["sh", "-c", 'cat /words/hello.txt > "$KINETIC_TERMINATION_LOG"']
+                "command": ["sh", "-c", 'cat /words/hello.txt > /dev/termination-log']
             },
             "volumes": [{"mountPath": "/words", "uri": prefix}],
         },
@@ -210,7 +210,7 @@ def test_a_container_batch_from_yaml_mounts_its_volume_in_every_input(ns: str, k
                     "command": [
                         "sh",
                         "-c",
-                        'cat "/greetings/$KINETIC_INPUT.txt" > "$KINETIC_TERMINATION_LOG"',
+                        'cat "/greetings/$KINETIC_INPUT.txt" > /dev/termination-log',
                     ]
                 },
                 "volumes": [{"mountPath": "/greetings", "uri": prefix}],

@@ -6,10 +6,12 @@ SIGKILLed and started again, object storage is down for ten seconds. The
 batch must still end SUCCEEDED, and each input must have run exactly once
 (or, where a failure may use a retry, at most 1 + retries times).
 
-Executions are counted the way a user would check them: each run of an
-input appends its index to a file on this machine (pods of the local cluster
-are local processes), and the test counts lines per index. So these tests
-need the local cluster (`make cluster-up`); elsewhere they are skipped.
+Executions are counted the way a user would check them: each run of an input
+leaves one object in storage (the emulator its Pod was given), and the test
+counts them per index. The components are killed on this machine (the
+operator's container process, the control plane's and storage's pid files),
+so these tests need the local cluster (`make cluster-up`); elsewhere they are
+skipped.
 
 Every test puts the cluster back as it found it, pass or fail: the
 ``cluster`` fixture starts whatever is missing and waits for a Ready operator.
@@ -21,17 +23,19 @@ import json
 import os
 import signal
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import kinetic
 import pytest
 from kinetic import resources as r
+from kinetic import storage
+from kinetic.config import resolve
 from kinetic_dev import operator as local_operator
 from kinetic_dev.cluster import Cluster
 from kinetic_dev.procs import read_live_pid
-from kube_helpers import Kube, local_up, wait_for
+from kube_helpers import Kube, local_up, runs_in, wait_for, witness_command
 
 pytestmark = pytest.mark.integration
 
@@ -67,12 +71,12 @@ def _operator_pid(local: Cluster) -> int | None:
     """The running operator process of a Ready operator Pod (None while it is not ready)."""
     if not local_operator.ready(local.cfg):
         return None
-    return local_operator.container_pid(local_operator.operator_pod(local.cfg))
+    return local_operator.container_pid(local.cfg, local_operator.operator_pod(local.cfg))
 
 
 def _fresh_operator(local: Cluster) -> None:
-    """A new operator Pod whose container never restarted, so the node's restart back-off
-    starts at 10 s (it doubles with every restart of the same Pod, as a kubelet's does)."""
+    """A new operator Pod whose container never restarted, so the kubelet's restart
+    back-off starts from zero (it doubles with every restart of the same Pod)."""
     pod = local_operator.operator_pod(local.cfg)
     statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
     if pod is not None and all(st.get("restartCount", 0) == 0 for st in statuses):
@@ -90,14 +94,25 @@ def _fresh_operator(local: Cluster) -> None:
     local_operator.write_pid_file(local.cfg, local.pid_file("operator"))
 
 
-def _container_batch(kube: Kube, ns: str, name: str, runs: Path) -> None:
+@pytest.fixture
+def runs(client_env: dict[str, str]) -> Iterator[str]:
+    """Where this test's Pods record their runs (a fresh storage folder)."""
+    prefix = storage.join(resolve().storage_root, "test-runs", uuid.uuid4().hex)
+    yield prefix
+    storage.delete_prefix(prefix + "/")
+
+
+def _container_batch(kube: Kube, ns: str, name: str, runs: str) -> None:
     body = {
         "apiVersion": r.API_VERSION,
         "kind": r.BATCH_KIND,
         "metadata": {"name": name},
         "spec": {
             "template": {
-                "container": {"command": ["sh", "-c", f'echo "$KINETIC_INDEX" >> {runs}; sleep 1']}
+                "container": {
+                    "image": "busybox:1.36",
+                    "command": ["sh", "-c", f"{witness_command(runs)} && sleep 1"],
+                }
             },
             "inputs": {"items": list(range(TOTAL))},
             "maxConcurrent": CONCURRENT,
@@ -106,11 +121,11 @@ def _container_batch(kube: Kube, ns: str, name: str, runs: Path) -> None:
     kube.apply(ns, body)
 
 
-def _lines(runs: Path) -> list[int]:
-    return [int(i) for i in runs.read_text().split()] if runs.exists() else []
+def _lines(runs: str) -> list[int]:
+    return runs_in(runs)
 
 
-def _ran(runs: Path, at_least: int) -> bool:
+def _ran(runs: str, at_least: int) -> bool:
     return len(_lines(runs)) >= at_least
 
 
@@ -127,7 +142,7 @@ def _final_status(kube: Kube, ns: str, name: str, timeout: float) -> dict:
     return wait_for(ended, timeout, interval=0.5, what=f"batch {ns}/{name} to end")  # type: ignore[return-value]
 
 
-def _assert_each_ran_once(runs: Path, status: dict) -> None:
+def _assert_each_ran_once(runs: str, status: dict) -> None:
     assert status["phase"] == "SUCCEEDED", status.get("message")
     assert status["counts"]["succeeded"] == TOTAL
     time.sleep(2)  # a duplicate launch would have run by now
@@ -138,13 +153,12 @@ def _assert_each_ran_once(runs: Path, status: dict) -> None:
 
 
 def test_operator_sigkilled_twice_mid_batch(
-    kube: Kube, cluster: Cluster, namespace: str, tmp_path: Path
+    kube: Kube, cluster: Cluster, namespace: str, runs: str
 ) -> None:
-    """The node restarts the killed operator (restartPolicy Always, after a back-off); the
-    new process picks the batch up from its status and Pods. Killing the operator leaves
-    the attempt Pods alone, so every input runs exactly once."""
+    """The kubelet restarts the killed operator (restartPolicy Always, after a back-off);
+    the new process picks the batch up from its status and Pods. Killing the operator
+    leaves the attempt Pods alone, so every input runs exactly once."""
     _fresh_operator(cluster)
-    runs = tmp_path / "runs.txt"
     _container_batch(kube, namespace, "twice", runs)
     for at_least in (CONCURRENT, 3 * CONCURRENT):
         wait_for(lambda n=at_least: _ran(runs, n), 120, what=f"{at_least} runs")
@@ -161,13 +175,12 @@ def test_operator_sigkilled_twice_mid_batch(
 
 
 def test_api_server_killed_and_restarted_mid_batch(
-    kube: Kube, cluster: Cluster, namespace: str, tmp_path: Path
+    kube: Kube, cluster: Cluster, namespace: str, runs: str
 ) -> None:
-    """Pods finish while nobody can hear them; once the API server is back, the node
+    """Pods finish while nobody can hear them; once the API server is back, the kubelet
     reports them and the operator, reconnected on its own, launches the rest."""
     operator_before = _operator_pid(cluster)
     assert operator_before is not None, "the operator is not Ready"
-    runs = tmp_path / "runs.txt"
     _container_batch(kube, namespace, "blackout", runs)
     wait_for(lambda: _ran(runs, CONCURRENT), 120, what="some progress")
     _kill(cluster, "kube-apiserver")
@@ -187,24 +200,36 @@ def test_api_server_killed_and_restarted_mid_batch(
 
 
 def test_object_storage_down_for_ten_seconds_mid_function_batch(
-    kube: Kube, cluster: Cluster, client_env: dict[str, str], namespace: str, tmp_path: Path
+    kube: Kube, cluster: Cluster, client_env: dict[str, str], namespace: str, runs: str
 ) -> None:
     """Runners and the operator wait out a storage outage with bounded retries; an input
-    whose retries ran out is run again by its own retries, never beyond them."""
-    runs = tmp_path / "runs.txt"
+    whose retries ran out is run again by its own retries, never beyond them.
+
+    Each run records itself in storage first, retrying through the outage; a run whose
+    record never lands fails (and is retried), so the records count every run that could
+    have produced a result."""
     total, retries = 20, 2
 
     @kinetic.run(namespace=namespace)
-    def square(i: int, path: str) -> int:
+    def square(i: int, prefix: str) -> int:
+        import os
         import time as t
 
-        with open(path, "a") as f:
-            f.write(f"{i}\n")
+        from kinetic import storage as s
+
+        for wait in range(60):
+            try:
+                s.write_bytes(f"{prefix}/{i}/{os.environ['HOSTNAME']}", b"")
+                break
+            except Exception:  # noqa: BLE001 - storage is down: wait it out, a second at a time
+                if wait == 59:
+                    raise
+                t.sleep(1.0)
         t.sleep(1.0)
         return i * i
 
     batch = square.run_async_map(
-        [[i, str(runs)] for i in range(total)], max_concurrent=4, retries=retries
+        [[i, runs] for i in range(total)], max_concurrent=4, retries=retries
     )
     wait_for(lambda: _ran(runs, 6), 120, what="some progress")
     _kill(cluster, "fake-gcs-server")

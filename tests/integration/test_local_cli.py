@@ -1,6 +1,7 @@
 """`kinetic local up` on bad input: a busy port or a missing prerequisite is named, no hang.
 
-Each case uses its own state dir and fresh ports, so it never touches a running cluster.
+Each case uses its own state dir, fresh ports, its own bridge and pod range, so it never
+touches a running cluster (whose cgroups and iptables chains are named by its state dir).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ PORT_VARS = (
     "KINETIC_SCHEDULER_PORT",
     "KINETIC_NODE_PORT",
     "KINETIC_GCS_PORT",
+    "KINETIC_REGISTRY_PORT",
+    "KINETIC_KUBELET_HEALTHZ_PORT",
+    "KINETIC_PROXY_HEALTHZ_PORT",
+    "KINETIC_PROXY_METRICS_PORT",
 )
 
 
@@ -41,6 +46,9 @@ def isolated_env(tmp_path):
     env["KINETIC_LOCAL_DIR"] = str(tmp_path / "state")
     for var in PORT_VARS:
         env[var] = str(free_port())
+    env["KINETIC_BRIDGE"] = "kinetic-test"
+    env["KINETIC_POD_CIDR"] = "10.245.7.0/24"
+    env["KINETIC_SERVICE_CIDR"] = "10.245.8.0/24"
     yield env
     subprocess.run([KINETIC, "local", "down"], env=env, capture_output=True, timeout=120)
 

@@ -29,7 +29,11 @@ from kube_helpers import REPO, Kube, wait_for
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 240
-TERM_LOG = '"${KINETIC_TERMINATION_LOG:-/dev/termination-log}"'
+TERM_LOG = "/dev/termination-log"
+# Images users build FROM the runner (the local cluster serves one as kinetic-runner:custom-*),
+# named two ways: each job of a batch runs the image it names.
+CUSTOM = f"kinetic-runner:custom-py{sys.version_info.major}.{sys.version_info.minor}"
+CUSTOM_LONG = f"docker.io/library/{CUSTOM}"
 EXAMPLE = REPO / "examples" / "heterogeneous.yaml"
 
 
@@ -71,7 +75,7 @@ def test_the_example_yaml_runs_each_job_with_its_own_image_and_env(ns: str, kube
         "wait", "-n", ns, "--for=condition=Complete", f"kb/{name}", "--timeout=180s", timeout=200
     )
     assert "3/3" in kube.kubectl("get", "kb", name, "-n", ns).stdout
-    assert _images(ns, name) == {0: "busybox:1.36", 1: "alpine:3.20", 2: "debian:12-slim"}
+    assert _images(ns, name) == {0: "busybox:1.36", 1: "python:3.12-slim", 2: "debian:12-slim"}
     handle = kinetic.attach_batch(name, namespace=ns)
     assert handle.results(timeout=30) == [
         "stage=prepare index=0",
@@ -92,11 +96,11 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_mixed_python_batch_returns_each_jobs_own_result(ns: str, client_env: dict) -> None:
-    stage = kinetic.run(namespace=ns, image="python:3.12-slim", env={"WHO": "first"})(_stage)
+    stage = kinetic.run(namespace=ns, image=CUSTOM, env={"WHO": "first"})(_stage)
     batch = kinetic.batch(
         [
             stage.call("prepare"),
-            stage.with_options(image="trainer:2", env={"WHO": "second"}).call("train"),
+            stage.with_options(image=CUSTOM_LONG, env={"WHO": "second"}).call("train"),
             kinetic.container(
                 ["sh", "-c", f'printf "report:%s:%s" "$WHO" "$KINETIC_INDEX" > {TERM_LOG}'],
                 image="busybox:1.36",
@@ -112,7 +116,7 @@ def test_a_mixed_python_batch_returns_each_jobs_own_result(ns: str, client_env: 
         "train:second:1",
         "report:third:2",
     ]
-    assert _images(ns, batch.group_id) == {0: "python:3.12-slim", 1: "trainer:2", 2: "busybox:1.36"}
+    assert _images(ns, batch.group_id) == {0: CUSTOM, 1: CUSTOM_LONG, 2: "busybox:1.36"}
     assert batch.jobs[1].result(timeout=30, cleanup=False) == "train:second:1"
     # Per-input handles from the CLI: a function input and a container input.
     out = _cli(client_env, "jobs", "status", f"{batch.group_id}-1", "-n", ns, "-o", "json")

@@ -22,7 +22,7 @@ from kubernetes import client
 
 pytestmark = pytest.mark.integration
 
-TERM_LOG = '"${KINETIC_TERMINATION_LOG:-/dev/termination-log}"'
+TERM_LOG = "/dev/termination-log"
 
 
 @pytest.fixture

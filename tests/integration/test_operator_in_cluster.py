@@ -1,9 +1,9 @@
 """The operator as users install it: the chart's Deployment, its Pod, its identity.
 
 On the local cluster `make cluster-up` installs the chart with the operator
-enabled, and its Pod runs on the process node like any other; on kind the
-same chart runs it in a container. The fault test counts runs in a file on
-this machine, so it needs the local cluster.
+enabled, and its Pod runs the operator image on the node like any other; on
+kind the same chart and image. The fault test counts runs in storage, where
+each run of an input leaves an object.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 from kinetic import resources as r
-from kube_helpers import Kube, local_up, wait_for
+from kinetic import storage
+from kinetic.config import resolve
+from kube_helpers import Kube, runs_in, wait_for, witness_command
 
 pytestmark = pytest.mark.integration
 
@@ -103,12 +105,10 @@ def test_the_operators_identity_has_what_the_chart_grants(
 
 
 def test_deleting_the_operator_pod_mid_batch_loses_nothing(
-    kube: Kube, installed: None, namespace: str, tmp_path: Path
+    kube: Kube, installed: None, namespace: str, client_env: dict[str, str]
 ) -> None:
     """The Deployment brings a new Pod; every input still runs exactly once."""
-    if not kube.is_local:
-        pytest.skip("counts runs in a file on this machine: needs the local cluster")
-    runs = tmp_path / "runs.txt"
+    runs = storage.join(resolve().storage_root, "test-runs", namespace)
     total = 20
     body = {
         "apiVersion": r.API_VERSION,
@@ -116,7 +116,10 @@ def test_deleting_the_operator_pod_mid_batch_loses_nothing(
         "metadata": {"name": "survivor"},
         "spec": {
             "template": {
-                "container": {"command": ["sh", "-c", f'echo "$KINETIC_INDEX" >> {runs}; sleep 2']}
+                "container": {
+                    "image": "busybox:1.36",
+                    "command": ["sh", "-c", f"{witness_command(runs)} && sleep 2"],
+                }
             },
             "inputs": {"items": list(range(total))},
             "maxConcurrent": 3,
@@ -131,9 +134,7 @@ def test_deleting_the_operator_pod_mid_batch_loses_nothing(
     )
     assert applied.returncode == 0, applied.stderr
     old = wait_for(lambda: _ready_pod(kube), 60, what="the operator Pod")
-    wait_for(
-        lambda: runs.exists() and len(runs.read_text().split()) >= 4, 120, what="some progress"
-    )
+    wait_for(lambda: len(runs_in(runs)) >= 4, 120, what="some progress")
     kube.kubectl("delete", "pod", "-n", NAMESPACE, old["metadata"]["name"], "--wait=false")
     new = wait_for(
         lambda: next(
@@ -148,7 +149,7 @@ def test_deleting_the_operator_pod_mid_batch_loses_nothing(
         what="the Deployment's new operator Pod to be Ready",
     )
     assert new["metadata"]["name"] != old["metadata"]["name"]
-    assert len(runs.read_text().split()) < total  # the batch was still running
+    assert len(runs_in(runs)) < total  # the batch was still running
     kube.kubectl(
         "wait",
         "-n",
@@ -159,10 +160,8 @@ def test_deleting_the_operator_pod_mid_batch_loses_nothing(
         timeout=320,
     )
     time.sleep(2)  # a duplicate launch would have run by now
-    counts = Counter(int(i) for i in runs.read_text().split())
-    assert counts == {i: 1 for i in range(total)}
-    # Restore the pid file `kinetic local up` keeps, for tests that kill the process.
-    local_up()
+    assert Counter(runs_in(runs)) == {i: 1 for i in range(total)}
+    storage.delete_prefix(runs + "/")
 
 
 def test_values_the_schema_refuses_never_reach_the_cluster(kube: Kube, installed: None) -> None:

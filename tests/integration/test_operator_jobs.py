@@ -1,24 +1,26 @@
 """The operator runs KineticJobs on a real cluster: results, retries, disruptions, cancel.
 
-Uses the operator that `make cluster-up` started (`.local/run/operator.pid`)
-or, if none runs, starts one for the session with `kopf run`, as a cluster
-would. KINETIC_TEST_OPERATOR=external forces the former (e.g. on kind with
-the Helm chart installed). Tests that share files with the job's process
-(counters, pid files) need the process node and are skipped elsewhere.
+Uses the operator the chart installed (`make cluster-up`) or, if none runs,
+starts one for the session with `kopf run`, as a cluster would.
+KINETIC_TEST_OPERATOR=external forces the former (e.g. on kind with the Helm
+chart installed). A job learns which attempt it is from KINETIC_ATTEMPT; a
+witness that its process still runs is a heartbeat in storage.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import textwrap
 import time
-from pathlib import Path
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
+from kinetic import storage
+from kinetic.config import resolve
 from kinetic.resources import GROUP, JOB_PLURAL, VERSION
 from kube_helpers import Kube, local_env, wait_for
 from kubernetes import client, watch
@@ -26,7 +28,7 @@ from kubernetes import client, watch
 pytestmark = pytest.mark.integration
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
-TERM_LOG = '"${KINETIC_TERMINATION_LOG:-/dev/termination-log}"'
+TERM_LOG = "/dev/termination-log"
 
 
 # ----------------------------------------------------------------------- fixtures
@@ -38,12 +40,19 @@ def ns(operator: None, namespace: str) -> str:
 
 
 @pytest.fixture
-def shared_dir(kube: Kube, tmp_path: Path) -> Path:
-    """A directory both the test and the job's process see (process node only)."""
-    if not kube.is_local:
-        pytest.skip("needs the process node: the job's process shares files with the test")
-    tmp_path.chmod(0o777)
-    return tmp_path
+def heartbeat(client_env: dict[str, str]) -> Iterator[str]:
+    """A storage object a job's process rewrites every half second while it runs."""
+    uri = storage.join(resolve().storage_root, "test-heartbeats", uuid.uuid4().hex)
+    yield uri
+    storage.delete(uri)
+
+
+# A heartbeat in the runner image (Python with kinetic): the witness that a process runs.
+BEAT = (
+    "python -c 'exec(\"import sys, time\\nfrom kinetic import storage\\nn = 0\\n"
+    "while True:\\n n += 1; storage.write_bytes(sys.argv[1], str(n).encode()); "
+    "time.sleep(0.5)\")' {uri}"
+)
 
 
 # ----------------------------------------------------------------------- helpers
@@ -117,18 +126,6 @@ def events(kube: Kube, ns: str, name: str) -> list[tuple[str, str]]:
     items = kube.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
     items.sort(key=lambda e: (e.last_timestamp or e.event_time or 0, e.metadata.creation_timestamp))
     return [(e.type, e.reason) for e in items]
-
-
-def process_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    # A zombie awaiting its reaper has finished too.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-    except OSError:
-        return True
 
 
 # ----------------------------------------------------------------------- tests
@@ -209,12 +206,10 @@ def test_failing_command_with_two_retries_ends_failed_at_attempt_three(kube: Kub
     assert reasons.count("AttemptFailed") == 2 and reasons.count("Started") == 1
 
 
-def test_fails_twice_then_succeeds(kube: Kube, ns: str, shared_dir: Path):
-    counter = shared_dir / "count"
+def test_fails_twice_then_succeeds(kube: Kube, ns: str):
     script = f"""
-        n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}
-        [ $n -ge 3 ] || exit 1
-        printf "ok after $n" > {TERM_LOG}
+        [ "$KINETIC_ATTEMPT" -ge 3 ] || exit 1
+        printf "ok after $KINETIC_ATTEMPT" > {TERM_LOG}
     """
     assert apply(kube, ns, "flaky", sh(script, retries=2)).returncode == 0
     status = wait_phase(kube, ns, "flaky", *TERMINAL)
@@ -224,13 +219,9 @@ def test_fails_twice_then_succeeds(kube: Kube, ns: str, shared_dir: Path):
     assert [r["outcome"] for r in status["attempts"]] == ["failure", "failure", "success"]
 
 
-def test_pod_deleted_mid_run_is_retried_without_using_retries(
-    kube: Kube, ns: str, shared_dir: Path
-):
-    counter = shared_dir / "count"
+def test_pod_deleted_mid_run_is_retried_without_using_retries(kube: Kube, ns: str):
     script = f"""
-        n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}
-        if [ $n -eq 1 ]; then exec sleep 300; fi
+        if [ "$KINETIC_ATTEMPT" -eq 1 ]; then exec sleep 300; fi
         printf "second run" > {TERM_LOG}
     """
     assert apply(kube, ns, "victim", sh(script)).returncode == 0  # retries: 0
@@ -248,13 +239,10 @@ def test_pod_deleted_mid_run_is_retried_without_using_retries(
     wait_for(lambda: ("Warning", "AttemptDisrupted") in events(kube, ns, "victim"), what="event")
 
 
-def test_cancel_ends_cancelled_and_the_process_is_gone(kube: Kube, ns: str, shared_dir: Path):
-    pid_file = shared_dir / "pid"
-    # `$$$$` is the shell's `$$`: Kubernetes expands `$(VAR)` in commands and `$$` escapes `$`.
-    assert apply(kube, ns, "long", sh(f"echo $$$$ > {pid_file}; exec sleep 300")).returncode == 0
+def test_cancel_ends_cancelled_and_the_process_is_gone(kube: Kube, ns: str, heartbeat: str):
+    assert apply(kube, ns, "long", sh(BEAT.format(uri=heartbeat))).returncode == 0
     wait_phase(kube, ns, "long", "RUNNING")
-    pid = int(wait_for(lambda: pid_file.read_text().strip(), what="the job's pid"))
-    assert not process_gone(pid)
+    wait_for(lambda: storage.exists(heartbeat), timeout=60, what="the job's heartbeat")
 
     kube.kubectl(
         "patch", "kj", "long", "-n", ns, "--type", "merge", "-p", '{"spec":{"cancel":true}}'
@@ -262,8 +250,10 @@ def test_cancel_ends_cancelled_and_the_process_is_gone(kube: Kube, ns: str, shar
     status = wait_phase(kube, ns, "long", *TERMINAL)
     assert status["phase"] == "CANCELLED"
     assert status["attempts"][0]["outcome"] == "cancelled"
-    wait_for(lambda: process_gone(pid), timeout=60, what=f"process {pid} to end")
     wait_for(lambda: not kube.core.list_namespaced_pod(ns).items, what="the Pod to be deleted")
+    last = storage.read_bytes(heartbeat)
+    time.sleep(3)  # six heartbeats, were the process still running
+    assert storage.read_bytes(heartbeat) == last, "the cancelled job's process still runs"
     # Sticky: nothing is launched again.
     assert get(kube, ns, "long")["status"]["phase"] == "CANCELLED"
     assert not kube.core.list_namespaced_pod(ns).items

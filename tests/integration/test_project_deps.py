@@ -116,7 +116,8 @@ def test_a_custom_image_skips_the_requirements_but_still_gets_the_source(
 ) -> None:
     # The requirement cannot be installed from any index: only skipping it lets the job run.
     fn = _user_project(tmp_path / "proj", "kinetic-no-such-package-anywhere==1.0\n")
-    image = "registry.example/team/custom:1"  # the process node runs every image the same
+    # An image a team built FROM the runner (the local cluster serves one under this name).
+    image = f"kinetic-runner:custom-py{sys.version_info.major}.{sys.version_info.minor}"
     remote = kinetic.run(namespace=ns, container_image=image)(fn)
 
     job = remote.run_async(2)

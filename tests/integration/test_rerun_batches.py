@@ -27,7 +27,7 @@ from kubernetes import client
 
 pytestmark = pytest.mark.integration
 
-TERM_LOG = '"${KINETIC_TERMINATION_LOG:-/dev/termination-log}"'
+TERM_LOG = "/dev/termination-log"
 # Odd inputs fail under the batch named "first"; everything else reports "<index>:<input>".
 FLAKY = (
     'if [ "${KINETIC_JOB_NAME%-*}" = first ] && [ $((KINETIC_INDEX % 2)) -eq 1 ]; then '

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import helm_sdkpy as helm
 import pytest
 from kinetic import resources as r
-from kube_helpers import REPO, Kube, fresh_namespace, local_up, wait_for
+from kube_helpers import REPO, Kube, fresh_namespace, wait_for, wait_operator_ready
 from kubernetes import client
 
 pytestmark = pytest.mark.integration
@@ -51,9 +51,9 @@ def _operator_args(kube: Kube) -> list[str] | None:
 def watched_only(kube: Kube, operator: None, namespace: str) -> Iterator[tuple[str, str]]:
     """The release watching only ``namespace``; another namespace it must leave alone."""
     from kinetic_dev.config import LocalConfig
-    from kinetic_dev.operator import chart_values
+    from kinetic_dev.operator import installed_values
 
-    defaults = chart_values(LocalConfig())
+    defaults = installed_values(LocalConfig())
     with fresh_namespace(kube) as other:
         try:
             _upgrade(kube, {**defaults, "watchNamespaces": [namespace]})
@@ -70,7 +70,7 @@ def watched_only(kube: Kube, operator: None, namespace: str) -> Iterator[tuple[s
                 timeout=120,
                 what="the operator to watch every namespace again",
             )
-            local_up()  # its pid file, for the tests that kill it
+            wait_operator_ready(kube)
 
 
 def _job(kube: Kube, ns: str, name: str) -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from kinetic_operator.attempts import Limits, UnitPlan, plan_unit
@@ -21,6 +21,18 @@ def pod(k: int, phase: str = "Running", **kw: object) -> PodView:
 
 def ok(k: int) -> PodView:
     return pod(k, "Succeeded", exit_code=0, termination_message="42")
+
+
+def stuck(k: int, reason: str, seconds: int) -> PodView:
+    """A Pending Pod whose container has waited ``seconds`` for ``reason``."""
+    started = NOW - timedelta(seconds=seconds)
+    return pod(
+        k,
+        "Pending",
+        waiting_reason=reason,
+        waiting_message=f"{reason} for image x:1",
+        start_time=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
 
 
 def failed(k: int, **kw: object) -> PodView:
@@ -105,6 +117,15 @@ def plan(
         ((), {"creating": True, "cancel": True}, "cancelled", None, (), 0, 0),
         # exactly max_disruptions is still retried for free
         ((pod(1, gone=True), pod(2, gone=True)), {"max_disruptions": 2}, "pending", 3, (), 0, 2),
+        # a container that cannot start fails its attempt (and its Pod is stopped): at once
+        # for a name that is no image, after the grace for a pull that may yet work
+        ((stuck(1, "InvalidImageName", 0),), {}, "failed", None, (name(1),), 1, 0),
+        ((stuck(1, "ErrImagePull", 5),), {}, "pending", None, (), 0, 0),
+        ((stuck(1, "ImagePullBackOff", 31),), {}, "failed", None, (name(1),), 1, 0),
+        ((stuck(1, "ImagePullBackOff", 31),), {"retries": 1}, "pending", 2, (name(1),), 1, 0),
+        ((stuck(1, "CreateContainerConfigError", 45),), {}, "failed", None, (name(1),), 1, 0),
+        # waiting to be created is no failure, however long
+        ((stuck(1, "ContainerCreating", 600),), {}, "pending", None, (), 0, 0),
     ],
 )
 def test_plan_table(
@@ -184,6 +205,13 @@ def test_too_many_disruptions_says_how_many_and_the_limit() -> None:
     assert p.outcome == "failed" and p.reason == "TooManyDisruptions"
     assert p.message.startswith("Failed on attempt 2: disrupted 2 times (the operator allows 1)")
     assert "node drained" in p.message
+
+
+def test_an_image_that_exists_nowhere_fails_with_the_kubelets_words() -> None:
+    p = plan(stuck(1, "ImagePullBackOff", 40))
+    assert p.reason == "ImagePullBackOff"
+    assert "ImagePullBackOff for image x:1" in p.message and "with no retries" in p.message
+    assert p.records[-1].outcome == "failure" and p.records[-1].reason == "ImagePullBackOff"
 
 
 def test_waiting_messages_say_why_a_pod_is_not_running() -> None:

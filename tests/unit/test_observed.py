@@ -138,3 +138,33 @@ def test_operator_state_lives_in_kopfs_memo():
     state = operator_state(memo)
     assert isinstance(state, OperatorState) and operator_state(memo) is state
     assert isinstance(operator_state(None), OperatorState)
+
+
+def _deleted_while_running(finished: str, grace: int | None) -> dict:
+    """A kubelet's view of a Pod deleted at 00:00:10 with ``grace`` seconds: the API server
+    sets deletionTimestamp to the request plus the grace period."""
+    meta: dict = {"name": "kj-1", "deletionTimestamp": "2026-01-01T00:00:40Z"}
+    if grace is not None:
+        meta["deletionGracePeriodSeconds"] = grace
+    return pod_body(
+        {"kinetic.dev/job": "kj", "kinetic.dev/attempt": "1"},
+        {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"state": {"terminated": {"exitCode": 143, "finishedAt": finished}}}
+            ],
+        },
+        **meta,
+    )
+
+
+def test_a_deletion_is_dated_from_its_request_not_its_deadline():
+    from kinetic_operator.attempts import _ended_before_deletion
+
+    killed = summarize_pod(_deleted_while_running("2026-01-01T00:00:11Z", 30))
+    assert killed is not None and killed.deleted_at == "2026-01-01T00:00:10Z"
+    assert not _ended_before_deletion(killed)  # the deletion's SIGTERM ended it: a disruption
+    failed_first = summarize_pod(_deleted_while_running("2026-01-01T00:00:05Z", 30))
+    assert failed_first is not None and _ended_before_deletion(failed_first)  # its own failure
+    unknown = summarize_pod(_deleted_while_running("2026-01-01T00:00:11Z", None))
+    assert unknown is not None and unknown.deleted_at == "2026-01-01T00:00:40Z"

@@ -495,6 +495,7 @@ def test_published_config(settings):
         "defaultImage": "img:1",
         "accelerators": ",".join(ours.accelerator_catalog.names()),
         "maxInputs": "1000000",
+        "runnerPythons": "3.12",
         "storageRoot": "gs://b",
     }
     assert "storageRoot" not in setup.client_config(ours.model_copy(update={"storage_root": None}))

@@ -25,6 +25,8 @@ SHA = "ab" * 32
 SETTINGS = OperatorSettings(
     storage_root="gs://kinetic/root",
     default_image="runner:1",
+    runner_image="kinetic-runner:7",
+    runner_pythons=["3.12", "3.11"],
     runner_service_account="kinetic-runner",
     runner_command=["python", "-m", "kinetic.runner"],
 )
@@ -101,7 +103,35 @@ def test_image_precedence():
     assert main_container(build_job_pod(OWNER, spec, SETTINGS, 1))["image"] == "runner:1"
     spec = KineticJobSpec.model_validate({"container": {"command": ["true"]}, "image": "img:2"})
     assert main_container(build_job_pod(OWNER, spec, SETTINGS, 1))["image"] == "img:2"
-    assert main_container(build_job_pod(OWNER, function_spec(), SETTINGS, 1))["image"] == "runner:1"
+
+    # A function runs in the runner image of the Python that pickled it.
+    def image(spec: KineticJobSpec) -> str:
+        return str(main_container(build_job_pod(OWNER, spec, SETTINGS, 1))["image"])
+
+    assert image(function_spec()) == "kinetic-runner:7-py3.12"  # older clients say nothing
+    assert image(function_spec(python="3.11")) == "kinetic-runner:7-py3.11"
+    mine = function_spec(python="3.11")
+    mine.image = "mine:1"
+    assert image(mine) == "mine:1"
+
+
+def test_every_container_learns_the_storage_emulator_and_functions_the_package_index():
+    ours = SETTINGS.model_copy(
+        update={
+            "storage_emulator_host": "http://10.1.2.3:4443",
+            "pip_index_url": "https://pypi.example/simple",
+            "pip_ca_certificates": "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n",
+        }
+    )
+
+    box = env_of(build_job_pod(OWNER, container_spec(), ours, 1))
+    fn = env_of(build_job_pod(OWNER, function_spec(), ours, 1))
+    assert box["STORAGE_EMULATOR_HOST"] == fn["STORAGE_EMULATOR_HOST"] == "http://10.1.2.3:4443"
+    assert fn["PIP_INDEX_URL"] == "https://pypi.example/simple"
+    assert fn["KINETIC_PIP_CA_CERTIFICATES"].startswith("-----BEGIN CERTIFICATE-----")
+    assert "PIP_INDEX_URL" not in box and "KINETIC_PIP_CA_CERTIFICATES" not in box
+    # Without an emulator (GKE), Pods use their own credentials: nothing is set.
+    assert "STORAGE_EMULATOR_HOST" not in env_of(build_job_pod(OWNER, function_spec(), SETTINGS, 1))
 
 
 def test_function_job_runs_the_runner_with_the_contract_env():

@@ -13,3 +13,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "kinetic.operatorName" -}}
 kinetic-operator
 {{- end -}}
+
+{{- define "kinetic.runnerImage" -}}
+{{ .Values.runnerImage.repository }}:{{ .Values.runnerImage.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "kinetic.defaultJobImage" -}}
+{{- if .Values.defaultJobImage -}}
+{{ .Values.defaultJobImage }}
+{{- else -}}
+{{ include "kinetic.runnerImage" . }}-py{{ first .Values.runnerImage.pythonVersions }}
+{{- end -}}
+{{- end -}}

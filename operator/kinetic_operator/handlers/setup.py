@@ -196,6 +196,7 @@ def client_config(settings: OperatorSettings) -> dict[str, str]:
         "defaultImage": settings.default_image,
         "accelerators": ",".join(settings.accelerator_catalog.names()),
         "maxInputs": str(settings.max_inputs),
+        "runnerPythons": ",".join(settings.runner_pythons),
     }
     if settings.storage_root:
         data["storageRoot"] = settings.storage_root
