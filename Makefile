@@ -22,11 +22,15 @@ $(VENV)/.installed: pyproject.toml client/pyproject.toml operator/pyproject.toml
 venv: $(VENV)/.installed ## Create .venv: client, operator and dev cluster (editable), test tools
 
 .PHONY: prereqs
-prereqs: ## Install what a fresh machine lacks: Debian packages, the control-plane build (cached)
+prereqs: ## Install what a fresh machine lacks: Debian packages, the Kubernetes build (cached)
 	@bash scripts/install-prereqs.sh
 
+.PHONY: images
+images: prereqs venv ## Build the images (runner, operator, stand-ins) offline; only what changed
+	$(VENV)/bin/kinetic local images
+
 .PHONY: cluster-up
-cluster-up: prereqs venv ## Start the local cluster (etcd, control plane, process node, fake-gcs-server, operator)
+cluster-up: prereqs venv ## Start the local cluster (control plane, a kubelet on containerd, images, storage, the chart)
 	$(VENV)/bin/kinetic local up
 
 .PHONY: cluster-down

@@ -57,10 +57,12 @@ def images(
         "instead of the local cluster's, and push nowhere",
     ),
 ) -> None:
-    """Build the runner and operator images (docker/*.Dockerfile); print their names as JSON.
+    """Build the images (docker/*.Dockerfile and the stand-ins); print their names as JSON.
 
-    The same build the local cluster runs: offline from the wheelhouse, with this
-    interpreter's Python in the runner. `scripts/kind-e2e.sh` loads the result into kind.
+    The same build `kinetic local up` runs: offline from the wheelhouse, with this
+    interpreter's Python in the runner, pushed to the local registry. With
+    --docker-host, only the runner and operator, left in that engine:
+    `scripts/kind-e2e.sh` loads them into kind.
     """
     import json
     import sys
@@ -74,18 +76,12 @@ def images(
         if cluster.repo_root is None:
             raise ClusterError("`kinetic local images` builds from a checkout of the repository")
         if docker_host is None:
-            cluster.up(out=lambda line: typer.echo(line, err=True))
-            bins = cluster._bins
+            built = cluster.build_images(out=_to_stderr)
         else:
+            cluster.cfg.logs_dir.mkdir(parents=True, exist_ok=True)
             bins = {"docker": find_runtime_docker()}
-        cluster.cfg.logs_dir.mkdir(parents=True, exist_ok=True)
-        built = Images(
-            cluster.cfg,
-            cluster.repo_root,
-            bins,
-            lambda line: typer.echo(line, err=True),
-            docker_host,
-        ).ensure_project()
+            builder = Images(cluster.cfg, cluster.repo_root, bins, _to_stderr, docker_host)
+            built = builder.ensure_project()
     except ClusterError as e:
         _fail(e)
     json.dump(
@@ -99,6 +95,11 @@ def images(
         sys.stdout,
     )
     typer.echo()
+
+
+def _to_stderr(line: str) -> None:
+    """Progress goes to stderr: stdout is the JSON a script reads."""
+    typer.echo(line, err=True)
 
 
 def find_runtime_docker() -> str:

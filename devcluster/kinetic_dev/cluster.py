@@ -477,6 +477,21 @@ class Cluster:
         out(f"  environment  . {c.env_file}   (KUBECONFIG={c.kubeconfig})")
         return elapsed
 
+    def build_images(self, out: Callable[[str], None] = print) -> images.Built:
+        """`make images`: the registry and the build engine, then every image (only what
+        changed is rebuilt); nothing of the cluster itself is started."""
+        if os.geteuid() != 0:
+            raise ClusterError("building the images starts a Docker Engine: run as root")
+        if self.repo_root is None:
+            raise ClusterError("the images are built from a checkout of the repository")
+        c = self.cfg
+        for d in (c.state_dir, c.logs_dir, c.run_dir, c.run_root):
+            d.mkdir(parents=True, exist_ok=True)
+        self._resolve_binaries()
+        comps = {comp.name: comp for comp in self.components()}
+        self._start_wave([comps["registry"], comps["dockerd"]], [], out)
+        return images.Images(c, self.repo_root, self._bins, out).ensure_all()
+
     def start_component(self, name: str, out: Callable[[str], None] = print) -> bool:
         """Start one component (e.g. ``kube-apiserver``) if it is not running; wait until ready.
 

@@ -56,6 +56,9 @@ def chart_dir(repo_root: Path) -> Path:
 # Finished attempt Pods are kept this long on the local cluster (the chart's default
 # is two minutes): long enough to look at, short enough for tests to see the archive.
 LOCAL_POD_TTL_SECONDS = 20
+# A cancelled container job whose shell ignores SIGTERM (process 1 in its container)
+# holds its Pod this long; the chart's default is 30 s, a test suite's patience less.
+LOCAL_POD_GRACE_SECONDS = 5
 
 
 DEPLOYMENT = "kinetic-operator"
@@ -69,6 +72,7 @@ def chart_values(cfg: LocalConfig, built: Built | None = None) -> dict:
         "storageRoot": cfg.storage_root,
         "storageEmulatorHost": cfg.storage_emulator_host,
         "podTTLSeconds": LOCAL_POD_TTL_SECONDS,
+        "podGracePeriodSeconds": LOCAL_POD_GRACE_SECONDS,
         "packageIndex": pipconfig.package_index(),
     }
     if built is not None:

@@ -160,6 +160,7 @@ def build_pod(
     placement = resolve(settings.accelerator_catalog, spec.accelerator, spec.spot)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": settings.pod_grace_seconds,
         "serviceAccountName": settings.runner_service_account,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,

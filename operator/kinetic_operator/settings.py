@@ -100,6 +100,14 @@ class OperatorSettings(BaseSettings):
     attempt_history: int = Field(
         10, ge=1, description="Attempt records kept in status (KINETIC_ATTEMPT_HISTORY)."
     )
+    pod_grace_seconds: int = Field(
+        30,
+        ge=0,
+        le=3600,
+        description="terminationGracePeriodSeconds of every job Pod: how long a cancelled or "
+        "deleted attempt has between SIGTERM and SIGKILL, e.g. to save a checkpoint "
+        "(KINETIC_POD_GRACE_SECONDS).",
+    )
     pod_ttl_seconds: float = Field(
         120.0,
         ge=0,

@@ -546,7 +546,7 @@ def test_kubectl_grid_batch_runs_and_kubectl_wait_works(ns: str, kube: Kube) -> 
             "sh",
             "-c",
             'printf "%s" "lr=$KINETIC_PARAM_LR layers=$(KINETIC_PARAM_LAYERS)" '
-            '> /dev/termination-log',
+            "> /dev/termination-log",
         ],
         maxConcurrent=2,
     )

@@ -1,4 +1,4 @@
-"""What a kubelet gives a pod, on the process node: token, volumes, probes, a reachable IP.
+"""What the kubelet gives a pod: token, volumes, probes, a reachable IP.
 
 Written against the Kubernetes API (python:3.12-slim for the image), so it
 runs on kind too; the checks that look at the machine itself run only on the

@@ -75,6 +75,7 @@ def test_container_job_pod():
     ]
     pod = m["spec"]
     assert pod["restartPolicy"] == "Never"  # retries are the operator's, not the kubelet's
+    assert pod["terminationGracePeriodSeconds"] == 30  # the chart's default, configurable
     assert pod["activeDeadlineSeconds"] == 30
     assert pod["enableServiceLinks"] is False
     c = main_container(m)
