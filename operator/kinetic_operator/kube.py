@@ -25,6 +25,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from kinetic_operator import deepjson, metrics
+from kinetic_operator.bounded_read import CHUNK, log_archive
+from kinetic_operator.settings import get_settings
 
 log = logging.getLogger("kinetic.operator")
 T = TypeVar("T")
@@ -43,6 +45,7 @@ class Rejected(Exception):
 
 
 CONFLICT_RETRIES = 5
+LOG_ARCHIVE_BYTES = 2 << 20  # `get_kube` takes the setting (KINETIC_LOG_ARCHIVE_BYTES)
 
 
 def until_settled(attempt: Callable[[int], T], what: str, tries: int = CONFLICT_RETRIES) -> T:
@@ -108,6 +111,7 @@ class Kube:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.instance = os.environ.get("HOSTNAME") or socket.gethostname()
+        self.log_limit = LOG_ARCHIVE_BYTES
 
     # ------------------------------------------------------------------ KineticJobs
 
@@ -228,16 +232,34 @@ class Kube:
             log.debug("Deleted Pod %s/%s", namespace, name)
 
     def pod_log(self, namespace: str, name: str) -> bytes | None:
-        """The whole log of a Pod's main container, or None when there is none to read."""
-        try:
+        """What to archive of a Pod's main container log, or None when there is none to read.
+
+        At most ``log_limit`` bytes (`bounded_read.log_archive`): a log larger
+        than that keeps its end, after a line saying it was cut. The answer is
+        streamed, never read whole, so a Pod that printed gigabytes costs the
+        operator no more than the limit.
+        """
+
+        def open_log(limit_bytes: int | None, tail_lines: int | None) -> Iterator[bytes]:
             resp = self.core.read_namespaced_pod_log(
-                name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                name,
+                namespace,
+                limit_bytes=limit_bytes,
+                tail_lines=tail_lines,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
             )
+            try:
+                yield from resp.stream(CHUNK)
+            finally:
+                resp.close()  # not read to its end: the connection is not reused
+
+        try:
+            return log_archive(open_log, self.log_limit)
         except ApiException as exc:
             if exc.status in (400, 404):
                 return None
             raise
-        return bytes(resp.data)
 
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         """Pods as stored now (a live read, not the index), as plain dicts."""
@@ -367,4 +389,6 @@ def _api_message(exc: ApiException) -> str:
 @lru_cache(maxsize=1)
 def get_kube() -> Kube:
     """The process-wide API wrapper, created on first use (after Kopf has started)."""
-    return Kube()
+    kube = Kube()
+    kube.log_limit = get_settings().log_archive_bytes
+    return kube

@@ -72,6 +72,14 @@ class OperatorSettings(BaseSettings):
         "`describe`) once its outcome is recorded; its log is archived to storage before it "
         "is deleted (KINETIC_POD_TTL_SECONDS).",
     )
+    log_archive_bytes: int = Field(
+        2 << 20,
+        ge=4096,
+        le=64 << 20,
+        description="Most bytes of a finished Pod's log archived to storage; a longer log "
+        "keeps its end, after a line saying it was cut. The reaper archives up to 16 logs "
+        "at once, each held in memory (KINETIC_LOG_ARCHIVE_BYTES).",
+    )
     status_interval: float = Field(
         0.5,
         ge=0,
