@@ -40,7 +40,9 @@ reads, reports or overwrites another's files::
 The client never needs the UID to upload: it uploads under a fresh folder
 of ``uploads/`` and creates the object; the operator derives every path it
 writes (results, manifest, logs) from namespace and UID, and refuses a spec
-whose URIs leave the namespace prefix (`outside_namespace`). Cleanup deletes
+whose URIs leave the namespace prefix (`outside_namespace`; for places the
+Pod reads or writes with its own credentials, such as data volumes and
+``outputDir``, `outside_own_storage`). Cleanup deletes
 an object's `Home` prefix, and the upload folder only when it is named after
 the object (`upload_dir_of`) — never anything derived from a URI in a spec.
 """
@@ -293,3 +295,25 @@ def outside_namespace(root: str, namespace: str, uri: str, field: str) -> str | 
         f"{field}: {uri} is outside this namespace's storage prefix {prefix}; objects in "
         f"namespace {namespace} may only name URIs under it (the kinetic client uploads there)"
     )
+
+
+def outside_own_storage(
+    root: str | None, namespace: str, uri: str, field: str, *, always: bool = False
+) -> str | None:
+    """Why a location a Pod reads or writes with its own credentials is refused, or None.
+
+    Storage under the root belongs to namespaces, and a ``file://`` path (a
+    shared filesystem) has no per-tenant permissions: a URI in either must
+    lie in this namespace's prefix. A ``gs://`` URI in another bucket is the
+    user's own: the Pod's credentials decide, as for any code it runs. With
+    ``always``, the URI must be in the prefix wherever it points (the operator
+    reads it itself). A folder's trailing ``/`` is not an empty segment.
+    """
+    inside_root = bool(root) and uri.startswith(str(root).rstrip("/") + "/")
+    if not (always or inside_root or uri.startswith("file://")):
+        return None
+    if not root:
+        return f"{field}: the operator has no storage root to check {uri} against"
+    bare = uri.removesuffix("/")
+    why = outside_namespace(root, namespace, bare, field)
+    return None if why is None else why.replace(f": {bare} is", f": {uri} is", 1)

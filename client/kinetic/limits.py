@@ -333,7 +333,8 @@ def check_batch_form(spec: Any) -> str | None:
 
 
 def _check_jobs(jobs: Any, budget: list[int], max_inputs: int) -> list[str]:
-    """A heterogeneous batch's list: its length, and each function job's inline input."""
+    """A heterogeneous batch's list: its length, each job's data volume mount paths, and each
+    function job's inline input."""
     if not isinstance(jobs, list):
         return []
     cap = min(MAX_JOBS, max_inputs)
@@ -346,6 +347,7 @@ def _check_jobs(jobs: Any, budget: list[int], max_inputs: int) -> list[str]:
     problems: list[str] = []
     for i, job in enumerate(jobs):
         if isinstance(job, dict):
+            problems += check_volume_mounts(f"spec.jobs[{i}].volumes", job.get("volumes"))
             found = _check_function_input(f"spec.jobs[{i}].function", job.get("function"), budget)
             if found:
                 return problems + found

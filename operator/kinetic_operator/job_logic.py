@@ -151,6 +151,10 @@ def validate_spec(
         refused = volume_problems(storage_root, namespace, spec.volumes, "spec")
         if refused:
             return InvalidSpec(refused[0])
+    if spec.output_dir:
+        why = layout.outside_own_storage(storage_root, namespace, spec.output_dir, "spec.outputDir")
+        if why is not None:
+            return InvalidSpec(why)
     longest = job_pod_name(name, spec.retries + max_disruptions + 1)
     if len(longest) > MAX_POD_NAME:
         return InvalidSpec(
@@ -163,8 +167,9 @@ def validate_spec(
 def foreign_uris(root: str, namespace: str, spec: KineticJobSpec, at: str) -> list[str]:
     """Why each storage URI of ``spec`` the runner would read or write is refused, if any.
 
-    ``outputDir`` is not among them: the operator and runner never touch it,
-    it is only handed to the user's code.
+    ``outputDir`` is judged by `validate_spec` with the data volumes' rule
+    (`layout.outside_own_storage`): the user's code writes it with the Pod's
+    own credentials, so only storage the namespace does not own is refused.
     """
     fn = spec.function
     if fn is None:

@@ -112,6 +112,7 @@ class Kube:
         self.custom = client.CustomObjectsApi(self.api)
         self.instance = os.environ.get("HOSTNAME") or socket.gethostname()
         self.log_limit = LOG_ARCHIVE_BYTES
+        self.accounts: set[tuple[str, str]] = set()  # runner ServiceAccounts known to exist
 
     # ------------------------------------------------------------------ KineticJobs
 
@@ -209,9 +210,48 @@ class Kube:
                 return False  # an earlier run made it
             if exc.status in (400, 422):
                 raise Rejected(_api_message(exc)) from exc
+            if exc.status == 403:  # e.g. its ServiceAccount was deleted: look again next time
+                self.accounts = {a for a in self.accounts if a[0] != meta["namespace"]}
             raise
         log.debug("Created Pod %s/%s", meta["namespace"], meta["name"])
         return True
+
+    def ensure_service_account(self, namespace: str, name: str) -> None:
+        """Create the ServiceAccount job Pods run as in ``namespace``, unless it is there.
+
+        Made without a token (automountServiceAccountToken false) and bound to
+        no role: a Pod gets no API rights from it. One that exists is used as
+        it is (an administrator may have made it, e.g. annotated for a cloud
+        identity), never changed. Asked once per namespace and process.
+        """
+        if (namespace, name) in self.accounts:
+            return
+        try:
+            self.core.read_namespaced_service_account(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            body = {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": {"app.kubernetes.io/managed-by": COMPONENT},
+                },
+                "automountServiceAccountToken": False,
+            }
+            try:
+                self.core.create_namespaced_service_account(
+                    namespace, body, _request_timeout=REQUEST_TIMEOUT
+                )
+                log.info("Created ServiceAccount %s/%s for job Pods", namespace, name)
+            except ApiException as again:
+                if again.status != 409:
+                    raise
+        self.accounts.add((namespace, name))
 
     def delete_pod(self, namespace: str, name: str, *, now: bool = False) -> None:
         """Delete an attempt's Pod; one that is gone needs no deleting.

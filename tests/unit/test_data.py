@@ -160,6 +160,21 @@ def test_raw_specs_get_the_same_mount_path_rules():
     ]
 
 
+@pytest.mark.parametrize(
+    "mount, expected",
+    [
+        ("/proc/self", "spec.jobs[1].volumes[0].mountPath: mount path '/proc/self' is under /proc"),
+        ("/", "spec.jobs[1].volumes[0].mountPath: mount path '/' would hide the whole image"),
+        ("../etc", "spec.jobs[1].volumes[0].mountPath: mount path '../etc' is relative"),
+    ],
+)
+def test_each_job_of_a_mixed_batch_gets_the_mount_path_rules(mount: str, expected: str) -> None:
+    job = {"container": {"command": ["x"]}}
+    bad = {**job, "volumes": [{"mountPath": mount, "uri": "gs://b/x/"}]}
+    problems = limits.check_batch_spec({"jobs": [job, bad]}, storage_root=None)
+    assert len(problems) == 1 and problems[0].startswith(expected), problems
+
+
 def test_volume_uris_under_the_root_must_be_the_namespaces_own():
     root = "gs://kinetic/root"
     mine = f"{layout.namespace_prefix(root, NS)}data/{'a' * 64}/"

@@ -753,6 +753,24 @@ def test_storage_uris_outside_the_namespace_prefix_are_refused_naming_the_field(
     assert "gs://b/namespaces/default/" in msg  # the allowed prefix, so the fix is clear
 
 
+@pytest.mark.parametrize(
+    "output_dir, refused",
+    [
+        ("gs://b/namespaces/default/outputs/x", False),
+        ("gs://elsewhere/out", False),  # another bucket: the Pod's own credentials decide
+        ("gs://b/namespaces/other/outputs/x", True),
+        ("file:///var/run/secrets", True),
+    ],
+)
+def test_the_output_dir_must_not_point_into_storage_the_namespace_does_not_own(output_dir, refused):
+    raw = {"container": {"command": ["x"]}, "outputDir": output_dir}
+    result = validate(raw)
+    if refused:
+        assert result.message.startswith(f"spec.outputDir: {output_dir} is outside")
+    else:
+        assert isinstance(result, KineticJobSpec)
+
+
 def test_names_too_long_for_attempt_pods_are_refused():
     raw = {"container": {"command": ["x"]}, "retries": 10}
     assert isinstance(validate(raw, name="a" * 59), KineticJobSpec)  # a...a-14: 62 characters

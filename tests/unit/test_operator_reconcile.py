@@ -67,6 +67,7 @@ class FakeKube:
         self.interfere: Callable[[str, str], None] | None = None
         self.on_create: Callable[[dict[str, Any]], None] | None = None
         self.on_delete: Callable[[str], None] | None = None
+        self.accounts: set[tuple[str, str]] = set()
 
     # --------------------------------------------------------------- objects
 
@@ -127,8 +128,18 @@ class FakeKube:
 
     # --------------------------------------------------------------- Pods
 
+    def ensure_service_account(self, namespace: str, name: str) -> None:
+        self.accounts.add((namespace, name))
+
     def create_pod(self, manifest: dict[str, Any]) -> None:
         name = manifest["metadata"]["name"]
+        account = (
+            manifest["metadata"].get("namespace"),
+            (manifest.get("spec") or {}).get("serviceAccountName"),
+        )
+        if account[1] is not None and account not in self.accounts:
+            # as the API server's ServiceAccount admission does
+            raise RuntimeError(f"serviceaccount {account[1]} not found in {account[0]}")
         if name in self.reject:
             self.calls.append(("rejected", name))
             raise Rejected(self.reject[name])

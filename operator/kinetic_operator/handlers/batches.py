@@ -548,7 +548,10 @@ def _create(
                 termination_message=why,
             )
 
-    _each(one, list(todo))
+    pairs = list(todo)
+    if pairs:
+        kube.ensure_service_account(namespace, settings.runner_service_account)
+    _each(one, pairs)
 
 
 def _each(fn: Any, items: Any) -> None:

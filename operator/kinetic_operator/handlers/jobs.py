@@ -252,6 +252,7 @@ def _reconcile_once(
     for action in decision.actions:
         match action:
             case CreatePod(attempt=n, cause=cause) if not isinstance(spec, InvalidSpec):
+                kube.ensure_service_account(namespace, settings.runner_service_account)
                 mem.creating.add(n)
                 try:
                     if kube.create_pod(podspec.build_job_pod(owner, spec, settings, n)):
