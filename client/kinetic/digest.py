@@ -17,7 +17,15 @@ import hashlib
 import json
 import re
 
-__all__ = ["ResultMismatch", "sha256", "with_sha256", "reported_sha256", "chunk_report", "verify"]
+__all__ = [
+    "ResultMismatch",
+    "sha256",
+    "json_sha256",
+    "with_sha256",
+    "reported_sha256",
+    "chunk_report",
+    "verify",
+]
 
 _SUFFIX = re.compile(r"(?:^|\s)sha256=([0-9a-f]{64})\s*$")
 _HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -41,6 +49,12 @@ class ResultMismatch(Exception):
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def json_sha256(doc: object) -> str:
+    """The hex SHA-256 of ``doc`` as canonical JSON (sorted keys, compact, UTF-8)."""
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return sha256(text.encode())
 
 
 def with_sha256(summary: str, digest: str, limit: int = MAX_MESSAGE) -> str:

@@ -540,6 +540,13 @@ class KineticJobStatus(Wire):
     result: str | None = Field(
         None, max_length=4096, description="Container jobs: the termination message."
     )
+    accepted_spec_sha256: str | None = Field(
+        None,
+        pattern=SHA256_PATTERN,
+        alias="acceptedSpecSHA256",
+        description="Hex SHA-256 of the spec the operator accepted (all but spec.cancel); a "
+        "later change is judged against the policy again before another Pod starts.",
+    )
     message: str | None = Field(None, description="A sentence about the current state.")
     start_time: str | None = Field(None, description="When the first attempt started.")
     completion_time: str | None = Field(None, description="When the job ended.")
