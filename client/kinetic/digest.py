@@ -1,4 +1,4 @@
-"""Result hashes: how the runner reports them and how readers check them.
+"""Digests: how the runner reports result hashes, and how readers check what they read.
 
 The runner hashes every result it records and reports the hash where the
 storage holding the result cannot change it: a single input in its
@@ -19,6 +19,7 @@ import re
 
 __all__ = [
     "ResultMismatch",
+    "Unverifiable",
     "sha256",
     "json_sha256",
     "with_sha256",
@@ -33,18 +34,46 @@ MAX_MESSAGE = 4096
 
 
 class ResultMismatch(Exception):
-    """Stored result bytes are not what the runner recorded: never unpickled."""
+    """Stored bytes are not what the API server vouches for: never unpickled, never used.
 
-    def __init__(self, uri: str, expected: str | None, actual: str) -> None:
-        self.uri, self.expected, self.actual = uri, expected, actual
+    ``what`` names the object: a ``result`` (whose hash the runner reported), or
+    a ``manifest header``, ``manifest shard`` or ``accepted spec`` (whose hash
+    the object's status holds). The message names the URI and both hashes.
+    """
+
+    def __init__(
+        self, uri: str, expected: str | None, actual: str, *, what: str = "result"
+    ) -> None:
+        self.uri, self.expected, self.actual, self.what = uri, expected, actual, what
+        if what == "result":
+            if expected is None:
+                detail = "no sha256 was recorded for it, so it cannot be checked"
+            else:
+                detail = f"expected sha256 {expected} (as the runner reported), got {actual}"
+            super().__init__(
+                f"refusing to unpickle the result at {uri}: {detail}. It was changed or "
+                "replaced in storage after the job ended; re-run the job to get a trustworthy "
+                "result."
+            )
+            return
         if expected is None:
-            detail = "no sha256 was recorded for it, so it cannot be checked"
+            detail = f"nothing records its sha256 (it hashes to {actual}), so it cannot be checked"
         else:
-            detail = f"expected sha256 {expected} (as the runner reported), got {actual}"
+            detail = f"expected sha256 {expected} (as the batch's status records it), got {actual}"
         super().__init__(
-            f"refusing to unpickle the result at {uri}: {detail}. It was changed or replaced "
-            "in storage after the job ended; re-run the job to get a trustworthy result."
+            f"refusing to use the {what} at {uri}: {detail}. It was changed or replaced in "
+            "storage by something other than the Kinetic operator; the results it vouches for "
+            "cannot be trusted: re-run the batch to get trustworthy ones."
         )
+
+
+class Unverifiable(ResultMismatch):
+    """Nothing in the API server vouches for a stored result any more (its object is gone)."""
+
+    def __init__(self, uri: str, why: str) -> None:
+        self.why = why
+        Exception.__init__(self, f"refusing to unpickle the result at {uri}: {why}")
+        self.uri, self.expected, self.actual, self.what = uri, None, "", "result"
 
 
 def sha256(data: bytes) -> str:

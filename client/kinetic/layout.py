@@ -18,7 +18,8 @@ reads, reports or overwrites another's files::
     <root>/namespaces/<ns>/jobs/<name>/current.json  which UID of that name wrote last, and
                                                      its result's sha256 (attach after deletion)
     <root>/namespaces/<ns>/batches/<name>/<uid>/     a KineticBatch's home:
-        manifest.json, manifest/<s>.json             header and shards (`kinetic.manifest`)
+        manifest.json, manifest/<s>.json             header and shards (`kinetic.manifest`),
+        manifest.1.json, manifest/<s>.1.json         each in two slots (see `MANIFEST_SLOTS`)
         accepted-spec.json                           the spec the operator accepted
         results/<i>.pkl                              input i's result
         reports/<pod>.json                           a chunk Pod's per-input result hashes
@@ -55,6 +56,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 SHARD_SIZE = 1000  # inputs per manifest shard
+# Each manifest file (the header, each shard) has two slots, 0 and 1: the operator
+# writes a new version into the slot the batch status does not vouch for, so the
+# version it vouches for is never overwritten (`kinetic.manifest`).
+MANIFEST_SLOTS = (0, 1)
 
 Kind = Literal["jobs", "batches"]
 
@@ -147,10 +152,20 @@ class Home:
 
     @property
     def manifest_uri(self) -> str:
-        return self._file("manifest.json")
+        """The header's slot 0 (`header_uri`)."""
+        return self.header_uri(0)
 
-    def manifest_shard_uri(self, shard: int) -> str:
-        return self._file("manifest", f"{_index(shard)}.json")
+    def header_uri(self, slot: int) -> str:
+        """The manifest header in ``slot`` (0: ``manifest.json``, 1: ``manifest.1.json``)."""
+        return self._file(f"manifest{_slot(slot)}.json")
+
+    def header_slot(self, uri: str | None) -> int | None:
+        """Which header slot ``uri`` names, or None when it is not one of this batch's."""
+        return next((s for s in MANIFEST_SLOTS if uri == self.header_uri(s)), None)
+
+    def manifest_shard_uri(self, shard: int, slot: int = 0) -> str:
+        """Shard ``shard`` in ``slot`` (``manifest/<s>.json`` or ``manifest/<s>.1.json``)."""
+        return self._file("manifest", f"{_index(shard)}{_slot(slot)}.json")
 
     @property
     def accepted_spec_uri(self) -> str:
@@ -173,6 +188,12 @@ def batch_home(root: str, namespace: str, name: str, uid: str) -> Home:
 def current_uri(root: str, namespace: str, kind: Kind, name: str) -> str:
     """`Home.current_uri` for an object whose UID is not known (it is gone)."""
     return f"{namespace_prefix(root, namespace)}{kind}/{_segment(name, 'name')}/current.json"
+
+
+def _slot(slot: int) -> str:
+    if slot not in MANIFEST_SLOTS:
+        raise ValueError(f"a manifest slot is 0 or 1, got {slot!r}")
+    return "" if slot == 0 else f".{slot}"
 
 
 def _index(n: int) -> str:

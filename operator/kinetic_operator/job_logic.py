@@ -199,7 +199,7 @@ def changed_after_acceptance(status: KineticJobStatus, spec: KineticJobSpec) -> 
     nothing to compare with: its spec is taken as the accepted one.
     """
     accepted = status.accepted_spec_sha256
-    return bool(status.phase) and accepted is not None and accepted != spec_sha256(spec)
+    return accepted is not None and accepted != spec_sha256(spec)
 
 
 def policy_denied(violations: list[str], generation: int | None) -> InvalidSpec:
