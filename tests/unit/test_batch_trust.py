@@ -226,3 +226,29 @@ def test_a_2gb_chunk_report_fails_its_chunk_and_costs_nothing(settings, tmp_path
     assert shard[0].message is not None and "2,147,483,648 bytes" in shard[0].message
     assert "65,536" in shard[0].message and "its results cannot be checked" in shard[0].message
     assert (shard[2].result_sha256, shard[3].result_sha256) == ("2" * 64, "3" * 64)
+
+
+def test_a_chunks_retry_carries_the_checked_hashes_of_inputs_already_done(settings):  # noqa: F811
+    kube = FakeKube()
+    spec = {
+        "template": {
+            "function": {
+                "payloadURI": f"{settings.storage_root}/namespaces/ns/u/f.pkl",
+                "sha256": "a" * 64,
+            }
+        },
+        "inputs": {"items": [0, 1]},
+        "chunkSize": 2,
+        "retries": 1,
+    }
+    batch = Batch(kube, settings, spec)
+    batch.reconcile()
+    batch.deliver()
+    report = json.dumps({"0": "0" * 64}).encode()
+    storage.write_bytes(batch.home.report_uri(pod_name(0)), report)
+    message = json.dumps({"succeeded": "0", "failed": "1", "report": digest.sha256(report)})
+    kube.end_pod(pod_name(0), ok=False, message=message)
+    batch.reconcile()
+    env = {e["name"]: e["value"] for e in kube.pods[pod_name(0, 2)]["spec"]["containers"][0]["env"]}
+    entries = json.loads(env["KINETIC_CHUNK"])
+    assert [e.get("resultSHA256") for e in entries] == ["0" * 64, None]
