@@ -68,12 +68,16 @@ class ResultMismatch(Exception):
 
 
 class Unverifiable(ResultMismatch):
-    """Nothing in the API server vouches for a stored result any more (its object is gone)."""
+    """Nothing in the API server vouches for a stored result (e.g. its object is gone).
 
-    def __init__(self, uri: str, why: str) -> None:
-        self.why = why
-        Exception.__init__(self, f"refusing to unpickle the result at {uri}: {why}")
-        self.uri, self.expected, self.actual, self.what = uri, None, "", "result"
+    ``what`` is what would have been used: ``result`` (unpickled) or a
+    container's ``recorded result`` (a string, returned as is).
+    """
+
+    def __init__(self, uri: str, why: str, *, what: str = "result") -> None:
+        self.uri, self.expected, self.actual, self.what, self.why = uri, None, "", what, why
+        verb = "unpickle the result" if what == "result" else f"return the {what}"
+        Exception.__init__(self, f"refusing to {verb} at {uri}: {why}")
 
 
 def sha256(data: bytes) -> str:

@@ -15,8 +15,9 @@ reads, reports or overwrites another's files::
     <root>/namespaces/<ns>/jobs/<name>/<uid>/        a KineticJob's home (`Home`):
         result.pkl                                   its result
         logs/<pod>.log                               each attempt's archived log
-    <root>/namespaces/<ns>/jobs/<name>/current.json  which UID of that name wrote last, and
-                                                     its result's sha256 (attach after deletion)
+    <root>/namespaces/<ns>/jobs/<name>/current.json  which UID of that name wrote last (to find
+                                                     its records once it is gone; trusted for
+                                                     nothing else: storage vouches for nothing)
     <root>/namespaces/<ns>/batches/<name>/<uid>/     a KineticBatch's home:
         manifest.json, manifest/<s>.json             header and shards (`kinetic.manifest`),
         manifest.1.json, manifest/<s>.1.json         each in two slots (see `MANIFEST_SLOTS`)

@@ -246,6 +246,16 @@ def test_a_single_file_keeps_its_name(tmp_path, root):
     assert Path(got).read_bytes() == b'{"lr": 0.1}'
 
 
+def test_a_data_manifest_past_its_bound_is_refused_unread(tmp_path, root):
+    src = make_tree(tmp_path / "ds", {"a.txt": b"alpha"})
+    ref = stage(Data(str(src)), root, NS)
+    assert ref.manifest_uri is not None
+    with open(ref.manifest_uri.removeprefix("file://"), "r+b") as f:
+        f.truncate(limits.MAX_DATA_MANIFEST_BYTES + 1)  # a Pod made it huge (sparse: no cost)
+    with pytest.raises(datafetch.FetchError, match="is larger than 67,108,864 bytes"):
+        datafetch.fetch(ref, str(tmp_path / "pod"))
+
+
 def test_bytes_changed_in_storage_are_refused(tmp_path, root):
     src = make_tree(tmp_path / "ds", {"a.txt": b"alpha"})
     ref = stage(Data(str(src)), root, NS)
