@@ -8,6 +8,7 @@ could: the accepted spec, a manifest shard or header, a chunk's report.
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -219,7 +220,14 @@ def test_a_2gb_chunk_report_fails_its_chunk_and_costs_nothing(settings, tmp_path
         pod_name(2),
         message=json.dumps({"succeeded": "2-3", "failed": "", "report": digest.sha256(good)}),
     )
-    batch.reconcile()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        batch.reconcile()
+        grew = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert grew < 16 << 20  # the operator may grow by less than 100 MB; it grows by far less
     status = batch.status
     assert (status["succeededIndexes"], status["failedIndexes"]) == ("2-3", "0-1")
     shard = batch.shard()
