@@ -221,3 +221,65 @@ def test_the_chain_stays_bounded_at_a_million_inputs() -> None:
         str(999_000 + i): record for i in range(1000)
     })  # fmt: skip
     assert len(shard.encode()) < 512 * 1024
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def test_what_the_operator_writes_the_client_reads_through_restarts(tmp_path) -> None:
+    """The batch reconcile writes (fake API, real storage), restarting between writes; at
+    every step a client reading through the batch's status finds every recorded result
+    hash, and never a mismatch."""
+    from kinetic_operator.manifest import Debouncer
+    from kinetic_operator.settings import OperatorSettings
+    from test_batch_reconcile import GRP, Batch
+    from test_operator_reconcile import FakeKube
+
+    settings = OperatorSettings(
+        storage_root=f"file://{tmp_path}/store", default_image="img:1", status_interval=0
+    )
+    spec = {
+        "template": {
+            "function": {
+                "payloadURI": f"{settings.storage_root}/namespaces/ns/u/f.pkl",
+                "sha256": "a" * 64,
+            }
+        },
+        "inputs": {"items": list(range(6))},
+        "maxConcurrent": 2,
+    }
+    kube = FakeKube()
+    batch = Batch(kube, settings, spec)
+    reported: dict[int, str] = {}
+
+    def read_back() -> None:
+        manifest = VouchedManifest(batch.home, lambda: kube.status_of("kineticbatches", GRP))
+        assert manifest.vouched
+        shard = manifest.shard(0)
+        for i, sha in reported.items():
+            record = shard.inputs.get(str(i)) if shard is not None else None
+            if record is not None and record.result_sha256 is not None:
+                assert record.result_sha256 == sha
+
+    for step in range(12):
+        batch.reconcile()
+        batch.mem.debouncer = Debouncer(interval=0)
+        batch.deliver()
+        for name, pod in list(kube.pods.items()):
+            if pod["status"]["phase"] == "Pending":
+                i = int(pod["metadata"]["labels"]["kinetic.dev/index"])
+                reported[i] = f"{i:064x}"
+                kube.end_pod(name, message=digest.with_sha256(f"ok {i}", reported[i]))
+        batch.reconcile()
+        read_back()
+        if step % 3 == 1:
+            batch.restart()
+        if batch.status.get("phase") == "SUCCEEDED":
+            break
+    batch.reconcile()
+    assert batch.status["phase"] == "SUCCEEDED"
+    manifest = VouchedManifest(batch.home, lambda: kube.status_of("kineticbatches", GRP))
+    shard = manifest.shard(0)
+    assert shard is not None
+    assert {int(k): r.result_sha256 for k, r in shard.inputs.items()} == reported
+    assert all(storage.exists(batch.home.header_uri(slot)) for slot in (0, 1))  # both in use
