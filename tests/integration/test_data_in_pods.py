@@ -175,9 +175,7 @@ def test_a_container_job_from_yaml_sees_its_volume(ns: str, kube: Kube) -> None:
         "kind": "KineticJob",
         "metadata": {"name": "reader"},
         "spec": {
-            "container": {
-                "command": ["sh", "-c", 'cat /words/hello.txt > /dev/termination-log']
-            },
+            "container": {"command": ["sh", "-c", "cat /words/hello.txt > /dev/termination-log"]},
             "volumes": [{"mountPath": "/words", "uri": prefix}],
         },
     }
