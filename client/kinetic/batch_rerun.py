@@ -3,10 +3,15 @@
 The client only decides *which* inputs (the source's failed ones, or all)
 and writes them into a new KineticBatch as ``spec.inputs.fromBatch`` with
 explicit index ranges and the source's UID; the operator resolves the
-inputs and the template from the source's records in storage (see
+inputs and the template from the source batch (see
 `kinetic_operator.rerun_source`), exactly as for a batch written by hand.
-So a rerun works whether or not the source batch object still exists, and
-each input keeps its original index.
+Each input keeps its original index.
+
+The source is read through the API server: its spec and status, and its
+manifest only as its status vouches for it (`kinetic.vouched`). A source
+that was deleted is not rerun: nothing in the API server vouches for its
+records any more, and any Pod or bucket writer can change them (its
+template names the code the rerun would run).
 """
 
 from __future__ import annotations
@@ -17,12 +22,11 @@ from typing import Any
 
 from kubernetes.client import ApiException
 
-from kinetic import kube, layout, names, storage
+from kinetic import kube, layout, names
 from kinetic import resources as r
 from kinetic.batches import BatchHandle, new_group_id
 from kinetic.config import resolve
-from kinetic.inputs import read_manifest
-from kinetic.jobs import last_uid
+from kinetic.inputs import vouched_manifest
 from kinetic.manifest import ManifestHeader
 from kinetic.ranges import IndexSet
 from kinetic.rerun import SELECT_ALL, SELECT_FAILED, SelectionError, original_index, select
@@ -46,36 +50,32 @@ class SourceView:
 
     group_id: str
     uid: str
-    spec: dict[str, Any]  # the spec the operator accepted (else, the object's)
+    spec: dict[str, Any]  # the object's (all but maxConcurrent and cancel as accepted)
     phase: str
     total: int
     failed: str
 
 
 def source_view(group_id: str, namespace: str, root: str, context: str | None) -> SourceView:
-    """The source batch from its object, or from storage when it was deleted."""
+    """The source batch, from its object (and its manifest, as its status vouches for it)."""
     obj = kube.get(r.BATCH_PLURAL, namespace, group_id, context)
-    uid = (obj or {}).get("metadata", {}).get("uid") or last_uid(
-        root, namespace, "batches", group_id
-    )
-    if uid is None:
+    uid = (obj or {}).get("metadata", {}).get("uid")
+    if obj is None or not uid:
         raise LookupError(
-            f"No KineticBatch {group_id!r} in namespace {namespace!r} and no record of one "
-            "in storage: check the group id and namespace (`kinetic batches list`)."
+            f"No KineticBatch {group_id!r} in namespace {namespace!r}: a batch is rerun from "
+            "its object, whose status vouches for its records; once it is deleted, nothing "
+            "does (any Pod or bucket writer can change storage), so a deleted batch cannot be "
+            "rerun. Check the group id and namespace (`kinetic batches list`)."
         )
     home = layout.batch_home(root, namespace, group_id, uid)
-    header = read_manifest(home)
-    spec = _accepted_spec(home)
-    if obj is not None:
-        spec = spec or obj.get("spec") or {}
-    if spec is None:
-        raise LookupError(
-            f"Batch {group_id} was deleted and its accepted spec is not in storage "
-            f"({home.accepted_spec_uri}): it was cleaned up, so it cannot be rerun."
-        )
-    live = None if obj is None else (obj.get("status") or {})
+    live = obj.get("status") or {}
+    header = None
+    if live.get("truncated"):  # its ranges were cut: the manifest it vouches for has them
+        manifest = vouched_manifest(home, namespace, group_id, context)
+        manifest.seen(live)
+        header = manifest.header()
     phase, total, failed = source_state(group_id, live, header)
-    return SourceView(group_id, uid, spec, phase, total, failed)
+    return SourceView(group_id, uid, obj.get("spec") or {}, phase, total, failed)
 
 
 def source_state(
@@ -100,16 +100,6 @@ def source_state(
             "try again in a few seconds."
         )
     return live_phase, status.get("total", 0), status.get("failedIndexes", "")
-
-
-def _accepted_spec(home: layout.Home) -> dict[str, Any] | None:
-    """The spec the operator accepted for this UID (the definition the batch ran with)."""
-    try:
-        doc = json.loads(storage.read_bytes(home.accepted_spec_uri))
-    except (storage.NotFound, ValueError):
-        return None
-    ok = isinstance(doc, dict) and doc.get("uid") == home.uid and isinstance(doc.get("spec"), dict)
-    return doc["spec"] if ok else None
 
 
 def rerun_body(
@@ -163,9 +153,9 @@ def rerun_batch(
 
     Each input runs with the source's template and keeps its original index
     (``KINETIC_INDEX``); the new batch's manifest maps it back to the source.
-    Works after the source batch was deleted, as long as its records remain
-    in storage. Raises LookupError (no such batch) or ValueError (nothing to
-    rerun, or the source has not finished and ``failed`` is set).
+    The source batch must still exist (see the module docstring). Raises
+    LookupError (no such batch) or ValueError (nothing to rerun, or the
+    source has not finished and ``failed`` is set).
     """
     cfg = resolve(namespace=namespace, context=context)
     source = source_view(group_id, cfg.namespace, cfg.storage_root, cfg.context)

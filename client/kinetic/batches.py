@@ -31,6 +31,7 @@ from kinetic import resources as r
 from kinetic.cleanup import delete_stored
 from kinetic.config import ClientConfig, resolve
 from kinetic.data import Stager
+from kinetic.digest import Unverifiable
 from kinetic.inputs import (
     RECORD_WAIT,
     InputHandle,
@@ -38,11 +39,12 @@ from kinetic.inputs import (
     add_cancel_indexes,
     live_phase,
     read_manifest,
-    read_shard,
     spec_input_total,
     status_from_header,
     terminated_state,
+    vouched_manifest,
 )
+from kinetic.inputs import read_shard as read_shard  # kinetic.batches.read_shard, as before
 from kinetic.jobs import (
     JobCancelled,
     JobFailed,
@@ -60,6 +62,7 @@ from kinetic.submission import (
     submission_failure,
     wrong_typed_inputs,
 )
+from kinetic.vouched import VouchedManifest
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
@@ -248,10 +251,18 @@ class BatchHandle:
     def _get(self) -> dict | None:
         return kube.get(r.BATCH_PLURAL, self.namespace, self.group_id, self.context)
 
-    def _manifest(self) -> ManifestHeader | None:
-        """The manifest header the operator keeps in storage, or None when it is gone too."""
+    def _vouched(self) -> VouchedManifest | None:
+        """The manifest as the batch's status vouches for it (None: the UID is unknown)."""
         home = self._home()
-        return read_manifest(home) if home is not None else None
+        if home is None:
+            return None
+        return vouched_manifest(home, self.namespace, self.group_id, self.context)
+
+    def _manifest(self) -> ManifestHeader | None:
+        """The manifest header the operator keeps in storage, as the batch's status vouches
+        for it (once the batch is gone: as stored), or None when there is none."""
+        manifest = self._vouched()
+        return manifest.header() if manifest is not None else None
 
     def status(self) -> dict[str, Any]:
         """The batch's status as the operator wrote it; from the manifest once deleted."""
@@ -396,19 +407,22 @@ class BatchHandle:
         errors: dict[int, Exception] = dict(self._submission_failures)
         order: list[int] = sorted(self._submission_failures)
         failed: set[int] = set()
-        outcomes = RecordedOutcomes(self._manifest)
+        manifest = self._vouched()
+        outcomes = RecordedOutcomes(manifest.header if manifest is not None else lambda: None)
         seen = IndexSet()
         deleted, launched = False, 0
         with _Progress(self, progress) as bar, ThreadPoolExecutor(_READERS) as pool:
             for status in self._watch(timeout):
                 bar.update(status)
                 deleted = deleted or bool(status.get("deleted"))
+                if manifest is not None:
+                    manifest.seen(None if deleted else status)
                 launched = max(launched, status.get("launched", 0))
                 new = self._newly_done(outcomes, status, seen)
                 seen = seen | new
                 order.extend(new)
                 failed.update(i for i in new if i in outcomes.failed)
-                for i, ok, value in self._collect(list(new), outcomes, cleanup, pool):
+                for i, ok, value in self._collect(list(new), outcomes, cleanup, pool, manifest):
                     (values if ok else errors)[i] = value
         for i in range(self.total):
             if i not in values and i not in errors:
@@ -438,8 +452,14 @@ class BatchHandle:
         outcomes: RecordedOutcomes,
         cleanup: bool,
         pool: ThreadPoolExecutor,
+        manifest: VouchedManifest | None,
     ) -> list[tuple[int, bool, Any]]:
-        """(index, ok, value or exception) for inputs recorded terminal."""
+        """(index, ok, value or exception) for inputs recorded terminal.
+
+        Result hashes and container results come from the manifest only as the
+        batch's status vouches for it; once the batch is gone, nothing does,
+        and each input's result is refused (`digest.Unverifiable`, saying why).
+        """
         if not indexes:
             return []
         out: list[tuple[int, bool, Any]] = []
@@ -449,17 +469,28 @@ class BatchHandle:
                 out.append((i, False, JobCancelled(f"input {i} of {self.group_id} was cancelled")))
             else:
                 rest.append(i)
+        unvouched = None
+        if manifest is not None and not manifest.vouched:
+            unvouched = manifest.why_not()
         messages = self._container_results(
-            [i for i in rest if i in outcomes.succeeded and self.is_container(i)]
+            [i for i in rest if i in outcomes.succeeded and self.is_container(i)],
+            manifest if unvouched is None else None,
         )
-        hashes = self._recorded_hashes([i for i in rest if not self.is_container(i)])
+        hashes = self._recorded_hashes(
+            [i for i in rest if not self.is_container(i)],
+            manifest if unvouched is None else None,
+        )
 
         def one(i: int) -> tuple[int, bool, Any]:
             final = outcomes.of(i) or JobStatus.NOT_FOUND
             handle = self.child(i)
             handle.recorded_sha256 = hashes.get(i)
+            handle.unvouched = unvouched
             try:
                 if self.is_container(i) and final is JobStatus.SUCCEEDED:
+                    if i not in messages and unvouched is not None and self._home() is not None:
+                        where = self._home().manifest_shard_uri(layout.shard_of(i))  # type: ignore[union-attr]
+                        raise Unverifiable(where, unvouched, what="recorded result")
                     return i, True, messages.get(i)
                 return i, True, handle._value(final, cleanup and final is JobStatus.SUCCEEDED)
             except Exception as e:  # the input's remote exception, or why it has none
@@ -468,21 +499,24 @@ class BatchHandle:
         out.extend(pool.map(one, rest))
         return out
 
-    def _manifest_records(self, indexes: Iterable[int]) -> dict[int, InputRecord]:
+    def _manifest_records(
+        self, indexes: Iterable[int], manifest: VouchedManifest | None = None
+    ) -> dict[int, InputRecord]:
         """The manifest's records of those ``indexes`` it has: one read per shard.
 
         Not one read per input: a whole shard comes back for each read, and
-        `results()` asks for thousands of inputs at once.
+        `results()` asks for thousands of inputs at once. As the batch's
+        status vouches for them (`kinetic.vouched`; as stored once it is gone).
         """
-        home = self._home()
+        manifest = manifest or self._vouched()
         found: dict[int, InputRecord] = {}
-        if home is None:
+        if manifest is None:
             return found
         by_shard: dict[int, list[int]] = {}
         for i in indexes:
             by_shard.setdefault(layout.shard_of(i), []).append(i)
         for shard_no, members in sorted(by_shard.items()):
-            shard = read_shard(home, shard_no)
+            shard = manifest.shard(shard_no)
             if shard is None:
                 continue
             for i in members:
@@ -491,17 +525,25 @@ class BatchHandle:
                     found[i] = record
         return found
 
-    def _recorded_hashes(self, indexes: list[int]) -> dict[int, str]:
-        """The result hashes the manifest already records for ``indexes``.
+    def _recorded_hashes(
+        self, indexes: list[int], manifest: VouchedManifest | None
+    ) -> dict[int, str]:
+        """The result hashes the vouched-for manifest already records for ``indexes``.
 
         Inputs not recorded yet are left out; their handles find the hash
-        themselves (from the Pod, or by waiting for the record).
+        themselves (from the Pod, or by waiting for the record). With no
+        manifest that the status vouches for, there are none.
         """
-        records = self._manifest_records(indexes)
+        if manifest is None or not indexes:
+            return {}
+        records = self._manifest_records(indexes, manifest)
         return {i: rec.result_sha256 for i, rec in records.items() if rec.result_sha256}
 
-    def _container_results(self, indexes: list[int]) -> dict[int, str | None]:
-        """Termination messages of succeeded container inputs: live Pods first, then shards.
+    def _container_results(
+        self, indexes: list[int], manifest: VouchedManifest | None
+    ) -> dict[int, str | None]:
+        """Termination messages of succeeded container inputs: live Pods first, then shards
+        as the status vouches for them (none when ``manifest`` is None).
 
         One LIST of the batch's Pods and one read per shard, not a read per
         input. A Pod missing from the LIST was deleted after its shard was
@@ -517,9 +559,11 @@ class BatchHandle:
             ended = terminated_state(pod)
             if index in wanted and pod.status.phase == "Succeeded" and ended is not None:
                 found[index] = ended.message
+        if manifest is None:
+            return found
         deadline = time.monotonic() + RECORD_WAIT
         while True:
-            for i, record in self._manifest_records(wanted - set(found)).items():
+            for i, record in self._manifest_records(wanted - set(found), manifest).items():
                 if record.outcome == "SUCCEEDED":
                     found[i] = record.result
             if wanted <= set(found) or time.monotonic() > deadline:

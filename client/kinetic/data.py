@@ -431,15 +431,9 @@ def volume_problems(
             if not uri or uri.startswith(HF):
                 continue
             field = f"{at}.volumes[{i}].{key}"
-            inside_root = bool(root) and uri.startswith(str(root).rstrip("/") + "/")
-            if not (inside_root or uri.startswith("file://") or key == "manifestURI"):
-                continue
-            if not root:
-                problems.append(f"{field}: the operator has no storage root to check {uri} against")
-                continue
-            # A prefix's trailing '/' is not an empty path segment.
-            bare = uri.removesuffix("/")
-            why = layout.outside_namespace(root, namespace, bare, field)
+            why = layout.outside_own_storage(
+                root, namespace, uri, field, always=key == "manifestURI"
+            )
             if why is not None:
-                problems.append(why.replace(f": {bare} is", f": {uri} is", 1))
+                problems.append(why)
     return problems

@@ -32,6 +32,7 @@ from urllib.parse import parse_qsl
 
 from kinetic import storage
 from kinetic.data import HF, DataRef, volume_ref
+from kinetic.limits import MAX_DATA_MANIFEST_BYTES
 
 VOLUMES_ENV = "KINETIC_VOLUMES"
 DATA_DIR_ENV = "KINETIC_DATA_DIR"
@@ -103,8 +104,13 @@ def _fetch_manifest(ref: DataRef, dest: str) -> str:
     """Download exactly the manifest's files and check each one's sha256."""
     assert ref.manifest_uri is not None
     try:
-        doc = json.loads(storage.read_bytes(ref.manifest_uri))
+        doc = json.loads(storage.read_at_most(ref.manifest_uri, MAX_DATA_MANIFEST_BYTES))
         files = doc["files"]
+    except storage.TooLarge as e:
+        raise FetchError(
+            f"{ref.manifest_uri} is not a kinetic data manifest: {e} (a manifest lists each "
+            "file's path and sha256; upload fewer, larger files, e.g. an archive)"
+        ) from e
     except (ValueError, KeyError, TypeError) as e:
         raise FetchError(f"{ref.manifest_uri} is not a kinetic data manifest: {e}") from e
     prefix = ref.uri if ref.uri.endswith("/") else ref.uri + "/"

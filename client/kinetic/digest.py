@@ -1,4 +1,4 @@
-"""Result hashes: how the runner reports them and how readers check them.
+"""Digests: how the runner reports result hashes, and how readers check what they read.
 
 The runner hashes every result it records and reports the hash where the
 storage holding the result cannot change it: a single input in its
@@ -17,7 +17,16 @@ import hashlib
 import json
 import re
 
-__all__ = ["ResultMismatch", "sha256", "with_sha256", "reported_sha256", "chunk_report", "verify"]
+__all__ = [
+    "ResultMismatch",
+    "Unverifiable",
+    "sha256",
+    "json_sha256",
+    "with_sha256",
+    "reported_sha256",
+    "chunk_report",
+    "verify",
+]
 
 _SUFFIX = re.compile(r"(?:^|\s)sha256=([0-9a-f]{64})\s*$")
 _HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -25,22 +34,60 @@ MAX_MESSAGE = 4096
 
 
 class ResultMismatch(Exception):
-    """Stored result bytes are not what the runner recorded: never unpickled."""
+    """Stored bytes are not what the API server vouches for: never unpickled, never used.
 
-    def __init__(self, uri: str, expected: str | None, actual: str) -> None:
-        self.uri, self.expected, self.actual = uri, expected, actual
+    ``what`` names the object: a ``result`` (whose hash the runner reported), or
+    a ``manifest header``, ``manifest shard`` or ``accepted spec`` (whose hash
+    the object's status holds). The message names the URI and both hashes.
+    """
+
+    def __init__(
+        self, uri: str, expected: str | None, actual: str, *, what: str = "result"
+    ) -> None:
+        self.uri, self.expected, self.actual, self.what = uri, expected, actual, what
+        if what == "result":
+            if expected is None:
+                detail = "no sha256 was recorded for it, so it cannot be checked"
+            else:
+                detail = f"expected sha256 {expected} (as the runner reported), got {actual}"
+            super().__init__(
+                f"refusing to unpickle the result at {uri}: {detail}. It was changed or "
+                "replaced in storage after the job ended; re-run the job to get a trustworthy "
+                "result."
+            )
+            return
         if expected is None:
-            detail = "no sha256 was recorded for it, so it cannot be checked"
+            detail = f"nothing records its sha256 (it hashes to {actual}), so it cannot be checked"
         else:
-            detail = f"expected sha256 {expected} (as the runner reported), got {actual}"
+            detail = f"expected sha256 {expected} (as the batch's status records it), got {actual}"
         super().__init__(
-            f"refusing to unpickle the result at {uri}: {detail}. It was changed or replaced "
-            "in storage after the job ended; re-run the job to get a trustworthy result."
+            f"refusing to use the {what} at {uri}: {detail}. It was changed or replaced in "
+            "storage by something other than the Kinetic operator; the results it vouches for "
+            "cannot be trusted: re-run the batch to get trustworthy ones."
         )
+
+
+class Unverifiable(ResultMismatch):
+    """Nothing in the API server vouches for a stored result (e.g. its object is gone).
+
+    ``what`` is what would have been used: ``result`` (unpickled) or a
+    container's ``recorded result`` (a string, returned as is).
+    """
+
+    def __init__(self, uri: str, why: str, *, what: str = "result") -> None:
+        self.uri, self.expected, self.actual, self.what, self.why = uri, None, "", what, why
+        verb = "unpickle the result" if what == "result" else f"return the {what}"
+        Exception.__init__(self, f"refusing to {verb} at {uri}: {why}")
 
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def json_sha256(doc: object) -> str:
+    """The hex SHA-256 of ``doc`` as canonical JSON (sorted keys, compact, UTF-8)."""
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return sha256(text.encode())
 
 
 def with_sha256(summary: str, digest: str, limit: int = MAX_MESSAGE) -> str:

@@ -308,14 +308,16 @@ def parse_sha256_list(data: bytes, *, expected_sha256: str | None, count: int) -
 def foreign_batch_uris(root: str, namespace: str, spec: KineticBatchSpec) -> list[str]:
     """Why each storage URI of a batch spec is refused: outside the namespace's prefix.
 
-    These are what the operator and runner read (and the result URI a
-    template might name); ``outputDir`` is only handed to the user's code.
+    The URIs the operator and runner read (and the result URI a template
+    might name) must be in the prefix; data volumes and ``outputDir``, which
+    the Pod reads or writes with its own credentials, may not point into
+    storage the namespace does not own (`layout.outside_own_storage`).
+    Every form: the template, or each of ``spec.jobs``.
     """
     if spec.jobs is not None:
         refused = batchjobs.foreign_job_uris(root, namespace, spec)
         for i, job in enumerate(spec.jobs):
-            if job.volumes:
-                refused += volume_problems(root, namespace, job.volumes, f"spec.jobs[{i}]")
+            refused += _own_storage_problems(root, namespace, job, f"spec.jobs[{i}]")
         return refused
     if spec.inputs is None:
         return []
@@ -334,8 +336,18 @@ def foreign_batch_uris(root: str, namespace: str, spec: KineticBatchSpec) -> lis
         layout.outside_namespace(root, namespace, uri, field) for field, uri in named.items() if uri
     )
     refused = [why for why in found if why is not None]
-    if spec.template is not None and spec.template.volumes:
-        refused += volume_problems(root, namespace, spec.template.volumes, "spec.template")
+    if spec.template is not None:
+        refused += _own_storage_problems(root, namespace, spec.template, "spec.template")
+    return refused
+
+
+def _own_storage_problems(root: str, namespace: str, job: KineticJobSpec, at: str) -> list[str]:
+    """A job spec's data volumes and outputDir, judged by `layout.outside_own_storage`."""
+    refused = volume_problems(root, namespace, job.volumes, at) if job.volumes else []
+    if job.output_dir:
+        why = layout.outside_own_storage(root, namespace, job.output_dir, f"{at}.outputDir")
+        if why is not None:
+            refused.append(why)
     return refused
 
 

@@ -1,4 +1,4 @@
-"""gs:// for pods: the six calls Kinetic makes, over the GCS JSON API, with the standard library.
+"""gs:// for pods: the calls Kinetic makes, over the GCS JSON API, with the standard library.
 
 Why this exists: every function Pod reads its payload and writes its result
 through `kinetic.storage`, and importing google-cloud-storage (with
@@ -7,8 +7,9 @@ about 0.6 CPU-seconds before the first byte moves. On a busy node that is
 most of what a short function's Pod costs: ``make bench`` measured a
 300-input function batch at 12.9x a plain Job's wall time with the library
 in every Pod. This module speaks only what the runner needs (download with
-generation, stat, conditional upload, delete, list) over ``http.client``,
-which costs a few hundredths of a second to import.
+generation, a download read no further than a bound, stat, conditional
+upload, delete, list) over ``http.client``, which costs a few hundredths of
+a second to import.
 
 It is used only where its credentials are simple and certain:
 
@@ -59,6 +60,7 @@ from kinetic.storage import (
     require_object_key,
     retry_timeout,
     says_bucket_missing,
+    too_large,
     unavailable,
 )
 
@@ -120,14 +122,23 @@ class Connections:
         path: str,
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
+        max_body: int | None = None,
     ) -> Response:
-        """One request; raises _Transient when there was no usable answer."""
+        """One request; raises _Transient when there was no usable answer.
+
+        With ``max_body``, at most ``max_body + 1`` bytes of the answer are
+        read (the caller sees it is too large by its length) and the
+        connection, whose answer was not read to its end, is closed.
+        """
         for fresh in (False, True):  # a kept-alive connection may have been closed
             conn = self._connection(base, fresh)
             try:
                 conn.request(method, path, body=body, headers=headers or {})
                 raw = conn.getresponse()
-                data = raw.read()
+                data = raw.read() if max_body is None else _read_up_to(raw, max_body + 1)
+                if max_body is not None and len(data) > max_body:
+                    conn.close()
+                    self._drop(base)
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
                 self._drop(base)
@@ -153,6 +164,19 @@ class Connections:
 
     def _drop(self, base: str) -> None:
         self._local.__dict__.get("pool", {}).pop(base, None)
+
+
+def _read_up_to(raw: http.client.HTTPResponse, limit: int) -> bytes:
+    """At most ``limit`` bytes of an answer's body, in pieces (a short read is not its end)."""
+    parts: list[bytes] = []
+    held = 0
+    while held < limit:
+        piece = raw.read(min(limit - held, 1 << 16))
+        if not piece:
+            break
+        parts.append(piece)
+        held += len(piece)
+    return b"".join(parts)
 
 
 def with_retries(call: Callable[[], T], deadline_s: float, sleep: Callable[[float], None]) -> T:
@@ -274,6 +298,18 @@ class LeanGcs:
             )
         return answer.body, int(generation)
 
+    def read_at_most(self, p: _Parsed, uri: str, limit: int) -> bytes:
+        """One download, of which at most ``limit + 1`` bytes are read (`storage.read_at_most`)."""
+        require_object_key(p, uri)
+        answer = self._call(uri, "GET", f"{_object_path(p)}?alt=media", max_body=limit)
+        if answer.status == 404:
+            self._raise_missing(p, uri)
+        self._check(answer, uri, p.bucket)
+        if len(answer.body) > limit:
+            size = answer.headers.get("content-length")
+            raise too_large(uri, limit, int(size) if size and size.isdigit() else None)
+        return answer.body
+
     def write(self, p: _Parsed, uri: str, data: bytes, generation: int | None) -> int:
         require_object_key(p, uri)
         query = {"uploadType": "multipart"}
@@ -335,10 +371,11 @@ class LeanGcs:
         path: str,
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
+        max_body: int | None = None,
     ) -> Response:
         def once() -> Response:
             sent = {**self.auth.headers(self.connections), **(headers or {})}
-            return self.connections.request(self.endpoint, method, path, body, sent)
+            return self.connections.request(self.endpoint, method, path, body, sent, max_body)
 
         try:
             return with_retries(once, retry_timeout(), self.sleep)

@@ -15,6 +15,12 @@ There is no Kubernetes object per input. What the client knows of input
    input's result (termination message) and what went wrong. It outlives the
    Pods and the batch itself.
 
+A result is taken only on the word of the API server: a Pod's termination
+message while the Pod exists, else the manifest as the batch's status
+vouches for it (`kinetic.vouched`). Once the batch is gone, the manifest is
+still read for outcomes, attempts and messages, but no result is taken from
+storage (`kinetic.digest.Unverifiable`): nothing vouches for it any more.
+
 A handle keeps no state beyond what it was created with, so one from
 `kinetic.attach("<grp>-<i>")` in another process is as good as the original.
 """
@@ -39,16 +45,12 @@ from kinetic.jobs import (
     JobStatus,
     _notify,
 )
-from kinetic.manifest import (
-    InputRecord,
-    ManifestHeader,
-    ManifestShard,
-    decode_header,
-    decode_shard,
-)
+from kinetic.limits import MAX_REPORT_BYTES
+from kinetic.manifest import InputRecord, ManifestHeader, ManifestShard
 from kinetic.ranges import IndexSet
 from kinetic.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
 from kinetic.submission import submission_exception
+from kinetic.vouched import VouchedManifest, newest_header, newest_shard
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
@@ -79,19 +81,29 @@ def _cancel_indexes_limit() -> int:
 
 
 def read_manifest(home: layout.Home) -> ManifestHeader | None:
-    """The batch's manifest header, or None when there is none (or of another version)."""
-    try:
-        return decode_header(storage.read_bytes(home.manifest_uri))
-    except storage.NotFound:
-        return None
+    """The batch's newest manifest header, unchecked (None when there is none): for what it
+    says of the batch, never for a result (`kinetic.vouched` reads what the status vouches)."""
+    return newest_header(home)
 
 
 def read_shard(home: layout.Home, shard: int) -> ManifestShard | None:
-    """One manifest shard, or None before the operator first wrote it."""
-    try:
-        return decode_shard(storage.read_bytes(home.manifest_shard_uri(shard)))
-    except storage.NotFound:
-        return None
+    """One manifest shard where the newest header puts it, unchecked (None before the
+    operator first wrote it); like `read_manifest`, never for a result."""
+    return newest_shard(home, newest_header(home), shard)
+
+
+def vouched_manifest(
+    home: layout.Home, namespace: str, group: str, context: str | None
+) -> VouchedManifest:
+    """The manifest as the status of batch ``group`` (the one with ``home``'s UID) vouches."""
+
+    def status() -> dict[str, Any] | None:
+        obj = kube.get(r.BATCH_PLURAL, namespace, group, context)
+        if obj is None or (obj.get("metadata") or {}).get("uid") != home.uid:
+            return None  # gone, or another batch of that name now
+        return obj.get("status") or {}
+
+    return VouchedManifest(home, status)
 
 
 def status_from_header(header: ManifestHeader) -> dict[str, Any]:
@@ -238,6 +250,7 @@ class InputHandle(JobHandle):
     container: bool = False
     chunk_size: int = 1
     recorded_sha256: str | None = None  # the manifest's hash, when the batch read it already
+    unvouched: str | None = None  # why nothing vouches for its manifest, when the batch knew
 
     @property
     def index(self) -> int:
@@ -265,35 +278,57 @@ class InputHandle(JobHandle):
             return None
         return layout.batch_home(self._root(), self.namespace, self.group, self.uid)
 
-    def _header(self) -> ManifestHeader | None:
+    def _vouched(self) -> VouchedManifest | None:
         home = self._home()
-        return read_manifest(home) if home is not None else None
+        if home is None:
+            return None
+        return vouched_manifest(home, self.namespace, self.group, self.context)
 
-    def _record(self) -> InputRecord | None:
-        """This input's record in its manifest shard, or None before the operator wrote it."""
-        home = self._home()
-        shard = read_shard(home, layout.shard_of(self.index)) if home is not None else None
+    def _header(self) -> ManifestHeader | None:
+        """The manifest header: as the batch's status vouches for it, or, once the batch is
+        gone, the newest one stored."""
+        manifest = self._vouched()
+        return manifest.header() if manifest is not None else None
+
+    def _record(self, manifest: VouchedManifest | None = None) -> InputRecord | None:
+        """This input's record in its manifest shard, or None before the operator wrote it
+        (as the status vouches for it; once the batch is gone, as stored)."""
+        manifest = manifest or self._vouched()
+        shard = manifest.shard(layout.shard_of(self.index)) if manifest is not None else None
         return None if shard is None else shard.inputs.get(str(self.index))
 
-    def _expected_sha256(self) -> str | None:
-        """The hash the runner reported for this input's result.
+    def _result_anchor(self) -> tuple[str | None, str | None]:
+        """The hash the runner reported for this input's result, and, when there is none the
+        API server vouches for, why (see `JobHandle._result_anchor`).
 
-        From its manifest record, else from its ended Pod's termination
-        message (a chunk's: the report that message vouches for) while the
-        Pod exists — both come from the runner through the API server, and
-        the Pod is there before the operator writes the record — else the
-        record once the manifest catches up.
+        From its manifest record as the batch status vouches for it, else from
+        its ended Pod's termination message (a chunk's: the report that message
+        vouches for) while the Pod exists — both come from the runner through
+        the API server, and the Pod is there before the operator writes the
+        record — else the record once the manifest catches up.
         """
         if self.recorded_sha256:
-            return self.recorded_sha256
-        record = self._record()
-        if record is not None and record.result_sha256:
-            return record.result_sha256
+            return self.recorded_sha256, None
+        if self.unvouched is not None:
+            return None, self.unvouched
+        manifest = self._vouched()
+        if manifest is None:
+            return None, "the input's batch has no known UID"
+        vouched = manifest.vouched
+        if vouched:
+            record = self._record(manifest)
+            if record is not None and record.result_sha256:
+                return record.result_sha256, None
         reported = self._reported_by_pod()
         if reported is not None:
-            return reported
+            return reported, None
+        if not vouched:
+            return None, manifest.why_not()
         record = self._wait_for_record()
-        return record.result_sha256 if record is not None else None
+        return (record.result_sha256 if record is not None else None), None
+
+    def _expected_sha256(self) -> str | None:
+        return self._result_anchor()[0]
 
     def _reported_by_pod(self) -> str | None:
         home = self._home()
@@ -310,9 +345,8 @@ class InputHandle(JobHandle):
             if report is None or home is None:
                 continue
             try:
-                hashes = digest.parse_report(
-                    storage.read_bytes(home.report_uri(pod.metadata.name)), report
-                )
+                data = storage.read_at_most(home.report_uri(pod.metadata.name), MAX_REPORT_BYTES)
+                hashes = digest.parse_report(data, report)
             except (storage.NotFound, ValueError):
                 continue
             if self.index in hashes:
@@ -594,15 +628,21 @@ class InputHandle(JobHandle):
             time.sleep(1.0)
 
     def _container_result(self) -> str | None:
-        """The succeeded attempt's termination message: from its Pod, else from the manifest.
+        """The succeeded attempt's termination message: from its Pod, else from the manifest
+        as the batch's status vouches for it.
 
         Pods are listed first: the operator writes the shard before it deletes
-        a Pod, so a Pod missing from the list is already in the shard.
+        a Pod, so a Pod missing from the list is already in the shard. Once
+        the batch is gone, nothing vouches for the shard: `digest.Unverifiable`.
         """
         for pod in reversed(self._live_pods()):
             ended = terminated_state(pod)
             if pod.status and pod.status.phase == "Succeeded" and ended is not None:
                 return ended.message
+        manifest = self._vouched()
+        if manifest is not None and not manifest.vouched:
+            where = manifest.home.manifest_shard_uri(layout.shard_of(self.index))
+            raise digest.Unverifiable(where, manifest.why_not(), what="recorded result")
         record = self._wait_for_record()
         return record.result if record is not None and record.outcome == "SUCCEEDED" else None
 

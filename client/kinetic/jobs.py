@@ -7,9 +7,11 @@ good as the original.
 
 A handle knows its object's UID: everything it reads or deletes in storage is
 under that object's own prefix (`kinetic.layout.Home`), and a result is
-unpickled only after its bytes match the sha256 the runner reported
-(``status.resultSHA256``; once the job is deleted, the name's
-``current.json``), so a same-named job elsewhere or a tampered file is refused.
+unpickled only after its bytes match the sha256 the runner reported, as the
+API server holds it (``status.resultSHA256``), so a same-named job elsewhere
+or a tampered file is refused. Once the job is deleted nothing vouches for
+its result any more (storage alone can be rewritten by any Pod or bucket
+writer), and it is not unpickled (`kinetic.digest.Unverifiable`).
 
 Each attempt of a job is one Pod (`kinetic.names.job_pod_name`). The operator
 deletes finished Pods after a TTL, archiving each one's log first, so logs
@@ -38,6 +40,7 @@ from kinetic import digest, kube, layout, names, payload, storage
 from kinetic import resources as r
 from kinetic.cleanup import delete_stored
 from kinetic.config import ClientConfig, resolve
+from kinetic.limits import MAX_POINTER_BYTES
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
@@ -151,23 +154,28 @@ class JobHandle:
         home = self._home() if self.function else None
         return home.result_uri if home is not None else None
 
-    def _expected_sha256(self) -> str | None:
-        """The result hash the operator recorded: in status, or once deleted in current.json."""
+    def _result_anchor(self) -> tuple[str | None, str | None]:
+        """The result hash the API server holds (``status.resultSHA256``), and, when it holds
+        none, why not if that means nothing vouches for the stored result (else None: the
+        job simply recorded none)."""
         obj = self._get()
-        if obj is not None:
-            if (obj.get("metadata") or {}).get("uid") != self.uid:
-                return None  # another job of the same name now: its hash is not ours
-            return (obj.get("status") or {}).get("resultSHA256")
-        home = self._home()
-        if home is None:
-            return None
-        try:
-            doc = json.loads(storage.read_bytes(home.current_uri))
-        except (storage.NotFound, ValueError):
-            return None
-        if not isinstance(doc, dict) or doc.get("uid") != self.uid:
-            return None
-        return doc.get("resultSHA256")
+        if obj is None:
+            return None, (
+                f"job {self.job_id} no longer exists in namespace {self.namespace}, so the API "
+                "server holds no sha256 to check its result against, and storage alone can be "
+                "rewritten by any Pod or bucket writer. Read a job's result before deleting it "
+                "(result() does, and deletes it afterwards)"
+            )
+        if (obj.get("metadata") or {}).get("uid") != self.uid:
+            return None, (
+                f"the job named {self.job_id} in namespace {self.namespace} is another one now "
+                "(created again since): nothing vouches for this one's result any more"
+            )
+        return (obj.get("status") or {}).get("resultSHA256"), None
+
+    def _expected_sha256(self) -> str | None:
+        """The result hash the API server holds for this job (None: none, or it is gone)."""
+        return self._result_anchor()[0]
 
     def _root(self) -> str:
         """The storage root the job's artifacts live under."""
@@ -256,7 +264,9 @@ class JobHandle:
         """The stored result, checked against the recorded sha256 before it is unpickled.
 
         Raises `kinetic.digest.ResultMismatch` (naming the URI and both hashes)
-        when the bytes differ or no hash was recorded.
+        when the bytes differ or no hash was recorded, and its subclass
+        `kinetic.digest.Unverifiable` (saying why) when nothing in the API
+        server vouches for a hash any more.
         """
         uri = self._result_location()
         if not uri:
@@ -265,7 +275,10 @@ class JobHandle:
             data = storage.read_bytes(uri)
         except storage.NotFound:
             return None
-        digest.verify(data, self._expected_sha256(), uri)
+        expected, why = self._result_anchor()
+        if expected is None and why is not None:
+            raise digest.Unverifiable(uri, why)
+        digest.verify(data, expected, uri)
         return payload.load_result(data)
 
     # ----------------------------------------------------------------- logs
@@ -509,9 +522,14 @@ def list_jobs_with_status(
 
 
 def last_uid(root: str, namespace: str, kind: layout.Kind, name: str) -> str | None:
-    """The UID of the last object of this name that recorded itself (read once it is gone)."""
+    """The UID of the last object of this name that recorded itself (read once it is gone).
+
+    Only to find its records: it vouches for nothing (anyone who can write
+    storage can write it), so what is found through it is read, never trusted.
+    """
+    uri = layout.current_uri(root, namespace, kind, name)
     try:
-        doc = json.loads(storage.read_bytes(layout.current_uri(root, namespace, kind, name)))
+        doc = json.loads(storage.read_at_most(uri, MAX_POINTER_BYTES))
     except (storage.NotFound, ValueError):
         return None
     uid = doc.get("uid") if isinstance(doc, dict) else None

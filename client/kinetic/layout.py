@@ -15,10 +15,12 @@ reads, reports or overwrites another's files::
     <root>/namespaces/<ns>/jobs/<name>/<uid>/        a KineticJob's home (`Home`):
         result.pkl                                   its result
         logs/<pod>.log                               each attempt's archived log
-    <root>/namespaces/<ns>/jobs/<name>/current.json  which UID of that name wrote last, and
-                                                     its result's sha256 (attach after deletion)
+    <root>/namespaces/<ns>/jobs/<name>/current.json  which UID of that name wrote last (to find
+                                                     its records once it is gone; trusted for
+                                                     nothing else: storage vouches for nothing)
     <root>/namespaces/<ns>/batches/<name>/<uid>/     a KineticBatch's home:
-        manifest.json, manifest/<s>.json             header and shards (`kinetic.manifest`)
+        manifest.json, manifest/<s>.json             header and shards (`kinetic.manifest`),
+        manifest.1.json, manifest/<s>.1.json         each in two slots (see `MANIFEST_SLOTS`)
         accepted-spec.json                           the spec the operator accepted
         results/<i>.pkl                              input i's result
         reports/<pod>.json                           a chunk Pod's per-input result hashes
@@ -40,7 +42,9 @@ reads, reports or overwrites another's files::
 The client never needs the UID to upload: it uploads under a fresh folder
 of ``uploads/`` and creates the object; the operator derives every path it
 writes (results, manifest, logs) from namespace and UID, and refuses a spec
-whose URIs leave the namespace prefix (`outside_namespace`). Cleanup deletes
+whose URIs leave the namespace prefix (`outside_namespace`; for places the
+Pod reads or writes with its own credentials, such as data volumes and
+``outputDir``, `outside_own_storage`). Cleanup deletes
 an object's `Home` prefix, and the upload folder only when it is named after
 the object (`upload_dir_of`) — never anything derived from a URI in a spec.
 """
@@ -53,6 +57,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 SHARD_SIZE = 1000  # inputs per manifest shard
+# Each manifest file (the header, each shard) has two slots, 0 and 1: the operator
+# writes a new version into the slot the batch status does not vouch for, so the
+# version it vouches for is never overwritten (`kinetic.manifest`).
+MANIFEST_SLOTS = (0, 1)
 
 Kind = Literal["jobs", "batches"]
 
@@ -145,10 +153,20 @@ class Home:
 
     @property
     def manifest_uri(self) -> str:
-        return self._file("manifest.json")
+        """The header's slot 0 (`header_uri`)."""
+        return self.header_uri(0)
 
-    def manifest_shard_uri(self, shard: int) -> str:
-        return self._file("manifest", f"{_index(shard)}.json")
+    def header_uri(self, slot: int) -> str:
+        """The manifest header in ``slot`` (0: ``manifest.json``, 1: ``manifest.1.json``)."""
+        return self._file(f"manifest{_slot(slot)}.json")
+
+    def header_slot(self, uri: str | None) -> int | None:
+        """Which header slot ``uri`` names, or None when it is not one of this batch's."""
+        return next((s for s in MANIFEST_SLOTS if uri == self.header_uri(s)), None)
+
+    def manifest_shard_uri(self, shard: int, slot: int = 0) -> str:
+        """Shard ``shard`` in ``slot`` (``manifest/<s>.json`` or ``manifest/<s>.1.json``)."""
+        return self._file("manifest", f"{_index(shard)}{_slot(slot)}.json")
 
     @property
     def accepted_spec_uri(self) -> str:
@@ -171,6 +189,12 @@ def batch_home(root: str, namespace: str, name: str, uid: str) -> Home:
 def current_uri(root: str, namespace: str, kind: Kind, name: str) -> str:
     """`Home.current_uri` for an object whose UID is not known (it is gone)."""
     return f"{namespace_prefix(root, namespace)}{kind}/{_segment(name, 'name')}/current.json"
+
+
+def _slot(slot: int) -> str:
+    if slot not in MANIFEST_SLOTS:
+        raise ValueError(f"a manifest slot is 0 or 1, got {slot!r}")
+    return "" if slot == 0 else f".{slot}"
 
 
 def _index(n: int) -> str:
@@ -293,3 +317,25 @@ def outside_namespace(root: str, namespace: str, uri: str, field: str) -> str | 
         f"{field}: {uri} is outside this namespace's storage prefix {prefix}; objects in "
         f"namespace {namespace} may only name URIs under it (the kinetic client uploads there)"
     )
+
+
+def outside_own_storage(
+    root: str | None, namespace: str, uri: str, field: str, *, always: bool = False
+) -> str | None:
+    """Why a location a Pod reads or writes with its own credentials is refused, or None.
+
+    Storage under the root belongs to namespaces, and a ``file://`` path (a
+    shared filesystem) has no per-tenant permissions: a URI in either must
+    lie in this namespace's prefix. A ``gs://`` URI in another bucket is the
+    user's own: the Pod's credentials decide, as for any code it runs. With
+    ``always``, the URI must be in the prefix wherever it points (the operator
+    reads it itself). A folder's trailing ``/`` is not an empty segment.
+    """
+    inside_root = bool(root) and uri.startswith(str(root).rstrip("/") + "/")
+    if not (always or inside_root or uri.startswith("file://")):
+        return None
+    if not root:
+        return f"{field}: the operator has no storage root to check {uri} against"
+    bare = uri.removesuffix("/")
+    why = outside_namespace(root, namespace, bare, field)
+    return None if why is None else why.replace(f": {bare} is", f": {uri} is", 1)

@@ -76,6 +76,35 @@ def hash_list_max_bytes(count: int) -> int:
     return max(count, 0) * HASH_LIST_ENTRY_BYTES + HASH_LIST_SLACK
 
 
+# --------------------------------------------------------------------------- read bounds
+# (the most any reader holds of an object a Pod or a bucket writer can change: each bound
+# is above what a genuine object holds, so only a forged or runaway one is refused)
+
+MAX_REPORT_BYTES = 64 * 1024  # a chunk report: {"<index>": "<64 hex>"} for <= 256 inputs
+MAX_SPEC_BYTES = 8 << 20  # an accepted spec: an object is <= 1.5 MiB, a resolved rerun 2x
+MAX_POINTER_BYTES = 64 * 1024  # a name's current.json: a UID and a hash
+MAX_DATA_MANIFEST_BYTES = 64 << 20  # a data upload's file list (~130 bytes per file)
+# A manifest shard holds 1,000 inputs' records; the operator keeps what it writes
+# under SHARD_BUDGET (`kinetic.manifest.shard_bytes`) and readers refuse more than
+# MAX_SHARD_BYTES.
+SHARD_BUDGET = 24 << 20
+MAX_SHARD_BYTES = 32 << 20
+_HEADER_FIXED_BYTES = 4 << 20  # what comes from the spec (<= 1.5 MiB) and fixed fields
+_HEADER_BYTES_PER_SHARD = 160  # its entry in shardRefs and shards
+
+
+def header_max_bytes(total: int) -> int:
+    """The most bytes a reader takes of a manifest header for a batch of ``total`` inputs.
+
+    Its complete outcome ranges name each index at most once (digits and a
+    comma each), and it lists one digest per shard of 1,000 inputs.
+    """
+    total = max(total, 0)
+    per_index = len(str(total)) + 1
+    shards = total // 1000 + 1
+    return _HEADER_FIXED_BYTES + total * per_index + shards * _HEADER_BYTES_PER_SHARD
+
+
 # --------------------------------------------------------------------------- pure helpers
 
 
@@ -333,7 +362,8 @@ def check_batch_form(spec: Any) -> str | None:
 
 
 def _check_jobs(jobs: Any, budget: list[int], max_inputs: int) -> list[str]:
-    """A heterogeneous batch's list: its length, and each function job's inline input."""
+    """A heterogeneous batch's list: its length, each job's data volume mount paths, and each
+    function job's inline input."""
     if not isinstance(jobs, list):
         return []
     cap = min(MAX_JOBS, max_inputs)
@@ -346,6 +376,7 @@ def _check_jobs(jobs: Any, budget: list[int], max_inputs: int) -> list[str]:
     problems: list[str] = []
     for i, job in enumerate(jobs):
         if isinstance(job, dict):
+            problems += check_volume_mounts(f"spec.jobs[{i}].volumes", job.get("volumes"))
             found = _check_function_input(f"spec.jobs[{i}].function", job.get("function"), budget)
             if found:
                 return problems + found

@@ -547,6 +547,13 @@ class KineticJobStatus(Wire):
     result: str | None = Field(
         None, max_length=4096, description="Container jobs: the termination message."
     )
+    accepted_spec_sha256: str | None = Field(
+        None,
+        pattern=SHA256_PATTERN,
+        alias="acceptedSpecSHA256",
+        description="Hex SHA-256 of the spec the operator accepted (all but spec.cancel); a "
+        "later change is judged against the policy again before another Pod starts.",
+    )
     message: str | None = Field(None, description="A sentence about the current state.")
     start_time: str | None = Field(None, description="When the first attempt started.")
     completion_time: str | None = Field(None, description="When the job ended.")
@@ -587,7 +594,25 @@ class KineticBatchStatus(Wire):
         description="The index ranges above were cut at the status size cap; the manifest "
         "has them complete.",
     )
-    manifest_uri: str | None = Field(None, alias="manifestURI", description="The batch manifest.")
+    manifest_uri: str | None = Field(
+        None,
+        alias="manifestURI",
+        description="The batch manifest's header (one of its two slots: see kinetic.manifest).",
+    )
+    manifest_sha256: str | None = Field(
+        None,
+        pattern=SHA256_PATTERN,
+        alias="manifestSHA256",
+        description="Hex SHA-256 of the header at manifestURI. The header holds each shard's "
+        "SHA-256 and each shard its inputs' result SHA-256s: readers check every step.",
+    )
+    accepted_spec_sha256: str | None = Field(
+        None,
+        pattern=SHA256_PATTERN,
+        alias="acceptedSpecSHA256",
+        description="Hex SHA-256 of the accepted spec the operator stored next to the "
+        "manifest; it is checked, and judged again, whenever it is read back.",
+    )
     start_time: str | None = Field(None, description="When the first input was launched.")
     completion_time: str | None = Field(None, description="When the batch ended.")
     message: str | None = Field(None, description="A sentence about the current state.")

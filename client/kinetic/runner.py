@@ -35,8 +35,10 @@ too short to pay for a Pod each) sets ``KINETIC_CHUNK`` instead of
 ``KINETIC_RESULT_URI`` and ``KINETIC_INPUT_*``: a JSON list, in index order,
 of ``{"index": i, "resultURI": ..., "outputDir": ... (optional), "inputURI":
 ..., "inputSHA256": ...}`` or ``{"index": i, "resultURI": ..., "inputJSON":
-<value>}``. The function payload is downloaded, verified and unpickled once;
-each input is then run in order and recorded at its own resultURI exactly as
+<value>}``, each with ``"resultSHA256"`` when an earlier attempt of the
+chunk recorded that input's result and the operator checked its hash. The
+function payload is downloaded, verified and unpickled once; each input is
+then run in order and recorded at its own resultURI exactly as
 a single input would be. Its log lines are prefixed ``input <i>:``, and its
 part of the Pod's log (the user's own output included) starts with the line
 ``kinetic runner: input <i>: begin``; the last line is ``kinetic runner:
@@ -62,13 +64,25 @@ result says why it failed. The hashes of the inputs' results are written as
 means the runner could not run the chunk at all; setup failures are still
 recorded at every resultURI it could read.
 
-A result that records success is never overwritten: the runner writes with
-a generation precondition and re-checks when it loses a race, so a duplicate
-or late pod cannot clobber a SUCCEEDED job's value. An input whose success
-is already recorded is not run again. Whether stored bytes record a success
-is read from their header (`payload.result_outcome`): the runner never
-unpickles a result it did not write in this process, and it reports the
-hash of the stored bytes it kept.
+The runner reports the SHA-256 only of bytes it wrote itself, or of a
+result the operator vouches for (a chunk entry's ``resultSHA256``, from a
+checked report of an earlier attempt): storage is writable by any Pod or
+bucket writer, and whatever hash the runner reports is what clients check
+results against. So:
+
+* a success at the result URI that the operator vouches for is kept, and
+  the input is not run again;
+* any other success found there when the input starts (an earlier attempt
+  that was cut short, or bytes someone planted) is not believed: the input
+  runs, and its result replaces those bytes (written on the generation
+  seen, so nothing that came later is overwritten unseen);
+* a success that appears *while* the input runs (a duplicate or late Pod)
+  is never overwritten: it is kept, and the input reports no hash, so its
+  result cannot be checked rather than trusted unchecked.
+
+Whether stored bytes record a success is read from their header
+(`payload.result_outcome`): the runner never unpickles a result it did not
+write in this process.
 
 Startup is kept lean because every Pod pays it before the user's code runs:
 the module imports only the standard library, cloudpickle and kinetic's
@@ -152,6 +166,7 @@ class InputSpec:
     input_uri: str | None = None
     input_sha256: str | None = None
     input_json: str | None = None
+    result_sha256: str | None = None  # a recorded result the operator vouches for
 
     @property
     def has_input(self) -> bool:
@@ -279,7 +294,15 @@ def _single_input(
     return spec, problems
 
 
-_CHUNK_KEYS = ("index", "resultURI", "outputDir", "inputURI", "inputSHA256", "inputJSON")
+_CHUNK_KEYS = (
+    "index",
+    "resultURI",
+    "outputDir",
+    "inputURI",
+    "inputSHA256",
+    "inputJSON",
+    "resultSHA256",
+)
 
 
 def parse_chunk(text: str, default_output_dir: str | None = None) -> tuple[InputSpec, ...]:
@@ -331,6 +354,7 @@ def parse_chunk(text: str, default_output_dir: str | None = None) -> tuple[Input
                 input_uri=entry.get("inputURI"),
                 input_sha256=entry.get("inputSHA256"),
                 input_json=json.dumps(entry["inputJSON"]) if has_json else None,
+                result_sha256=entry.get("resultSHA256"),
             )
         )
     if problems:
@@ -349,7 +373,7 @@ def _chunk_entry_problems(entry: dict[str, Any], where: str) -> list[str]:
             f"{where} has unknown key(s) {', '.join(map(repr, unknown))} "
             f"(allowed: {', '.join(_CHUNK_KEYS)})"
         )
-    for key in ("resultURI", "outputDir", "inputURI", "inputSHA256"):
+    for key in ("resultURI", "outputDir", "inputURI", "inputSHA256", "resultSHA256"):
         value = entry.get(key)
         if key in entry and (not isinstance(value, str) or not value.strip()):
             problems.append(f"{where}.{key} must be a non-empty string, got {value!r}")
@@ -650,21 +674,31 @@ def _records_success(data: bytes) -> bool:
     return payload.result_outcome(data) is True
 
 
-def record_result(result_uri: str, data: bytes, generation: int | None = None) -> str | None:
-    """Write ``data`` unless a successful result is already there.
+def record_result(
+    result_uri: str,
+    data: bytes,
+    generation: int | None = None,
+    *,
+    vouched: str | None = None,
+) -> str | None:
+    """Write ``data`` unless a success that must be kept is already there.
 
     ``generation`` is what the caller last saw at ``result_uri`` (0: absent),
     which saves a read; the write is conditional on it either way, so a
     result that changed since is re-read and re-checked rather than clobbered.
-    Returns None when written, else the sha256 of the recorded success that
-    was kept. Raises StorageError when storage fails.
+    Returns None when written; else the hash of the success kept instead:
+    ``vouched`` (the one the operator vouches for) when that is what is
+    there, or "" for any other success (kept, never overwritten, but not to
+    be vouched for: see the module docstring). Raises StorageError when
+    storage fails.
     """
     known = generation
     for _ in range(_RECORD_ATTEMPTS):
         if known is None:
             found = storage.read_if_exists(result_uri)
             if found is not None and _records_success(found[0]):
-                return digest.sha256(found[0])
+                held = digest.sha256(found[0])
+                return held if held == vouched else ""
             known = 0 if found is None else found[1]
         try:
             storage.write_if_generation(result_uri, data, known)
@@ -680,10 +714,11 @@ def record_result(result_uri: str, data: bytes, generation: int | None = None) -
 
 
 def _earlier_result(spec: InputSpec) -> tuple[str | None, int | None]:
-    """(sha256 of a success already recorded, generation seen) in one read: a duplicate skips.
+    """(sha256 of a success already recorded, generation seen) in one read.
 
     The generation (0 when absent, None when storage could not be asked)
-    lets the final write skip its own read.
+    lets the final write skip its own read, and replace an earlier success
+    nobody vouches for exactly as it was seen.
     """
     try:
         found = storage.read_if_exists(spec.result_uri)
@@ -736,21 +771,32 @@ def _run_one(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> _Outcom
     if prefix:
         log(f"{prefix}begin")  # where this input's part of a chunk's log starts
     kept, generation = _earlier_result(spec)
-    if kept is not None:
+    if kept is not None and kept == spec.result_sha256:
         log(
             f"{prefix}result already recorded at {spec.result_uri} by an earlier run; nothing to do"
         )
         return _Outcome(EXIT_OK, "ok (result already recorded)", kept)
+    if kept is not None:
+        log(
+            f"{prefix}a success is stored at {spec.result_uri} (sha256 {kept}) that the operator "
+            "does not vouch for: running the input again, its result replaces it"
+        )
     result, data = _encode(execute(cfg, spec, function), prefix)
     try:
-        kept = record_result(spec.result_uri, data, generation)
+        kept = record_result(spec.result_uri, data, generation, vouched=spec.result_sha256)
     except storage.StorageError as e:
         message = f"cannot upload the result: {e}"
         log(f"{prefix}failed in phase upload: {message}")
         return _Outcome(EXIT_RUNNER_ERROR, f"runner failed in phase upload: {message}")
-    if kept is not None:
-        log(f"{prefix}result already recorded at {spec.result_uri} by another run; not overwriting")
+    if kept:
+        log(f"{prefix}result already recorded at {spec.result_uri} by an earlier run; kept")
         return _Outcome(EXIT_OK, "ok (result already recorded)", kept)
+    if kept is not None:
+        log(
+            f"{prefix}result already recorded at {spec.result_uri} by another run while this one "
+            "ran; not overwriting it, and reporting no hash for it (it is not this run's)"
+        )
+        return _Outcome(EXIT_OK, "ok (another run recorded a result meanwhile; not checked)")
     log(f"{prefix}uploaded result ({len(data)} bytes) to {spec.result_uri}: {result.summary()}")
     return _Outcome(_exit_code(result), result.summary(), digest.sha256(data))
 

@@ -46,7 +46,9 @@ __all__ = [
     "PreconditionFailed",
     "StoragePermissionError",
     "StorageUnavailable",
+    "TooLarge",
     "read_bytes",
+    "read_at_most",
     "read_if_exists",
     "write_bytes",
     "write_if_generation",
@@ -95,6 +97,19 @@ class PreconditionFailed(StorageError):
 
 class StoragePermissionError(StorageError):
     """The caller's credentials may not perform the operation."""
+
+
+class TooLarge(ValueError):
+    """The object holds more bytes than the caller will read (or is not a regular file).
+
+    A ValueError, not a StorageError: retrying cannot help, the object is refused.
+    """
+
+
+def too_large(uri: str, limit: int, size: int | None = None) -> TooLarge:
+    """The refusal of ``uri``, with its size when known."""
+    held = f" ({size:,} bytes)" if size is not None else ""
+    return TooLarge(f"{uri}{held} is larger than {limit:,} bytes, the most it may hold here")
 
 
 class StorageUnavailable(StorageError):
@@ -186,6 +201,7 @@ def join(root: str, *parts: str) -> str:
 class _Backend(Protocol):
     def read(self, p: _Parsed, uri: str) -> bytes: ...
     def read_if_exists(self, p: _Parsed, uri: str) -> tuple[bytes, int] | None: ...
+    def read_at_most(self, p: _Parsed, uri: str, limit: int) -> bytes: ...
     def write(self, p: _Parsed, uri: str, data: bytes, generation: int | None) -> int: ...
     def stat(self, p: _Parsed, uri: str) -> int | None: ...
     def delete(self, p: _Parsed, uri: str) -> bool: ...
@@ -218,6 +234,22 @@ class _FileBackend:
             return None
         except PermissionError as e:
             raise _file_permission(uri, "read", e) from None
+
+    def read_at_most(self, p: _Parsed, uri: str, limit: int) -> bytes:
+        # The size is judged on the open file, so a file swapped in meanwhile is judged too.
+        try:
+            f = open(p.key, "rb")  # noqa: SIM115 — closed below
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise NotFound(f"no object at {uri}", uri) from None
+        except PermissionError as e:
+            raise _file_permission(uri, "read", e) from None
+        with f:
+            st = os.fstat(f.fileno())
+            if not S_ISREG(st.st_mode):
+                raise TooLarge(f"{uri} is not a regular file")
+            if st.st_size > limit:
+                raise too_large(uri, limit, st.st_size)
+            return f.read(limit + 1)
 
     def write(self, p: _Parsed, uri: str, data: bytes, generation: int | None) -> int:
         if p.key.endswith("/"):
@@ -389,6 +421,19 @@ class _GcsBackend:
                 uri,
             )
         return data, int(blob.generation)
+
+    def read_at_most(self, p: _Parsed, uri: str, limit: int) -> bytes:
+        require_object_key(p, uri)
+        with _gcs_errors(uri, p.bucket):
+            blob = _gcs_client().bucket(p.bucket).get_blob(p.key, retry=_retry())
+            if blob is None:
+                self._raise_missing(p, uri)
+            if blob.size is not None and blob.size > limit:
+                raise too_large(uri, limit, blob.size)
+            if blob.size == 0:
+                return b""
+            # A range one byte past the limit: an object that grew since is seen to.
+            return blob.download_as_bytes(start=0, end=limit, retry=_retry())
 
     def write(self, p: _Parsed, uri: str, data: bytes, generation: int | None) -> int:
         require_object_key(p, uri)
@@ -648,6 +693,21 @@ def read_if_exists(uri: str) -> tuple[bytes, int] | None:
     """
     backend, p = _dispatch(uri)
     return backend.read_if_exists(p, uri)
+
+
+def read_at_most(uri: str, limit: int) -> bytes:
+    """The object's bytes if it holds at most ``limit`` of them; else `TooLarge`.
+
+    For whatever a Pod or a bucket writer can write (reports, manifests,
+    specs): never more than ``limit + 1`` bytes are held, whatever the object
+    holds, so a 2 GB object costs a refusal, not the reader's memory. Raises
+    NotFound when it does not exist, like `read_bytes`.
+    """
+    backend, p = _dispatch(uri)
+    data = backend.read_at_most(p, uri, limit)
+    if len(data) > limit:
+        raise too_large(uri, limit)
+    return data
 
 
 def write_bytes(uri: str, data: bytes) -> int:

@@ -97,6 +97,7 @@ __all__ = [
     "StopPods",
     "UnitObservation",
     "WriteManifest",
+    "changed_fields",
     "compact_status",
     "decide_batch",
     "immutable_change",
@@ -896,11 +897,14 @@ def invalid_batch(
     now: datetime,
     *,
     generation: int | None = None,
+    reason: str = R_INVALID_SPEC,
 ) -> BatchDecision:
     """A batch whose spec cannot run ends FAILED at once, launching nothing.
 
     A batch that already ended keeps its outcome: a spec that became
     unreadable later (someone edited it) must not rewrite history.
+    ``reason`` is the Failed condition's and the Event's (``InvalidSpec``, or
+    ``ManifestTampered`` when what it needs from storage was forged).
     """
     old = status if status is not None else KineticBatchStatus.model_validate({})
     if Phase(old.phase).terminal:
@@ -912,9 +916,7 @@ def invalid_batch(
             "phase": Phase.FAILED.value,
             "message": message,
             "completion_time": old.completion_time or stamp,
-            "conditions": _conditions(
-                old.conditions, Phase.FAILED, R_INVALID_SPEC, R_INVALID_SPEC, message, stamp
-            ),
+            "conditions": _conditions(old.conditions, Phase.FAILED, reason, reason, message, stamp),
             "observed_generation": generation
             if generation is not None
             else old.observed_generation,
@@ -923,7 +925,7 @@ def invalid_batch(
     )
     return BatchDecision(
         status=new,
-        actions=(Event("Warning", R_INVALID_SPEC, message),),
+        actions=(Event("Warning", reason, message),),
         write_status=True,
     )
 
@@ -974,18 +976,24 @@ def immutable_change(old: KineticBatchSpec, new: KineticBatchSpec) -> str | None
     cannot change on an existing batch (only spec.maxConcurrent and
     spec.cancel can): create a new batch instead".
     """
-    changed = [
-        f"spec.{info.alias or name}"
-        for name, info in KineticBatchSpec.model_fields.items()
-        if name not in MUTABLE_FIELDS
-        and _wire_value(getattr(old, name)) != _wire_value(getattr(new, name))
-    ]
+    changed = changed_fields(old, new)
     if not changed:
         return None
     return (
         f"{', '.join(changed)} cannot change on an existing batch (only spec.maxConcurrent, "
         "spec.cancel and spec.cancelIndexes can): create a new batch instead"
     )
+
+
+def changed_fields(old: KineticBatchSpec, new: KineticBatchSpec) -> list[str]:
+    """The fields (``spec.template``, ...) in which ``new`` differs from ``old``, the ones that
+    may change on a running batch (maxConcurrent, cancel, cancelIndexes) left aside."""
+    return [
+        f"spec.{info.alias or name}"
+        for name, info in KineticBatchSpec.model_fields.items()
+        if name not in MUTABLE_FIELDS
+        and _wire_value(getattr(old, name)) != _wire_value(getattr(new, name))
+    ]
 
 
 def merge_mutable(accepted: KineticBatchSpec, new: KineticBatchSpec) -> KineticBatchSpec:

@@ -10,7 +10,7 @@ function once.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kinetic import layout
@@ -45,8 +45,15 @@ def build_unit_pod(
     unit: int,
     attempt: int,
     hashes: Sequence[str | None] | None,
+    known: Mapping[int, str] | None = None,
 ) -> dict[str, Any]:
-    """The Pod of attempt ``attempt`` of the unit starting at input ``unit``."""
+    """The Pod of attempt ``attempt`` of the unit starting at input ``unit``.
+
+    ``known``: result hashes of inputs an earlier attempt of the unit recorded,
+    as its checked report said. A chunk's entry carries its input's
+    (``resultSHA256``), so the runner keeps that result instead of running
+    the input again, and replaces any other it finds (`kinetic.runner`).
+    """
     home = layout.batch_home(settings.storage_root or "", namespace, batch, uid)
     total = batch_total(spec)
     indexes = list(unit_inputs(unit, spec.chunk_size, total))
@@ -76,7 +83,8 @@ def build_unit_pod(
         env["KINETIC_INPUT_MODE"] = spec.input_mode
         env["KINETIC_REPORT_URI"] = home.report_uri(input_pod_name(batch, unit, attempt))
         env["KINETIC_CHUNK"] = json.dumps(
-            [_chunk_entry(home, spec, i, hashes) for i in indexes], separators=(",", ":")
+            [_chunk_entry(home, spec, i, hashes, known or {}) for i in indexes],
+            separators=(",", ":"),
         )
     owner = Owner(batch, namespace, uid, BATCH_KIND)
     return build_pod(
@@ -94,11 +102,14 @@ def _chunk_entry(
     spec: KineticBatchSpec,
     index: int,
     hashes: Sequence[str | None] | None,
+    known: Mapping[int, str],
 ) -> dict[str, Any]:
     one = child_spec(home, spec, index, input_sha256=_hash(hashes, index, spec))
     fn = one.function
     assert fn is not None  # validate_batch_spec: chunks are function templates only
     entry: dict[str, Any] = {"index": index, "resultURI": fn.result_uri}
+    if index in known:
+        entry["resultSHA256"] = known[index]
     if one.output_dir:
         entry["outputDir"] = one.output_dir
     if fn.input_uri is not None:

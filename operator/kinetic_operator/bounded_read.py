@@ -1,66 +1,102 @@
-"""Read an object the operator did not write, never more than a known number of bytes.
+"""Read what the operator did not write, never more than a known number of bytes.
 
-The operator reads a batch's input hash list (`inputs.sha256URI`) with its
-own credentials. Its size follows from the input count, so anything larger
-(``file:///dev/zero``, a multi-gigabyte upload) is refused by size before
-it is read, instead of being read until the operator runs out of memory.
+Every Pod of every tenant can write to storage, and so can anyone with the
+bucket's credentials: a chunk report, a manifest shard, an accepted spec or
+an input hash list may be any size by the time the operator reads it. Each
+such read goes through `read_at_most` with a bound that follows from what a
+genuine object can hold (`kinetic.limits`), so ``file:///dev/zero`` or a
+2 GB upload is refused by its size, at the cost of a few kilobytes, instead
+of being read until the operator runs out of memory and every tenant's
+work stops with it.
 
-This uses `kinetic.storage`'s URI parsing and GCS client; a size-capped
-read belongs in that module, and this one can go once it has one.
+The capped read itself is `kinetic.storage.read_at_most` (one per backend,
+the client reads the same way); this module is where the operator takes it
+from, so a read of pod-written data without a bound stands out in review.
+
+Pod logs are the other thing a Pod writes that the operator reads: the
+reaper archives each finished Pod's log before deleting it. `log_archive`
+keeps the end of a log that is too long, and says on its first line that
+it was cut.
 """
 
 from __future__ import annotations
 
-import os
-import stat
+from collections import deque
+from collections.abc import Callable, Iterable
 
-from kinetic import storage
+from kinetic.storage import TooLarge, read_at_most
 
-
-class TooLarge(ValueError):
-    """The object is larger than the caller will read (or is not a regular file)."""
+__all__ = ["CUT_NOTE", "TooLarge", "first_bytes", "last_bytes", "log_archive", "read_at_most"]
 
 
-def read_at_most(uri: str, limit: int) -> bytes:
-    """The object's bytes if it holds at most ``limit`` of them; else `TooLarge`.
+# --------------------------------------------------------------------------- pod logs
 
-    Raises `storage.NotFound` when it does not exist, like `storage.read_bytes`.
+# Lines asked for when a log is too large to archive whole: its end is what says
+# what went wrong. The log API's tailLines counts lines, not bytes, so what comes
+# back is still read through `last_bytes`, never held whole.
+TAIL_LINES = 10_000
+CHUNK = 1 << 16
+
+# How a log cut to its end says so, on its first line.
+CUT_NOTE = (
+    "[kinetic: this log was cut: the Pod wrote more than {limit:,} bytes, the most its "
+    "archive keeps; what follows is the end of it]\n"
+)
+
+OpenLog = Callable[[int | None, int | None], Iterable[bytes]]
+"""``open_log(limit_bytes, tail_lines)``: the Pod's log as the API serves it, in pieces.
+
+``limit_bytes`` and ``tail_lines`` are the log API's ``limitBytes`` and
+``tailLines`` (None: not sent)."""
+
+
+def log_archive(open_log: OpenLog, limit: int) -> bytes:
+    """What to archive of a Pod's log: all of it when it holds at most ``limit`` bytes, else
+    its last ``limit`` bytes (from a line start) after a line that says it was cut.
+
+    The first read asks the API server for ``limit + 1`` bytes (``limitBytes``): a
+    log that fits costs one read of its size. A larger one is read again from
+    ``TAIL_LINES`` lines before its end, keeping only the last ``limit`` bytes as
+    they stream by, so a Pod that printed 300 MB costs the operator ``limit``
+    bytes of memory, not 300 MB.
     """
-    parsed = storage._parse(uri)
-    if parsed.scheme == "file":
-        data = _read_file(uri, parsed.key, limit)
-    else:
-        data = _read_gcs(uri, parsed.bucket, parsed.key, limit)
-    if len(data) > limit:
-        raise _too_large(uri, limit)
-    return data
+    head = first_bytes(open_log(limit + 1, None), limit + 1)
+    if len(head) <= limit:
+        return head
+    note = CUT_NOTE.format(limit=limit).encode()
+    tail = last_bytes(open_log(None, TAIL_LINES), max(limit - len(note), 0))
+    newline = tail.find(b"\n")
+    if 0 <= newline < len(tail) - 1:
+        tail = tail[newline + 1 :]  # from the start of a line, not the middle of one
+    return note + tail
 
 
-def _too_large(uri: str, limit: int) -> TooLarge:
-    return TooLarge(f"{uri} is larger than {limit:,} bytes, the most it may hold here")
-
-
-def _read_file(uri: str, path: str, limit: int) -> bytes:
+def first_bytes(pieces: Iterable[bytes], keep: int) -> bytes:
+    """The first ``keep`` bytes of a stream; the rest is never read."""
+    held: list[bytes] = []
+    size = 0
+    stream = iter(pieces)
     try:
-        f = open(path, "rb")  # noqa: SIM115 — closed below
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        raise storage.NotFound(f"no object at {uri}", uri) from None
-    with f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise TooLarge(f"{uri} is not a regular file")
-        if info.st_size > limit:
-            raise _too_large(uri, limit)
-        return f.read(limit + 1)
+        for piece in stream:
+            held.append(piece)
+            size += len(piece)
+            if size >= keep:
+                break
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()  # a generator's cleanup: the connection goes, unread
+    return b"".join(held)[:keep]
 
 
-def _read_gcs(uri: str, bucket: str, key: str, limit: int) -> bytes:
-    client = storage._gcs_client()
-    with storage._gcs_errors(uri, bucket):
-        blob = client.bucket(bucket).get_blob(key, retry=storage._retry())
-        if blob is None:
-            raise storage.NotFound(f"no object at {uri}", uri)
-        if blob.size is not None and blob.size > limit:
-            raise _too_large(uri, limit)
-        # The range ends one byte past the limit, so an object that grew meanwhile shows it.
-        return blob.download_as_bytes(start=0, end=limit, retry=storage._retry())
+def last_bytes(pieces: Iterable[bytes], keep: int) -> bytes:
+    """The last ``keep`` bytes of a stream, holding no more than about ``keep + CHUNK``."""
+    held: deque[bytes] = deque()
+    size = 0
+    for piece in pieces:
+        held.append(piece)
+        size += len(piece)
+        while held and size - len(held[0]) >= keep:
+            size -= len(held.popleft())
+    data = b"".join(held)
+    return data[len(data) - keep :] if len(data) > keep else data

@@ -13,6 +13,16 @@ The rules, in the order they apply:
   launched again; a Pod still running is only stopped.
 * An invalid spec fails the job at once, naming the field, and creates nothing;
   so does a storage URI outside the namespace's prefix (`kinetic.layout`).
+* Policy on every generation: the spec the operator accepts is recorded as
+  ``status.acceptedSpecSHA256`` (all but ``cancel``). A later change is
+  judged whole against the policy in force, like a new job, before another
+  Pod starts; refused, the job ends FAILED with reason ``PolicyDenied``.
+  A KineticJob's spec stays mutable (a change the policy allows runs from
+  the next attempt on, as before): the operator keeps no copy of an
+  accepted job spec to go on running, so refusing a change and carrying on
+  is not possible, and failing every edit would be a bigger change than
+  judging it. (A KineticBatch is the other way round: its accepted spec is
+  kept, and only maxConcurrent and the cancel fields may change.)
 * A function job's result goes to its own storage prefix (namespace and UID);
   the hash the runner reported for it is recorded as ``resultSHA256``.
 * Each attempt is its own Pod `<name>-<n>`; how attempts end, retry and
@@ -49,15 +59,22 @@ __all__ = ["fmt_time", "parse_time"]
 
 MAX_TEXT = 4096
 R_INVALID_SPEC = "InvalidSpec"
+R_POLICY_DENIED = "PolicyDenied"
+_STICKY = (R_INVALID_SPEC, R_POLICY_DENIED)  # reasons that say more than "Failed"
 
 # ----------------------------------------------------------------------- inputs & outputs
 
 
 @dataclass(frozen=True)
 class InvalidSpec:
-    """Why a KineticJob's spec cannot run, naming the field: 'spec.container.command: ...'."""
+    """Why a KineticJob's spec cannot run, naming the field: 'spec.container.command: ...'.
+
+    ``reason`` is the Failed condition's and the Event's: ``InvalidSpec``, or
+    ``PolicyDenied`` for a change after acceptance that the policy refuses.
+    """
 
     message: str
+    reason: str = R_INVALID_SPEC
 
 
 @dataclass(frozen=True)
@@ -151,6 +168,10 @@ def validate_spec(
         refused = volume_problems(storage_root, namespace, spec.volumes, "spec")
         if refused:
             return InvalidSpec(refused[0])
+    if spec.output_dir:
+        why = layout.outside_own_storage(storage_root, namespace, spec.output_dir, "spec.outputDir")
+        if why is not None:
+            return InvalidSpec(why)
     longest = job_pod_name(name, spec.retries + max_disruptions + 1)
     if len(longest) > MAX_POD_NAME:
         return InvalidSpec(
@@ -160,11 +181,44 @@ def validate_spec(
     return spec
 
 
+def spec_sha256(spec: KineticJobSpec) -> str:
+    """The digest of what a job runs: its spec but ``cancel``, as canonical JSON.
+
+    Recorded in ``status.acceptedSpecSHA256`` once the operator accepts a
+    spec, so a later change (anything but a cancel) is seen, and judged
+    against the policy in force before another Pod starts.
+    """
+    doc = {k: v for k, v in spec.wire().items() if k != "cancel"}
+    return digest.json_sha256(doc)
+
+
+def changed_after_acceptance(status: KineticJobStatus, spec: KineticJobSpec) -> bool:
+    """Whether ``spec`` differs from the one the operator accepted (a cancel aside).
+
+    A job accepted before this record existed (no ``acceptedSpecSHA256``) has
+    nothing to compare with: its spec is taken as the accepted one.
+    """
+    accepted = status.accepted_spec_sha256
+    return accepted is not None and accepted != spec_sha256(spec)
+
+
+def policy_denied(violations: list[str], generation: int | None) -> InvalidSpec:
+    """The failure of a job whose spec changed after acceptance into one the policy refuses."""
+    at = f" (generation {generation})" if generation is not None else ""
+    return InvalidSpec(
+        f"The spec changed after the job was accepted{at}, and the policy in force refuses "
+        f"it: {'; '.join(violations)}. No Pod of the changed spec was started and the job "
+        "is stopped: submit a new job whose spec the policy allows.",
+        reason=R_POLICY_DENIED,
+    )
+
+
 def foreign_uris(root: str, namespace: str, spec: KineticJobSpec, at: str) -> list[str]:
     """Why each storage URI of ``spec`` the runner would read or write is refused, if any.
 
-    ``outputDir`` is not among them: the operator and runner never touch it,
-    it is only handed to the user's code.
+    ``outputDir`` is judged by `validate_spec` with the data volumes' rule
+    (`layout.outside_own_storage`): the user's code writes it with the Pod's
+    own credentials, so only storage the namespace does not own is refused.
     """
     fn = spec.function
     if fn is None:
@@ -240,14 +294,15 @@ def decide(
         w.actions.extend(DeletePod(p.name) for p in pods.values() if p.live)
     elif isinstance(spec, InvalidSpec):
         _finish(w, Phase.FAILED, spec.message)
-        w.reason = R_INVALID_SPEC
-        w.event("Warning", "InvalidSpec", spec.message)
+        w.reason = spec.reason
+        w.event("Warning", spec.reason, spec.message)
         w.actions.extend(DeletePod(p.name) for p in pods.values() if p.live)
         for rec in st.attempts:
             if rec.outcome in ("pending", "running"):
-                rec.outcome, rec.reason = "cancelled", "InvalidSpec"
+                rec.outcome, rec.reason = "cancelled", spec.reason
                 rec.end_time = rec.end_time or fmt_time(now)
     else:
+        st.accepted_spec_sha256 = spec_sha256(spec)
         if result_uri is not None:
             st.result_uri = result_uri
         plan = plan_unit(
@@ -334,9 +389,10 @@ def _set_conditions(w: _Work) -> None:
         changed = old is None or old.status != value
         reason = phase.value.title()
         if value == "True":
-            # InvalidSpec says more than Failed; it stays once set, as the job stays failed.
+            # InvalidSpec (or PolicyDenied) says more than Failed; it stays once set, as
+            # the job stays failed.
             kept = old.reason if old is not None and not changed else None
-            reason = w.reason or (kept if kept == R_INVALID_SPEC else reason)
+            reason = w.reason or (kept if kept in _STICKY else reason)
         out.append(
             Condition(
                 type=type_,

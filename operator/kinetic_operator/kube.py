@@ -25,6 +25,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from kinetic_operator import deepjson, metrics
+from kinetic_operator.bounded_read import CHUNK, log_archive
+from kinetic_operator.settings import get_settings
 
 log = logging.getLogger("kinetic.operator")
 T = TypeVar("T")
@@ -43,6 +45,7 @@ class Rejected(Exception):
 
 
 CONFLICT_RETRIES = 5
+LOG_ARCHIVE_BYTES = 2 << 20  # `get_kube` takes the setting (KINETIC_LOG_ARCHIVE_BYTES)
 
 
 def until_settled(attempt: Callable[[int], T], what: str, tries: int = CONFLICT_RETRIES) -> T:
@@ -108,6 +111,8 @@ class Kube:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.instance = os.environ.get("HOSTNAME") or socket.gethostname()
+        self.log_limit = LOG_ARCHIVE_BYTES
+        self.accounts: set[tuple[str, str]] = set()  # runner ServiceAccounts known to exist
 
     # ------------------------------------------------------------------ KineticJobs
 
@@ -205,9 +210,48 @@ class Kube:
                 return False  # an earlier run made it
             if exc.status in (400, 422):
                 raise Rejected(_api_message(exc)) from exc
+            if exc.status == 403:  # e.g. its ServiceAccount was deleted: look again next time
+                self.accounts = {a for a in self.accounts if a[0] != meta["namespace"]}
             raise
         log.debug("Created Pod %s/%s", meta["namespace"], meta["name"])
         return True
+
+    def ensure_service_account(self, namespace: str, name: str) -> None:
+        """Create the ServiceAccount job Pods run as in ``namespace``, unless it is there.
+
+        Made without a token (automountServiceAccountToken false) and bound to
+        no role: a Pod gets no API rights from it. One that exists is used as
+        it is (an administrator may have made it, e.g. annotated for a cloud
+        identity), never changed. Asked once per namespace and process.
+        """
+        if (namespace, name) in self.accounts:
+            return
+        try:
+            self.core.read_namespaced_service_account(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            body = {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": {"app.kubernetes.io/managed-by": COMPONENT},
+                },
+                "automountServiceAccountToken": False,
+            }
+            try:
+                self.core.create_namespaced_service_account(
+                    namespace, body, _request_timeout=REQUEST_TIMEOUT
+                )
+                log.info("Created ServiceAccount %s/%s for job Pods", namespace, name)
+            except ApiException as again:
+                if again.status != 409:
+                    raise
+        self.accounts.add((namespace, name))
 
     def delete_pod(self, namespace: str, name: str, *, now: bool = False) -> None:
         """Delete an attempt's Pod; one that is gone needs no deleting.
@@ -228,16 +272,34 @@ class Kube:
             log.debug("Deleted Pod %s/%s", namespace, name)
 
     def pod_log(self, namespace: str, name: str) -> bytes | None:
-        """The whole log of a Pod's main container, or None when there is none to read."""
-        try:
+        """What to archive of a Pod's main container log, or None when there is none to read.
+
+        At most ``log_limit`` bytes (`bounded_read.log_archive`): a log larger
+        than that keeps its end, after a line saying it was cut. The answer is
+        streamed, never read whole, so a Pod that printed gigabytes costs the
+        operator no more than the limit.
+        """
+
+        def open_log(limit_bytes: int | None, tail_lines: int | None) -> Iterator[bytes]:
             resp = self.core.read_namespaced_pod_log(
-                name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                name,
+                namespace,
+                limit_bytes=limit_bytes,
+                tail_lines=tail_lines,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
             )
+            try:
+                yield from resp.stream(CHUNK)
+            finally:
+                resp.close()  # not read to its end: the connection is not reused
+
+        try:
+            return log_archive(open_log, self.log_limit)
         except ApiException as exc:
             if exc.status in (400, 404):
                 return None
             raise
-        return bytes(resp.data)
 
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         """Pods as stored now (a live read, not the index), as plain dicts."""
@@ -367,4 +429,6 @@ def _api_message(exc: ApiException) -> str:
 @lru_cache(maxsize=1)
 def get_kube() -> Kube:
     """The process-wide API wrapper, created on first use (after Kopf has started)."""
-    return Kube()
+    kube = Kube()
+    kube.log_limit = get_settings().log_archive_bytes
+    return kube

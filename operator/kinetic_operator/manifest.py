@@ -18,6 +18,16 @@ needs them is written (`kinetic.digest`).
 
 When to write is the `Debouncer`'s business: promptly when it matters
 (before the first Pod, at the end), otherwise at most every interval.
+
+What the batch status vouches for (`kinetic.manifest`, "The chain of
+trust"): every header the book writes lists each shard's slot and SHA-256,
+and the handler records the header's own SHA-256 in the status with its
+next status write (`vouched`). The book writes each new version into the
+slot the status does not vouch for (`anchored`), so the vouched-for
+version stays readable whatever happens before the status catches up; it
+reads back only what a digest it trusts covers (`load`, `_merged`), every
+read bounded (`kinetic.limits`). A forged header or shard read back is not
+used, and is reported (`tampered`) for the handler to tell.
 """
 
 from __future__ import annotations
@@ -29,14 +39,18 @@ from datetime import datetime
 
 from kinetic import digest, layout, storage
 from kinetic.batchjobs import batch_total, container_indexes
+from kinetic.limits import MAX_REPORT_BYTES, MAX_SHARD_BYTES, header_max_bytes
 from kinetic.manifest import (
+    Anchor,
     InputRecord,
     ManifestHeader,
     ManifestShard,
     RerunOf,
+    ShardRef,
     SubmissionFailureRecord,
     decode_header,
     decode_shard,
+    shard_bytes,
 )
 from kinetic.names import fmt_time
 from kinetic.ranges import IndexSet
@@ -44,11 +58,19 @@ from kinetic.resources import KineticBatchSpec, KineticBatchStatus
 
 from kinetic_operator.attempts import UnitPlan
 from kinetic_operator.batch_logic import Recorded, UnitObservation, unit_inputs
+from kinetic_operator.bounded_read import TooLarge, read_at_most
 from kinetic_operator.job_logic import reported_result_sha256
 
 log = logging.getLogger("kinetic.operator")
 
-__all__ = ["Debouncer", "ManifestBook", "build_header", "read_header", "recorded_from"]
+__all__ = [
+    "Debouncer",
+    "ManifestBook",
+    "Written",
+    "build_header",
+    "read_header",
+    "recorded_from",
+]
 
 _OUTCOME = {
     "pending": "PENDING",
@@ -118,12 +140,28 @@ def build_header(
     )
 
 
-def read_header(home: layout.Home) -> ManifestHeader | None:
-    """The header as stored, or None (none yet, or of another version)."""
+def read_header(home: layout.Home, slot: int = 0) -> ManifestHeader | None:
+    """The header as stored in ``slot``, unchecked, or None (none yet, or of another version).
+
+    For tests and tools: the operator reads back only what its status vouches
+    for (`ManifestBook.load`).
+    """
     try:
-        return decode_header(storage.read_bytes(home.manifest_uri))
+        return decode_header(storage.read_bytes(home.header_uri(slot)))
     except storage.NotFound:
         return None
+
+
+@dataclass(frozen=True)
+class Written:
+    """A header the book wrote: where, its SHA-256, the shard versions it lists, and the
+    outcomes it holds (safe once the status vouches for it: their Pods may go)."""
+
+    uri: str
+    sha256: str
+    slot: int
+    refs: dict[int, ShardRef]
+    recorded: Recorded
 
 
 @dataclass
@@ -136,6 +174,12 @@ class ManifestBook:
     written: set[int] = field(default_factory=set)
     loaded: set[int] = field(default_factory=set)
     header_read: bool = False
+    refs: dict[int, ShardRef] = field(default_factory=dict)  # each shard's newest version
+    anchored: Written | None = None  # the header the batch status vouches for
+    latest: Written | None = None  # the header written last (vouched for or not yet)
+    revision: int = 0
+    legacy: bool = False  # a manifest from before digests: read once, unchecked
+    tampered: list[str] = field(default_factory=list)  # forgeries found, not yet reported
     # Inputs with a record in each shard dropped from memory, as ranges (a few per shard),
     # so asking whether a settled input is recorded does not read the shard back for good.
     dropped: dict[int, IndexSet] = field(default_factory=dict)
@@ -214,36 +258,39 @@ class ManifestBook:
     def _read_reports(self, chunk_of: Mapping[int, int]) -> None:
         """Take each pending chunk report's hashes into its inputs' records (oldest first).
 
-        A report that is missing or does not match the hash its Pod reported
-        is skipped with a warning: those inputs get no hash, and clients
-        refuse to unpickle their results rather than trust them.
+        A report that is missing, larger than a report can be, or does not
+        match the hash its Pod reported is skipped with a warning: those
+        inputs get no hash, and clients refuse to unpickle their results
+        rather than trust them. (Reports of units still open are checked
+        before the batch records their outcome, see `check_report`.)
         """
         for key in sorted(self.reports):
             pod, expected = self.reports.pop(key)
-            uri = self.home.report_uri(pod)
             try:
-                found = digest.parse_report(storage.read_bytes(uri), expected)
-            except storage.NotFound:
-                log.warning("Chunk report %s is missing; its inputs get no result hash", uri)
-                found = {}
+                found = check_report(self.home, pod, expected)
             except ValueError as exc:
-                log.warning("Ignoring chunk report %s: %s", uri, exc)
+                log.warning("Ignoring chunk report of %s: %s", pod, exc)
                 found = {}
             except storage.StorageError:
                 self.reports[key] = (pod, expected)  # storage down: retried with the write
                 raise
-            unit = key[0]
-            self.read_reports[pod] = unit
-            for index, value in found.items():
-                if chunk_of.get(index, -1) != unit:
-                    continue  # a report may only speak for its own unit's inputs
-                self.hashes[index] = value
-                shard = layout.shard_of(index)
-                records = self.shards.setdefault(shard, {})
-                rec = records.get(index)
-                if rec is not None and rec.result_sha256 != value:
-                    records[index] = rec.model_copy(update={"result_sha256": value})
-                    self.dirty.add(shard)
+            self.take_report(key[0], pod, found, chunk_of)
+
+    def take_report(
+        self, unit: int, pod: str, found: Mapping[int, str], chunk_of: Mapping[int, int]
+    ) -> None:
+        """A chunk Pod's checked report: its own unit's inputs get their result hashes."""
+        self.read_reports[pod] = unit
+        for index, value in found.items():
+            if chunk_of.get(index, -1) != unit:
+                continue  # a report may only speak for its own unit's inputs
+            self.hashes[index] = value
+            shard = layout.shard_of(index)
+            records = self.shards.setdefault(shard, {})
+            rec = records.get(index)
+            if rec is not None and rec.result_sha256 != value:
+                records[index] = rec.model_copy(update={"result_sha256": value})
+                self.dirty.add(shard)
 
     def _hashes_from_pods(self, chunk: int) -> None:
         """Ended inputs about to be written without a result hash: take it from their Pods.
@@ -302,10 +349,7 @@ class ManifestBook:
             size = max(1, header.chunk_size)
             units = {u for u, _ in self.reports}
             self._read_reports({i: u for u in units for i in unit_inputs(u, size, header.total)})
-        if not self.header_read:  # shards an earlier process wrote stay listed
-            stored = read_header(self.home)
-            self.written.update(stored.shards if stored is not None else ())
-            self.header_read = True
+        self.header_read = True  # a book that was not `load`ed trusts nothing stored
         terminal = recorded.terminal
         for shard in sorted(self.dirty):
             records = self._merged(shard)
@@ -314,13 +358,103 @@ class ManifestBook:
                 shard=shard,
                 inputs={str(i): r for i, r in sorted(records.items())},
             )
-            storage.write_bytes(self.home.manifest_shard_uri(shard), doc.encode())
+            data = shard_bytes(doc)
+            slot = self._free_slot(shard)
+            storage.write_bytes(self.home.manifest_shard_uri(shard, slot), data)
+            self.refs[shard] = ShardRef(slot=slot, sha256=digest.sha256(data))
             self.dirty.discard(shard)
             self.written.add(shard)
             if all(i in terminal for i in records):
                 self._drop(shard, max(1, header.chunk_size))
         header.shards = sorted(self.written | set(header.shards))
-        storage.write_bytes(self.home.manifest_uri, header.encode())
+        header.shard_refs = {str(s): self.refs[s] for s in sorted(self.refs)}
+        header.revision = self.revision + 1
+        data = header.encode()
+        slot = 0 if self.anchored is None else 1 - self.anchored.slot
+        uri = self.home.header_uri(slot)
+        storage.write_bytes(uri, data)
+        self.revision = header.revision
+        self.latest = Written(uri, digest.sha256(data), slot, dict(self.refs), recorded)
+
+    def _free_slot(self, shard: int) -> int:
+        """The slot a new version of ``shard`` goes to: never the one the status vouches for."""
+        vouched = self.anchored.refs.get(shard) if self.anchored is not None else None
+        return 0 if vouched is None else 1 - vouched.slot
+
+    def vouched(self, uri: str | None, sha256: str | None) -> bool:
+        """A status write recorded this header digest: what it lists is now vouched for.
+
+        Returns whether that moved what is vouched for (so more Pods may go).
+        """
+        latest = self.latest
+        if latest is None or (uri, sha256) != (latest.uri, latest.sha256):
+            return False
+        if self.anchored is latest:
+            return False
+        self.anchored = latest
+        return True
+
+    def load(self, anchor: Anchor, total: int) -> ManifestHeader | None:
+        """Once per process: the header the batch status vouches for, checked, or None.
+
+        What it lists becomes what this book builds on; nothing else stored is
+        believed. A forged header (its bytes are not what the status says, or
+        past its bound) is not used and is noted in `tampered`. A status from
+        before digests (``manifestURI`` without ``manifestSHA256``) is taken
+        at its word once (trust on first use, for batches that were running
+        when the operator was upgraded), with each shard's digest as read.
+        """
+        if self.header_read:
+            return None
+        self.header_read = True
+        if anchor.uri is None:
+            return None
+        slot = self.home.header_slot(anchor.uri)
+        if slot is None:
+            self.tampered.append(
+                f"status.manifestURI {anchor.uri} is not a manifest of this batch "
+                f"(under {self.home.prefix}): nothing stored is used"
+            )
+            return None
+        try:
+            data = read_at_most(anchor.uri, header_max_bytes(total))
+        except storage.NotFound:
+            self.tampered.append(f"the manifest header {anchor.uri} the status vouches for is gone")
+            return None
+        except TooLarge as exc:
+            self.tampered.append(f"the manifest header is not used: {exc}")
+            return None
+        actual = digest.sha256(data)
+        if anchor.sha256 is not None and actual != anchor.sha256:
+            self.tampered.append(
+                f"the manifest header {anchor.uri} was changed in storage: it hashes to "
+                f"{actual}, status.manifestSHA256 says {anchor.sha256}; it is not used"
+            )
+            return None
+        header = decode_header(data)
+        if header is None:
+            return None
+        self.legacy = anchor.sha256 is None
+        refs = {int(k): v for k, v in header.shard_refs.items()}
+        if self.legacy:
+            refs = self._legacy_refs(header.shards)
+        self.refs = dict(refs)
+        self.written.update(header.shards)
+        self.revision = header.revision
+        recorded = recorded_from(header) or Recorded()
+        self.anchored = self.latest = Written(anchor.uri, actual, slot, refs, recorded)
+        return header
+
+    def _legacy_refs(self, shards: list[int]) -> dict[int, ShardRef]:
+        """Digests of a pre-digest manifest's shards (slot 0), so the next header lists them."""
+        refs: dict[int, ShardRef] = {}
+        for shard in shards:
+            try:
+                data = read_at_most(self.home.manifest_shard_uri(shard), MAX_SHARD_BYTES)
+            except (storage.NotFound, TooLarge):
+                continue
+            refs[shard] = ShardRef(slot=0, sha256=digest.sha256(data))
+        return refs
 
     def _drop(self, shard: int, chunk: int) -> None:
         """Forget a written shard whose inputs have all ended: nothing in it changes again.
@@ -344,21 +478,63 @@ class ManifestBook:
                 del self.read_reports[pod]
 
     def _merged(self, shard: int) -> dict[int, InputRecord]:
-        """This shard's records, merged over what an earlier process wrote (read once)."""
+        """This shard's records, merged over what an earlier write stored (read once).
+
+        Only a version a digest this book trusts covers is read back: the one
+        it wrote last, or the one the status vouched for at `load`. A forged
+        one is noted in `tampered` and left out: the inputs it recorded keep
+        what their Pods still say, and lose the rest rather than take a forgery.
+        """
         records = self.shards.setdefault(shard, {})
         if shard in self.loaded:
             return records
         self.loaded.add(shard)
-        try:
-            stored = decode_shard(storage.read_bytes(self.home.manifest_shard_uri(shard)))
-        except storage.NotFound:
-            stored = None
+        stored = self._stored(shard)
         self.dropped.pop(shard, None)  # held again: the records themselves say it
         if stored is not None:
             for key, rec in stored.inputs.items():
                 records.setdefault(int(key), rec)
             self.written.add(shard)
         return records
+
+    def _stored(self, shard: int) -> ManifestShard | None:
+        ref = self.refs.get(shard)
+        if ref is None:
+            return None
+        uri = self.home.manifest_shard_uri(shard, ref.slot)
+        try:
+            data = read_at_most(uri, MAX_SHARD_BYTES)
+        except storage.NotFound:
+            self.tampered.append(f"the manifest shard {uri} is gone from storage")
+            return None
+        except TooLarge as exc:
+            self.tampered.append(f"the manifest shard is not used: {exc}")
+            return None
+        actual = digest.sha256(data)
+        if actual != ref.sha256:
+            self.tampered.append(
+                f"the manifest shard {uri} was changed in storage: it hashes to {actual}, "
+                f"the manifest header says {ref.sha256}; it is not used"
+            )
+            return None
+        return decode_shard(data)
+
+
+def check_report(home: layout.Home, pod: str, expected: str) -> dict[int, str]:
+    """A chunk Pod's report, read no further than a report can be, checked against the hash
+    its Pod reported through the API server. Raises ValueError saying what is wrong with it
+    (missing, too large, changed), StorageError when storage does not answer."""
+    uri = home.report_uri(pod)
+    try:
+        data = read_at_most(uri, MAX_REPORT_BYTES)
+    except storage.NotFound:
+        raise ValueError(f"the chunk's report {uri} is missing") from None
+    except TooLarge as exc:
+        raise ValueError(f"the chunk's report is refused: {exc}") from None
+    try:
+        return digest.parse_report(data, expected)
+    except ValueError as exc:
+        raise ValueError(f"the chunk's report {uri} is refused: {exc}") from None
 
 
 def _settled(rec: InputRecord, outcome: str) -> InputRecord:

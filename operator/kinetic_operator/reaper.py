@@ -52,7 +52,11 @@ def due_pods(
 
 
 def archive_log(kube: Kube, namespace: str, pod: str, uri: str) -> bool:
-    """Copy a finished Pod's log to storage, so handles can read it after the Pod is gone."""
+    """Copy a finished Pod's log to storage, so handles can read it after the Pod is gone.
+
+    A log longer than the archive keeps (KINETIC_LOG_ARCHIVE_BYTES) keeps its
+    end, after a line saying it was cut (`Kube.pod_log`).
+    """
     try:
         data = kube.pod_log(namespace, pod)
         if data is not None:

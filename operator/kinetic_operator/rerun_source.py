@@ -1,12 +1,24 @@
-"""Resolving ``spec.inputs.fromBatch``: a rerun's inputs from its source batch's records.
+"""Resolving ``spec.inputs.fromBatch``: a rerun's inputs from its source batch.
 
-The source is read from storage only — its accepted spec and its manifest
-header, under *this* namespace's prefix (`kinetic.layout`), by the UID the
-spec names or the one its name's ``current.json`` points at — so it works
-after the source batch was deleted, and a batch can never read another
-namespace's. The resolution happens once: the accepted spec stored for the
-rerun holds the result (template, inputs with ``indexes``, input mode),
-and every later reconcile, also after an operator restart, reuses it.
+The source is the KineticBatch of that name in *this* namespace, as the API
+server holds it: its spec (which may not change once accepted, beyond
+maxConcurrent and the cancel fields) and its status say what it ran and
+which inputs failed. Storage is read only where the object points and
+vouches (`kinetic.manifest`): a source that is itself a rerun keeps its
+resolved inputs in its accepted spec, checked against its
+``status.acceptedSpecSHA256``; a status whose ranges were cut is completed
+from the manifest header its ``status.manifestSHA256`` vouches for. Every
+read is bounded, and a batch can never read another namespace's.
+
+A source that was deleted is not rerun: nothing in the API server vouches
+for its records any more, and any Pod or bucket writer could have changed
+them (its template names the code the rerun would run). Decided so for
+this reason; rerun a batch before deleting it.
+
+The resolution happens once: the accepted spec stored for the rerun holds
+the result (template, inputs with ``indexes``, input mode), and every
+later reconcile, also after an operator restart, reuses it, checked
+against the rerun's own ``status.acceptedSpecSHA256``.
 
 `rerun_spec` is the pure decision; `load_source` the reads.
 """
@@ -17,9 +29,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kinetic import layout, storage
+from kinetic import digest, layout, storage
 from kinetic.fanout import input_count
-from kinetic.manifest import ManifestHeader, decode_header
+from kinetic.limits import MAX_SPEC_BYTES, header_max_bytes
+from kinetic.manifest import Anchor, ManifestHeader, decode_header
 from kinetic.rerun import SELECT_FAILED, SelectionError, originals, select
 from kinetic.resources import FromBatch, KineticBatchSpec, Phase
 from pydantic import ValidationError
@@ -27,7 +40,6 @@ from pydantic import ValidationError
 from kinetic_operator.bounded_read import TooLarge, read_at_most
 
 FIELD = "spec.inputs.fromBatch"
-MAX_SPEC_BYTES = 8 << 20  # an accepted spec is bounded by the API server's object size
 
 
 class SourceProblem(ValueError):
@@ -99,63 +111,99 @@ def rerun_spec(spec: KineticBatchSpec, source: Source) -> KineticBatchSpec:
     )
 
 
-def load_source(root: str, namespace: str, wanted: FromBatch) -> Source:
-    """Read the source batch's accepted spec and manifest header from this namespace's storage.
+def load_source(root: str, namespace: str, wanted: FromBatch, obj: dict[str, Any] | None) -> Source:
+    """The source batch ``obj`` (as the API server holds it, None when there is none),
+    with what storage holds of it that its status vouches for.
 
-    Raises `SourceProblem` for a source that is missing or unreadable;
-    storage being unreachable propagates (the reconcile is retried).
+    Raises `SourceProblem` for a source that is gone, replaced, or whose
+    records do not match what its status vouches for; storage being
+    unreachable propagates (the reconcile is retried).
     """
-    uid = wanted.uid or _current_uid(root, namespace, wanted.name)
+    meta = (obj or {}).get("metadata") or {}
+    uid = meta.get("uid")
+    if obj is None or not isinstance(uid, str):
+        raise SourceProblem(
+            f"{FIELD}.name: there is no batch {wanted.name} in namespace {namespace} (any "
+            "more): a deleted batch is not rerun, since nothing in the API server vouches "
+            "for its records once it is gone and any Pod or bucket writer can change them. "
+            "Check the name (the group id, grp-...); rerun a batch before deleting it"
+        )
+    if wanted.uid is not None and wanted.uid != uid:
+        raise SourceProblem(
+            f"{FIELD}.uid: batch {wanted.name} was deleted and created again since (its uid "
+            f"is {uid}, not {wanted.uid}); the batch this names is gone and is not rerun"
+        )
     try:
         home = layout.batch_home(root, namespace, wanted.name, uid)
-    except ValueError as exc:
-        raise SourceProblem(f"{FIELD}: {exc}") from None
-    doc = _json(home.accepted_spec_uri, wanted.name)
-    if doc is None:
-        raise SourceProblem(
-            f"{FIELD}.name: batch {wanted.name} (uid {uid}) has no record in namespace "
-            f"{namespace}'s storage; it never ran, or it was cleaned up"
-        )
-    if doc.get("uid") != uid:
-        raise SourceProblem(f"{FIELD}.name: the record of batch {wanted.name} is not its own")
-    try:
-        spec = KineticBatchSpec.model_validate(doc.get("spec") or {})
-    except ValidationError as exc:
-        raise SourceProblem(
-            f"{FIELD}.name: the accepted spec of batch {wanted.name} is unreadable: "
-            f"{exc.errors()[0]['msg']}"
-        ) from None
-    try:
-        header = decode_header(storage.read_bytes(home.manifest_uri))
-    except storage.NotFound:
-        header = None
-    except ValueError as exc:
-        why = f"{FIELD}.name: the manifest of {wanted.name} is unreadable: {exc}"
-        raise SourceProblem(why) from None
+        live = KineticBatchSpec.model_validate(obj.get("spec") or {})
+    except (ValueError, ValidationError) as exc:
+        raise SourceProblem(f"{FIELD}.name: batch {wanted.name} cannot be read: {exc}") from None
+    status = obj.get("status") or {}
+    spec = live
+    if live.inputs is not None and live.inputs.from_batch is not None:
+        spec = _resolved_rerun(home, wanted.name, status.get("acceptedSpecSHA256"))
+    header = _outcomes(home, wanted.name, status)
     return Source(uid=uid, spec=spec, header=header)
 
 
-def _current_uid(root: str, namespace: str, name: str) -> str:
-    try:
-        uri = layout.current_uri(root, namespace, "batches", name)
-    except ValueError as exc:
-        raise SourceProblem(f"{FIELD}.name: {exc}") from None
-    doc = _json(uri, name)
-    uid = (doc or {}).get("uid")
-    if not isinstance(uid, str):
+def _resolved_rerun(home: layout.Home, name: str, expected: Any) -> KineticBatchSpec:
+    """A rerun source's own resolved spec (its inputs), as its status vouches for it."""
+    if not isinstance(expected, str):
         raise SourceProblem(
-            f"{FIELD}.name: no batch named {name} has run in namespace {namespace} "
-            "(check the name: it is the group id, grp-...)"
+            f"{FIELD}.name: batch {name} is a rerun whose resolved inputs nothing vouches for "
+            "(it was accepted before the operator recorded digests): rerun its own source "
+            "instead"
         )
-    return uid
-
-
-def _json(uri: str, name: str) -> dict[str, Any] | None:
+    uri = home.accepted_spec_uri
     try:
-        raw: Any = json.loads(read_at_most(uri, MAX_SPEC_BYTES))
+        data = read_at_most(uri, MAX_SPEC_BYTES)
     except storage.NotFound:
-        return None
-    except (TooLarge, ValueError) as exc:
-        why = f"{FIELD}.name: the record of batch {name} is unreadable: {exc}"
+        raise SourceProblem(f"{FIELD}.name: the accepted spec of batch {name} is gone") from None
+    except TooLarge as exc:
+        raise SourceProblem(f"{FIELD}.name: the accepted spec of batch {name}: {exc}") from None
+    actual = digest.sha256(data)
+    if actual != expected:
+        raise SourceProblem(
+            f"{FIELD}.name: the accepted spec of batch {name} ({uri}) was changed in "
+            f"storage: it hashes to {actual}, its status.acceptedSpecSHA256 says {expected}; "
+            "it is not rerun"
+        )
+    try:
+        doc = json.loads(data)
+        return KineticBatchSpec.model_validate(doc["spec"])
+    except (ValueError, KeyError, TypeError, ValidationError) as exc:
+        why = f"{FIELD}.name: the accepted spec of batch {name} is unreadable: {exc}"
         raise SourceProblem(why) from None
-    return raw if isinstance(raw, dict) else None
+
+
+def _outcomes(home: layout.Home, name: str, status: dict[str, Any]) -> ManifestHeader | None:
+    """The source's phase and failed inputs: from its status, or, when its ranges were cut,
+    from the manifest header the status vouches for (None before it has a phase)."""
+    phase = status.get("phase")
+    if not phase:
+        return None
+    total = status.get("total") or 0
+    if not status.get("truncated"):
+        return ManifestHeader(
+            group_id=name, total=total, phase=phase, failed_indexes=status.get("failedIndexes", "")
+        )
+    anchor = Anchor.of(status)
+    if anchor.uri is None or home.header_slot(anchor.uri) is None:
+        raise SourceProblem(f"{FIELD}.name: batch {name} has no manifest to read its outcomes from")
+    try:
+        data = read_at_most(anchor.uri, header_max_bytes(total))
+    except storage.NotFound:
+        raise SourceProblem(f"{FIELD}.name: the manifest of {name} is gone") from None
+    except TooLarge as exc:
+        raise SourceProblem(f"{FIELD}.name: the manifest of {name}: {exc}") from None
+    if anchor.sha256 is not None and digest.sha256(data) != anchor.sha256:
+        raise SourceProblem(
+            f"{FIELD}.name: the manifest of {name} ({anchor.uri}) was changed in storage: it "
+            f"hashes to {digest.sha256(data)}, its status.manifestSHA256 says {anchor.sha256}"
+        )
+    try:
+        header = decode_header(data)
+    except ValueError as exc:
+        why = f"{FIELD}.name: the manifest of {name} is unreadable: {exc}"
+        raise SourceProblem(why) from None
+    return header

@@ -72,8 +72,12 @@ class OperatorSettings(BaseSettings):
         description="Entrypoint of function jobs, shell-split (KINETIC_RUNNER_COMMAND).",
     )
     runner_service_account: str = Field(
-        "default",
-        description="Service account every job pod runs as (KINETIC_RUNNER_SERVICE_ACCOUNT).",
+        "kinetic-runner",
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        max_length=253,
+        description="Service account every job pod runs as, in the job's namespace; the "
+        "operator creates it there on first use, without a token, and never 'default' "
+        "(KINETIC_RUNNER_SERVICE_ACCOUNT).",
     )
     accelerator_catalog: Annotated[Catalog, NoDecode] = Field(
         default_factory=default_catalog,
@@ -114,6 +118,14 @@ class OperatorSettings(BaseSettings):
         description="How long a finished attempt Pod is kept (for `kubectl logs` and "
         "`describe`) once its outcome is recorded; its log is archived to storage before it "
         "is deleted (KINETIC_POD_TTL_SECONDS).",
+    )
+    log_archive_bytes: int = Field(
+        2 << 20,
+        ge=4096,
+        le=64 << 20,
+        description="Most bytes of a finished Pod's log archived to storage; a longer log "
+        "keeps its end, after a line saying it was cut. The reaper archives up to 16 logs "
+        "at once, each held in memory (KINETIC_LOG_ARCHIVE_BYTES).",
     )
     status_interval: float = Field(
         0.5,
@@ -212,6 +224,20 @@ class OperatorSettings(BaseSettings):
         description="With tracing on, also write a heap snapshot every this many seconds; "
         "0 writes them only on SIGUSR1 (KINETIC_TRACEMALLOC_SECONDS).",
     )
+
+    @field_validator("runner_service_account")
+    @classmethod
+    def _not_default(cls, value: str) -> str:
+        """Job pods never share the namespace's 'default' account: whatever an administrator
+        grants that account for other workloads would be every job's too."""
+        if value == "default":
+            raise ValueError(
+                "KINETIC_RUNNER_SERVICE_ACCOUNT (chart value runnerServiceAccount) may not be "
+                "'default': job pods get an account of their own, which the operator creates "
+                "in each namespace on first use; leave it unset for kinetic-runner, or name "
+                "another"
+            )
+        return value
 
     @field_validator("runner_command", mode="before")
     @classmethod

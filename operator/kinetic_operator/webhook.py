@@ -16,7 +16,14 @@ Kopf serves the webhook; this module adds three things to its server:
   configuration is all it may do;
 * admission reviews are decoded with `deepjson.loads_bounded`, so an object
   nested thousands of levels deep is judged (and refused) instead of
-  crashing the request, which would let it through (the webhook fails open).
+  crashing the request, which would let it through (the webhook fails open);
+* a review is read up to `MAX_REVIEW_BYTES`, above anything the API server
+  sends for an object it can store (etcd takes 1.5 MiB per object, and an
+  UPDATE carries the old object and the new one). aiohttp's own limit of
+  1 MiB answered a larger review with an error, which the API server, with
+  failurePolicy Ignore, took as "admit": an UPDATE of a 640 KB object
+  slipped a forbidden image past the policy that way. A review larger still
+  is denied by name (`oversized_denial`), never left to fail open.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import asyncio
 import ipaddress
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -43,6 +51,14 @@ log = logging.getLogger("kinetic.operator")
 WEBHOOK_CONFIG = "kinetic.dev"
 CERT_DAYS = 3650
 TIMEOUT_SECONDS = 10
+# An UPDATE's review holds two objects of at most 1.5 MiB each (etcd's limit), plus
+# the request's own fields: 8 MiB leaves room for all of it, and is the most one
+# review costs the operator to hold.
+MAX_REVIEW_BYTES = 8 << 20
+_HEAD_BYTES = 64 * 1024  # where a review's uid is (the API server writes it first)
+_REQUEST_UID = re.compile(rb'"request"\s*:\s*\{\s*"uid"\s*:\s*"([^"\\]{1,128})"')
+_ANY_UID = re.compile(rb'"uid"\s*:\s*"([^"\\]{1,128})"')
+_API_VERSION = re.compile(rb'"apiVersion"\s*:\s*"(admission\.k8s\.io/v1(?:beta1)?)"')
 
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
@@ -185,11 +201,66 @@ class WebhookServer(kopf.WebhookServer):
 
     @staticmethod
     async def _serve(fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        """Kopf's request handling, after cutting what is nested too deep to handle."""
-        text = await request.text()
-        doc = deepjson.loads_bounded(text)
+        """Kopf's request handling, on a body read up to `MAX_REVIEW_BYTES` and cut where
+        it is nested too deep to handle; a larger body is denied."""
+        body, size = await read_review(request, MAX_REVIEW_BYTES)
+        if size > MAX_REVIEW_BYTES:
+            denial = oversized_denial(body, size, MAX_REVIEW_BYTES)
+            if denial is None:  # not a review the API server sent: nothing to answer
+                raise aiohttp.web.HTTPRequestEntityTooLarge(MAX_REVIEW_BYTES, size)
+            log.warning("Denied an admission review of %d bytes: too large to judge", size)
+            return aiohttp.web.json_response(denial)
+        doc = deepjson.loads_bounded(body.decode("utf-8", "replace"))
         decoded = cast(aiohttp.web.Request, _Decoded(request, json.dumps(doc)))
         return await kopf.WebhookServer._serve(fn, decoded)
+
+
+async def read_review(request: aiohttp.web.Request, limit: int) -> tuple[bytes, int]:
+    """The request's body if it holds at most ``limit`` bytes, else its head; and its size.
+
+    Read from the stream, not through aiohttp's ``client_max_size``, whose
+    error would fail the review open. The size of a body over the limit is
+    its Content-Length when given (the rest is never read), else what was
+    read before giving up: ``limit + 1`` or more.
+    """
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        return await request.content.read(_HEAD_BYTES), declared
+    pieces: list[bytes] = []
+    size = 0
+    while True:
+        piece = await request.content.read(1 << 16)
+        if not piece:
+            return b"".join(pieces), size
+        size += len(piece)
+        if size > limit:
+            return b"".join(pieces)[:_HEAD_BYTES] if pieces else piece[:_HEAD_BYTES], size
+        pieces.append(piece)
+
+
+def oversized_denial(head: bytes, size: int, limit: int) -> dict[str, Any] | None:
+    """The AdmissionReview response denying a review too large to judge, or None when its
+    uid cannot be found in ``head`` (without it the API server would not take the answer)."""
+    found = _REQUEST_UID.search(head) or _ANY_UID.search(head)
+    if found is None:
+        return None
+    version = _API_VERSION.search(head)
+    message = (
+        f"the admission review for this request is {size:,} bytes, more than the "
+        f"{limit:,} the Kinetic webhook reads (etcd stores at most 1.5 MiB per object, and "
+        "an update carries the old object and the new one), so it cannot be checked and is "
+        "refused: make the object smaller, e.g. upload large inputs to storage "
+        "(spec.inputs.count with uriPrefix) instead of listing them inline"
+    )
+    return {
+        "apiVersion": version.group(1).decode() if version else "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": found.group(1).decode(),
+            "allowed": False,
+            "status": {"code": 413, "reason": "RequestEntityTooLarge", "message": message},
+        },
+    }
 
 
 class _Decoded:

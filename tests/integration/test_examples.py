@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kinetic import layout, storage
+from kinetic import layout
 from kinetic import resources as r
-from kinetic.manifest import ManifestHeader, decode_header, decode_shard
+from kinetic.inputs import read_manifest, read_shard
+from kinetic.manifest import ManifestHeader
 from kube_helpers import REPO, Kube, local_env, wait_for
 from kubernetes import client
 
@@ -44,13 +45,13 @@ def outcome(kube: Kube, ns: str, name: str) -> tuple[dict[str, Any], dict[int, s
     home = layout.batch_home(local_env()["KINETIC_STORAGE_ROOT"], ns, name, uid)
 
     def final() -> ManifestHeader | None:
-        h = decode_header(storage.read_bytes(home.manifest_uri))
+        h = read_manifest(home)
         return h if h is not None and r.Phase(h.phase).terminal else None
 
     header: ManifestHeader = wait_for(final, timeout=60, what=f"{name}'s manifest")  # type: ignore[assignment]
     results: dict[int, str | None] = {}
     for shard in header.shards:
-        doc = decode_shard(storage.read_bytes(home.manifest_shard_uri(shard)))
+        doc = read_shard(home, shard)
         assert doc is not None
         results |= {int(i): rec.result for i, rec in doc.inputs.items()}
     return status, results  # type: ignore[return-value]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kinetic import layout, names, storage
 from kinetic import resources as r
-from kinetic.manifest import decode_header, decode_shard
+from kinetic.inputs import read_manifest, read_shard
 from kube_helpers import Kube, local_env, wait_for
 from kubernetes import client
 
@@ -107,16 +107,12 @@ def test_each_input_is_one_pod_and_nothing_else(kube: Kube, ns: str) -> None:
     # The manifest has each input's attempt and its result.
     home = _home(kube, ns, "grid")
     header = wait_for(
-        lambda: (
-            (h := decode_header(storage.read_bytes(home.manifest_uri)))
-            and h.phase == "SUCCEEDED"
-            and h
-        ),
+        lambda: (h := read_manifest(home)) and h.phase == "SUCCEEDED" and h,
         timeout=30,
         what="the final manifest",
     )
     assert header.succeeded_indexes == "0-2" and header.shards == [0]
-    shard = decode_shard(storage.read_bytes(home.manifest_shard_uri(0)))
+    shard = read_shard(home, 0)
     assert shard is not None
     assert {k: (v.outcome, v.result) for k, v in shard.inputs.items()} == {
         "0": ("SUCCEEDED", "a"),

@@ -342,26 +342,26 @@ def test_bad_inline_json_and_bad_mode_are_runner_failures(job: Job) -> None:
 # ------------------------------------------------------------------- never overwrite success
 
 
-def test_second_run_after_success_keeps_the_first_result(job: Job) -> None:
+def test_a_second_run_does_not_take_a_success_it_did_not_write_on_trust(job: Job) -> None:
+    """Storage is writable by any Pod: a success found there is not this run's to vouch for,
+    so the input runs and its own result replaces it (the operator vouches for a chunk's
+    earlier results, see test_runner_chunk)."""
     job.call(echo, "first")
     assert job.run().code == EXIT_OK
-    generation = storage.stat(job.env["KINETIC_RESULT_URI"])
     job.call(echo, "second")
     run = job.run()
     assert run.code == EXIT_OK
-    assert "result already recorded" in run.stdout
-    assert "calling" not in run.stdout  # the duplicate does not redo the work
-    assert payload.raise_remote(run.result()) == {"args": ["first"], "kwargs": {}}
-    assert storage.stat(job.env["KINETIC_RESULT_URI"]) == generation
+    assert "that the operator does not vouch for" in run.stdout and "calling" in run.stdout
+    assert payload.raise_remote(run.result()) == {"args": ["second"], "kwargs": {}}
 
 
-def test_a_duplicate_reports_the_hash_of_the_success_it_kept(job: Job) -> None:
+def test_a_run_reports_only_the_hash_of_bytes_it_wrote(job: Job) -> None:
     job.call(echo, "first")
     first = job.run()
     job.call(echo, "second")
     second = job.run()
-    assert second.termination == f"ok (result already recorded) sha256={first.stored_sha256()}"
-    assert digest.reported_sha256(second.termination) == digest.reported_sha256(first.termination)
+    assert digest.reported_sha256(second.termination) == second.stored_sha256()
+    assert digest.reported_sha256(second.termination) != digest.reported_sha256(first.termination)
 
 
 class _Trap:
@@ -387,7 +387,7 @@ def test_foreign_bytes_at_the_result_uri_are_never_unpickled_and_get_replaced(
     assert digest.reported_sha256(run.termination) == run.stored_sha256()
 
 
-def test_a_stored_success_is_recognised_by_its_header_without_unpickling(
+def test_a_planted_success_is_recognised_by_its_header_and_replaced_unpickled(
     job: Job, tmp_path: Path
 ) -> None:
     trap = tmp_path / "unpickled"
@@ -395,10 +395,13 @@ def test_a_stored_success_is_recognised_by_its_header_without_unpickling(
     storage.write_bytes(job.env["KINETIC_RESULT_URI"], planted)
     job.call(echo, "mine")
     run = job.run()
-    assert run.code == EXIT_OK and "result already recorded" in run.stdout
+    assert run.code == EXIT_OK and "does not vouch for" in run.stdout
     assert not trap.exists()
-    # What it kept is reported by hash, so a reader can tell these bytes were not a runner's.
-    assert digest.reported_sha256(run.termination) == digest.sha256(planted)
+    # The run's own result replaced the planted one, and only its hash is reported: the
+    # planted bytes' hash never reaches the operator, so no client would accept them.
+    assert payload.raise_remote(run.result()) == {"args": ["mine"], "kwargs": {}}
+    assert digest.reported_sha256(run.termination) == run.stored_sha256()
+    assert digest.reported_sha256(run.termination) != digest.sha256(planted)
 
 
 def write_success_then_fail(result_uri: str) -> None:
@@ -416,6 +419,8 @@ def test_success_recorded_during_the_call_is_not_overwritten(job: Job) -> None:
     assert run.code == EXIT_OK
     assert "result already recorded" in run.stdout and "not overwriting" in run.stdout
     assert payload.raise_remote(run.result()) == "from the other pod"
+    # Not its own bytes: it reports no hash for them (a reader refuses them unchecked).
+    assert digest.reported_sha256(run.termination) is None
 
 
 def test_a_failed_result_is_replaced_by_a_later_success(job: Job) -> None:

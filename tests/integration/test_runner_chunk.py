@@ -236,6 +236,9 @@ def test_rerun_skips_recorded_successes_and_reruns_the_failure(
     assert first.outcome() == {"succeeded": [0, 1, 3], "failed": [2]}
     generations = {i: storage.stat(chunk.result_uri(i)) for i in range(4)}
 
+    # The operator vouches for the results the first run's report recorded.
+    for i in (0, 1, 3):
+        chunk.entries[i]["resultSHA256"] = digest.sha256(storage.read_bytes(chunk.result_uri(i)))
     calls.write_text("")
     fixed.touch()
     second = chunk.run()
@@ -248,11 +251,27 @@ def test_rerun_skips_recorded_successes_and_reruns_the_failure(
     assert storage.stat(chunk.result_uri(2)) != generations[2]
     assert payload.raise_remote(chunk.result(2)) == 102
 
+    chunk.entries[2]["resultSHA256"] = digest.sha256(storage.read_bytes(chunk.result_uri(2)))
     third = chunk.run()
     assert third.code == EXIT_OK
     assert third.outcome() == {"succeeded": [0, 1, 2, 3], "failed": []}
     assert "downloaded payload" not in third.stdout  # nothing to run: the payload is not fetched
     assert calls.read_text().split() == ["2"]
+
+
+def test_a_recorded_success_nobody_vouches_for_is_run_again(chunk: Chunk, tmp_path: Path) -> None:
+    calls, fixed = tmp_path / "calls.txt", tmp_path / "fixed"
+    fixed.touch()
+    chunk.function(logged_call)
+    for i in range(2):
+        chunk.add(i, {"x": i, "calls": str(calls), "fixed": str(fixed)})
+    assert chunk.run().code == EXIT_OK
+    calls.write_text("")
+    chunk.entries[0]["resultSHA256"] = "0" * 64  # not what is stored: not kept
+    again = chunk.run()
+    assert again.code == EXIT_OK
+    assert sorted(calls.read_text().split()) == ["0", "1"]
+    assert "does not vouch for" in again.stdout
 
 
 def test_tampered_input_fails_only_that_input_and_is_never_unpickled(

@@ -170,15 +170,21 @@ def test_the_reconcile_still_refuses_what_bypasses_the_webhook(tmp_path):
     """Defense in depth: the accepted spec wins, SpecAccepted=False, one Warning event."""
     mem = BatchMemory(uid="u")
     root = f"file://{tmp_path}"
-    accepted = KineticBatchSpec.model_validate(spec())
+    own = {"function": {"payloadURI": f"{root}/namespaces/ns/uploads/steady-0a0b0c0d/f.pkl",
+                        "sha256": SHA}}  # fmt: skip
+    accepted = KineticBatchSpec.model_validate(spec(template=own))
     first, refused = batches._accept(mem, layout.batch_home(root, "ns", "steady", "u"), accepted)
     assert first == accepted and refused is None
     edited = KineticBatchSpec.model_validate(
-        spec(inputs={"items": [1, 2, 3, 4, 5]}, cancel=True, cancelIndexes="1")
+        spec(template=own, inputs={"items": [1, 2, 3, 4, 5]}, cancel=True, cancelIndexes="1")
     )
-    acted_on, refused = batches._accept(
-        BatchMemory(uid="u"), layout.batch_home(root, "ns", "steady", "u"), edited
-    )  # restart
+    # A restart: the stored spec is believed because the status vouches for it.
+    vouching = KineticBatchStatus(phase="RUNNING", accepted_spec_sha256=mem.accepted_sha256)
+    again = BatchMemory(uid="u")
+    home = layout.batch_home(root, "ns", "steady", "u")
+    settings = OperatorSettings(storage_root=root)
+    assert batches._check_stored(again, home, vouching, True, edited, settings, None) == []
+    acted_on, refused = batches._accept(again, home, edited)
     assert acted_on.inputs == accepted.inputs and acted_on.cancel is True
     assert acted_on.cancel_indexes == "1"
     assert refused is not None and refused.startswith("spec.inputs cannot change")

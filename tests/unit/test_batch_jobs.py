@@ -151,6 +151,34 @@ def test_a_data_volume_outside_the_namespace_is_refused_by_its_job() -> None:
     assert len(problems) == 1 and problems[0].startswith("spec.jobs[1]")
 
 
+@pytest.mark.parametrize(
+    ("output_dir", "refused"),
+    [
+        (f"{ROOT}/namespaces/ns/outputs/mine", False),
+        ("gs://my-own-bucket/out", False),  # written with the Pod's own credentials
+        (f"{ROOT}/namespaces/other/outputs/theirs", True),
+        (f"{ROOT}/outputs/everyone", True),  # the root, outside any namespace
+        ("file:///etc/cron.d", True),
+    ],
+)
+def test_an_output_dir_is_judged_in_every_form(output_dir: str, refused: bool) -> None:
+    """spec.jobs[i].outputDir and spec.template.outputDir, by the data volumes' rule."""
+    mixed_spec = mixed(box_job("a"), fn_job(outputDir=output_dir))
+    template = KineticBatchSpec.model_validate(
+        {"template": fn_job(outputDir=output_dir), "inputs": {"items": [1]}}
+    )
+    for spec, field in (
+        (mixed_spec, "spec.jobs[1].outputDir"),
+        (template, "spec.template.outputDir"),
+    ):
+        problems = foreign_batch_uris(ROOT, "ns", spec)
+        if refused:
+            assert len(problems) == 1 and problems[0].startswith(f"{field}: {output_dir}")
+            assert f"{ROOT}/namespaces/ns/" in problems[0]  # the allowed prefix: the fix
+        else:
+            assert problems == []
+
+
 # --------------------------------------------------------------------------- spec selection
 
 

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 from kinetic import digest, layout, storage
-from kinetic.manifest import decode_shard
-from kinetic.ranges import IndexSet
+from kinetic.manifest import ManifestHeader, decode_shard
 from kinetic.resources import BATCH_PLURAL
 from kinetic_operator import batch_logic
 from kinetic_operator.handlers import batches
@@ -103,13 +102,18 @@ class Batch:
     def status(self) -> dict[str, Any]:
         return self.kube.status_of(BATCH_PLURAL, GRP)
 
+    def header(self) -> ManifestHeader | None:
+        """The manifest header written last (of its two slots, the newer), or None."""
+        found = [h for h in (read_header(self.home, slot) for slot in (0, 1)) if h is not None]
+        return max(found, key=lambda h: h.revision) if found else None
+
     def shard(self, n: int = 0) -> dict[int, Any]:
-        """Shard ``n`` as stored ({} when not written yet)."""
-        try:
-            data = storage.read_bytes(self.home.manifest_shard_uri(n))
-        except storage.NotFound:
+        """Shard ``n`` as last written ({} when not written yet)."""
+        header = self.header()
+        ref = header.shard_ref(n) if header is not None else None
+        if ref is None:
             return {}
-        found = decode_shard(data)
+        found = decode_shard(storage.read_bytes(self.home.manifest_shard_uri(n, ref.slot)))
         assert found is not None
         return {int(k): v for k, v in found.inputs.items()}
 
@@ -132,7 +136,7 @@ def test_the_manifest_and_the_reservation_come_before_any_pod(settings):
     batch = Batch(kube, settings, container_batch(5, maxConcurrent=2))
     checks: list[tuple[bool, str]] = []
     kube.on_create = lambda m: checks.append(
-        (read_header(batch.home) is not None, batch.status.get("activeIndexes", ""))
+        (batch.header() is not None, batch.status.get("activeIndexes", ""))
     )
     batch.reconcile()
     assert sorted(batch.created()) == [pod_name(0), pod_name(1)]
@@ -263,7 +267,7 @@ def test_a_whole_batch_posts_no_event_per_input(settings):
     records = batch.shard()
     assert {i: r.outcome for i, r in records.items()} == dict.fromkeys(range(12), "SUCCEEDED")
     assert records[7].result == "out 7"  # a container's result outlives its Pod
-    header = read_header(batch.home)
+    header = batch.header()
     assert header is not None and header.succeeded_indexes == "0-11" and header.phase == "SUCCEEDED"
 
 
@@ -321,8 +325,15 @@ def test_pods_of_inputs_not_recorded_in_the_manifest_are_never_handed_out(settin
     assert batch.status["succeededIndexes"] == "0"
     assert 0 not in batch.shard() and batch.mem.due == []
     batch.mem.debouncer.last_write = -1e9  # the interval has passed
-    batch.reconcile()
+    wait = batch.reconcile()
     assert batch.shard()[0].outcome == "SUCCEEDED"
+    # Written, but the status does not vouch for it yet: the Pod stays until it does,
+    # with the next status write (asked for at once: status_interval is 0 here).
+    assert batch.mem.due == [] and wait == 0
+    assert batch.status["manifestSHA256"] != batch.mem.book.latest.sha256
+    batch.reconcile()
+    assert batch.status["manifestSHA256"] == batch.mem.book.latest.sha256
+    assert batch.status["manifestURI"] == batch.mem.book.latest.uri
     assert [p for p, _ in batch.mem.due] == [pod_name(0)]
 
 
@@ -477,7 +488,9 @@ def test_a_chunked_function_batch_records_each_input(settings, tmp_path):
 
     r0 = report(pod_name(0), {1: "1" * 64, 3: "9" * 64})  # 3 is not in its unit: ignored
     r2 = report(pod_name(2), {2: "2" * 64, 3: "3" * 64})
-    r4 = report(pod_name(4), {4: "4" * 64}, lie=True)  # the report does not match: not used
+    # The report does not match what its Pod reported: its results cannot be checked, so
+    # the chunk's attempt is a failure (it used to succeed with no hash to check against).
+    r4 = report(pod_name(4), {4: "4" * 64}, lie=True)
     kube.end_pod(pod_name(0), ok=False, message=f'{{"succeeded":"1","failed":"0","report":"{r0}"}}')
     kube.end_pod(pod_name(2), message=f'{{"succeeded":"2-3","failed":"","report":"{r2}"}}')
     kube.end_pod(pod_name(4), message=f'{{"succeeded":"4","failed":"","report":"{r4}"}}')
@@ -485,8 +498,11 @@ def test_a_chunked_function_batch_records_each_input(settings, tmp_path):
     hashes = {i: r.result_sha256 for i, r in batch.shard().items()}
     assert hashes == {0: None, 1: "1" * 64, 2: "2" * 64, 3: "3" * 64, 4: None}
     st = batch.status
-    assert (st["succeededIndexes"], st["failedIndexes"]) == ("1-4", "0")
+    assert (st["succeededIndexes"], st["failedIndexes"]) == ("1-3", "0,4")
     assert st["phase"] == "FAILED"
-    outcomes = {i: r.outcome for i, r in batch.shard().items()}
-    assert outcomes == {0: "FAILED", 1: "SUCCEEDED", 2: "SUCCEEDED", 3: "SUCCEEDED", 4: "SUCCEEDED"}
-    assert IndexSet.parse(st["succeededIndexes"]) == IndexSet([1, 2, 3, 4])
+    shard = batch.shard()
+    outcomes = {i: r.outcome for i, r in shard.items()}
+    assert outcomes == {0: "FAILED", 1: "SUCCEEDED", 2: "SUCCEEDED", 3: "SUCCEEDED", 4: "FAILED"}
+    assert shard[4].message is not None and "its results cannot be checked" in shard[4].message
+    assert batch.home.report_uri(pod_name(4)) in shard[4].message
+    assert "report hash mismatch" in shard[4].message

@@ -124,7 +124,7 @@ def test_settings_defaults_and_lists(monkeypatch):
     s = OperatorSettings()
     assert s.operator_namespace == "kinetic-system"
     assert s.config_map_name == "kinetic-config"
-    assert s.runner_service_account == "default"
+    assert s.runner_service_account == "kinetic-runner"
     assert (s.max_disruptions, s.attempt_history) == (3, 10)
     assert s.namespaces == []
     assert s.runner_command == ["python", "-m", "kinetic.runner"]

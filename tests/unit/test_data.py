@@ -160,6 +160,21 @@ def test_raw_specs_get_the_same_mount_path_rules():
     ]
 
 
+@pytest.mark.parametrize(
+    "mount, expected",
+    [
+        ("/proc/self", "spec.jobs[1].volumes[0].mountPath: mount path '/proc/self' is under /proc"),
+        ("/", "spec.jobs[1].volumes[0].mountPath: mount path '/' would hide the whole image"),
+        ("../etc", "spec.jobs[1].volumes[0].mountPath: mount path '../etc' is relative"),
+    ],
+)
+def test_each_job_of_a_mixed_batch_gets_the_mount_path_rules(mount: str, expected: str) -> None:
+    job = {"container": {"command": ["x"]}}
+    bad = {**job, "volumes": [{"mountPath": mount, "uri": "gs://b/x/"}]}
+    problems = limits.check_batch_spec({"jobs": [job, bad]}, storage_root=None)
+    assert len(problems) == 1 and problems[0].startswith(expected), problems
+
+
 def test_volume_uris_under_the_root_must_be_the_namespaces_own():
     root = "gs://kinetic/root"
     mine = f"{layout.namespace_prefix(root, NS)}data/{'a' * 64}/"
@@ -229,6 +244,16 @@ def test_a_single_file_keeps_its_name(tmp_path, root):
     got = datafetch.fetch(ref, str(tmp_path / "pod"))
     assert got == str(tmp_path / "pod" / "config.json")
     assert Path(got).read_bytes() == b'{"lr": 0.1}'
+
+
+def test_a_data_manifest_past_its_bound_is_refused_unread(tmp_path, root):
+    src = make_tree(tmp_path / "ds", {"a.txt": b"alpha"})
+    ref = stage(Data(str(src)), root, NS)
+    assert ref.manifest_uri is not None
+    with open(ref.manifest_uri.removeprefix("file://"), "r+b") as f:
+        f.truncate(limits.MAX_DATA_MANIFEST_BYTES + 1)  # a Pod made it huge (sparse: no cost)
+    with pytest.raises(datafetch.FetchError, match="is larger than 67,108,864 bytes"):
+        datafetch.fetch(ref, str(tmp_path / "pod"))
 
 
 def test_bytes_changed_in_storage_are_refused(tmp_path, root):

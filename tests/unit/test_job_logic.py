@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kinetic.catalog import default_catalog
 from kinetic.resources import Condition, KineticJobSpec, KineticJobStatus, Phase
+from kinetic_operator import job_logic
 from kinetic_operator.job_logic import (
     Bounds,
     CreatePod,
@@ -753,6 +754,24 @@ def test_storage_uris_outside_the_namespace_prefix_are_refused_naming_the_field(
     assert "gs://b/namespaces/default/" in msg  # the allowed prefix, so the fix is clear
 
 
+@pytest.mark.parametrize(
+    "output_dir, refused",
+    [
+        ("gs://b/namespaces/default/outputs/x", False),
+        ("gs://elsewhere/out", False),  # another bucket: the Pod's own credentials decide
+        ("gs://b/namespaces/other/outputs/x", True),
+        ("file:///var/run/secrets", True),
+    ],
+)
+def test_the_output_dir_must_not_point_into_storage_the_namespace_does_not_own(output_dir, refused):
+    raw = {"container": {"command": ["x"]}, "outputDir": output_dir}
+    result = validate(raw)
+    if refused:
+        assert result.message.startswith(f"spec.outputDir: {output_dir} is outside")
+    else:
+        assert isinstance(result, KineticJobSpec)
+
+
 def test_names_too_long_for_attempt_pods_are_refused():
     raw = {"container": {"command": ["x"]}, "retries": 10}
     assert isinstance(validate(raw, name="a" * 59), KineticJobSpec)  # a...a-14: 62 characters
@@ -809,3 +828,43 @@ def test_status_round_trips_through_the_wire():
     st = d.status
     assert KineticJobStatus.model_validate(st.wire()) == st
     assert Phase(st.phase) is Phase.SUCCEEDED
+
+
+# ----------------------------------------------------------------------- policy per generation
+
+
+@pytest.mark.parametrize(
+    "status, spec, changed",
+    [
+        ({}, {"image": "a:1"}, False),  # never accepted: the first-acceptance check's
+        ({"phase": "RUNNING"}, {"image": "a:1"}, False),  # accepted before the record
+        ({"phase": "RUNNING", "accepted": {"image": "a:1"}}, {"image": "a:1"}, False),
+        (
+            {"phase": "RUNNING", "accepted": {"image": "a:1"}},
+            {"image": "a:1", "cancel": True},
+            False,
+        ),
+        ({"phase": "RUNNING", "accepted": {"image": "a:1"}}, {"image": "b:1"}, True),
+        ({"phase": "PENDING", "accepted": {"image": "a:1"}}, {"image": "a:1", "spot": True}, True),
+    ],
+)
+def test_what_counts_as_a_change_after_acceptance(status, spec, changed):
+    def parsed(extra):
+        return KineticJobSpec.model_validate({"container": {"command": ["x"]}, **extra})
+
+    raw = {k: v for k, v in status.items() if k != "accepted"}
+    if "accepted" in status:
+        raw["acceptedSpecSHA256"] = job_logic.spec_sha256(parsed(status["accepted"]))
+    st = KineticJobStatus.model_validate(raw)
+    assert job_logic.changed_after_acceptance(st, parsed(spec)) is changed
+
+
+def test_an_accepted_spec_is_recorded_and_a_denied_change_fails_the_job():
+    d = run(cspec())
+    assert d.status.accepted_spec_sha256 == job_logic.spec_sha256(cspec())
+    denied = job_logic.policy_denied(["spec.image 'x' is not an allowed image"], 2)
+    out = decide(name="j", spec=denied, status=d.status, pods={}, now=T0)
+    assert out.status.phase == "FAILED" and "generation 2" in (out.status.message or "")
+    failed = next(c for c in out.status.conditions if c.type == "Failed")
+    assert failed.reason == "PolicyDenied"
+    assert [a for a in out.actions if isinstance(a, CreatePod)] == []

@@ -9,8 +9,16 @@ Every test writes to a ``file://`` storage root under ``tmp_path`` through
 from __future__ import annotations
 
 import pytest
-from kinetic import layout, storage
-from kinetic.manifest import MANIFEST_VERSION, ManifestShard, decode_shard
+from kinetic import digest, layout, storage
+from kinetic.limits import MAX_SHARD_BYTES, SHARD_BUDGET
+from kinetic.manifest import (
+    MANIFEST_VERSION,
+    Anchor,
+    ManifestHeader,
+    ManifestShard,
+    decode_shard,
+    shard_bytes,
+)
 from kinetic.names import input_pod_name
 from kinetic.ranges import IndexSet
 from kinetic.resources import KineticBatchSpec, KineticBatchStatus
@@ -93,14 +101,35 @@ def header_for(spec: KineticBatchSpec, recorded: Recorded, phase: str = "RUNNING
     )
 
 
+def newest_header(root: str) -> ManifestHeader:
+    """The header written last, whichever slot it is in."""
+    found = [h for h in (read_header(home(root), slot) for slot in (0, 1)) if h is not None]
+    assert found
+    return max(found, key=lambda h: h.revision)
+
+
+def shard_uri(root: str, shard: int) -> str:
+    """Where the newest header says the shard's newest version is."""
+    ref = newest_header(root).shard_ref(shard)
+    assert ref is not None
+    return home(root).manifest_shard_uri(shard, ref.slot)
+
+
 def read_shard(root: str, shard: int) -> ManifestShard:
-    found = decode_shard(storage.read_bytes(home(root).manifest_shard_uri(shard)))
+    found = decode_shard(storage.read_bytes(shard_uri(root, shard)))
     assert found is not None
     return found
 
 
 def generation(root: str, shard: int) -> int | None:
-    return storage.stat(home(root).manifest_shard_uri(shard))
+    return storage.stat(shard_uri(root, shard))
+
+
+def vouch(book: ManifestBook) -> Anchor:
+    """What the batch status says once its next write records the book's newest header."""
+    assert book.latest is not None
+    book.vouched(book.latest.uri, book.latest.sha256)
+    return Anchor(book.latest.uri, book.latest.sha256)
 
 
 # --------------------------------------------------------------------------- header
@@ -245,8 +274,10 @@ def test_a_new_book_after_a_restart_merges_what_was_written_before(root):
     first.note({i: succeeded(i) for i in range(3)} | {3: running(3)}, 1, 10, container=False)
     recorded = Recorded(IndexSet.range(0, 3), IndexSet(), IndexSet())
     first.write(header_for(spec, recorded), recorded)
-    # The operator restarts: a new book knows nothing, and input 4 starts, 3 fails.
+    # The operator restarts: a new book knows only what the status vouches for, and
+    # input 4 starts, 3 fails.
     second = ManifestBook(home(root))
+    assert second.load(vouch(first), 10) is not None
     second.note({3: failed(3), 4: running(4)}, 1, 10, container=False)
     recorded = Recorded(IndexSet.range(0, 3), IndexSet([3]), IndexSet())
     second.write(header_for(spec, recorded), recorded)
@@ -296,11 +327,13 @@ def test_the_header_lists_every_shard_written_even_after_a_restart(root):
     )
     recorded = Recorded(IndexSet([0]), IndexSet(), IndexSet())
     first.write(header_for(spec, recorded), recorded)
-    assert read_header(home(root)).shards == [0, 1]
+    assert newest_header(root).shards == [0, 1]
     second = ManifestBook(home(root))  # a restart; only shard 2 changes from now on
+    second.load(vouch(first), n)
     second.note({2 * layout.SHARD_SIZE: running(2 * layout.SHARD_SIZE)}, 1, n, container=False)
     second.write(header_for(spec, recorded), recorded)
-    assert read_header(home(root)).shards == [0, 1, 2]
+    assert newest_header(root).shards == [0, 1, 2]
+    assert sorted(int(k) for k in newest_header(root).shard_refs) == [0, 1, 2]
 
 
 def test_a_failed_storage_write_raises_and_keeps_the_shard_dirty(root, tmp_path):
@@ -428,3 +461,111 @@ def test_checking_settled_inputs_of_a_written_shard_does_not_hold_it_again(root)
         "2": "SUCCEEDED",
     }
     assert book.shards == {}
+
+
+# --------------------------------------------------------------------------- what is vouched for
+
+
+def _first_write(root: str, n: int = 4) -> tuple[ManifestBook, KineticBatchSpec]:
+    spec = make_spec(n)
+    book = ManifestBook(home(root))
+    book.note({0: succeeded(0, digest.with_sha256("ok", "1" * 64)), 1: running(1)}, 1, n,
+              container=False)  # fmt: skip
+    recorded = Recorded(IndexSet([0]), IndexSet(), IndexSet())
+    book.write(header_for(spec, recorded), recorded)
+    return book, spec
+
+
+def test_a_new_version_never_overwrites_the_one_the_status_vouches_for(root):
+    book, spec = _first_write(root)
+    anchor = vouch(book)
+    vouched_header = storage.read_bytes(anchor.uri or "")
+    vouched_shard = storage.read_bytes(home(root).manifest_shard_uri(0, 0))
+    book.note({1: succeeded(1)}, 1, 4, container=False)
+    recorded = Recorded(IndexSet([0, 1]), IndexSet(), IndexSet())
+    book.write(header_for(spec, recorded), recorded)
+    # The new versions are in slot 1; what the status still vouches for is untouched.
+    assert book.latest is not None and book.latest.slot == 1
+    assert storage.read_bytes(anchor.uri or "") == vouched_header
+    assert storage.read_bytes(home(root).manifest_shard_uri(0, 0)) == vouched_shard
+    assert read_shard(root, 0).inputs["1"].outcome == "SUCCEEDED"
+    # Until the status records the new header, the old one stays vouched for (and Pods of
+    # inputs only the new one holds stay); once it does, the next version goes to slot 0.
+    assert book.anchored is not None and book.anchored.slot == 0
+    assert book.vouched(book.latest.uri, book.latest.sha256)
+    assert book._free_slot(0) == 0
+
+
+def test_a_restart_reads_back_only_what_the_status_vouches_for(root):
+    book, _ = _first_write(root)
+    anchor = vouch(book)
+    # Someone rewrites shard 0 in storage, claiming another result for input 0.
+    uri = home(root).manifest_shard_uri(0, 0)
+    forged = read_shard(root, 0)
+    forged.inputs["0"] = forged.inputs["0"].model_copy(update={"result_sha256": "f" * 64})
+    storage.write_bytes(uri, forged.encode())
+    again = ManifestBook(home(root))
+    header = again.load(anchor, 4)
+    assert header is not None and again.anchored is not None
+    assert again._merged(0) == {}  # the forgery is not taken, nor its records
+    assert len(again.tampered) == 1 and uri in again.tampered[0]
+    assert digest.sha256(forged.encode()) in again.tampered[0]
+
+
+def test_a_forged_header_is_not_used(root):
+    book, _ = _first_write(root)
+    anchor = vouch(book)
+    header = newest_header(root)
+    header.succeeded_indexes = "0-3"
+    storage.write_bytes(anchor.uri or "", header.encode())
+    again = ManifestBook(home(root))
+    assert again.load(anchor, 4) is None and again.anchored is None
+    assert "status.manifestSHA256" in again.tampered[0]
+
+
+def test_without_a_vouching_status_nothing_stored_is_believed(root):
+    book, _ = _first_write(root)  # written, but the status never recorded it
+    again = ManifestBook(home(root))
+    assert again.load(Anchor(), 4) is None
+    assert again._merged(0) == {} and again.tampered == []
+
+
+def test_a_manifest_from_before_digests_is_taken_once_and_then_vouched_for(root):
+    book, spec = _first_write(root)
+    legacy = ManifestBook(home(root))
+    header = legacy.load(Anchor(home(root).manifest_uri, None), 4)
+    assert header is not None and legacy.legacy
+    shard = storage.read_bytes(home(root).manifest_shard_uri(0))
+    assert legacy.refs[0].sha256 == digest.sha256(shard)
+    assert legacy._merged(0).keys() == {0, 1}
+
+
+def test_a_shard_a_pod_could_inflate_is_kept_under_its_budget() -> None:
+    """Pods can make records grow: a hundred attempts with 4 KB termination messages each.
+    Past its budget a shard keeps each record's last ten attempts, messages cut; the worst
+    such record, a thousand times over, stays under the budget readers allow for."""
+    attempt = {"attempt": 1, "pod": "p" * 63, "message": "m" * 4096, "outcome": "failure"}
+    record = {
+        "outcome": "SUCCEEDED",
+        "attempts": [{**attempt, "attempt": k} for k in range(1, 101)],
+        "message": "f" * 4096,
+        "result": "r" * 4096,
+        "resultSHA256": "a" * 64,
+    }
+
+    def shard(n: int) -> ManifestShard:
+        inputs = {str(i): record for i in range(n)}
+        return ManifestShard.model_validate({"groupId": "g", "shard": 0, "inputs": inputs})
+
+    doc = shard(20)
+    assert len(doc.encode()) > 8 << 20
+    lean = decode_shard(shard_bytes(doc, budget=1 << 20))
+    assert lean is not None
+    kept = lean.inputs["7"]
+    assert [a.attempt for a in kept.attempts] == list(range(91, 101))
+    assert {len(a.message or "") for a in kept.attempts} == {512}
+    assert (kept.message, kept.result, kept.result_sha256) == ("f" * 4096, "r" * 4096, "a" * 64)
+    one = len(shard_bytes(shard(1), budget=0))
+    assert 1000 * one < SHARD_BUDGET < MAX_SHARD_BYTES
+    small = ManifestShard(group_id="g", shard=0)
+    assert shard_bytes(small) == small.encode()

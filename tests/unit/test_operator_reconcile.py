@@ -26,6 +26,7 @@ from kinetic_operator.handlers import setup
 from kinetic_operator.handlers.jobs import JobMemory, by_attempt, reconcile_job_sync
 from kinetic_operator.kube import Conflict, Rejected
 from kinetic_operator.observed import PodView, summarize_pod
+from kinetic_operator.policy import Policy
 from kinetic_operator.reaper import reap_one
 from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings
@@ -67,6 +68,7 @@ class FakeKube:
         self.interfere: Callable[[str, str], None] | None = None
         self.on_create: Callable[[dict[str, Any]], None] | None = None
         self.on_delete: Callable[[str], None] | None = None
+        self.accounts: set[tuple[str, str]] = set()
 
     # --------------------------------------------------------------- objects
 
@@ -127,8 +129,18 @@ class FakeKube:
 
     # --------------------------------------------------------------- Pods
 
+    def ensure_service_account(self, namespace: str, name: str) -> None:
+        self.accounts.add((namespace, name))
+
     def create_pod(self, manifest: dict[str, Any]) -> None:
         name = manifest["metadata"]["name"]
+        account = (
+            manifest["metadata"].get("namespace"),
+            (manifest.get("spec") or {}).get("serviceAccountName"),
+        )
+        if account[1] is not None and account not in self.accounts:
+            # as the API server's ServiceAccount admission does
+            raise RuntimeError(f"serviceaccount {account[1]} not found in {account[0]}")
         if name in self.reject:
             self.calls.append(("rejected", name))
             raise Rejected(self.reject[name])
@@ -216,11 +228,14 @@ class Job:
 
     def __init__(self, kube: FakeKube, settings: OperatorSettings, spec=SPEC, **meta: Any):
         self.kube, self.settings, self.mem = kube, settings, JobMemory()
+        self.policy: Policy | None = None
         kube.put(JOB_PLURAL, job_body(spec, **meta))
 
     def reconcile(self, now: datetime = NOW) -> float | None:
         pods = by_attempt(self.kube.views(), self.mem.gone)
-        return reconcile_job_sync(self.kube, self.settings, "ns", "kj", pods, self.mem, now)
+        return reconcile_job_sync(
+            self.kube, self.settings, "ns", "kj", pods, self.mem, now, policy=self.policy
+        )
 
     def deliver(self) -> None:
         """The watch shows every Pod: what the Pod event handler does to the memory."""
@@ -328,6 +343,73 @@ def test_invalid_spec_is_failed_and_nothing_is_created(settings):
     assert kube.calls == [("get", "kj"), ("patch", "FAILED"), ("event", "InvalidSpec")]
     assert job.status["message"].startswith("spec.accelerator: unknown accelerator")
     assert kube.pods == {}
+
+
+# ----------------------------------------------------------------------- policy per generation
+
+
+def _running_busybox_job(kube: FakeKube, settings: OperatorSettings) -> Job:
+    """A job accepted and running busybox under a policy that allows only busybox."""
+    job = Job(kube, settings, {**SPEC, "image": "busybox:1.36", "retries": 2})
+    job.policy = Policy(allowed_images=("busybox",))
+    job.reconcile()
+    job.deliver()
+    kube.run_pod("kj-1")
+    job.reconcile()
+    assert job.status["phase"] == "RUNNING" and job.status["acceptedSpecSHA256"]
+    return job
+
+
+def test_a_change_the_policy_refuses_fails_the_job_before_its_next_pod(settings):
+    """The webhook missed it (down, or a review it could not read): attempt 2 must not run
+    the forbidden image. The job ends FAILED, PolicyDenied, and its live Pod is stopped."""
+    kube = FakeKube()
+    job = _running_busybox_job(kube, settings)
+    kube.end_pod("kj-1", ok=False)  # a retry would be due
+    kube.someone_writes(JOB_PLURAL, "kj", image="alpine:3.20")
+    job.mem.body.set(None)
+    kube.calls.clear()
+    job.reconcile()
+    assert not [c for c in kube.calls if c[0] == "create"] and set(kube.pods) == {"kj-1"}
+    status = job.status
+    assert status["phase"] == "FAILED" and status["observedGeneration"] == 2
+    assert "spec.image 'alpine:3.20' is not an allowed image" in status["message"]
+    assert status["message"].startswith("The spec changed after the job was accepted")
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "PolicyDenied")
+    assert ("event", "PolicyDenied") in kube.calls
+
+
+def test_a_running_attempt_of_a_refused_change_is_stopped(settings):
+    kube = FakeKube()
+    job = _running_busybox_job(kube, settings)
+    kube.someone_writes(JOB_PLURAL, "kj", image="alpine:3.20")
+    job.mem.body.set(None)
+    job.reconcile()
+    assert job.status["phase"] == "FAILED" and ("delete", "kj-1") in kube.calls
+
+
+def test_a_change_the_policy_allows_runs_from_the_next_attempt(settings):
+    kube = FakeKube()
+    job = _running_busybox_job(kube, settings)
+    first = job.status["acceptedSpecSHA256"]
+    kube.end_pod("kj-1", ok=False)
+    kube.someone_writes(JOB_PLURAL, "kj", image="busybox:1.37")
+    job.mem.body.set(None)
+    job.reconcile()
+    assert job.status["phase"] in ("PENDING", "RUNNING") and "kj-2" in kube.pods
+    assert kube.pods["kj-2"]["spec"]["containers"][0]["image"] == "busybox:1.37"
+    assert job.status["acceptedSpecSHA256"] != first
+
+
+def test_a_cancel_is_never_refused_by_a_tightened_policy(settings):
+    kube = FakeKube()
+    job = _running_busybox_job(kube, settings)
+    job.policy = Policy(allowed_images=("registry.example/",))  # busybox no longer allowed
+    kube.someone_writes(JOB_PLURAL, "kj", cancel=True)
+    job.mem.body.set(None)
+    job.reconcile()
+    assert job.status["phase"] == "CANCELLED"
 
 
 def test_a_pod_kubernetes_rejects_fails_the_job(settings):

@@ -287,6 +287,28 @@ def test_an_update_is_refused_only_for_what_it_adds(
 
 
 @pytest.mark.parametrize(
+    "old_image,new_image,cancel,refused",
+    [
+        ("busybox:1", "alpine:3.20", False, True),  # the bypass the issue found
+        ("alpine:3.20", "alpine:3.20", True, False),  # admitted before a tightening: cancel it
+        ("alpine:3.20", "alpine:3.20", False, True),  # any other change is judged whole
+        ("busybox:1", "busybox:2", False, False),
+    ],
+)
+def test_a_job_update_is_judged_whole_unless_it_only_cancels(
+    old_image: str, new_image: str, cancel: bool, refused: bool
+) -> None:
+    def body(image: str, **extra: Any) -> dict[str, Any]:
+        return {"spec": {"container": {"command": ["true"]}, "image": image, **extra}}
+
+    old = body(old_image, env=[{"name": "A", "value": "1"}])
+    new = body(new_image, env=[{"name": "A", "value": "1" if cancel else "2"}], cancel=cancel)
+    pol = policy(allowedImages=["busybox"])
+    found = policy_problems("KineticJob", old, new, "a", pol, settings())
+    assert bool(found) is refused, found
+
+
+@pytest.mark.parametrize(
     "status,refused",
     [
         (None, True),  # stored while the webhook was down, never seen by the operator

@@ -15,6 +15,7 @@ from kinetic.batches import BatchHandle, attach_batch, list_batches
 from kinetic.cli import submit
 from kinetic.cli.jobs import CONTEXT, NAMESPACE
 from kinetic.cli.output import OUTPUT_OPTION, Format, console, emit, fail
+from kinetic.digest import ResultMismatch
 from kinetic.ranges import RangeError, parse_ranges
 
 app = typer.Typer(
@@ -182,6 +183,8 @@ def results(
         values = h.results(timeout=timeout, cleanup=cleanup, return_exceptions=True)
     except TimeoutError as e:
         raise fail(f"{e}; the batch is still running", code=2) from None
+    except ResultMismatch as e:  # the manifest itself was changed in storage
+        raise fail(str(e)) from None
     rows = [
         {
             "index": i,

@@ -12,6 +12,7 @@ import typer
 
 from kinetic import kube
 from kinetic.cli.output import OUTPUT_OPTION, Format, console, emit, fail
+from kinetic.digest import ResultMismatch
 from kinetic.jobs import (
     JobCancelled,
     JobFailed,
@@ -138,7 +139,7 @@ def result(
             value = h.result(timeout=timeout, cleanup=None if cleanup else False)
     except TimeoutError as e:
         raise fail(f"{e}; the job is still running", code=2) from None
-    except (JobFailed, JobCancelled) as e:
+    except (JobFailed, JobCancelled, ResultMismatch) as e:
         raise fail(str(e)) from None
     except Exception as e:  # the remote exception, re-raised with its traceback note
         notes = "\n".join(getattr(e, "__notes__", []))

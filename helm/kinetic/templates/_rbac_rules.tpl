@@ -23,4 +23,9 @@ when it watches all of them, by a Role in each when watchNamespaces is set.
   - apiGroups: ["", events.k8s.io]
     resources: [events]
     verbs: [create]
+  # The runner ServiceAccount (runnerServiceAccount) job pods run as: created in a
+  # namespace on first use, never changed; it is granted nothing and has no token.
+  - apiGroups: [""]
+    resources: [serviceaccounts]
+    verbs: [get, create]
 {{- end }}

@@ -12,8 +12,12 @@ effects.
 
 The administrator's policy (`kinetic-policy`, see `kinetic_operator.policy`)
 is judged here too, against the policy in force at this moment. On UPDATE
-only what the change adds is refused: a batch admitted under a looser
-policy can still be cancelled or throttled after the policy tightened.
+of a batch only what the change adds is refused: a batch admitted under a
+looser policy can still be cancelled or throttled after the policy
+tightened (nothing else of it may change). An UPDATE of a KineticJob that
+changes anything but ``spec.cancel`` is judged whole, as the operator
+judges every changed generation (`job_logic.changed_after_acceptance`); a
+cancel alone is never refused.
 
 Every refusal is a 422 whose message names the field, the limit and the fix;
 `kubectl` prints it after ``admission webhook "…" denied the request:``.
@@ -103,8 +107,15 @@ def policy_problems(
     found = judged(new)
     if old is None or not found:
         return found
+    if kind == "KineticJob" and _but_cancel(old) != _but_cancel(new):
+        return found  # a changed job spec runs from its next attempt on: judged whole
     before = set(judged(old))
     return [p for p in found if p not in before]
+
+
+def _but_cancel(body: dict[str, Any] | None) -> Any:
+    spec = (body or {}).get("spec")
+    return {k: v for k, v in spec.items() if k != "cancel"} if isinstance(spec, dict) else spec
 
 
 def _namespace(body: dict[str, Any], namespace: str | None) -> str:

@@ -19,6 +19,13 @@ truth: the accepted spec and the input hashes (both re-read from storage
 after a restart), the attempt history of inputs still running, Pods it
 created that the watch has not shown yet, and tombstones of Pods deleted
 before their outcome was recorded.
+
+What it reads back from storage it believes only as far as the batch's
+status vouches for it: the accepted spec (``acceptedSpecSHA256``,
+`kinetic_operator.accepted`) and the manifest (``manifestSHA256``,
+`kinetic.manifest`). Every status write carries the digests of what was
+last written (`_Writer`), and a chunk Pod's report is read, bounded and
+checked before its inputs' outcome is recorded (`_checked_reports`).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from kinetic import layout, limits, storage
+from kinetic import digest, layout, limits, storage
 from kinetic.batchjobs import batch_total, is_container, retries_of
 from kinetic.fanout import (
     foreign_batch_uris,
@@ -43,6 +50,7 @@ from kinetic.fanout import (
     validate_batch_spec,
 )
 from kinetic.limits import hash_list_max_bytes
+from kinetic.manifest import Anchor
 from kinetic.names import LABEL_BATCH, input_pod_name
 from kinetic.resources import (
     BATCH_PLURAL,
@@ -56,6 +64,7 @@ from kinetic.resources import (
 from pydantic import ValidationError
 
 from kinetic_operator import batch_logic, metrics
+from kinetic_operator.accepted import Stored, accepted_bytes, judge_stored, read_accepted
 from kinetic_operator.attempts import AttemptCause, Limits, plan_unit
 from kinetic_operator.batch_logic import (
     CreatePods,
@@ -79,7 +88,7 @@ from kinetic_operator.manifest import (
     Debouncer,
     ManifestBook,
     build_header,
-    read_header,
+    check_report,
     recorded_from,
 )
 from kinetic_operator.observed import PodView, batch_key, summarize_pod
@@ -112,13 +121,16 @@ class BatchMemory:
     body: Fresh = field(default_factory=Fresh)
     failing: Failing = field(default_factory=Failing)  # the error last reported, if any
     accepted: KineticBatchSpec | None = None
+    accepted_sha256: str | None = None  # what status.acceptedSpecSHA256 says (or will)
+    stored: Stored | None = None  # the accepted spec read back, checked (once per process)
+    stored_checked: bool = False
     rerun: KineticBatchSpec | None = None  # a fromBatch spec as resolved (rerun_source)
     hashes: list[str | None] | None = None
     creating: dict[int, int] = field(default_factory=dict)  # unit -> attempt, not seen yet
     gone: dict[int, dict[int, PodView]] = field(default_factory=dict)  # tombstones
     refused: dict[int, dict[int, PodView]] = field(default_factory=dict)  # could not create
     extra: Recorded | None = None  # outcomes the status's cut ranges leave out
-    durable: Recorded | None = None  # outcomes in the last manifest written
+    durable: Recorded | None = None  # outcomes in the manifest the status vouches for
     recorded: Recorded = field(default_factory=Recorded)
     book: ManifestBook | None = None
     debouncer: Debouncer = field(default_factory=Debouncer)
@@ -128,6 +140,8 @@ class BatchMemory:
     due: list[tuple[str, str | None]] = field(default_factory=list)  # Pods to reap now
     reaping: set[str] = field(default_factory=set)
     settled_seen: set[int] = field(default_factory=set)  # settled units looked at once
+    refused_reports: dict[str, str] = field(default_factory=dict)  # chunk Pod -> why
+    recheck: float | None = None  # a report could not be read for now: look again
 
 
 def _memory(memo: Any, key: tuple[str, str]) -> BatchMemory:
@@ -307,8 +321,10 @@ def _reconcile_once(
     spec, problems = _load_spec(body, settings, namespace)
     refused: str | None = None
     home = layout.batch_home(settings.storage_root or "", namespace, name, meta.get("uid", ""))
+    if spec is not None and not problems:
+        problems = _check_stored(mem, home, old, bool(raw.get("phase")), spec, settings, policy)
     if spec is not None and not problems and _from_batch(spec) is not None:
-        spec, problems = _resolve_rerun(mem, home, spec)
+        spec, problems = _resolve_rerun(kube, settings, mem, home, spec)
     if spec is not None and not problems and policy is not None:
         # Judged as it will run: a rerun's size and template are known only once resolved.
         problems = first_acceptance_violations(
@@ -328,8 +344,19 @@ def _reconcile_once(
             kube.post_event(body, event.type, event.reason, event.message)
         return None
 
-    _load_durable(mem, home, old)
+    problems = _load_durable(mem, home, old, batch_total(spec))
+    if problems:
+        decision = batch_logic.invalid_batch(
+            old, problems, now, generation=generation, reason="ManifestTampered"
+        )
+        write.status(decision.status)
+        _report_tampering(kube, body, mem)
+        for event in decision.of(Event):
+            kube.post_event(body, event.type, event.reason, event.message)
+        return None
     mem.debouncer.interval = settings.manifest_interval
+    mem.recheck = None
+    units = _checked_reports(mem, home, spec, units)
     decision = batch_logic.decide_batch(
         spec,
         old,
@@ -342,7 +369,7 @@ def _reconcile_once(
         extra=mem.extra,
     )
     status, spec_events = _spec_condition(decision.status, refused, now)
-    status = compact_status(status)
+    status = _vouching(compact_status(status), mem)
     clock = time.monotonic()
     book = _book(mem, home)
     book.observed = units
@@ -356,7 +383,7 @@ def _reconcile_once(
             # The status is about to leave outcomes out: they must be in storage first.
             mem.recorded = decision.recorded
             book.note(decision.plans, spec.chunk_size, total, container=_is_container(spec))
-            if not manifest.run(clock):
+            if not manifest.run(clock, vouch=False):  # the status written next vouches for it
                 raise ManifestNotWritten(
                     f"{namespace}/{name}: the manifest could not be written, so the status "
                     "is not cut yet; retrying"
@@ -376,7 +403,8 @@ def _reconcile_once(
         match action:
             case WriteManifest(urgent=urgent, blocking=blocking):
                 mem.debouncer.mark(clock, urgent=urgent)
-                if (blocking or mem.debouncer.due(clock)) and not manifest.run(clock) and blocking:
+                due = blocking or mem.debouncer.due(clock)
+                if due and not manifest.run(clock, vouch=urgent or blocking) and blocking:
                     raise ManifestNotWritten(
                         f"{namespace}/{name}: the manifest could not be written, so no Pod "
                         "is created yet; retrying"
@@ -391,10 +419,13 @@ def _reconcile_once(
             case Event(type=type_, reason=reason, message=message):
                 kube.post_event(body, type_, reason, message)
     if mem.debouncer.due(clock):
-        manifest.run(clock)
+        manifest.run(clock, vouch=Phase(status.phase).terminal)
     _prune(mem, spec.chunk_size, total)
+    _report_tampering(kube, body, mem)
 
-    waits = [mem.debouncer.delay(time.monotonic())]
+    waits = [mem.debouncer.delay(time.monotonic()), mem.recheck]
+    if book.latest is not None and book.latest is not book.anchored:
+        waits.append(settings.status_interval)  # the next status write vouches for it
     waits.append(_expire(settings, mem, home, units, spec.chunk_size, total, now))
     if decision.more or mem.refused.keys() & {u for u, _ in decision.creates}:
         waits.append(0.0)
@@ -491,18 +522,102 @@ def _book(mem: BatchMemory, home: layout.Home) -> ManifestBook:
     return mem.book
 
 
-def _load_durable(mem: BatchMemory, home: layout.Home, old: KineticBatchStatus) -> None:
-    """Once per batch and process: what the stored manifest already records.
+def _load_durable(
+    mem: BatchMemory, home: layout.Home, old: KineticBatchStatus, total: int
+) -> list[str]:
+    """Once per batch and process: what the manifest the status vouches for records.
 
     It tells which finished Pods may be deleted (their outcome is safe in
-    storage), and completes the status's ranges when they were cut.
+    storage), and completes the status's ranges when they were cut. When
+    they were cut and that manifest is forged or gone, the outcomes only it
+    held are lost: the batch cannot go on without launching some inputs a
+    second time, so it stops (returned: why).
     """
     if mem.durable is not None:
-        return
-    header = read_header(home) if old.manifest_uri else None
+        return []
+    book = _book(mem, home)
+    header = book.load(Anchor(old.manifest_uri, old.manifest_sha256), total)
     mem.durable = recorded_from(header) or Recorded()
     if old.truncated:
+        if header is None:
+            mem.durable = None  # judged again, and refused again, on the next reconcile
+            return [
+                "its status leaves out outcomes that only its manifest records, and "
+                f"{'; '.join(book.tampered) or 'the manifest cannot be read'}: going on would "
+                "launch inputs that already ran. Rerun the batch's inputs in a new batch"
+            ]
         mem.extra = mem.durable
+    return []
+
+
+def _report_tampering(kube: Kube, body: dict[str, Any], mem: BatchMemory) -> None:
+    """What the manifest book found forged in storage, as Warning Events (each once)."""
+    if mem.book is None:
+        return
+    for message in mem.book.tampered:
+        log.warning("%s: %s", (body.get("metadata") or {}).get("name"), message)
+        kube.post_event(body, "Warning", "ManifestTampered", message)
+    mem.book.tampered.clear()
+
+
+def _checked_reports(
+    mem: BatchMemory,
+    home: layout.Home,
+    spec: KineticBatchSpec,
+    units: dict[int, UnitObservation],
+) -> dict[int, UnitObservation]:
+    """The units, with each ended chunk Pod's report read and checked first.
+
+    A chunk Pod reports its inputs' result hashes in a report in storage,
+    vouched for by the hash in its termination message. The report is read
+    (bounded) before the batch records the chunk's outcome: one that is
+    missing, too large or not what the Pod reported makes that attempt a
+    failure (retried while retries last; the message says why), since its
+    results cannot be checked. Storage not answering leaves the Pod looking
+    as if still running, to be looked at again shortly.
+    """
+    chunk, total = spec.chunk_size, batch_total(spec)
+    if chunk <= 1 or spec.template is None or spec.template.function is None:
+        return units
+    book = _book(mem, home)
+    terminal = mem.recorded.terminal
+    out = dict(units)
+    for unit, obs in units.items():
+        inputs = unit_inputs(unit, chunk, total)
+        if not (inputs - terminal):
+            continue  # recorded: its reports were read when it ended, or by the book
+        views = dict(obs.pods)
+        for attempt, pod in obs.pods.items():
+            expected = digest.chunk_report(pod.termination_message) if pod.terminal else None
+            if expected is None or pod.name in book.read_reports:
+                continue
+            chunk_of = dict.fromkeys(inputs, unit)
+            why = mem.refused_reports.get(pod.name)
+            if why is None:
+                try:
+                    found = check_report(home, pod.name, expected)
+                    book.take_report(unit, pod.name, found, chunk_of)
+                    continue
+                except ValueError as exc:
+                    why = mem.refused_reports[pod.name] = str(exc)
+                except storage.StorageError as exc:
+                    log.warning("Cannot read the report of %s yet: %s", pod.name, exc)
+                    views[attempt] = replace(
+                        pod, phase="Running", exit_code=None, termination_message=None
+                    )
+                    mem.recheck = 2.0
+                    continue
+            views[attempt] = replace(
+                pod,
+                phase="Failed",
+                reason=None,
+                disruption=None,
+                exit_code=None,
+                terminated_reason="ReportRefused",
+                termination_message=f"its results cannot be checked: {why}",
+            )
+        out[unit] = UnitObservation(views, creating=obs.creating)
+    return out
 
 
 def _create(
@@ -523,10 +638,14 @@ def _create(
     (and fails the inputs once they are spent) instead of looping on it.
     """
 
+    known = dict(mem.book.hashes) if mem.book is not None else {}
+
     def one(pair: tuple[int, int]) -> None:
         unit, attempt = pair
         try:
-            pod = build_unit_pod(name, namespace, uid, spec, settings, unit, attempt, mem.hashes)
+            pod = build_unit_pod(
+                name, namespace, uid, spec, settings, unit, attempt, mem.hashes, known
+            )
             mem.creating[unit] = attempt
             try:
                 if kube.create_pod(pod):
@@ -548,7 +667,10 @@ def _create(
                 termination_message=why,
             )
 
-    _each(one, list(todo))
+    pairs = list(todo)
+    if pairs:
+        kube.ensure_service_account(namespace, settings.runner_service_account)
+    _each(one, pairs)
 
 
 def _each(fn: Any, items: Any) -> None:
@@ -631,7 +753,12 @@ class _Writer:
 
     def status(self, status: KineticBatchStatus, *, force: bool = False) -> None:
         """Patch the status if it changed; `force` patches even an equal one, as a
-        compare-and-swap on the resourceVersion before creating Pods."""
+        compare-and-swap on the resourceVersion before creating Pods.
+
+        Every write carries the digests of what the operator last wrote to
+        storage (`_vouching`): the status vouches for it from then on.
+        """
+        status = _vouching(status, self.mem)
         # Empty range strings are left out: this API server reads "" in a merge
         # patch as null, which the schema refuses; absent means "" when read back.
         new = {k: v for k, v in status.wire().items() if v != ""}
@@ -645,6 +772,22 @@ class _Writer:
             self.version = (written.get("metadata") or {}).get("resourceVersion")
             _count_ends(self.raw, new)
             self.raw = new
+            book = self.mem.book
+            if book is not None and book.vouched(new.get("manifestURI"), new.get("manifestSHA256")):
+                assert book.anchored is not None
+                self.mem.durable = book.anchored.recorded
+
+
+def _vouching(status: KineticBatchStatus, mem: BatchMemory) -> KineticBatchStatus:
+    """``status`` naming what the operator last wrote to storage: the manifest header
+    (and its digest) and the accepted spec's digest."""
+    update: dict[str, Any] = {}
+    latest = mem.book.latest if mem.book is not None else None
+    if latest is not None:
+        update |= {"manifest_uri": latest.uri, "manifest_sha256": latest.sha256}
+    if mem.accepted_sha256 is not None:
+        update["accepted_spec_sha256"] = mem.accepted_sha256
+    return status.model_copy(update=update) if update else status
 
 
 def _count_ends(before: dict[str, Any], after: dict[str, Any]) -> None:
@@ -694,32 +837,56 @@ def _problem(err: Any) -> str:
     return f"spec.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
 
 
+def _check_stored(
+    mem: BatchMemory,
+    home: layout.Home,
+    old: KineticBatchStatus,
+    accepted_before: bool,
+    live: KineticBatchSpec,
+    settings: OperatorSettings,
+    policy: Policy | None,
+) -> list[str]:
+    """Once per process: the accepted spec stored for this batch, checked against its status
+    and judged again (`kinetic_operator.accepted`); why it may not be used, if so.
+    ``accepted_before``: the status has a phase (the operator wrote it)."""
+    if mem.stored_checked:
+        return []
+    if Phase(old.phase).terminal and _from_batch(live) is None:
+        return []  # an ended batch acts on nothing stored
+    stored, why = read_accepted(home, old.accepted_spec_sha256, accepted_before, live)
+    if why is not None:
+        return [why]
+    if stored is not None:
+        problems = judge_stored(stored.spec, live, home, settings, policy)
+        if problems:
+            return problems
+    mem.stored, mem.stored_checked = stored, True
+    return []
+
+
 def _accept(
     mem: BatchMemory, home: layout.Home, spec: KineticBatchSpec
 ) -> tuple[KineticBatchSpec, str | None]:
     """The spec to act on, and a refusal message if someone changed an immutable field.
 
-    The first spec seen is stored (create-only) next to the manifest, so the
-    accepted template and inputs survive an operator restart; later edits
-    only take effect for maxConcurrent and cancel. The name's ``current.json``
-    is pointed at this batch's UID at the same time, so `attach_batch` finds
-    the manifest once the batch is deleted.
+    The first spec accepted is stored next to the manifest, so the accepted
+    template and inputs survive an operator restart; later edits only take
+    effect for maxConcurrent and cancel. Its digest goes into the status with
+    the next status write, before any Pod exists (`_vouching`); one already
+    vouched for is taken as read back (`_check_stored`). Anything stored that
+    nothing vouches for is written over. The name's ``current.json`` is
+    pointed at this batch's UID at the same time, so `attach_batch` finds the
+    manifest once the batch is deleted.
     """
     uid = home.uid
     if mem.accepted is None:
-        uri = home.accepted_spec_uri
-        doc = {"uid": uid, "spec": spec.wire()}
-        storage.write_bytes(home.current_uri, _encode({"uid": uid}))
-        try:
-            storage.write_if_generation(uri, _encode(doc), 0)
-            mem.accepted = spec
-        except storage.PreconditionFailed:
-            stored = _read_json(uri)
-            if stored and stored.get("uid") == uid:
-                mem.accepted = KineticBatchSpec.model_validate(stored["spec"])
-            else:  # left over from an older batch of the same name
-                storage.write_bytes(uri, _encode(doc))
-                mem.accepted = spec
+        if mem.stored is not None:
+            mem.accepted, mem.accepted_sha256 = mem.stored.spec, mem.stored.sha256
+        else:
+            data = accepted_bytes(uid, spec)
+            storage.write_bytes(home.current_uri, _encode({"uid": uid}))
+            storage.write_bytes(home.accepted_spec_uri, data)
+            mem.accepted, mem.accepted_sha256 = spec, digest.sha256(data)
     change = immutable_change(mem.accepted, spec)
     if change is None:
         return spec, None
@@ -727,15 +894,25 @@ def _accept(
 
 
 def _resolve_rerun(
-    mem: BatchMemory, home: layout.Home, spec: KineticBatchSpec
+    kube: Kube,
+    settings: OperatorSettings,
+    mem: BatchMemory,
+    home: layout.Home,
+    spec: KineticBatchSpec,
 ) -> tuple[KineticBatchSpec | None, list[str]]:
     """A ``fromBatch`` spec as it runs, resolved from its source once.
 
     Later reconciles (and a restarted operator, through the accepted spec
-    stored for this UID) reuse the first resolution, so the rerun keeps the
-    inputs it started with whatever happens to the source afterwards.
+    stored for this UID, which its status vouches for) reuse the first
+    resolution, so the rerun keeps the inputs it started with whatever
+    happens to the source afterwards. The source is read through the API
+    server (`rerun_source`). What it resolves to is judged as any batch's
+    spec is: bounds, storage URIs, cross-field rules.
     """
-    base = mem.rerun or _stored_rerun(home)
+    stored = mem.stored.spec if mem.stored is not None else None
+    base = mem.rerun or (
+        stored if stored and stored.inputs and stored.inputs.indexes is not None else None
+    )
     try:
         if base is not None:
             resolved = spec.model_copy(
@@ -748,7 +925,8 @@ def _resolve_rerun(
         else:
             wanted = _from_batch(spec)
             assert wanted is not None
-            resolved = rerun_spec(spec, load_source(home.root, home.namespace, wanted))
+            source = kube.get_kinetic_batch(home.namespace, wanted.name)
+            resolved = rerun_spec(spec, load_source(home.root, home.namespace, wanted, source))
     except SourceProblem as exc:
         return None, [str(exc)]
     mem.rerun = resolved
@@ -756,25 +934,16 @@ def _resolve_rerun(
     plain = resolved.model_copy(
         update={"inputs": resolved.inputs.model_copy(update={"from_batch": None})}
     )
+    bounds = limits.check_batch_spec(
+        resolved.wire(), storage_root=home.root, max_inputs=settings.max_inputs
+    )
     foreign = foreign_batch_uris(home.root, home.namespace, resolved)
-    return resolved, foreign or validate_batch_spec(plain)
+    return resolved, bounds or foreign or validate_batch_spec(plain)
 
 
 def _from_batch(spec: KineticBatchSpec) -> FromBatch | None:
     """The batch this one reruns, if any (a spec.jobs batch has no inputs)."""
     return spec.inputs.from_batch if spec.inputs is not None else None
-
-
-def _stored_rerun(home: layout.Home) -> KineticBatchSpec | None:
-    """The resolved spec this batch's accepted-spec record holds, if it was stored."""
-    doc = _read_json(home.accepted_spec_uri)
-    if not doc or doc.get("uid") != home.uid:
-        return None
-    try:
-        stored = KineticBatchSpec.model_validate(doc.get("spec") or {})
-    except ValidationError:
-        return None
-    return stored if stored.inputs is not None and stored.inputs.indexes is not None else None
 
 
 def _load_hashes(mem: BatchMemory, spec: KineticBatchSpec) -> list[str]:
@@ -817,16 +986,6 @@ def _encode(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _read_json(uri: str) -> dict[str, Any] | None:
-    try:
-        return json.loads(storage.read_bytes(uri))
-    except storage.NotFound:
-        return None
-    except ValueError:
-        log.warning("Ignoring unreadable JSON at %s", uri)
-        return None
-
-
 class _ManifestWrite:
     """Write the manifest as the batch stands, and record the outcome in the status."""
 
@@ -840,10 +999,18 @@ class _ManifestWrite:
         now: datetime,
     ) -> None:
         self.mem, self.writer, self.home = mem, write, home
-        self.uri = home.manifest_uri
+        self.uri = home.prefix
         self.spec, self.meta, self.now = spec, meta, now
 
-    def run(self, clock: float) -> bool:
+    def run(self, clock: float, *, vouch: bool) -> bool:
+        """Write the manifest; with ``vouch``, write the status that vouches for it at once.
+
+        Otherwise that is left to the next status write, coalesced with what
+        else changes (a busy batch writes its status every status_interval
+        anyway; the handler asks for a look by then), unless this write
+        changes the ManifestWritten condition itself. Until then the status
+        vouches for the previous version, which stays where it is.
+        """
         status = self.writer.current
         recorded = self.mem.recorded
         header = build_header(
@@ -866,11 +1033,8 @@ class _ManifestWrite:
             )
             return False
         self.mem.debouncer.written(clock)
-        self.mem.durable = recorded
-        done = status.model_copy(update={"manifest_uri": self.uri})
-        self.writer.status(
-            with_condition(
-                done, COND_MANIFEST, "True", "Written", f"The manifest is at {self.uri}.", self.now
-            )
-        )
+        where = f"The manifest is under {self.home.prefix}."
+        done = with_condition(status, COND_MANIFEST, "True", "Written", where, self.now)
+        if vouch or done.wire() != status.wire():
+            self.writer.status(done)
         return True

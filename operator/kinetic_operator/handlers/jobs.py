@@ -22,7 +22,15 @@ from typing import Any
 import kopf
 from kinetic import layout, storage
 from kinetic.names import LABEL_JOB
-from kinetic.resources import GROUP, JOB_KIND, JOB_PLURAL, VERSION, KineticJobStatus, Phase
+from kinetic.resources import (
+    GROUP,
+    JOB_KIND,
+    JOB_PLURAL,
+    VERSION,
+    KineticJobSpec,
+    KineticJobStatus,
+    Phase,
+)
 
 from kinetic_operator import job_logic, metrics, podspec
 from kinetic_operator.failures import Failing, reconcile_rounds
@@ -30,7 +38,7 @@ from kinetic_operator.handlers.policy import current_policy
 from kinetic_operator.job_logic import CreatePod, DeletePod, Event, InvalidSpec
 from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube
 from kinetic_operator.observed import PodView, job_key, summarize_pod
-from kinetic_operator.policy import Policy, first_acceptance_violations
+from kinetic_operator.policy import Policy, first_acceptance_violations, policy_violations
 from kinetic_operator.reaper import due_pods
 from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings, get_settings
@@ -213,16 +221,12 @@ def _reconcile_once(
         max_disruptions=settings.max_disruptions,
         namespace=namespace,
     )
-    refused = policy is not None and first_acceptance_violations(
-        "KineticJob", body, policy, settings.accelerator_catalog, settings.default_image
-    )
-    if refused and not isinstance(spec, InvalidSpec):
-        spec = InvalidSpec("; ".join(refused))
+    old = body.get("status") or {}
+    status = _parse_status(old, namespace, name)
+    spec = _judged(spec, body, status, settings, policy)
     owner = podspec.Owner(name, namespace, meta.get("uid", ""), JOB_KIND)
     home = podspec.job_home(owner, settings)
     pods = {k: p for k, p in pods.items() if p.belongs_to(meta.get("uid"))}
-    old = body.get("status") or {}
-    status = _parse_status(old, namespace, name)
     decision = job_logic.decide(
         name=name,
         spec=spec,
@@ -252,6 +256,7 @@ def _reconcile_once(
     for action in decision.actions:
         match action:
             case CreatePod(attempt=n, cause=cause) if not isinstance(spec, InvalidSpec):
+                kube.ensure_service_account(namespace, settings.runner_service_account)
                 mem.creating.add(n)
                 try:
                     if kube.create_pod(podspec.build_job_pod(owner, spec, settings, n)):
@@ -274,6 +279,37 @@ def _reconcile_once(
     mem.due = [(p.name, home.log_uri(p.name) if home else None) for p in due]
     waits = [w for w in (wait, 30.0 if due else None) if w is not None]
     return min(waits) if waits else None
+
+
+def _judged(
+    spec: KineticJobSpec | InvalidSpec,
+    body: dict[str, Any],
+    status: KineticJobStatus,
+    settings: OperatorSettings,
+    policy: Policy | None,
+) -> KineticJobSpec | InvalidSpec:
+    """The spec as the policy in force lets it run: at first acceptance (whatever got in
+    while the webhook was down: InvalidSpec), and again whenever it changed since
+    (PolicyDenied), so no generation runs unjudged."""
+    if policy is None or isinstance(spec, InvalidSpec):
+        return spec
+    refused = first_acceptance_violations(
+        "KineticJob", body, policy, settings.accelerator_catalog, settings.default_image
+    )
+    if refused:
+        return InvalidSpec("; ".join(refused))
+    if not job_logic.changed_after_acceptance(status, spec):
+        return spec
+    meta = body.get("metadata") or {}
+    denied = policy_violations(
+        "KineticJob",
+        meta.get("namespace") or "",
+        body.get("spec"),
+        policy,
+        settings.accelerator_catalog,
+        settings.default_image,
+    )
+    return job_logic.policy_denied(denied, meta.get("generation")) if denied else spec
 
 
 def _count_end(before: Phase | str, after: Phase | str) -> None:
