@@ -45,6 +45,7 @@ def test_client_declares_only_the_slim_dependencies():
         "pyyaml",
         "typer",
         "rich",
+        "urllib3",  # a floor only (under kubernetes and google-cloud-storage already)
     }
     assert not _names(project["dependencies"]) & HEAVY
     assert project["scripts"] == {"kinetic": "kinetic.cli.main:app"}
