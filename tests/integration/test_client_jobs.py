@@ -187,6 +187,7 @@ def test_cancel_ends_cancelled_and_stops_the_process(ns: str, kube: Kube) -> Non
     job = forever.run_async(marker)
     wait_for(lambda: storage.exists(marker), timeout=120, what="the job to start")
     ended: list[int] = []  # exit codes the Pod's container was seen to end with
+    watching = threading.Event()
 
     def follow() -> None:
         for event in watch.Watch().stream(
@@ -195,6 +196,7 @@ def test_cancel_ends_cancelled_and_stops_the_process(ns: str, kube: Kube) -> Non
             label_selector=f"kinetic.dev/job={job.job_id}",
             timeout_seconds=90,
         ):
+            watching.set()
             for st in event["object"].status.container_statuses or []:
                 if st.state.terminated is not None:
                     ended.append(st.state.terminated.exit_code)
@@ -203,6 +205,7 @@ def test_cancel_ends_cancelled_and_stops_the_process(ns: str, kube: Kube) -> Non
 
     follower = threading.Thread(target=follow, daemon=True)
     follower.start()
+    assert watching.wait(30), "no watch on the job's Pod"
     assert job.cancel(timeout=120) is JobStatus.CANCELLED
     with pytest.raises(kinetic.JobCancelled):
         job.result(timeout=30)

@@ -45,6 +45,12 @@ def _scratch() -> str:
     return storage.join(resolve().storage_root, "test-counters", uuid.uuid4().hex)
 
 
+def _own_scratch(ns: str) -> str:
+    """A storage folder under the namespace's own prefix (where an outputDir must lie)."""
+    root = resolve(namespace=ns).storage_root
+    return f"{layout.namespace_prefix(root, ns)}chosen-outputs/{uuid.uuid4().hex}"
+
+
 def _uploads(ns: str) -> list[str]:
     cfg = resolve(namespace=ns)
     return storage.list_prefix(f"{layout.namespace_prefix(cfg.storage_root, ns)}uploads/")
@@ -347,7 +353,7 @@ def _report(tag: object) -> dict:
 
 def test_capture_env_vars_and_output_dir_for_a_single_job(ns: str) -> None:
     os.environ.update(REFAPI_TOKEN="t-1", REFAPI_EXTRA_ONE="x-1")
-    out_dir = _scratch() + "/single"
+    out_dir = _own_scratch(ns) + "/single"
     explicit = kinetic.run(
         namespace=ns, capture_env_vars=["REFAPI_TOKEN", "REFAPI_EXTRA_*"], output_dir=out_dir
     )(_report)
@@ -373,7 +379,7 @@ def test_capture_env_vars_and_output_dir_for_every_input_of_a_batch(
     ns: str, chunk_size: int
 ) -> None:
     os.environ.update(REFAPI_TOKEN="t-2", REFAPI_EXTRA_ONE="x-2")
-    out_dir = _scratch() + "/batch"
+    out_dir = _own_scratch(ns) + "/batch"
     explicit = kinetic.run(
         namespace=ns, capture_env_vars=["REFAPI_TOKEN", "REFAPI_EXTRA_*"], output_dir=out_dir
     )(_report)
