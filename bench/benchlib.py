@@ -33,7 +33,6 @@ from typing import Any
 from kinetic import kube
 from kinetic import resources as r
 from kinetic_dev import LocalConfig
-from kinetic_dev.procs import read_live_pid
 from kubernetes import client, watch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -290,13 +289,16 @@ class ForeignActivity(threading.Thread):
 # --------------------------------------------------------------------------- operator memory
 
 
-def operator_pid_file() -> Path:
-    return LocalConfig().run_dir / "operator.pid"
-
-
 def operator_pid() -> int | None:
-    """The running local operator's pid (checked against its recorded start time)."""
-    return read_live_pid(operator_pid_file())
+    """The host pid of the local operator's running container (its Pod, its task on
+    the node), looked up now: the kubelet may have restarted it since."""
+    from kinetic_dev import operator as local_operator
+
+    cfg = LocalConfig()
+    try:
+        return local_operator.container_pid(cfg, local_operator.operator_pod(cfg))
+    except Exception:  # noqa: BLE001 - no local cluster: RSS is not measured
+        return None
 
 
 def _descendants(pid: int) -> list[int]:

@@ -600,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         "operator_pod_ttl_seconds": bl.process_env(pid, "KINETIC_POD_TTL_SECONDS") if pid else None,
     }
     if pid is None:
-        console.print(f"[yellow]no running operator in {bl.operator_pid_file()}: RSS not measured")
+        console.print("[yellow]no operator container on the local node: RSS not measured")
     sampler = bl.RssSampler()
     sampler.start()
     console.print(f"background: {args.idle:.0f}s of idle cluster ...")

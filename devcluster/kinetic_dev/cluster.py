@@ -349,7 +349,6 @@ class Cluster:
             wait_until(
                 lambda: kinetic_operator.ready(c), 240, what, self.log_file("kubelet"), interval=0.5
             )
-        kinetic_operator.write_pid_file(c, self.pid_file("operator"))
 
     # ---- readiness beyond "the process answers" -----------------------------------------------
     def node_ready(self) -> bool:
@@ -578,7 +577,6 @@ class Cluster:
                     stopped.append(f"{killed} pod processes")
             if name == "containerd":
                 stopped += self._clean_node()
-        self.pid_file("operator").unlink(missing_ok=True)
         out("stopped: " + ", ".join(stopped) if stopped else "nothing was running")
         if purge and c.state_dir.exists():
             runtime.unmount_all(c.state_dir)

@@ -229,18 +229,6 @@ def remove_finished_pods(cfg: LocalConfig) -> None:
     )
 
 
-def write_pid_file(cfg: LocalConfig, path: Path) -> int | None:
-    """Record the operator process (``<pid> <start>``) for tools that signal or measure it."""
-    from kinetic_dev.procs import write_pidfile
-
-    pid = container_pid(cfg, operator_pod(cfg))
-    if pid is None:
-        path.unlink(missing_ok=True)
-        return None
-    write_pidfile(path, pid)
-    return pid
-
-
 def webhook_ready(cfg: LocalConfig, pod_ip: str) -> bool:
     """The Pod serves TLS on the webhook port, and a client that trusts only the
     configuration's CA bundle and expects the Service's name accepts it — the check the

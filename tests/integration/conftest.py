@@ -73,15 +73,6 @@ def namespace(kube: Kube) -> Iterator[str]:
 # ----------------------------------------------------------------------- the operator
 
 
-def _alive(pid_file: Path) -> bool:
-    """Whether the pid in `kinetic local up`'s pid file ("<pid> <start time>") is running."""
-    try:
-        os.kill(int(pid_file.read_text().split()[0]), 0)
-    except (OSError, ValueError, IndexError):
-        return False
-    return True
-
-
 def _installed(kube: Kube) -> bool:
     """The chart's operator Deployment exists (`make cluster-up`, or a user's `helm install`)."""
     got = kube.kubectl(
@@ -103,9 +94,8 @@ def operator(kube: Kube, kube_env: dict[str, str], tmp_path_factory) -> Iterator
         what="the KineticJob API to be served",
     )
 
-    state = Path(os.environ.get("KINETIC_LOCAL_DIR") or REPO / ".local")
     external = os.environ.get("KINETIC_TEST_OPERATOR") == "external"
-    if external or _installed(kube) or _alive(state / "run" / "operator.pid"):
+    if external or _installed(kube):
         yield
         return
 

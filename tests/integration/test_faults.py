@@ -91,7 +91,6 @@ def _fresh_operator(local: Cluster) -> None:
         120,
         what="a fresh operator Pod to be Ready",
     )
-    local_operator.write_pid_file(local.cfg, local.pid_file("operator"))
 
 
 @pytest.fixture
@@ -169,7 +168,6 @@ def test_operator_sigkilled_twice_mid_batch(
             120,
             what="the node to restart the operator and its Pod to be Ready again",
         )
-        local_operator.write_pid_file(cluster.cfg, cluster.pid_file("operator"))
         assert restarted != killed
     _assert_each_ran_once(runs, _final_status(kube, namespace, "twice", 120))
 
