@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kinetic_dev import runtime
 from kinetic_dev.config import LocalConfig
 from kinetic_dev.engine import cache_root
 from kinetic_dev.procs import ClusterError
@@ -597,7 +598,7 @@ def prepull(cfg: LocalConfig, ctr: str, built: Built, out: Callable[[str], None]
     refs = [f"docker.io/library/{PAUSE}", f"docker.io/library/{built.operator_image}"]
     refs += [f"docker.io/library/{built.runner_image}", "docker.io/library/busybox:1.36"]
     listed = subprocess.run(
-        [ctr, "--address", str(cfg.containerd_socket), "-n", "k8s.io", "images", "ls", "-q"],
+        runtime.ctr_command(cfg, ctr, "images", "ls", "-q"),
         capture_output=True,
         text=True,
         timeout=60,
@@ -606,19 +607,9 @@ def prepull(cfg: LocalConfig, ctr: str, built: Built, out: Callable[[str], None]
         if ref in listed:
             continue
         t0 = time.monotonic()
+        hosts = str(runtime.registry_hosts_dir(cfg))
         proc = subprocess.run(
-            [
-                ctr,
-                "--address",
-                str(cfg.containerd_socket),
-                "-n",
-                "k8s.io",
-                "images",
-                "pull",
-                "--hosts-dir",
-                str(cfg.containerd_dir / "certs.d"),
-                ref,
-            ],
+            runtime.ctr_command(cfg, ctr, "images", "pull", "--hosts-dir", hosts, ref),
             capture_output=True,
             text=True,
             timeout=600,

@@ -26,7 +26,7 @@ import ssl
 import subprocess
 from pathlib import Path
 
-from kinetic_dev import pipconfig
+from kinetic_dev import pipconfig, runtime
 from kinetic_dev.config import LocalConfig
 from kinetic_dev.images import Built
 from kinetic_dev.procs import ClusterError
@@ -163,9 +163,9 @@ def container_pid(cfg: LocalConfig, pod: dict | None, container: str = "operator
 
 def task_pids(cfg: LocalConfig) -> dict[str, int]:
     """Container id -> host pid of every running task on the node."""
-    ctr = shutil.which("ctr") or "/usr/bin/ctr"
+    binary = shutil.which("ctr") or "/usr/bin/ctr"
     proc = subprocess.run(
-        [ctr, "--address", str(cfg.containerd_socket), "-n", "k8s.io", "tasks", "ls"],
+        runtime.ctr_command(cfg, binary, "tasks", "ls"),
         capture_output=True,
         text=True,
         timeout=30,

@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 from kinetic_dev.config import LocalConfig
-from kinetic_dev.procs import ClusterError
 
 # The sandbox image: our pause program, served by the local registry.
 PAUSE_IMAGE = "docker.io/library/kinetic-pause:3.4"
@@ -105,14 +104,23 @@ def write_config(cfg: LocalConfig, cni_bin_dir: str, runc: str) -> Path:
     return path
 
 
+def ctr_command(
+    cfg: LocalConfig, binary: str, *args: str, namespace: str | None = "k8s.io"
+) -> list[str]:
+    """A ``ctr`` command line for our containerd (the kubelet's images and containers
+    live in its ``k8s.io`` namespace)."""
+    ns = ["-n", namespace] if namespace else []
+    return [binary, "--address", str(cfg.containerd_socket), *ns, *args]
+
+
 def argv(containerd: str, config: Path) -> list[str]:
     return [containerd, "--config", str(config)]
 
 
-def ready(cfg: LocalConfig, ctr: str) -> bool:
+def ready(cfg: LocalConfig, binary: str) -> bool:
     """The CRI plugin answers (``ctr plugins`` lists it as ok)."""
     proc = subprocess.run(
-        [ctr, "--address", str(cfg.containerd_socket), "plugins", "ls"],
+        ctr_command(cfg, binary, "plugins", "ls", namespace=None),
         capture_output=True,
         text=True,
         timeout=10,
@@ -249,24 +257,3 @@ def remove_cgroups(cfg: LocalConfig) -> None:
             root.rmdir()
         except OSError:
             pass
-
-
-def image_present(cfg: LocalConfig, ctr: str, ref: str) -> bool:
-    proc = subprocess.run(
-        [
-            ctr,
-            "--address",
-            str(cfg.containerd_socket),
-            "-n",
-            "k8s.io",
-            "images",
-            "check",
-            f"name=={ref}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    if proc.returncode != 0:
-        raise ClusterError(f"ctr images check failed: {proc.stderr.strip()}")
-    return ref in proc.stdout

@@ -67,6 +67,17 @@ def termination_message(kube: Kube, ns: str, name: str) -> str | None:
     return p.status.container_statuses[0].state.terminated.message or ""
 
 
+def ended(kube: Kube, kind: str, ns: str, name: str, timeout: float = 180) -> dict:
+    """The status of a KineticJob (kj) or KineticBatch (kb) once it has ended."""
+
+    def done() -> dict | None:
+        got = json.loads(kube.kubectl("get", kind, name, "-n", ns, "-o", "json").stdout)
+        status = got.get("status") or {}
+        return status if status.get("phase") in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+
+    return wait_for(done, timeout, what=f"{kind}/{name} to end")  # type: ignore[return-value]
+
+
 # A web server of busybox's, serving one page on 8080 as a non-root user.
 SERVE = (
     "mkdir -p /tmp/www && echo hello-from-$HOSTNAME > /tmp/www/index.html"
@@ -249,12 +260,7 @@ def test_a_job_over_its_memory_limit_is_oom_killed_and_charged_to_retries(
         },
     }
     kube.apply(namespace, job)
-
-    def done() -> dict | None:
-        got = json.loads(kube.kubectl("get", "kj", "hog", "-n", namespace, "-o", "json").stdout)
-        return got if got.get("status", {}).get("phase") in ("SUCCEEDED", "FAILED") else None
-
-    status = wait_for(done, 180, what="the job to end")["status"]  # type: ignore[index]
+    status = ended(kube, "kj", namespace, "hog")
     assert status["phase"] == "FAILED"
     attempts = status["attempts"]
     assert [a["reason"] for a in attempts] == ["OOMKilled", "OOMKilled"], attempts
@@ -285,14 +291,7 @@ def test_an_image_that_exists_nowhere_fails_the_input_and_says_so(
     }
     kube.apply(namespace, batch)
     t0 = time.monotonic()
-
-    def done() -> dict | None:
-        got = json.loads(
-            kube.kubectl("get", "kb", "grp-0badbeef", "-n", namespace, "-o", "json").stdout
-        )
-        return got if got.get("status", {}).get("phase") in ("SUCCEEDED", "FAILED") else None
-
-    status = wait_for(done, 180, what="the batch to end")["status"]  # type: ignore[index]
+    status = ended(kube, "kb", namespace, "grp-0badbeef")
     assert status["phase"] == "FAILED" and status["counts"]["succeeded"] == 1
     assert time.monotonic() - t0 < 150
     events = kube.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
