@@ -153,12 +153,12 @@ kind-e2e: venv ## The integration suite on a kind cluster (needs a Docker engine
 demo: cluster-up ## Run the main example on the local cluster
 	$(PY) examples/demo.py
 
-# make bench N=300 P=30 CHUNK=10; make bench-scale SCALE_N=10000 SCALE_P=100
+# make bench N=300 P=30 CHUNK=10; make bench-scale SCALE_N=10000 SCALE_P=30
 N ?= 300
 P ?= 30
 CHUNK ?= 10
 SCALE_N ?= 10000
-SCALE_P ?= 100
+SCALE_P ?= 30
 
 .PHONY: bench
 bench: cluster-up ## Benchmark N tasks, P at once: plain Job vs container, function, chunked batches

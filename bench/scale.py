@@ -9,7 +9,7 @@ exists and until it runs. Writes per input come from the API server's
 counters, for the run and for the deletion. Results go to
 bench/results/scale-latest.json (and a timestamped copy) with a plot.
 
-    python bench/scale.py --inputs 10000 --parallel 100
+    python bench/scale.py --inputs 10000 --parallel 30
 """
 
 from __future__ import annotations
@@ -268,12 +268,12 @@ def downsample(points: list[tuple[float, float]], limit: int = 400) -> list[list
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inputs", "-n", type=int, default=10_000)
-    parser.add_argument("--parallel", "-p", type=int, default=100)
+    parser.add_argument("--parallel", "-p", type=int, default=30)
     parser.add_argument("--namespace", default="kinetic-bench-scale")
     parser.add_argument("--probe-namespace", default="kinetic-bench-probe")
     parser.add_argument("--probe-interval", type=float, default=15.0)
     parser.add_argument("--probe-timeout", type=float, default=300.0)
-    parser.add_argument("--timeout", type=float, default=3600.0, help="for the run, seconds")
+    parser.add_argument("--timeout", type=float, default=7200.0, help="for the run, seconds")
     parser.add_argument("--delete-timeout", type=float, default=900.0)
     args = parser.parse_args(argv)
     use_local_cluster()

@@ -32,7 +32,7 @@ import re
 import secrets
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +95,9 @@ class JobHandle:
     uid: str | None = None
     function: bool = False
     payload_uri: str | None = None
+    # The result hash the API server held just before `cleanup(gcs=False)` deleted the
+    # job: held in memory only, never saved with the handle.
+    _sha256_before_deletion: str | None = field(default=None, init=False, repr=False)
 
     # ----------------------------------------------------------------- building
 
@@ -125,7 +128,7 @@ class JobHandle:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.init}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JobHandle:
@@ -139,7 +142,7 @@ class JobHandle:
             from kinetic.inputs import InputHandle
 
             return InputHandle.from_dict(d)
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls) if f.init}
         return cls(**{k: v for k, v in d.items() if k in known})
 
     def _home(self) -> layout.Home | None:
@@ -160,11 +163,14 @@ class JobHandle:
         job simply recorded none)."""
         obj = self._get()
         if obj is None:
+            if self._sha256_before_deletion is not None:
+                return self._sha256_before_deletion, None
             return None, (
                 f"job {self.job_id} no longer exists in namespace {self.namespace}, so the API "
                 "server holds no sha256 to check its result against, and storage alone can be "
                 "rewritten by any Pod or bucket writer. Read a job's result before deleting it "
-                "(result() does, and deletes it afterwards)"
+                "(result() does, and deletes it afterwards), or read it through the handle "
+                "that deleted it (cleanup(gcs=False) keeps the hash it saw)"
             )
         if (obj.get("metadata") or {}).get("uid") != self.uid:
             return None, (
@@ -382,7 +388,15 @@ class JobHandle:
         UID) and the upload folder the client made for it, never anything a
         URI in the spec points at. Anything the job wrote under
         KINETIC_OUTPUT_DIR is kept either way.
+
+        With gcs=False this handle keeps the result hash the API server held
+        just before the deletion (in memory only), so its result() still reads
+        the kept result verified; a handle attached later cannot (nothing in
+        the API server vouches for it any more) and raises
+        `kinetic.digest.Unverifiable`.
         """
+        if k8s and not gcs:
+            self._sha256_before_deletion = self._result_anchor()[0]
         if k8s and kube.delete(r.JOB_PLURAL, self.namespace, self.job_id, self.context):
             for obj in kube.watch_one(
                 r.JOB_PLURAL, self.namespace, self.job_id, timeout, self.context

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import kinetic
 import pytest
+from kinetic import digest, layout, names, payload, storage
 from kinetic import kube as kinetic_kube
-from kinetic import layout, names, payload, storage
 from kinetic import resources as r
 from kinetic.config import resolve
 from kinetic.jobs import JobFailed, JobStatus, new_job_id, submit_job
@@ -245,7 +245,10 @@ def test_successful_result_cleans_up_by_default(ns: str) -> None:
     assert storage.list_prefix(job._home().prefix) == []
 
 
-def test_cleanup_can_keep_artifacts_and_result_still_reads_them(ns: str) -> None:
+def test_cleanup_can_keep_artifacts_and_the_same_handle_still_reads_them(ns: str) -> None:
+    """The deleting handle read the result's hash from the API server just before; a handle
+    attached afterwards has nothing to check the kept bytes against and refuses them."""
+
     @kinetic.run(namespace=ns)
     def two() -> int:
         return 2
@@ -253,9 +256,12 @@ def test_cleanup_can_keep_artifacts_and_result_still_reads_them(ns: str) -> None
     job = two.run_async()
     job.wait(timeout=120)
     job.cleanup(k8s=True, gcs=False)
-    assert job.status() is JobStatus.NOT_FOUND
+    assert job.status() is JobStatus.NOT_FOUND and storage.exists(job.result_uri)
+    assert job.result(timeout=10, cleanup=False) == 2
     again = kinetic.attach(job.job_id, namespace=ns)  # from storage alone
-    assert again.result(timeout=10) == 2
+    with pytest.raises(digest.Unverifiable, match="no longer exists") as refused:
+        again.result(timeout=10)
+    assert job.result_uri in str(refused.value)
 
 
 # --------------------------------------------------------------------------- other processes

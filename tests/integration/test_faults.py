@@ -55,15 +55,24 @@ def cluster(kube: Kube, operator: None) -> Iterator[Cluster]:
     finally:
         for name in ("kube-apiserver", "fake-gcs-server"):
             local.start_component(name, out=lambda line: None)
-        local_up()  # anything else that is missing, and a Ready operator with its pid file
+        local_up()  # anything else that is missing, and a Ready operator
 
 
 def _kill(local: Cluster, name: str) -> int:
-    """SIGKILL the component named by its pid file (as a crash or an OOM kill would)."""
+    """SIGKILL the control-plane component named by its pid file (as a crash would)."""
     pid = read_live_pid(local.pid_file(name))
     assert pid is not None, f"{name} is not running"
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: read_live_pid(local.pid_file(name)) is None, 10, what=f"{name} to die")
+    return pid
+
+
+def _kill_operator(local: Cluster) -> int:
+    """SIGKILL the operator's process (its container's main task, as an OOM kill would)."""
+    pid = _operator_pid(local)
+    assert pid is not None, "the operator is not running"
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: _operator_pid(local) != pid, 30, what="the operator to die")
     return pid
 
 
@@ -161,7 +170,7 @@ def test_operator_sigkilled_twice_mid_batch(
     _container_batch(kube, namespace, "twice", runs)
     for at_least in (CONCURRENT, 3 * CONCURRENT):
         wait_for(lambda n=at_least: _ran(runs, n), 120, what=f"{at_least} runs")
-        killed = _kill(cluster, "operator")
+        killed = _kill_operator(cluster)
         assert len(_lines(runs)) < TOTAL, "the batch ended before the fault"
         restarted = wait_for(
             lambda old=killed: (pid := _operator_pid(cluster)) not in (None, old) and pid,

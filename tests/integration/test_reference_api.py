@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,8 +22,8 @@ from pathlib import Path
 
 import kinetic
 import pytest
+from kinetic import digest, layout, storage
 from kinetic import kube as kinetic_kube
-from kinetic import layout, storage
 from kinetic import resources as r
 from kinetic.batches import BatchError
 from kinetic.config import resolve
@@ -162,8 +163,10 @@ def test_cli_cleanup_no_gcs_keeps_the_artifacts(
     result_uri = job._result_location()
     _cli(client_env, "jobs", "cleanup", job.job_id, "-n", ns, flag)
     assert job.status() is JobStatus.NOT_FOUND and storage.exists(result_uri)
-    # The result is still readable from storage, then --gcs deletes it.
-    assert kinetic.attach(job.job_id, namespace=ns).result(timeout=30, cleanup=False) == 1
+    # Kept, but nothing vouches for it once the job is gone: refused, then --gcs deletes it.
+    with pytest.raises(digest.Unverifiable, match=re.escape(str(result_uri))):
+        kinetic.attach(job.job_id, namespace=ns).result(timeout=30, cleanup=False)
+    assert storage.exists(result_uri)
     _cli(client_env, "jobs", "cleanup", job.job_id, "-n", ns, "--gcs")
     assert not storage.exists(result_uri)
 
