@@ -159,11 +159,13 @@ P ?= 30
 CHUNK ?= 10
 SCALE_N ?= 10000
 SCALE_P ?= 30
+SCALE_BASELINE_N ?= 1000
 
 .PHONY: bench
 bench: cluster-up ## Benchmark N tasks, P at once: plain Job vs container, function, chunked batches
 	$(PY) bench/run.py --tasks $(N) --parallel $(P) --chunk-size $(CHUNK)
 
 .PHONY: bench-scale
-bench-scale: cluster-up ## A SCALE_N-input batch: operator RSS, status size, a probe job's start latency
+bench-scale: cluster-up ## A SCALE_N-input batch: operator RSS, status size, a probe job's start latency (first beside a plain Job)
+	$(PY) bench/scale.py --plain-job --inputs $(SCALE_BASELINE_N) --parallel $(SCALE_P)
 	$(PY) bench/scale.py --inputs $(SCALE_N) --parallel $(SCALE_P)

@@ -15,6 +15,7 @@ bench/results/scale-latest.json (and a timestamped copy) with a plot.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import threading
@@ -265,6 +266,70 @@ def downsample(points: list[tuple[float, float]], limit: int = 400) -> list[list
     return [[round(t, 1), v] for t, v in kept]
 
 
+def plain_job_baseline(args: argparse.Namespace) -> int:
+    """The same probes while a plain batch/v1 Job of `true` runs at the same parallelism.
+
+    Separates what the node costs a new Pod's start, with this many Pods
+    turning over, from anything the operator adds: the probe is the same
+    container KineticJob, only the load beside it is Kubernetes' own.
+    """
+    from kubernetes import client
+
+    use_local_cluster()
+    ns, probe_ns = args.namespace, args.probe_namespace
+    for name in (ns, probe_ns):
+        bl.ensure_namespace(name)
+    api = client.BatchV1Api(kube.api_client())
+    name = f"plain-{uuid.uuid4().hex[:6]}"
+    task = {"name": "task", "image": "busybox", "command": ["true"]}
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "completions": args.inputs,
+            "parallelism": args.parallel,
+            "backoffLimit": 0,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [task]}},
+        },
+    }
+    phase = Phase()
+    t0 = time.monotonic()
+    api.create_namespaced_job(ns, body)
+    prober = Prober(probe_ns, phase, t0, args.probe_interval, args.probe_timeout)
+    prober.on_result = lambda p: console.print(
+        f"probe beside a plain Job at {p['at_seconds']:6.1f}s: pod after {p['pod_seconds']}s, "
+        f"bound after {p['scheduled_seconds']}s, running after {p['start_seconds']}s"
+    )
+    prober.start()
+    succeeded = 0
+    while succeeded < args.inputs and time.monotonic() - t0 < args.timeout:
+        time.sleep(2)
+        succeeded = api.read_namespaced_job_status(name, ns).status.succeeded or 0
+    wall = time.monotonic() - t0
+    phase.done.set()
+    phase.changed.set()
+    prober.join(timeout=args.probe_timeout + 30)
+    api.delete_namespaced_job(name, ns, propagation_policy="Background")
+    result = {
+        "when": bl.now_iso(),
+        "mode": "plain-job",
+        "inputs": args.inputs,
+        "parallel": args.parallel,
+        "server_version": bl.server_version(),
+        "succeeded": succeeded,
+        "wall_seconds": round(wall, 1),
+        "probes": prober.results,
+        "probe_summary": summarise_probes(prober.results, None)["run"],
+    }
+    out = Path(__file__).parent / "results" / "scale-plain-job-latest.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    console.print_json(data={k: result[k] for k in ("wall_seconds", "probe_summary")})
+    console.print(f"results: {out}")
+    return 0 if succeeded == args.inputs else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inputs", "-n", type=int, default=10_000)
@@ -275,7 +340,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe-timeout", type=float, default=300.0)
     parser.add_argument("--timeout", type=float, default=7200.0, help="for the run, seconds")
     parser.add_argument("--delete-timeout", type=float, default=900.0)
+    parser.add_argument(
+        "--plain-job",
+        action="store_true",
+        help="probe beside a plain batch/v1 Job of --inputs tasks instead (the node's baseline)",
+    )
     args = parser.parse_args(argv)
+    if args.plain_job:
+        return plain_job_baseline(args)
     use_local_cluster()
     ns, probe_ns = args.namespace, args.probe_namespace
     for name in (ns, probe_ns):

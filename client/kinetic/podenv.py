@@ -15,9 +15,9 @@ The runner, before unpickling the function:
 
 Both folders live in the *cache directory*: ``$KINETIC_DEPS_CACHE`` when
 set, else ``<tmp>/kinetic-deps-<uid>``. A folder is complete once renamed
-into place, so pods sharing a cache (every pod of the local process node;
-on a real cluster, pods whose image or env points it at a shared volume)
-install each distinct requirements set once and reuse it. A hostPath cache
+into place, so pods sharing a cache (pods whose image or env points it at a
+shared volume; otherwise each Pod has its own) install each distinct
+requirements set once and reuse it. A hostPath cache
 is not offered by the operator: the restricted Pod Security profile it
 enforces forbids hostPath volumes.
 
@@ -103,12 +103,11 @@ def _fetch(entry: Mapping[str, Any], what: str, phase: str) -> bytes:
 def _one_at_a_time(cache: Path) -> Iterator[None]:
     """Hold the cache's lock while preparing a folder in it.
 
-    Pods sharing a cache (every Pod of the local process node, or a shared
-    volume) that start together would otherwise all download, unpack or
-    install the same thing at once; with the lock one does it and the others
-    find it done. The lock is on the folder itself (``flock`` of its
-    descriptor), so it leaves no file behind, and the kernel drops it with a
-    Pod that dies holding it.
+    Pods sharing a cache (a shared volume) that start together would
+    otherwise all download, unpack or install the same thing at once; with
+    the lock one does it and the others find it done. The lock is on the
+    folder itself (``flock`` of its descriptor), so it leaves no file behind,
+    and the kernel drops it with a Pod that dies holding it.
     """
     fd = os.open(cache, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -400,8 +400,8 @@ def _json_type(value: Any) -> str:
 def _termination_log_path(environ: Mapping[str, str]) -> str | None:
     """The explicit path, else the kubelet's file if it exists and is writable.
 
-    The default is never created: on the local process node the pod runs on
-    the host, where /dev/termination-log is not ours to make.
+    The default is never created: outside a Pod (a test, a debug run on a
+    laptop) /dev/termination-log is not ours to make.
     """
     explicit = environ.get("KINETIC_TERMINATION_LOG", "").strip()
     if explicit:
