@@ -218,14 +218,16 @@ def kill_pods(cfg: LocalConfig, timeout: float = 10.0) -> int:
     return killed
 
 
-def mounts_under(*roots: Path) -> list[str]:
-    """Mount points under any of ``roots``, deepest first (so unmounting works in order)."""
-    prefixes = [str(r.resolve()) + "/" for r in roots]
+def mounts_under(*roots: Path, table: str = "/proc/self/mounts") -> list[str]:
+    """Mount points at or under any of ``roots``, deepest first (so unmounting works in
+    order). The roots themselves count: the kubelet bind-mounts its root folder onto
+    itself (to make it shared) where the folder's mount is not shared already."""
+    bases = [str(r.resolve()) for r in roots]
     points = []
-    with open("/proc/self/mounts") as f:
+    with open(table) as f:
         for line in f:
             point = line.split()[1].encode().decode("unicode_escape")
-            if any(point.startswith(p) for p in prefixes):
+            if any(point == b or point.startswith(b + "/") for b in bases):
                 points.append(point)
     return sorted(set(points), key=lambda p: p.count("/"), reverse=True)
 

@@ -214,3 +214,17 @@ def test_stopping_the_node_removes_the_kubelets_and_kube_proxys_chains_only() ->
     assert commands.index(
         ["iptables", "-w", "-t", "filter", "-F", "KUBE-FIREWALL"]
     ) < commands.index(["iptables", "-w", "-t", "filter", "-X", "KUBE-FIREWALL"])
+
+
+def test_the_mounts_to_undo_include_the_kubelets_own_folder(tmp_path: Path) -> None:
+    """The kubelet bind-mounts its root onto itself; cluster-down must undo that too."""
+    state = tmp_path / "state"
+    table = tmp_path / "mounts"
+    table.write_text(
+        f"/dev/vda {state}/kubelet ext4 rw 0 0\n"
+        f"tmpfs {state}/kubelet/pods/x/volumes/token tmpfs rw 0 0\n"
+        f"/dev/vda {state}/kubelet-other ext4 rw 0 0\n"
+        "proc /proc proc rw 0 0\n"
+    )
+    points = runtime.mounts_under(state / "kubelet", table=str(table))
+    assert points == [f"{state}/kubelet/pods/x/volumes/token", f"{state}/kubelet"]
