@@ -43,7 +43,7 @@ cluster-status: venv ## Show what is running in the local cluster
 
 .PHONY: crds
 crds: venv ## Regenerate crds/*.yaml from the pydantic models
-	$(PY) -m kinetic.crdgen crds helm/kinetic/crds
+	$(PY) -m kinetic.model.crdgen crds helm/kinetic/crds
 
 .PHONY: lint
 lint: venv ## ruff (lint and format) and mypy with the pydantic plugin

@@ -30,8 +30,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kinetic import kube
-from kinetic import resources as r
+from kinetic.api import kube
+from kinetic.model import resources as r
 from kinetic_dev import LocalConfig
 from kubernetes import client, watch
 from rich.console import Console

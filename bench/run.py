@@ -35,8 +35,8 @@ from typing import Any
 
 import benchlib as bl
 import kinetic
-from kinetic import kube
-from kinetic import resources as r
+from kinetic.api import kube
+from kinetic.model import resources as r
 from kinetic_dev import use_local_cluster
 from kubernetes import client, watch
 from rich.console import Console
@@ -88,7 +88,7 @@ class Config:
 
 def runner_image() -> str:
     """The image the operator runs this interpreter's functions in (what it publishes)."""
-    from kinetic.config import resolve
+    from kinetic.api.config import resolve
 
     image = resolve().image
     if not image:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import benchlib as bl
-from kinetic import kube
-from kinetic import resources as r
+from kinetic.api import kube
+from kinetic.model import resources as r
 from kinetic_dev import use_local_cluster
 from kubernetes import watch
 from rich.console import Console

@@ -20,4 +20,4 @@ RUN pip install -q ${PIP_OPTIONS} ./client && rm -rf /src /wheels
 RUN useradd --uid 65532 --create-home --shell /usr/sbin/nologin kinetic
 USER 65532
 WORKDIR /home/kinetic
-CMD ["python", "-m", "kinetic.runner"]
+CMD ["python", "-m", "kinetic.runtime.runner"]

@@ -11,7 +11,7 @@ import sys
 import time
 
 import kinetic
-from kinetic.jobs import list_jobs_with_status
+from kinetic.api.jobs import list_jobs_with_status
 from rich.console import Console
 from rich.table import Table
 

@@ -15,7 +15,7 @@
                    kinetic.container(["echo", "hi"], image="busybox")])
 
 Names are imported on first use, so the pod-side runner (`python -m
-kinetic.runner`) does not pay for the Kubernetes client it never needs.
+kinetic.runtime.runner`) does not pay for the Kubernetes client it never needs.
 """
 
 from __future__ import annotations
@@ -26,26 +26,26 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "run": "kinetic.remote",
-    "RemoteFunction": "kinetic.remote",
-    "JobHandle": "kinetic.jobs",
-    "JobStatus": "kinetic.jobs",
-    "JobFailed": "kinetic.jobs",
-    "JobCancelled": "kinetic.jobs",
-    "attach": "kinetic.jobs",
-    "list_jobs": "kinetic.jobs",
-    "BatchHandle": "kinetic.batches",
-    "BatchError": "kinetic.batches",
-    "InputHandle": "kinetic.batches",
-    "SubmissionError": "kinetic.batches",
-    "attach_batch": "kinetic.batches",
-    "list_batches": "kinetic.batches",
-    "ConfigError": "kinetic.config",
-    "Data": "kinetic.data",
-    "RunnerError": "kinetic.payload",
-    "UnknownAccelerator": "kinetic.catalog",
-    "batch": "kinetic.mixed",
-    "container": "kinetic.mixed",
+    "run": "kinetic.api.remote",
+    "RemoteFunction": "kinetic.api.remote",
+    "JobHandle": "kinetic.api.jobs",
+    "JobStatus": "kinetic.api.jobs",
+    "JobFailed": "kinetic.api.jobs",
+    "JobCancelled": "kinetic.api.jobs",
+    "attach": "kinetic.api.jobs",
+    "list_jobs": "kinetic.api.jobs",
+    "BatchHandle": "kinetic.api.batches",
+    "BatchError": "kinetic.api.batches",
+    "InputHandle": "kinetic.api.batches",
+    "SubmissionError": "kinetic.api.batches",
+    "attach_batch": "kinetic.api.batches",
+    "list_batches": "kinetic.api.batches",
+    "ConfigError": "kinetic.api.config",
+    "Data": "kinetic.model.data",
+    "RunnerError": "kinetic.model.payload",
+    "UnknownAccelerator": "kinetic.model.catalog",
+    "batch": "kinetic.api.mixed",
+    "container": "kinetic.api.mixed",
 }
 
 __all__ = [
@@ -72,7 +72,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from kinetic.batches import (
+    from kinetic.api.batches import (
         BatchError,
         BatchHandle,
         InputHandle,
@@ -80,13 +80,13 @@ if TYPE_CHECKING:
         attach_batch,
         list_batches,
     )
-    from kinetic.catalog import UnknownAccelerator
-    from kinetic.config import ConfigError
-    from kinetic.data import Data
-    from kinetic.jobs import JobCancelled, JobFailed, JobHandle, JobStatus, attach, list_jobs
-    from kinetic.mixed import batch, container
-    from kinetic.payload import RunnerError
-    from kinetic.remote import RemoteFunction, run
+    from kinetic.api.config import ConfigError
+    from kinetic.api.jobs import JobCancelled, JobFailed, JobHandle, JobStatus, attach, list_jobs
+    from kinetic.api.mixed import batch, container
+    from kinetic.api.remote import RemoteFunction, run
+    from kinetic.model.catalog import UnknownAccelerator
+    from kinetic.model.data import Data
+    from kinetic.model.payload import RunnerError
 
 
 def __getattr__(name: str) -> Any:

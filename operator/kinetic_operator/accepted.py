@@ -1,7 +1,7 @@
 """A batch's accepted spec: stored next to its manifest, vouched for by its status.
 
 The operator stores the spec it accepts for a batch (``accepted-spec.json``,
-`kinetic.layout`) so that, after a restart, it still acts on that spec: an
+`kinetic.model.layout`) so that, after a restart, it still acts on that spec: an
 edit of an immutable field made while the webhook was down stays refused,
 and a rerun keeps the inputs it resolved from its source. Storage is
 writable by every Pod and bucket writer, so the stored bytes count only
@@ -32,9 +32,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from kinetic import digest, layout, limits, storage
-from kinetic.fanout import foreign_batch_uris, validate_batch_spec
-from kinetic.resources import KineticBatchSpec
+from kinetic import storage
+from kinetic.model import digest, layout, limits
+from kinetic.model.fanout import foreign_batch_uris, validate_batch_spec
+from kinetic.model.resources import KineticBatchSpec
 from pydantic import ValidationError
 
 from kinetic_operator.batch_logic import changed_fields

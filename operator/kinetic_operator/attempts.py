@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from kinetic.names import fmt_time, parse_time
-from kinetic.resources import AttemptRecord
+from kinetic.model.names import fmt_time, parse_time
+from kinetic.model.resources import AttemptRecord
 
 from kinetic_operator.observed import PodView
 

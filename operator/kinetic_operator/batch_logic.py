@@ -72,10 +72,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from kinetic.batchjobs import batch_total, retries_of
-from kinetic.names import input_pod_name
-from kinetic.ranges import IndexSet, RangeError
-from kinetic.resources import (
+from kinetic.model.batchjobs import batch_total, retries_of
+from kinetic.model.names import input_pod_name
+from kinetic.model.ranges import IndexSet, RangeError
+from kinetic.model.resources import (
     Condition,
     KineticBatchSpec,
     KineticBatchStatus,

@@ -13,10 +13,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kinetic import layout
-from kinetic.batchjobs import batch_total
-from kinetic.fanout import child_spec, job_template
-from kinetic.names import (
+from kinetic.model import layout
+from kinetic.model.batchjobs import batch_total
+from kinetic.model.fanout import child_spec, job_template
+from kinetic.model.names import (
     LABEL_ATTEMPT,
     LABEL_BATCH,
     LABEL_CHUNK,
@@ -24,8 +24,8 @@ from kinetic.names import (
     input_id,
     input_pod_name,
 )
-from kinetic.rerun import original_index
-from kinetic.resources import BATCH_KIND, KineticBatchSpec
+from kinetic.model.rerun import original_index
+from kinetic.model.resources import BATCH_KIND, KineticBatchSpec
 
 from kinetic_operator.batch_logic import unit_inputs
 from kinetic_operator.podspec import Owner, build_pod, function_env
@@ -52,7 +52,7 @@ def build_unit_pod(
     ``known``: result hashes of inputs an earlier attempt of the unit recorded,
     as its checked report said. A chunk's entry carries its input's
     (``resultSHA256``), so the runner keeps that result instead of running
-    the input again, and replaces any other it finds (`kinetic.runner`).
+    the input again, and replaces any other it finds (`kinetic.runtime.runner`).
     """
     home = layout.batch_home(settings.storage_root or "", namespace, batch, uid)
     total = batch_total(spec)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from kinetic.resources import Condition, Phase
+from kinetic.model.resources import Condition, Phase
 
 __all__ = [
     "COND_READY",

@@ -6,7 +6,7 @@ container. Who fills it depends on the job:
 * a function job's runner downloads every volume before the first call
   (``KINETIC_VOLUMES``; a failure is the runner's ``data`` phase);
 * a container job gets an init container, the runner image running
-  ``kinetic.datafetch``, with the same mounts: the user's command starts
+  ``kinetic.runtime.datafetch``, with the same mounts: the user's command starts
   only once every volume is filled, and a failure fails the attempt with
   the init container's message.
 
@@ -21,7 +21,7 @@ import copy
 import json
 from typing import Any
 
-from kinetic.resources import KineticJobSpec
+from kinetic.model.resources import KineticJobSpec
 
 from kinetic_operator.settings import OperatorSettings
 
@@ -43,11 +43,11 @@ def volumes_json(spec: KineticJobSpec) -> str:
 
 
 def data_command(settings: OperatorSettings) -> list[str]:
-    """The init container's command: the runner's interpreter, running kinetic.datafetch."""
+    """The init container's command: the runner's interpreter, running kinetic.runtime.datafetch."""
     command = list(settings.runner_command)
-    if command and command[-1] == "kinetic.runner":
-        return [*command[:-1], "kinetic.datafetch"]
-    return ["python", "-m", "kinetic.datafetch"]
+    if command and command[-1] == "kinetic.runtime.runner":
+        return [*command[:-1], "kinetic.runtime.datafetch"]
+    return ["python", "-m", "kinetic.runtime.datafetch"]
 
 
 def apply(pod_spec: dict[str, Any], spec: KineticJobSpec, settings: OperatorSettings) -> None:
@@ -69,7 +69,7 @@ def apply(pod_spec: dict[str, Any], spec: KineticJobSpec, settings: OperatorSett
         return
     init: dict[str, Any] = {
         "name": INIT_CONTAINER_NAME,
-        "image": settings.default_image,  # the runner image: it has kinetic.datafetch
+        "image": settings.default_image,  # the runner image: it has kinetic.runtime.datafetch
         "command": data_command(settings),
         "env": [env, *({"name": k, "value": v} for k, v in settings.cluster_env().items())],
         "volumeMounts": mounts,

@@ -12,7 +12,7 @@ start, until someone deleted it by hand.
 it decode a copy of the text in which every list or object deeper than
 `CUT_DEPTH` is replaced by ``null``. Metadata (name, namespace, uid,
 resourceVersion) is shallow, so the object can still be identified and
-handled: the spec checks (`kinetic.limits`) see a value still far deeper
+handled: the spec checks (`kinetic.model.limits`) see a value still far deeper
 than they allow and fail the object with a message. Raising limits instead
 would only move the crash into the C stack.
 
@@ -28,7 +28,7 @@ import re
 from types import SimpleNamespace
 from typing import Any
 
-from kinetic.limits import json_depth
+from kinetic.model.limits import json_depth
 
 log = logging.getLogger("kinetic.operator")
 

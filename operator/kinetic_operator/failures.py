@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from kinetic.names import fmt_time
+from kinetic.model.names import fmt_time
 
 from kinetic_operator.kube import Conflict, Kube, until_settled
 from kinetic_operator.state import Fresh

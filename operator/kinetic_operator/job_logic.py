@@ -12,7 +12,7 @@ The rules, in the order they apply:
 * Terminal phases (SUCCEEDED, FAILED, CANCELLED) are sticky: nothing is ever
   launched again; a Pod still running is only stopped.
 * An invalid spec fails the job at once, naming the field, and creates nothing;
-  so does a storage URI outside the namespace's prefix (`kinetic.layout`).
+  so does a storage URI outside the namespace's prefix (`kinetic.model.layout`).
 * Policy on every generation: the spec the operator accepts is recorded as
   ``status.acceptedSpecSHA256`` (all but ``cancel``). A later change is
   judged whole against the policy in force, like a new job, before another
@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from kinetic import digest, layout, limits
-from kinetic.catalog import Catalog, UnknownAccelerator, resolve
-from kinetic.data import volume_problems
-from kinetic.names import MAX_POD_NAME, fmt_time, job_pod_name, parse_time
-from kinetic.resources import (
+from kinetic.model import digest, layout, limits
+from kinetic.model.catalog import Catalog, UnknownAccelerator, resolve
+from kinetic.model.data import volume_problems
+from kinetic.model.names import MAX_POD_NAME, fmt_time, job_pod_name, parse_time
+from kinetic.model.resources import (
     Condition,
     KineticJobSpec,
     KineticJobStatus,

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, TypeVar
 
-from kinetic.resources import BATCH_PLURAL, GROUP, JOB_KIND, JOB_PLURAL, VERSION
+from kinetic.model.resources import BATCH_PLURAL, GROUP, JOB_KIND, JOB_PLURAL, VERSION
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException

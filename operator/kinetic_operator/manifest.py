@@ -1,7 +1,7 @@
 """Keeping a batch's manifest current: the header and only the shards that changed.
 
-The schema is `kinetic.manifest`'s (both sides import it); the layout is
-`kinetic.layout`'s. This module decides what to write: a `ManifestBook`
+The schema is `kinetic.model.manifest`'s (both sides import it); the layout is
+`kinetic.model.layout`'s. This module decides what to write: a `ManifestBook`
 per batch holds the attempt history of inputs whose shard is still
 changing, marks shards dirty as plans come in, and writes the dirty shards
 then the header. A shard whose inputs have all ended is written one last
@@ -14,19 +14,19 @@ Each function input's record carries the hash the runner reported for its
 result (``resultSHA256``): a one-input Pod reports it in its termination
 message, a chunk Pod in a report whose own hash is in its termination
 message; reports are read and checked here, just before the shard that
-needs them is written (`kinetic.digest`).
+needs them is written (`kinetic.model.digest`).
 
 When to write is the `Debouncer`'s business: promptly when it matters
 (before the first Pod, at the end), otherwise at most every interval.
 
-What the batch status vouches for (`kinetic.manifest`, "The chain of
+What the batch status vouches for (`kinetic.model.manifest`, "The chain of
 trust"): every header the book writes lists each shard's slot and SHA-256,
 and the handler records the header's own SHA-256 in the status with its
 next status write (`vouched`). The book writes each new version into the
 slot the status does not vouch for (`anchored`), so the vouched-for
 version stays readable whatever happens before the status catches up; it
 reads back only what a digest it trusts covers (`load`, `_merged`), every
-read bounded (`kinetic.limits`). A forged header or shard read back is not
+read bounded (`kinetic.model.limits`). A forged header or shard read back is not
 used, and is reported (`tampered`) for the handler to tell.
 """
 
@@ -37,10 +37,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from kinetic import digest, layout, storage
-from kinetic.batchjobs import batch_total, container_indexes
-from kinetic.limits import MAX_REPORT_BYTES, MAX_SHARD_BYTES, header_max_bytes
-from kinetic.manifest import (
+from kinetic import storage
+from kinetic.model import digest, layout
+from kinetic.model.batchjobs import batch_total, container_indexes
+from kinetic.model.limits import MAX_REPORT_BYTES, MAX_SHARD_BYTES, header_max_bytes
+from kinetic.model.manifest import (
     Anchor,
     InputRecord,
     ManifestHeader,
@@ -52,9 +53,9 @@ from kinetic.manifest import (
     decode_shard,
     shard_bytes,
 )
-from kinetic.names import fmt_time
-from kinetic.ranges import IndexSet
-from kinetic.resources import KineticBatchSpec, KineticBatchStatus
+from kinetic.model.names import fmt_time
+from kinetic.model.ranges import IndexSet
+from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
 
 from kinetic_operator.attempts import UnitPlan
 from kinetic_operator.batch_logic import Recorded, UnitObservation, unit_inputs

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from kinetic.names import (
+from kinetic.model.names import (
     LABEL_ATTEMPT,
     LABEL_BATCH,
     LABEL_CHUNK,

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kinetic import layout
-from kinetic.catalog import resolve
-from kinetic.names import LABEL_ATTEMPT, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, job_pod_name
-from kinetic.resources import API_VERSION, JOB_KIND, KineticJobSpec
+from kinetic.model import layout
+from kinetic.model.catalog import resolve
+from kinetic.model.names import LABEL_ATTEMPT, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, job_pod_name
+from kinetic.model.resources import API_VERSION, JOB_KIND, KineticJobSpec
 
 from kinetic_operator import datavolumes
 from kinetic_operator.settings import OperatorSettings
@@ -124,7 +124,7 @@ def function_env(spec: KineticJobSpec) -> dict[str, str]:
     """The runner's variables that come from `spec.function` (payload and input).
 
     The result URI is not among them: callers set it from the owner's storage
-    prefix (`kinetic.layout.Home`), whatever the spec says.
+    prefix (`kinetic.model.layout.Home`), whatever the spec says.
     """
     fn = spec.function
     if fn is None:

@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import yaml
-from kinetic.catalog import Catalog, UnknownAccelerator, resolve
-from kinetic.limits import spec_total
+from kinetic.model.catalog import Catalog, UnknownAccelerator, resolve
+from kinetic.model.limits import spec_total
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 POLICY_CONFIG_MAP = "kinetic-policy"

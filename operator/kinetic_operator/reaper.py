@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from kinetic import storage
-from kinetic.names import parse_time
+from kinetic.model.names import parse_time
 
 from kinetic_operator.kube import Kube
 from kinetic_operator.observed import PodView

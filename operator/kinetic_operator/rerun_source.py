@@ -4,7 +4,7 @@ The source is the KineticBatch of that name in *this* namespace, as the API
 server holds it: its spec (which may not change once accepted, beyond
 maxConcurrent and the cancel fields) and its status say what it ran and
 which inputs failed. Storage is read only where the object points and
-vouches (`kinetic.manifest`): a source that is itself a rerun keeps its
+vouches (`kinetic.model.manifest`): a source that is itself a rerun keeps its
 resolved inputs in its accepted spec, checked against its
 ``status.acceptedSpecSHA256``; a status whose ranges were cut is completed
 from the manifest header its ``status.manifestSHA256`` vouches for. Every
@@ -29,12 +29,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kinetic import digest, layout, storage
-from kinetic.fanout import input_count
-from kinetic.limits import MAX_SPEC_BYTES, header_max_bytes
-from kinetic.manifest import Anchor, ManifestHeader, decode_header
-from kinetic.rerun import SELECT_FAILED, SelectionError, originals, select
-from kinetic.resources import FromBatch, KineticBatchSpec, Phase
+from kinetic import storage
+from kinetic.model import digest, layout
+from kinetic.model.fanout import input_count
+from kinetic.model.limits import MAX_SPEC_BYTES, header_max_bytes
+from kinetic.model.manifest import Anchor, ManifestHeader, decode_header
+from kinetic.model.rerun import SELECT_FAILED, SelectionError, originals, select
+from kinetic.model.resources import FromBatch, KineticBatchSpec, Phase
 from pydantic import ValidationError
 
 from kinetic_operator.bounded_read import TooLarge, read_at_most

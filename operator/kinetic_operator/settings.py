@@ -12,8 +12,8 @@ from functools import lru_cache
 from typing import Annotated, Any
 
 import yaml
-from kinetic.catalog import Catalog, default_catalog
-from kinetic.limits import DEFAULT_MAX_INPUTS, MAX_INPUTS_CEILING
+from kinetic.model.catalog import Catalog, default_catalog
+from kinetic.model.limits import DEFAULT_MAX_INPUTS, MAX_INPUTS_CEILING
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -68,7 +68,7 @@ class OperatorSettings(BaseSettings):
         "(KINETIC_PIP_CA_CERTIFICATES).",
     )
     runner_command: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: ["python", "-m", "kinetic.runner"],
+        default_factory=lambda: ["python", "-m", "kinetic.runtime.runner"],
         description="Entrypoint of function jobs, shell-split (KINETIC_RUNNER_COMMAND).",
     )
     runner_service_account: str = Field(

@@ -40,7 +40,7 @@ from typing import Any, Literal, cast
 
 import aiohttp.web
 import kopf
-from kinetic.resources import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
+from kinetic.model.resources import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
 
 from kinetic_operator import deepjson
 from kinetic_operator.settings import OperatorSettings

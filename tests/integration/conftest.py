@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kinetic.resources import GROUP, JOB_PLURAL
+from kinetic.model.resources import GROUP, JOB_PLURAL
 from kube_helpers import REPO, Kube, fresh_namespace, local_env, wait_for
 from kubernetes import client, config
 
@@ -101,7 +101,7 @@ def operator(kube: Kube, kube_env: dict[str, str], tmp_path_factory) -> Iterator
 
     log_path = tmp_path_factory.mktemp("operator") / "operator.log"
     env = {**os.environ, **local_env(), **kube_env}
-    env.setdefault("KINETIC_RUNNER_COMMAND", f"{sys.executable} -m kinetic.runner")
+    env.setdefault("KINETIC_RUNNER_COMMAND", f"{sys.executable} -m kinetic.runtime.runner")
     kopf = Path(sys.executable).with_name("kopf")
     with log_path.open("w") as log:
         proc = subprocess.Popen(

@@ -23,12 +23,13 @@ import uuid
 
 import kinetic
 import pytest
-from kinetic import digest, names, storage
-from kinetic import kube as kinetic_kube
-from kinetic import resources as r
-from kinetic.batches import BatchError, BatchHandle, read_manifest, read_shard
-from kinetic.config import resolve
-from kinetic.jobs import JobCancelled, JobStatus
+from kinetic import storage
+from kinetic.api import kube as kinetic_kube
+from kinetic.api.batches import BatchError, BatchHandle, read_manifest, read_shard
+from kinetic.api.config import resolve
+from kinetic.api.jobs import JobCancelled, JobStatus
+from kinetic.model import digest, names
+from kinetic.model import resources as r
 from kube_helpers import Kube, kill_operator, run_client, wait_for, wait_operator_ready
 from kubernetes import watch
 

@@ -19,11 +19,12 @@ from pathlib import Path
 
 import kinetic
 import pytest
-from kinetic import kube as kinetic_kube
-from kinetic import names, storage
-from kinetic.config import resolve
-from kinetic.inputs import InputHandle
-from kinetic.jobs import JobCancelled, JobStatus
+from kinetic import storage
+from kinetic.api import kube as kinetic_kube
+from kinetic.api.config import resolve
+from kinetic.api.inputs import InputHandle
+from kinetic.api.jobs import JobCancelled, JobStatus
+from kinetic.model import names
 from kube_helpers import Kube, run_client, wait_for
 from kubernetes import client
 

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import kinetic
 import pytest
-from kinetic import digest, layout, names, payload, storage
-from kinetic import kube as kinetic_kube
-from kinetic import resources as r
-from kinetic.config import resolve
-from kinetic.jobs import JobFailed, JobStatus, new_job_id, submit_job
+from kinetic import storage
+from kinetic.api import kube as kinetic_kube
+from kinetic.api.config import resolve
+from kinetic.api.jobs import JobFailed, JobStatus, new_job_id, submit_job
+from kinetic.model import digest, layout, names, payload
+from kinetic.model import resources as r
 from kube_helpers import Kube, run_client, wait_for
 from kubernetes import watch
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import kinetic
 import pytest
-from kinetic import layout, payload, storage
-from kinetic.config import resolve
-from kinetic.data import DataError
-from kinetic.jobs import JobFailed, JobStatus
+from kinetic import storage
+from kinetic.api.config import resolve
+from kinetic.api.jobs import JobFailed, JobStatus
+from kinetic.model import layout, payload
+from kinetic.model.data import DataError
 from kube_helpers import Kube
 
 pytestmark = pytest.mark.integration

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kinetic import layout
-from kinetic import resources as r
-from kinetic.inputs import read_manifest, read_shard
-from kinetic.manifest import ManifestHeader
+from kinetic.api.inputs import read_manifest, read_shard
+from kinetic.model import layout
+from kinetic.model import resources as r
+from kinetic.model.manifest import ManifestHeader
 from kube_helpers import REPO, Kube, local_env, wait_for
 from kubernetes import client
 

@@ -29,9 +29,9 @@ from collections.abc import Iterator
 
 import kinetic
 import pytest
-from kinetic import resources as r
 from kinetic import storage
-from kinetic.config import resolve
+from kinetic.api.config import resolve
+from kinetic.model import resources as r
 from kinetic_dev import operator as local_operator
 from kinetic_dev.cluster import Cluster
 from kinetic_dev.procs import read_live_pid

@@ -1,4 +1,4 @@
-"""kinetic.gcs_http's credentials on the real fake-gcs-server.
+"""kinetic.storage.gcs_http's credentials on the real fake-gcs-server.
 
 fake-gcs-server takes any request, so what a Pod on GKE sends is observed
 on the way: storage calls pass through a recording relay to the real
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from kinetic import storage
-from kinetic.gcs_http import LeanGcs, MetadataToken
+from kinetic.storage.gcs_http import LeanGcs, MetadataToken
 from test_storage import gcs_bucket, gcs_server  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.integration

@@ -17,11 +17,12 @@ from typing import Any
 
 import kinetic
 import pytest
-from kinetic import digest, layout, payload, storage
-from kinetic import kube as kinetic_kube
-from kinetic import resources as r
-from kinetic.config import resolve
-from kinetic.jobs import JobHandle, JobStatus, submit_job
+from kinetic import storage
+from kinetic.api import kube as kinetic_kube
+from kinetic.api.config import resolve
+from kinetic.api.jobs import JobHandle, JobStatus, submit_job
+from kinetic.model import digest, layout, payload
+from kinetic.model import resources as r
 from kube_helpers import Kube, fresh_namespace
 
 pytestmark = pytest.mark.integration

@@ -20,10 +20,10 @@ from pathlib import Path
 import kinetic
 import pytest
 import yaml
-from kinetic import digest, names
-from kinetic import kube as kinetic_kube
-from kinetic.batches import BatchError, SubmissionError, read_manifest
-from kinetic.jobs import JobCancelled, JobStatus
+from kinetic.api import kube as kinetic_kube
+from kinetic.api.batches import BatchError, SubmissionError, read_manifest
+from kinetic.api.jobs import JobCancelled, JobStatus
+from kinetic.model import digest, names
 from kube_helpers import REPO, Kube, wait_for
 
 pytestmark = pytest.mark.integration

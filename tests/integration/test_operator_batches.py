@@ -14,9 +14,10 @@ import time
 from typing import Any
 
 import pytest
-from kinetic import layout, names, storage
-from kinetic import resources as r
-from kinetic.inputs import read_manifest, read_shard
+from kinetic import storage
+from kinetic.api.inputs import read_manifest, read_shard
+from kinetic.model import layout, names
+from kinetic.model import resources as r
 from kube_helpers import Kube, local_env, wait_for
 from kubernetes import client
 

@@ -15,9 +15,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from kinetic import resources as r
 from kinetic import storage
-from kinetic.config import resolve
+from kinetic.api.config import resolve
+from kinetic.model import resources as r
 from kube_helpers import Kube, runs_in, wait_for, witness_command
 
 pytestmark = pytest.mark.integration

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 from kinetic import storage
-from kinetic.config import resolve
-from kinetic.resources import GROUP, JOB_PLURAL, VERSION
+from kinetic.api.config import resolve
+from kinetic.model.resources import GROUP, JOB_PLURAL, VERSION
 from kube_helpers import Kube, local_env, wait_for
 from kubernetes import client, watch
 
@@ -305,7 +305,8 @@ def test_finished_pods_go_after_their_ttl_and_their_logs_stay_readable(
 ):
     if not kube.is_local:
         pytest.skip("relies on the local cluster's short Pod TTL and its storage root")
-    from kinetic import layout, storage
+    from kinetic import storage
+    from kinetic.model import layout
     from kubernetes import client
 
     script = f"""

@@ -19,9 +19,11 @@ from typing import Any
 
 import kinetic
 import pytest
-from kinetic import layout, payload, project, storage
-from kinetic.config import resolve
-from kinetic.jobs import JobStatus
+from kinetic import storage
+from kinetic.api import project
+from kinetic.api.config import resolve
+from kinetic.api.jobs import JobStatus
+from kinetic.model import layout, payload
 
 pytestmark = pytest.mark.integration
 

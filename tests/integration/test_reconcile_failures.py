@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from kinetic import resources as r
+from kinetic.model import resources as r
 from kube_helpers import Kube, wait_for
 from kubernetes import client
 

@@ -22,12 +22,13 @@ from pathlib import Path
 
 import kinetic
 import pytest
-from kinetic import digest, layout, storage
-from kinetic import kube as kinetic_kube
-from kinetic import resources as r
-from kinetic.batches import BatchError
-from kinetic.config import resolve
-from kinetic.jobs import JobStatus
+from kinetic import storage
+from kinetic.api import kube as kinetic_kube
+from kinetic.api.batches import BatchError
+from kinetic.api.config import resolve
+from kinetic.api.jobs import JobStatus
+from kinetic.model import digest, layout
+from kinetic.model import resources as r
 from kube_helpers import wait_for
 
 pytestmark = pytest.mark.integration

@@ -18,11 +18,11 @@ from typing import Any
 
 import kinetic
 import pytest
-from kinetic import layout
-from kinetic import resources as r
-from kinetic.batches import attach_batch
-from kinetic.inputs import read_manifest, read_shard
-from kinetic.manifest import ManifestHeader
+from kinetic.api.batches import attach_batch
+from kinetic.api.inputs import read_manifest, read_shard
+from kinetic.model import layout
+from kinetic.model import resources as r
+from kinetic.model.manifest import ManifestHeader
 from kube_helpers import Kube, local_env, wait_for
 from kubernetes import client
 

@@ -1,4 +1,4 @@
-"""``python -m kinetic.runner`` as a real subprocess, the way a pod runs it.
+"""``python -m kinetic.runtime.runner`` as a real subprocess, the way a pod runs it.
 
 Each test uploads payloads to real storage (fake-gcs-server for gs://, a
 directory for file://), runs the runner with the operator's env contract,
@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kinetic import digest, payload, storage
-from kinetic.payload import RemoteError, Result, RunnerError
-from kinetic.runner import EXIT_OK, EXIT_RUNNER_ERROR, EXIT_USER_ERROR
+from kinetic import storage
+from kinetic.model import digest, payload
+from kinetic.model.payload import RemoteError, Result, RunnerError
+from kinetic.runtime.runner import EXIT_OK, EXIT_RUNNER_ERROR, EXIT_USER_ERROR
 from test_storage import gcs_bucket, gcs_server  # noqa: F401  (fixtures)
 
 # --------------------------------------------------------------------------- harness
@@ -91,7 +92,7 @@ class Job:
         env.update(self.env)
         env.update(extra)
         proc = subprocess.run(
-            [sys.executable, "-m", "kinetic.runner"],
+            [sys.executable, "-m", "kinetic.runtime.runner"],
             env=env,
             cwd=self.tmp_path,
             capture_output=True,
@@ -180,7 +181,7 @@ def test_success_records_the_value_and_says_so(job: Job, tmp_path: Path) -> None
 
 
 def test_a_function_pod_never_loads_google_cloud_storage(job: Job) -> None:
-    """The payload is downloaded through kinetic.gcs_http: the library's import is what a
+    """The payload is downloaded through kinetic.storage.gcs_http: the library's import is what a
     short function's Pod would otherwise spend most of its CPU on (see bench/README.md)."""
     job.call(loaded_google_modules)
     run = job.run()
@@ -201,7 +202,7 @@ def test_user_exception_is_recorded_with_its_traceback(job: Job) -> None:
     assert note.startswith("Remote traceback:")
     assert "in fail" in note and 'raise ValueError(f"bad lr {lr}")' in note
     assert 'test_runner.py", line' in note  # the user's real file, not "<dynamic-code>"
-    assert "kinetic/runner.py" not in note
+    assert "kinetic/runtime/runner.py" not in note
 
 
 def test_tampered_payload_is_never_unpickled(job: Job, tmp_path: Path) -> None:
@@ -406,8 +407,8 @@ def test_a_planted_success_is_recognised_by_its_header_and_replaced_unpickled(
 
 def write_success_then_fail(result_uri: str) -> None:
     """Plays a duplicate pod that records success while this one is still running."""
-    from kinetic import payload as p
     from kinetic import storage as s
+    from kinetic.model import payload as p
 
     s.write_bytes(result_uri, p.dump_result(p.success("from the other pod")))
     raise RuntimeError("this pod lost the race")

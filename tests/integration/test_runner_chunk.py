@@ -1,4 +1,4 @@
-"""Chunks: ``python -m kinetic.runner`` with KINETIC_CHUNK, as a real subprocess.
+"""Chunks: ``python -m kinetic.runtime.runner`` with KINETIC_CHUNK, as a real subprocess.
 
 A chunk Pod runs several inputs of a batch with one function payload. Each
 input must still be recorded at its own result URI exactly like a single
@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kinetic import digest, payload, storage
-from kinetic.payload import Result
-from kinetic.ranges import IndexSet
-from kinetic.runner import EXIT_OK, EXIT_RUNNER_ERROR, EXIT_USER_ERROR
+from kinetic import storage
+from kinetic.model import digest, payload
+from kinetic.model.payload import Result
+from kinetic.model.ranges import IndexSet
+from kinetic.runtime.runner import EXIT_OK, EXIT_RUNNER_ERROR, EXIT_USER_ERROR
 from test_runner import TouchOnUnpickle
 from test_storage import gcs_bucket, gcs_server  # noqa: F401  (fixtures)
 
@@ -108,7 +109,7 @@ class Chunk:
         log_path = Path(env["KINETIC_TERMINATION_LOG"])
         log_path.unlink(missing_ok=True)
         proc = subprocess.run(
-            argv or [sys.executable, "-m", "kinetic.runner"],
+            argv or [sys.executable, "-m", "kinetic.runtime.runner"],
             env=env,
             cwd=self.tmp_path,
             capture_output=True,
@@ -156,8 +157,8 @@ def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
 
 def write_success_then_fail(result_uri: str) -> None:
     """Plays a duplicate pod that records this input's success while it runs."""
-    from kinetic import payload as p
     from kinetic import storage as s
+    from kinetic.model import payload as p
 
     s.write_bytes(result_uri, p.dump_result(p.success("from the other pod")))
     raise RuntimeError("this pod lost the race")
@@ -349,7 +350,7 @@ def test_a_chunk_loads_no_kubernetes_client_and_no_storage_library_on_file(chunk
     """The lean start, checked on the path a Pod really takes.
 
     file:// needs no storage library at all, not even the HTTP client.
-    gs:// goes through kinetic.gcs_http (http.client), never through
+    gs:// goes through kinetic.storage.gcs_http (http.client), never through
     google-cloud-storage (and so requests, urllib3); neither loads the
     kubernetes client or the CLI's libraries.
     """
@@ -358,7 +359,7 @@ def test_a_chunk_loads_no_kubernetes_client_and_no_storage_library_on_file(chunk
     chunk.add(1, 2, inline=True)
     probe = (
         "import sys\n"
-        "from kinetic import runner\n"
+        "from kinetic.runtime import runner\n"
         "code = runner.main()\n"
         "print('MODULES', ' '.join(sorted(sys.modules)))\n"
         "sys.exit(code)\n"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from kinetic import storage
-from kinetic.gcs_http import LeanGcs
+from kinetic.storage.gcs_http import LeanGcs
 
 _WRAPPER_BINARY = "vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64"
 
@@ -110,7 +110,7 @@ def gcs_bucket(gcs_server: str) -> str:
 
 def use_lean(monkeypatch: pytest.MonkeyPatch) -> None:
     """What the runner does, undone after the test; the emulator's settings make it pick
-    kinetic.gcs_http."""
+    kinetic.storage.gcs_http."""
     monkeypatch.setitem(storage._BACKENDS, "gs", storage._BACKENDS["gs"])  # restored after
     storage.use_lean_gcs()
     assert isinstance(storage._BACKENDS["gs"].resolve(), LeanGcs)  # type: ignore[attr-defined]
@@ -118,7 +118,7 @@ def use_lean(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(params=["library", "lean"])
 def gs_flavour(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """gs:// through google-cloud-storage (client, operator) or kinetic.gcs_http (Pods)."""
+    """gs:// through google-cloud-storage (client, operator) or kinetic.storage.gcs_http (Pods)."""
     if request.param == "lean":
         request.getfixturevalue("gcs_server")  # the emulator's address must be set first
         use_lean(monkeypatch)

@@ -22,12 +22,13 @@ from typing import Any
 
 import kinetic
 import pytest
-from kinetic import digest, layout, storage
-from kinetic import kube as kinetic_kube
-from kinetic import resources as r
-from kinetic.batches import BatchError
-from kinetic.config import resolve
-from kinetic.jobs import JobStatus
+from kinetic import storage
+from kinetic.api import kube as kinetic_kube
+from kinetic.api.batches import BatchError
+from kinetic.api.config import resolve
+from kinetic.api.jobs import JobStatus
+from kinetic.model import digest, layout
+from kinetic.model import resources as r
 from kube_helpers import Kube, fresh_namespace, local_up, wait_for
 from test_admission import kubectl_in, webhook_off
 from test_operator_in_cluster import _pods, _ready_pod, installed  # noqa: F401 - a fixture
@@ -344,16 +345,20 @@ def oversized_report(x: int) -> int:
     import importlib
     import sys
 
-    from kinetic import digest as d
     from kinetic import storage as s
+    from kinetic.model import digest as d
 
     def write_report(uri: str | None, hashes: dict[int, str]) -> str | None:
         data = b'{"pad":"' + b"p" * (8 << 20) + b'"}'
         s.write_bytes(str(uri), data)
         return d.sha256(data)
 
-    main = sys.modules.get("__main__")  # `python -m kinetic.runner` runs it as __main__
-    runner = main if hasattr(main, "_write_report") else importlib.import_module("kinetic.runner")
+    main = sys.modules.get("__main__")  # `python -m kinetic.runtime.runner` runs it as __main__
+    runner = (
+        main
+        if hasattr(main, "_write_report")
+        else importlib.import_module("kinetic.runtime.runner")
+    )
     runner._write_report = write_report  # type: ignore[union-attr]
     return x
 

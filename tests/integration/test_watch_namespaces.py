@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import helm_sdkpy as helm
 import pytest
-from kinetic import resources as r
+from kinetic.model import resources as r
 from kube_helpers import REPO, Kube, fresh_namespace, wait_for, wait_operator_ready
 from kubernetes import client
 

@@ -15,10 +15,11 @@ import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from kinetic import digest, layout, storage
-from kinetic.names import input_pod_name
-from kinetic.ranges import IndexSet
-from kinetic.resources import KineticBatchSpec, KineticBatchStatus
+from kinetic import storage
+from kinetic.model import digest, layout
+from kinetic.model.names import input_pod_name
+from kinetic.model.ranges import IndexSet
+from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
 from kinetic_operator.attempts import Limits, UnitPlan, plan_unit
 from kinetic_operator.batch_logic import Recorded, unit_inputs
 from kinetic_operator.manifest import ManifestBook, build_header

@@ -174,7 +174,7 @@ def test_final_failure_message_says_how_many_retries() -> None:
 
 
 def test_a_recorded_attempt_whose_pod_is_gone_keeps_its_record() -> None:
-    from kinetic.resources import AttemptRecord
+    from kinetic.model.resources import AttemptRecord
 
     known = {1: AttemptRecord(attempt=1, pod=name(1), outcome="failure", reason="Error")}
     p = plan_unit(
@@ -231,7 +231,7 @@ def test_records_clip_long_messages_and_keep_pod_times() -> None:
 def test_a_recorded_failure_stays_a_failure_when_its_pod_is_deleted_later() -> None:
     """`known` says attempt 1 failed; later its finished Pod is deleted (the tombstone has a
     deletionTimestamp). Counting it as a disruption would grant an attempt beyond retries."""
-    from kinetic.resources import AttemptRecord
+    from kinetic.model.resources import AttemptRecord
 
     known = {1: AttemptRecord(attempt=1, pod=name(1), outcome="failure", reason="Error")}
     p = plan_unit(

@@ -7,8 +7,8 @@ from typing import Any
 
 import kopf
 import pytest
-from kinetic import layout
-from kinetic.resources import KineticBatchSpec, KineticBatchStatus
+from kinetic.model import layout
+from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
 from kinetic_operator.handlers import batches
 from kinetic_operator.handlers.admission import check_spec_update, validate_batch, validate_job
 from kinetic_operator.handlers.batches import BatchMemory

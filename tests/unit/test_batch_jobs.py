@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kinetic import layout, limits
-from kinetic.batchjobs import batch_total, container_indexes, is_container, job_at, retries_of
-from kinetic.fanout import child_spec, foreign_batch_uris, validate_batch_spec
-from kinetic.resources import KineticBatchSpec
+from kinetic.model import layout, limits
+from kinetic.model.batchjobs import batch_total, container_indexes, is_container, job_at, retries_of
+from kinetic.model.fanout import child_spec, foreign_batch_uris, validate_batch_spec
+from kinetic.model.resources import KineticBatchSpec
 from kinetic_operator.batch_logic import UnitObservation, decide_batch
 from kinetic_operator.batch_pods import build_unit_pod
 from kinetic_operator.observed import PodView
@@ -24,7 +24,7 @@ SETTINGS = OperatorSettings(
     storage_root=ROOT,
     default_image="runner:1",
     runner_service_account="kinetic-runner",
-    runner_command=["python", "-m", "kinetic.runner"],
+    runner_command=["python", "-m", "kinetic.runtime.runner"],
 )
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 

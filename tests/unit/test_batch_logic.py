@@ -14,8 +14,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from kinetic.ranges import IndexSet
-from kinetic.resources import Condition, KineticBatchSpec, KineticBatchStatus, Phase, PhaseCounts
+from kinetic.model.ranges import IndexSet
+from kinetic.model.resources import (
+    Condition,
+    KineticBatchSpec,
+    KineticBatchStatus,
+    Phase,
+    PhaseCounts,
+)
 from kinetic_operator.batch_logic import (
     BatchDecision,
     CreatePods,

@@ -7,9 +7,9 @@ import random
 from typing import Any
 
 import pytest
-from kinetic import layout
-from kinetic.names import input_pod_name
-from kinetic.resources import KineticBatchSpec
+from kinetic.model import layout
+from kinetic.model.names import input_pod_name
+from kinetic.model.resources import KineticBatchSpec
 from kinetic_operator.batch_pods import UnitRefused, build_unit_pod, log_uri
 from kinetic_operator.podspec import RESERVED_ENV
 from kinetic_operator.settings import OperatorSettings
@@ -23,7 +23,7 @@ SETTINGS = OperatorSettings(
     storage_root=ROOT,
     default_image="runner:1",
     runner_service_account="kinetic-runner",
-    runner_command=["python", "-m", "kinetic.runner"],
+    runner_command=["python", "-m", "kinetic.runtime.runner"],
 )
 HASHES = [f"{i:02x}" * 32 for i in range(10)]
 
@@ -84,7 +84,7 @@ def test_one_function_input_per_pod():
         }
     ]
     assert m["spec"]["restartPolicy"] == "Never"
-    assert main_container(m)["command"] == ["python", "-m", "kinetic.runner"]
+    assert main_container(m)["command"] == ["python", "-m", "kinetic.runtime.runner"]
     assert env_of(m) == {
         "KINETIC_JOB_NAME": f"{GRP}-3",
         "KINETIC_JOB_NAMESPACE": "ns",

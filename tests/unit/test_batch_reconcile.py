@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kinetic import digest, layout, storage
-from kinetic.manifest import ManifestHeader, decode_shard
-from kinetic.resources import BATCH_PLURAL
+from kinetic import storage
+from kinetic.model import digest, layout
+from kinetic.model.manifest import ManifestHeader, decode_shard
+from kinetic.model.resources import BATCH_PLURAL
 from kinetic_operator import batch_logic
 from kinetic_operator.handlers import batches
 from kinetic_operator.handlers.batches import BatchMemory, observe_units, reconcile_batch_sync

@@ -34,9 +34,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from kinetic.names import input_pod_name
-from kinetic.ranges import IndexSet
-from kinetic.resources import KineticBatchSpec, KineticBatchStatus, Phase
+from kinetic.model.names import input_pod_name
+from kinetic.model.ranges import IndexSet
+from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus, Phase
 from kinetic_operator.batch_logic import (
     CreatePods,
     Event,

@@ -12,8 +12,9 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from kinetic import digest, storage
-from kinetic.resources import BATCH_PLURAL, KineticBatchSpec
+from kinetic import storage
+from kinetic.model import digest
+from kinetic.model.resources import BATCH_PLURAL, KineticBatchSpec
 from kinetic_operator import batch_logic
 from kinetic_operator.accepted import judge_stored
 from kinetic_operator.handlers import batches

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from kinetic import storage
-from kinetic.gcs_http import Anonymous, LeanGcs
+from kinetic.storage.gcs_http import Anonymous, LeanGcs
 from kinetic_operator.bounded_read import TooLarge, read_at_most
 
 GB2 = 2 << 30

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kinetic.catalog import (
+from kinetic.model.catalog import (
     Catalog,
     GpuType,
     UnknownAccelerator,
@@ -127,13 +127,13 @@ def test_settings_defaults_and_lists(monkeypatch):
     assert s.runner_service_account == "kinetic-runner"
     assert (s.max_disruptions, s.attempt_history) == (3, 10)
     assert s.namespaces == []
-    assert s.runner_command == ["python", "-m", "kinetic.runner"]
+    assert s.runner_command == ["python", "-m", "kinetic.runtime.runner"]
     monkeypatch.setenv("KINETIC_NAMESPACES", "a, b,,c")
-    monkeypatch.setenv("KINETIC_RUNNER_COMMAND", "/opt/venv/bin/python -m kinetic.runner")
+    monkeypatch.setenv("KINETIC_RUNNER_COMMAND", "/opt/venv/bin/python -m kinetic.runtime.runner")
     monkeypatch.setenv("KINETIC_STORAGE_ROOT", "gs://bucket/root/")
     s = OperatorSettings()
     assert s.namespaces == ["a", "b", "c"]
-    assert s.runner_command == ["/opt/venv/bin/python", "-m", "kinetic.runner"]
+    assert s.runner_command == ["/opt/venv/bin/python", "-m", "kinetic.runtime.runner"]
     assert s.storage_root == "gs://bucket/root"
 
 

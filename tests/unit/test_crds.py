@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kinetic import crdgen
+from kinetic.model import crdgen
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIRS = [ROOT / "crds", ROOT / "helm" / "kinetic" / "crds"]

@@ -12,18 +12,19 @@ import os
 from pathlib import Path
 
 import pytest
-from kinetic import datafetch, layout, limits, storage
-from kinetic.data import (
+from kinetic import storage
+from kinetic.api.staging import Stager, stage
+from kinetic.model import layout, limits
+from kinetic.model.data import (
     Data,
     DataError,
     DataRef,
-    Stager,
     check_volumes,
-    stage,
     substitute,
     volume_problems,
 )
-from kinetic.resources import DataVolume
+from kinetic.model.resources import DataVolume
+from kinetic.runtime import datafetch
 
 NS = "team-a"
 

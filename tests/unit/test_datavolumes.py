@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kinetic.catalog import default_catalog
-from kinetic.resources import KineticJobSpec
+from kinetic.model.catalog import default_catalog
+from kinetic.model.resources import KineticJobSpec
 from kinetic_operator.job_logic import InvalidSpec, validate_spec
 from kinetic_operator.observed import summarize_pod
 from kinetic_operator.podspec import CONTAINER_SECURITY_CONTEXT, Owner, build_job_pod
@@ -17,7 +17,7 @@ ROOT = "gs://kinetic/root"
 SETTINGS = OperatorSettings(
     storage_root=ROOT,
     default_image="runner:1",
-    runner_command=["/venv/bin/python", "-m", "kinetic.runner"],
+    runner_command=["/venv/bin/python", "-m", "kinetic.runtime.runner"],
 )
 OWNER = Owner(name="kj", namespace="ns", uid="uid-1")
 PAYLOAD = f"{ROOT}/namespaces/ns/uploads/kj-0123456789abcdef/payload.pkl"
@@ -58,7 +58,7 @@ def test_container_job_gets_a_data_init_container_with_the_same_mounts():
     pod = build_job_pod(OWNER, spec(CONTAINER), SETTINGS, 1)["spec"]
     (init,) = pod["initContainers"]
     assert init["image"] == "runner:1"  # the runner image, whatever the job's own image
-    assert init["command"] == ["/venv/bin/python", "-m", "kinetic.datafetch"]
+    assert init["command"] == ["/venv/bin/python", "-m", "kinetic.runtime.datafetch"]
     assert init["volumeMounts"] == EXPECTED_MOUNTS
     assert init["securityContext"] == CONTAINER_SECURITY_CONTEXT
     assert json.loads(init["env"][0]["value"]) == VOLUMES

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kinetic.limits import json_depth
+from kinetic.model.limits import json_depth
 from kinetic_operator import deepjson
 
 

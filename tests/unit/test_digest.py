@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kinetic import digest
+from kinetic.model import digest
 
 HEX = "0123456789abcdef" * 4
 

@@ -7,8 +7,8 @@ import itertools
 import json
 
 import pytest
-from kinetic import layout
-from kinetic.fanout import (
+from kinetic.model import layout
+from kinetic.model.fanout import (
     child_spec,
     env_value,
     grid_point,
@@ -19,7 +19,7 @@ from kinetic.fanout import (
     parse_sha256_list,
     validate_batch_spec,
 )
-from kinetic.resources import (
+from kinetic.model.resources import (
     BatchInputs,
     KineticBatchSpec,
     KineticJobSpec,

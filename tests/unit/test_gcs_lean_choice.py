@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from kinetic import gcs_http
-from kinetic.gcs_http import Anonymous, MetadataToken, lean_backend, with_retries
+from kinetic.storage import gcs_http
+from kinetic.storage.gcs_http import Anonymous, MetadataToken, lean_backend, with_retries
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from kinetic.payload import inline_inputs
+from kinetic.model.payload import inline_inputs
 
 
 class Level(enum.IntEnum):

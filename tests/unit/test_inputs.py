@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kinetic.payload import INPUT_MODES, call_with_input, resolve_call
+from kinetic.model.payload import INPUT_MODES, call_with_input, resolve_call
 
 
 def echo(*args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

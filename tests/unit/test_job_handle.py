@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from kinetic.inputs import InputHandle
-from kinetic.jobs import JobHandle
+from kinetic.api.inputs import InputHandle
+from kinetic.api.jobs import JobHandle
 
 
 def test_a_saved_handle_leaves_out_the_hash_held_after_a_deletion() -> None:

@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from kinetic.catalog import default_catalog
-from kinetic.resources import Condition, KineticJobSpec, KineticJobStatus, Phase
+from kinetic.model.catalog import default_catalog
+from kinetic.model.resources import Condition, KineticJobSpec, KineticJobStatus, Phase
 from kinetic_operator import job_logic
 from kinetic_operator.job_logic import (
     Bounds,

@@ -4,7 +4,7 @@ URIs outside their namespace's prefix are refused."""
 from __future__ import annotations
 
 import pytest
-from kinetic import layout
+from kinetic.model import layout
 
 ROOT = "gs://bucket/kinetic"
 UID = "6f1c2a4e-1b2c-4d5e-8f90-0123456789ab"

@@ -1,4 +1,4 @@
-"""The bounds every party checks: table tests of the pure functions in `kinetic.limits`."""
+"""The bounds every party checks: table tests of the pure functions in `kinetic.model.limits`."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 import pytest
-from kinetic import limits as L
-from kinetic.resources import BatchInputs, KineticBatchSpec
+from kinetic.model import limits as L
+from kinetic.model.resources import BatchInputs, KineticBatchSpec
 from pydantic import ValidationError
 
 ROOT = "gs://bucket/kinetic"
@@ -172,7 +172,7 @@ def test_check_job_spec(spec: Any, expected: int) -> None:
 
 def test_hash_list_cap_fits_what_the_client_writes() -> None:
     hashes = [SHA] * 1000
-    written = json.dumps(hashes).encode()  # what kinetic.batches uploads
+    written = json.dumps(hashes).encode()  # what kinetic.api.batches uploads
     assert len(written) <= L.hash_list_max_bytes(1000) < len(written) + L.HASH_LIST_SLACK + 10
 
 

@@ -9,9 +9,10 @@ Every test writes to a ``file://`` storage root under ``tmp_path`` through
 from __future__ import annotations
 
 import pytest
-from kinetic import digest, layout, storage
-from kinetic.limits import MAX_SHARD_BYTES, SHARD_BUDGET
-from kinetic.manifest import (
+from kinetic import storage
+from kinetic.model import digest, layout
+from kinetic.model.limits import MAX_SHARD_BYTES, SHARD_BUDGET
+from kinetic.model.manifest import (
     MANIFEST_VERSION,
     Anchor,
     ManifestHeader,
@@ -19,9 +20,9 @@ from kinetic.manifest import (
     decode_shard,
     shard_bytes,
 )
-from kinetic.names import input_pod_name
-from kinetic.ranges import IndexSet
-from kinetic.resources import KineticBatchSpec, KineticBatchStatus
+from kinetic.model.names import input_pod_name
+from kinetic.model.ranges import IndexSet
+from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
 from kinetic_operator.attempts import Limits, UnitPlan, plan_unit
 from kinetic_operator.batch_logic import Recorded, compact_status, decide_batch
 from kinetic_operator.manifest import (
@@ -422,7 +423,7 @@ def test_a_succeeded_input_never_carries_a_failed_attempts_hash() -> None:
     input succeeded (from the status) but not the retry's report, and recorded the failed
     attempt's hash, so the client refused the real result. Now no hash is better than that:
     the succeeded Pod's termination message fills it before the shard is written."""
-    from kinetic.resources import AttemptRecord
+    from kinetic.model.resources import AttemptRecord
     from kinetic_operator.job_logic import reported_result_sha256
 
     failed_hash, ok_hash = "a" * 64, "b" * 64

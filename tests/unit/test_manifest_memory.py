@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
-from kinetic import layout
+from kinetic.model import layout
 from manifest_history import play
 
 INPUTS = 30_000

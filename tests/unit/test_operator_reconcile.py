@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kinetic import layout, storage
-from kinetic.names import fmt_time
-from kinetic.resources import BATCH_PLURAL, JOB_PLURAL
+from kinetic import storage
+from kinetic.model import layout
+from kinetic.model.names import fmt_time
+from kinetic.model.resources import BATCH_PLURAL, JOB_PLURAL
 from kinetic_operator.handlers import setup
 from kinetic_operator.handlers.jobs import JobMemory, by_attempt, reconcile_job_sync
 from kinetic_operator.kube import Conflict, Rejected

@@ -96,7 +96,7 @@ def client_only(tmp_path_factory) -> Path:
 
 
 def test_client_distribution_holds_no_dev_cluster_or_operator(client_only):
-    assert (client_only / "kinetic" / "runner.py").is_file()
+    assert (client_only / "kinetic" / "runtime" / "runner.py").is_file()
     assert not (client_only / "kinetic" / "local").exists()
     assert not (client_only / "kinetic" / "cli" / "local.py").exists()
     top = {p.name for p in client_only.iterdir()}
@@ -124,7 +124,7 @@ def _run_isolated(target: Path, code: str) -> subprocess.CompletedProcess:
 def test_client_alone_imports_the_runner_without_operator_or_dev_cluster(client_only):
     code = (
         "import importlib.util, json, sys\n"
-        "import kinetic, kinetic.runner, kinetic.cli.main\n"
+        "import kinetic, kinetic.runtime.runner, kinetic.cli.main\n"
         "print(json.dumps({'file': kinetic.__file__,"
         " 'findable': [m for m in ('kinetic_operator', 'kinetic_dev')"
         "  if importlib.util.find_spec(m)],"
@@ -148,12 +148,14 @@ def test_client_alone_says_how_to_get_kinetic_local(client_only):
 
 def test_importing_client_and_runner_loads_no_operator_or_dev_cluster_module():
     """With every package of the checkout installed, the client still imports none of them."""
-    code = "import json, sys, kinetic, kinetic.runner\nprint(json.dumps(sorted(sys.modules)))"
+    code = (
+        "import json, sys, kinetic, kinetic.runtime.runner\nprint(json.dumps(sorted(sys.modules)))"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     loaded = json.loads(done.stdout)
-    assert "kinetic.runner" in loaded
+    assert "kinetic.runtime.runner" in loaded
     assert not [m for m in loaded if m.split(".")[0] in NOT_IN_CLIENT]
 
 

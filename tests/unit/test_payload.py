@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kinetic import payload
-from kinetic.payload import (
+from kinetic.model import payload
+from kinetic.model.payload import (
     RESULT_HEADER,
     PayloadError,
     RemoteError,
@@ -148,7 +148,7 @@ def test_functions_from_local_modules_are_pickled_by_value(local_module: Path) -
     data = build_job_payload(model.train, (model.Config(5),))
     proc = _run_in_fresh_python(
         "import sys\n"
-        "from kinetic.payload import load_call_payload\n"
+        "from kinetic.model.payload import load_call_payload\n"
         "call = load_call_payload(open(sys.argv[1], 'rb').read())\n"
         "import importlib.util\n"
         "assert importlib.util.find_spec('userpkg_kinetic_test') is None\n"
@@ -168,7 +168,7 @@ def test_functions_from_main_are_pickled_by_value(tmp_path: Path) -> None:
     script = tmp_path / "script.py"
     script.write_text(
         "import sys\n"
-        "from kinetic.payload import build_job_payload\n"
+        "from kinetic.model.payload import build_job_payload\n"
         "FACTOR = 7\n"
         "def work(x):\n    return x * FACTOR\n"
         "sys.stdout.buffer.write(build_job_payload(work, (6,)))\n"
@@ -176,7 +176,7 @@ def test_functions_from_main_are_pickled_by_value(tmp_path: Path) -> None:
     made = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=60)
     assert made.returncode == 0, made.stderr
     proc = _run_in_fresh_python(
-        "import sys\nfrom kinetic.payload import load_call_payload\n"
+        "import sys\nfrom kinetic.model.payload import load_call_payload\n"
         "c = load_call_payload(open(sys.argv[1], 'rb').read())\nprint(c.fn(*c.args))\n",
         made.stdout,
         tmp_path,
@@ -380,7 +380,7 @@ def test_remote_tracebacks_show_the_users_source_even_without_the_file(
     moved = local_module.rename(local_module.parent / (local_module.name + "-gone"))
     proc = _run_in_fresh_python(
         "import sys\n"
-        "from kinetic.payload import load_call_payload, user_failure\n"
+        "from kinetic.model.payload import load_call_payload, user_failure\n"
         "call = load_call_payload(open(sys.argv[1], 'rb').read())\n"
         "try:\n    call.fn()\nexcept Exception as e:\n    print(user_failure(e).traceback)\n",
         data,
@@ -396,6 +396,6 @@ def test_the_runner_and_the_schema_agree_on_input_modes() -> None:
     """Two spellings of one fact: the runner must not import pydantic (start-up cost per Pod)."""
     from typing import get_args
 
-    from kinetic import payload, resources
+    from kinetic.model import payload, resources
 
     assert get_args(resources.InputMode) == payload.INPUT_MODES

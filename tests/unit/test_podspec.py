@@ -8,9 +8,9 @@ import string
 from typing import Any
 
 import pytest
-from kinetic.catalog import default_catalog
-from kinetic.names import job_pod_name
-from kinetic.resources import KineticJobSpec
+from kinetic.model.catalog import default_catalog
+from kinetic.model.names import job_pod_name
+from kinetic.model.resources import KineticJobSpec
 from kinetic_operator.job_logic import InvalidSpec, validate_spec
 from kinetic_operator.podspec import (
     CONTAINER_SECURITY_CONTEXT,
@@ -28,7 +28,7 @@ SETTINGS = OperatorSettings(
     runner_image="kinetic-runner:7",
     runner_pythons=["3.12", "3.11"],
     runner_service_account="kinetic-runner",
-    runner_command=["python", "-m", "kinetic.runner"],
+    runner_command=["python", "-m", "kinetic.runtime.runner"],
 )
 OWNER = Owner(name="kj", namespace="ns", uid="uid-1")
 PAYLOAD = "gs://kinetic/root/namespaces/ns/uploads/kj-0123456789abcdef/payload.pkl"
@@ -138,7 +138,7 @@ def test_every_container_learns_the_storage_emulator_and_functions_the_package_i
 def test_function_job_runs_the_runner_with_the_contract_env():
     m = build_job_pod(OWNER, function_spec(), SETTINGS, 1)
     c = main_container(m)
-    assert c["command"] == ["python", "-m", "kinetic.runner"] and "args" not in c
+    assert c["command"] == ["python", "-m", "kinetic.runtime.runner"] and "args" not in c
     env = env_of(m)
     assert env["KINETIC_PAYLOAD_URI"] == PAYLOAD
     assert env["KINETIC_PAYLOAD_SHA256"] == SHA

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kinetic.catalog import default_catalog
+from kinetic.model.catalog import default_catalog
 from kinetic_operator.handlers.admission import policy_problems
 from kinetic_operator.policy import (
     Policy,

@@ -15,8 +15,11 @@ from typing import Any
 
 import kinetic
 import pytest
-from kinetic import layout, podenv, project, storage
-from kinetic.project import ProjectError
+from kinetic import storage
+from kinetic.api import project
+from kinetic.api.project import ProjectError
+from kinetic.model import layout
+from kinetic.runtime import podenv
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -372,7 +375,7 @@ def test_a_pod_that_finds_the_source_unpacked_imports_nothing_to_unpack_it(
     cache = str(tmp_path / "cache")
     script = (
         "import json, sys\n"
-        "from kinetic import podenv\n"
+        "from kinetic.runtime import podenv\n"
         "lines = []\n"
         f"podenv.prepare(json.loads({json.dumps(json.dumps(entry))}), lines.append)\n"
         "heavy = ('subprocess', 'zipfile', 'shutil', 'tempfile')\n"

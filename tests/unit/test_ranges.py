@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from kinetic.ranges import IndexSet, RangeError, format_ranges, parse_ranges
+from kinetic.model.ranges import IndexSet, RangeError, format_ranges, parse_ranges
 
 
 @pytest.mark.parametrize(

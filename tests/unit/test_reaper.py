@@ -7,7 +7,7 @@ import time
 from datetime import timedelta
 
 from kinetic import storage
-from kinetic.names import fmt_time
+from kinetic.model.names import fmt_time
 from kinetic_operator.observed import PodView
 from kinetic_operator.reaper import Reaper, due_pods
 from test_operator_reconcile import NOW, FakeKube, reap_due

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from kinetic import layout
-from kinetic.batch_rerun import SourceView, rerun_body, source_state
-from kinetic.fanout import child_spec, input_count, validate_batch_spec
-from kinetic.inputs import input_total
-from kinetic.manifest import ManifestHeader
-from kinetic.ranges import IndexSet
-from kinetic.rerun import (
+from kinetic.api.batch_rerun import SourceView, rerun_body, source_state
+from kinetic.api.inputs import input_total
+from kinetic.model import layout
+from kinetic.model.fanout import child_spec, input_count, validate_batch_spec
+from kinetic.model.manifest import ManifestHeader
+from kinetic.model.ranges import IndexSet
+from kinetic.model.rerun import (
     SelectionError,
     from_batch_problems,
     index_map,
@@ -17,7 +17,7 @@ from kinetic.rerun import (
     originals,
     select,
 )
-from kinetic.resources import KineticBatchSpec
+from kinetic.model.resources import KineticBatchSpec
 from kinetic_operator.batch_pods import build_unit_pod
 from kinetic_operator.rerun_source import Source, SourceProblem, rerun_spec
 from kinetic_operator.settings import OperatorSettings

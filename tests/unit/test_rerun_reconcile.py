@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kinetic import digest, layout, storage
-from kinetic.manifest import ManifestHeader
-from kinetic.resources import BATCH_PLURAL, KineticBatchSpec
+from kinetic import storage
+from kinetic.model import digest, layout
+from kinetic.model.manifest import ManifestHeader
+from kinetic.model.resources import BATCH_PLURAL, KineticBatchSpec
 from kinetic_operator.settings import OperatorSettings
 from test_batch_reconcile import Batch, container_batch, pod_name, settings  # noqa: F401
 from test_operator_reconcile import FakeKube

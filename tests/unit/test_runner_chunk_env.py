@@ -13,8 +13,8 @@ import sys
 from typing import Any
 
 import pytest
-from kinetic.ranges import IndexSet
-from kinetic.runner import (
+from kinetic.model.ranges import IndexSet
+from kinetic.runtime.runner import (
     ConfigError,
     InputSpec,
     RunnerConfig,
@@ -260,14 +260,14 @@ def test_the_runner_imports_nothing_heavy() -> None:
     code = (
         "import sys\n"
         "before = set(sys.modules)\n"
-        "import kinetic.runner\n"
+        "import kinetic.runtime.runner\n"
         "print(' '.join(sorted(set(sys.modules) - before)))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("KINETIC_")}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout.split()
-    assert "kinetic.runner" in out
+    assert "kinetic.runtime.runner" in out
     top = {m.split(".")[0] for m in out}
     heavy = {
         "google",

@@ -5,14 +5,14 @@ from __future__ import annotations
 import threading
 
 import pytest
-from kinetic import payload
-from kinetic.batches import BatchError, SubmissionError
-from kinetic.submission import (
+from kinetic.api.batches import BatchError, SubmissionError
+from kinetic.api.submission import (
     mark_unsubmitted,
     submission_exception,
     submission_failure,
     wrong_typed_inputs,
 )
+from kinetic.model import payload
 
 
 @pytest.mark.parametrize(

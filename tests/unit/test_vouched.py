@@ -13,17 +13,18 @@ import json
 from typing import Any
 
 import pytest
-from kinetic import digest, layout, storage
-from kinetic.limits import header_max_bytes
-from kinetic.manifest import InputRecord, ManifestShard, ShardRef
-from kinetic.ranges import IndexSet
-from kinetic.resources import (
+from kinetic import storage
+from kinetic.api.vouched import VouchedManifest
+from kinetic.model import digest, layout
+from kinetic.model.limits import header_max_bytes
+from kinetic.model.manifest import InputRecord, ManifestShard, ShardRef
+from kinetic.model.ranges import IndexSet
+from kinetic.model.resources import (
     Condition,
     KineticBatchSpec,
     KineticBatchStatus,
     PhaseCounts,
 )
-from kinetic.vouched import VouchedManifest
 from kinetic_operator.batch_logic import RANGE_CAP, Recorded, compact_status
 from kinetic_operator.manifest import ManifestBook, build_header
 from manifest_history import T0, home

@@ -9,14 +9,14 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from kinetic import kube
-from kinetic.batch_rerun import rerun_batch, rerun_origin
-from kinetic.batches import BatchHandle, attach_batch, list_batches
+from kinetic.api import kube
+from kinetic.api.batch_rerun import rerun_batch, rerun_origin
+from kinetic.api.batches import BatchHandle, attach_batch, list_batches
 from kinetic.cli import submit
 from kinetic.cli.jobs import CONTEXT, NAMESPACE
 from kinetic.cli.output import OUTPUT_OPTION, Format, console, emit, fail
-from kinetic.digest import ResultMismatch
-from kinetic.ranges import RangeError, parse_ranges
+from kinetic.model.digest import ResultMismatch
+from kinetic.model.ranges import RangeError, parse_ranges
 
 app = typer.Typer(
     no_args_is_help=True, help="Batches: submit, list, status, watch, results, cancel, cleanup."

@@ -10,10 +10,8 @@ from typing import Any
 
 import typer
 
-from kinetic import kube
-from kinetic.cli.output import OUTPUT_OPTION, Format, console, emit, fail
-from kinetic.digest import ResultMismatch
-from kinetic.jobs import (
+from kinetic.api import kube
+from kinetic.api.jobs import (
     JobCancelled,
     JobFailed,
     JobHandle,
@@ -21,6 +19,8 @@ from kinetic.jobs import (
     attach,
     list_jobs_with_status,
 )
+from kinetic.cli.output import OUTPUT_OPTION, Format, console, emit, fail
+from kinetic.model.digest import ResultMismatch
 
 app = typer.Typer(
     no_args_is_help=True,

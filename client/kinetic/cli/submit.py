@@ -2,7 +2,7 @@
 
 The safety net of a batch-submission workflow, for YAML a person wrote:
 
-1. every document is checked locally (the CRD models and `kinetic.limits`,
+1. every document is checked locally (the CRD models and `kinetic.model.limits`,
    the same checks the operator applies), then by the API server with a
    server-side dry run — which also runs the admission webhook and so the
    administrator's policy — before anything is created;
@@ -36,13 +36,14 @@ from pydantic import ValidationError
 from rich.live import Live
 from rich.table import Table
 
-from kinetic import kube, layout, limits
-from kinetic import resources as r
+from kinetic.api import kube
+from kinetic.api.inputs import read_shard
 from kinetic.cli.jobs import CONTEXT, NAMESPACE
 from kinetic.cli.output import console, errors, fail
-from kinetic.fanout import grid_point
-from kinetic.inputs import read_shard
-from kinetic.ranges import parse_ranges
+from kinetic.model import layout, limits
+from kinetic.model import resources as r
+from kinetic.model.fanout import grid_point
+from kinetic.model.ranges import parse_ranges
 
 KINDS = {"KineticJob": r.JOB_PLURAL, "KineticBatch": r.BATCH_PLURAL}
 API_VERSION = f"{r.GROUP}/{r.VERSION}"
@@ -425,7 +426,7 @@ def _progress(docs: list[Document], statuses: list[dict[str, Any]]) -> Table:
 def _follow(doc: Document, i: int, context: str | None, timeout: float | None, out: Queue) -> None:
     """Put (i, status) on ``out`` at every change of one object, until it ends (a thread).
 
-    Watches, not polls (see `kinetic.kube`); ``None`` is put when it is
+    Watches, not polls (see `kinetic.api.kube`); ``None`` is put when it is
     deleted or the watch fails, so the waiter never waits for a silent thread.
     """
     try:
@@ -496,7 +497,7 @@ def _batch_rows(doc: Document, status: dict[str, Any], context: str | None) -> l
 
 
 def _storage_root(context: str | None) -> str | None:
-    from kinetic.config import resolve
+    from kinetic.api.config import resolve
 
     try:
         return resolve(context=context).storage_root

@@ -1,7 +1,7 @@
 """The validating webhook: CREATE and UPDATE of KineticJobs and KineticBatches.
 
 What a structural schema cannot say is judged here, with the same pure
-checks (`kinetic.limits`) that the operator applies again to whatever was
+checks (`kinetic.model.limits`) that the operator applies again to whatever was
 stored while the webhook was down, and that the client applies before it
 uploads anything: the nesting depth and size of inline inputs, the number
 of inputs (against the operator's ``maxInputs``), and where the input hash
@@ -28,9 +28,9 @@ from __future__ import annotations
 from typing import Any
 
 import kopf
-from kinetic import limits
-from kinetic.rerun import from_batch_problems
-from kinetic.resources import GROUP, VERSION, KineticBatchSpec
+from kinetic.model import limits
+from kinetic.model.rerun import from_batch_problems
+from kinetic.model.resources import GROUP, VERSION, KineticBatchSpec
 from pydantic import ValidationError
 
 from kinetic_operator.batch_logic import immutable_change

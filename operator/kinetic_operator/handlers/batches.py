@@ -23,7 +23,7 @@ before their outcome was recorded.
 What it reads back from storage it believes only as far as the batch's
 status vouches for it: the accepted spec (``acceptedSpecSHA256``,
 `kinetic_operator.accepted`) and the manifest (``manifestSHA256``,
-`kinetic.manifest`). Every status write carries the digests of what was
+`kinetic.model.manifest`). Every status write carries the digests of what was
 last written (`_Writer`), and a chunk Pod's report is read, bounded and
 checked before its inputs' outcome is recorded (`_checked_reports`).
 """
@@ -42,17 +42,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from kinetic import digest, layout, limits, storage
-from kinetic.batchjobs import batch_total, is_container, retries_of
-from kinetic.fanout import (
+from kinetic import storage
+from kinetic.model import digest, layout, limits
+from kinetic.model.batchjobs import batch_total, is_container, retries_of
+from kinetic.model.fanout import (
     foreign_batch_uris,
     parse_sha256_list,
     validate_batch_spec,
 )
-from kinetic.limits import hash_list_max_bytes
-from kinetic.manifest import Anchor
-from kinetic.names import LABEL_BATCH, input_pod_name
-from kinetic.resources import (
+from kinetic.model.limits import hash_list_max_bytes
+from kinetic.model.manifest import Anchor
+from kinetic.model.names import LABEL_BATCH, input_pod_name
+from kinetic.model.resources import (
     BATCH_PLURAL,
     GROUP,
     VERSION,

@@ -20,9 +20,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-from kinetic import layout, storage
-from kinetic.names import LABEL_JOB
-from kinetic.resources import (
+from kinetic import storage
+from kinetic.model import layout
+from kinetic.model.names import LABEL_JOB
+from kinetic.model.resources import (
     GROUP,
     JOB_KIND,
     JOB_PLURAL,

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import kopf
 from kinetic import storage
-from kinetic.names import LABEL_MANAGED_BY, MANAGED_BY
+from kinetic.model.names import LABEL_MANAGED_BY, MANAGED_BY
 
 from kinetic_operator import memtrace, metrics
 from kinetic_operator.kube import get_kube

@@ -4,10 +4,10 @@ Used two ways:
 
 * by the runner (function jobs), before the call: each ``spec.volumes``
   entry (``KINETIC_VOLUMES``) is downloaded into its mount path, an emptyDir
-  the operator mounted there, and each `kinetic.data.DataRef` among the
+  the operator mounted there, and each `kinetic.model.data.DataRef` among the
   call's arguments is downloaded under ``KINETIC_DATA_DIR`` and replaced by
   the local path;
-* as an init container (``python -m kinetic.datafetch``, the runner image)
+* as an init container (``python -m kinetic.runtime.datafetch``, the runner image)
   for container jobs: it fills the same emptyDirs, which the job's own
   container then mounts at the same paths.
 
@@ -31,8 +31,8 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from kinetic import storage
-from kinetic.data import HF, DataRef, volume_ref
-from kinetic.limits import MAX_DATA_MANIFEST_BYTES
+from kinetic.model.data import HF, DataRef, volume_ref
+from kinetic.model.limits import MAX_DATA_MANIFEST_BYTES
 
 VOLUMES_ENV = "KINETIC_VOLUMES"
 DATA_DIR_ENV = "KINETIC_DATA_DIR"
@@ -228,7 +228,7 @@ class ArgFetcher:
 
 def main() -> int:
     """Entry point of the data init container of container jobs."""
-    from kinetic.runner import _termination_log_path, _write_termination_log
+    from kinetic.runtime.runner import _termination_log_path, _write_termination_log
 
     try:
         fetch_volumes(volumes_from_env(os.environ))

@@ -496,7 +496,7 @@ def _google_not_found() -> type[Exception]:
     return GoogleNotFound
 
 
-# ------------------------------------------- shared by both gs:// backends (and kinetic.gcs_http)
+# ------------------------------ shared by both gs:// backends (and kinetic.storage.gcs_http)
 
 
 def require_object_key(p: _Parsed, uri: str) -> None:
@@ -646,7 +646,7 @@ class _LeanOnFirstUse:
     """
 
     def resolve(self) -> _Backend:
-        from kinetic.gcs_http import lean_backend
+        from kinetic.storage.gcs_http import lean_backend
 
         lean = lean_backend(os.environ)
         chosen: _Backend = lean if lean is not None and lean.has_credentials() else _GcsBackend()
@@ -658,7 +658,7 @@ class _LeanOnFirstUse:
 
 
 def use_lean_gcs() -> None:
-    """Route gs:// through `kinetic.gcs_http` in this process where its credentials allow.
+    """Route gs:// through `kinetic.storage.gcs_http` in this process where its credentials allow.
 
     For Pods, where importing google-cloud-storage is most of the cost of a
     short function, and for the operator, which writes a log archive per

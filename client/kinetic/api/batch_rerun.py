@@ -8,7 +8,7 @@ inputs and the template from the source batch (see
 Each input keeps its original index.
 
 The source is read through the API server: its spec and status, and its
-manifest only as its status vouches for it (`kinetic.vouched`). A source
+manifest only as its status vouches for it (`kinetic.api.vouched`). A source
 that was deleted is not rerun: nothing in the API server vouches for its
 records any more, and any Pod or bucket writer can change them (its
 template names the code the rerun would run).
@@ -22,14 +22,15 @@ from typing import Any
 
 from kubernetes.client import ApiException
 
-from kinetic import kube, layout, names
-from kinetic import resources as r
-from kinetic.batches import BatchHandle, new_group_id
-from kinetic.config import resolve
-from kinetic.inputs import vouched_manifest
-from kinetic.manifest import ManifestHeader
-from kinetic.ranges import IndexSet
-from kinetic.rerun import SELECT_ALL, SELECT_FAILED, SelectionError, original_index, select
+from kinetic.api import kube
+from kinetic.api.batches import BatchHandle, new_group_id
+from kinetic.api.config import resolve
+from kinetic.api.inputs import vouched_manifest
+from kinetic.model import layout, names
+from kinetic.model import resources as r
+from kinetic.model.manifest import ManifestHeader
+from kinetic.model.ranges import IndexSet
+from kinetic.model.rerun import SELECT_ALL, SELECT_FAILED, SelectionError, original_index, select
 
 # Settings a rerun takes over from its source (the inputs and template come via fromBatch).
 _CARRIED = (

@@ -17,9 +17,9 @@ There is no Kubernetes object per input. What the client knows of input
 
 A result is taken only on the word of the API server: a Pod's termination
 message while the Pod exists, else the manifest as the batch's status
-vouches for it (`kinetic.vouched`). Once the batch is gone, the manifest is
+vouches for it (`kinetic.api.vouched`). Once the batch is gone, the manifest is
 still read for outcomes, attempts and messages, but no result is taken from
-storage (`kinetic.digest.Unverifiable`): nothing vouches for it any more.
+storage (`kinetic.model.digest.Unverifiable`): nothing vouches for it any more.
 
 A handle keeps no state beyond what it was created with, so one from
 `kinetic.attach("<grp>-<i>")` in another process is as good as the original.
@@ -36,21 +36,23 @@ from typing import TYPE_CHECKING, Any
 
 from annotated_types import MaxLen
 
-from kinetic import digest, kube, layout, names, payload, storage
-from kinetic import resources as r
-from kinetic.jobs import (
+from kinetic import storage
+from kinetic.api import kube
+from kinetic.api.jobs import (
     JobCancelled,
     JobFailed,
     JobHandle,
     JobStatus,
     _notify,
 )
-from kinetic.limits import MAX_REPORT_BYTES
-from kinetic.manifest import InputRecord, ManifestHeader, ManifestShard
-from kinetic.ranges import IndexSet
-from kinetic.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
-from kinetic.submission import submission_exception
-from kinetic.vouched import VouchedManifest, newest_header, newest_shard
+from kinetic.api.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
+from kinetic.api.submission import submission_exception
+from kinetic.api.vouched import VouchedManifest, newest_header, newest_shard
+from kinetic.model import digest, layout, names, payload
+from kinetic.model import resources as r
+from kinetic.model.limits import MAX_REPORT_BYTES
+from kinetic.model.manifest import InputRecord, ManifestHeader, ManifestShard
+from kinetic.model.ranges import IndexSet
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
@@ -82,7 +84,7 @@ def _cancel_indexes_limit() -> int:
 
 def read_manifest(home: layout.Home) -> ManifestHeader | None:
     """The batch's newest manifest header, unchecked (None when there is none): for what it
-    says of the batch, never for a result (`kinetic.vouched` reads what the status vouches)."""
+    says of the batch, never for a result (`kinetic.api.vouched` reads what the status vouches)."""
     return newest_header(home)
 
 

@@ -3,7 +3,7 @@
 A batch's manifest outlives its Kubernetes objects (finished Pods are
 deleted after a TTL, the KineticBatch may be deleted), so it is where the
 complete per-input record lives. It is two kinds of JSON object in storage
-(see `kinetic.layout`):
+(see `kinetic.model.layout`):
 
 * the **header** (`ManifestHeader`, ``manifest.json``): the batch's
   definition and outcome, with the complete index ranges (the batch status
@@ -32,7 +32,7 @@ manifest is the batch's status, which only the operator can write:
 
 So a reader goes status -> header -> shard -> result, checking each step's
 bytes against the digest the step before holds, and one bound per object
-(`kinetic.limits`) keeps a forged object from costing more than its bound.
+(`kinetic.model.limits`) keeps a forged object from costing more than its bound.
 The status stays small at any size: one digest, however many shards.
 
 Ordering. Each file has two slots (``layout.MANIFEST_SLOTS``). The operator
@@ -48,7 +48,7 @@ When a batch has ended, its final status vouches for its final manifest.
 
 Once the batch is deleted, nothing vouches for the manifest any more: it is
 still read for what it says (status, attempts, messages), but no result is
-taken from storage on its word (`kinetic.digest.Unverifiable`).
+taken from storage on its word (`kinetic.model.digest.Unverifiable`).
 """
 
 from __future__ import annotations
@@ -61,10 +61,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from kinetic import digest
-from kinetic.limits import SHARD_BUDGET
-from kinetic.rerun import original_index
-from kinetic.resources import SHA256_PATTERN, AttemptRecord
+from kinetic.model import digest
+from kinetic.model.limits import SHARD_BUDGET
+from kinetic.model.rerun import original_index
+from kinetic.model.resources import SHA256_PATTERN, AttemptRecord
 
 MANIFEST_VERSION = 2
 
@@ -147,7 +147,7 @@ class SubmissionFailureRecord(_Doc):
 
 
 class RerunOf(_Doc):
-    """The batch a rerun took its inputs from (`kinetic.rerun`)."""
+    """The batch a rerun took its inputs from (`kinetic.model.rerun`)."""
 
     name: str
     uid: str | None = None

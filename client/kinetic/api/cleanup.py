@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 
-from kinetic import layout, storage
+from kinetic import storage
+from kinetic.model import layout
 
 
 def delete_stored(home: layout.Home | None, upload: str | None) -> None:

@@ -9,7 +9,7 @@ inputs. This module answers, without any I/O:
 * what input ``i`` is (`input_at`, `grid_point`) — a grid is decoded in mixed
   radix, never materialised, so a 10^6-point sweep costs nothing;
 * what input ``i`` runs with (`child_spec`: the template plus this input,
-  or for a ``spec.jobs`` batch its own job spec, see `kinetic.batchjobs`);
+  or for a ``spec.jobs`` batch its own job spec, see `kinetic.model.batchjobs`);
 * whether a spec makes sense before anything is launched
   (`validate_batch_spec`).
 
@@ -56,11 +56,11 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from kinetic import batchjobs, layout
-from kinetic.data import volume_problems
-from kinetic.ranges import IndexSet
-from kinetic.rerun import from_batch_problems, index_map, original_index
-from kinetic.resources import (
+from kinetic.model import batchjobs, layout
+from kinetic.model.data import volume_problems
+from kinetic.model.ranges import IndexSet
+from kinetic.model.rerun import from_batch_problems, index_map, original_index
+from kinetic.model.resources import (
     SHA256_PATTERN,
     BatchInputs,
     EnvVar,
@@ -367,7 +367,7 @@ def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
     problems: list[str] = []
     inputs, template = spec.inputs, spec.template
     kinds = [k for k in ("count", "items", "grid") if getattr(inputs, k) is not None]
-    if inputs.from_batch is not None:  # as written: the operator resolves it (kinetic.rerun)
+    if inputs.from_batch is not None:  # as written: the operator resolves it (kinetic.model.rerun)
         return from_batch_problems(spec.wire())
     if template is None:
         return [

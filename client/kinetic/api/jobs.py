@@ -6,19 +6,19 @@ or to storage, so a handle rebuilt in another process by `attach()` is as
 good as the original.
 
 A handle knows its object's UID: everything it reads or deletes in storage is
-under that object's own prefix (`kinetic.layout.Home`), and a result is
+under that object's own prefix (`kinetic.model.layout.Home`), and a result is
 unpickled only after its bytes match the sha256 the runner reported, as the
 API server holds it (``status.resultSHA256``), so a same-named job elsewhere
 or a tampered file is refused. Once the job is deleted nothing vouches for
 its result any more (storage alone can be rewritten by any Pod or bucket
-writer), and it is not unpickled (`kinetic.digest.Unverifiable`).
+writer), and it is not unpickled (`kinetic.model.digest.Unverifiable`).
 
-Each attempt of a job is one Pod (`kinetic.names.job_pod_name`). The operator
+Each attempt of a job is one Pod (`kinetic.model.names.job_pod_name`). The operator
 deletes finished Pods after a TTL, archiving each one's log first, so logs
 are read from the live Pod while it exists and from the archive after.
 
 The inputs of a batch are not KineticJobs; their handles
-(`kinetic.inputs.InputHandle`, a subclass) answer the same questions from
+(`kinetic.api.inputs.InputHandle`, a subclass) answer the same questions from
 the batch's status, its Pods and its manifest. `attach("<grp>-<i>")` returns
 one.
 """
@@ -36,11 +36,13 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from kinetic import digest, kube, layout, names, payload, storage
-from kinetic import resources as r
-from kinetic.cleanup import delete_stored
-from kinetic.config import ClientConfig, resolve
-from kinetic.limits import MAX_POINTER_BYTES
+from kinetic import storage
+from kinetic.api import kube
+from kinetic.api.cleanup import delete_stored
+from kinetic.api.config import ClientConfig, resolve
+from kinetic.model import digest, layout, names, payload
+from kinetic.model import resources as r
+from kinetic.model.limits import MAX_POINTER_BYTES
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
@@ -139,7 +141,7 @@ class JobHandle:
         answering from the batch rather than looking for a KineticJob.
         """
         if cls is JobHandle and d.get("group_id") and d.get("group_index") is not None:
-            from kinetic.inputs import InputHandle
+            from kinetic.api.inputs import InputHandle
 
             return InputHandle.from_dict(d)
         known = {f.name for f in fields(cls) if f.init}
@@ -258,7 +260,7 @@ class JobHandle:
         """`wait()`, printing the job's logs meanwhile when asked to."""
         if not stream_logs:
             return self.wait(timeout=timeout, on_status_change=on_status_change)
-        from kinetic.logstream import LogFollower
+        from kinetic.api.logstream import LogFollower
 
         with LogFollower(self):
             return self.wait(timeout=timeout, on_status_change=on_status_change)
@@ -269,9 +271,9 @@ class JobHandle:
     def _read_result(self) -> payload.Result | None:
         """The stored result, checked against the recorded sha256 before it is unpickled.
 
-        Raises `kinetic.digest.ResultMismatch` (naming the URI and both hashes)
+        Raises `kinetic.model.digest.ResultMismatch` (naming the URI and both hashes)
         when the bytes differ or no hash was recorded, and its subclass
-        `kinetic.digest.Unverifiable` (saying why) when nothing in the API
+        `kinetic.model.digest.Unverifiable` (saying why) when nothing in the API
         server vouches for a hash any more.
         """
         uri = self._result_location()
@@ -393,7 +395,7 @@ class JobHandle:
         just before the deletion (in memory only), so its result() still reads
         the kept result verified; a handle attached later cannot (nothing in
         the API server vouches for it any more) and raises
-        `kinetic.digest.Unverifiable`.
+        `kinetic.model.digest.Unverifiable`.
         """
         if k8s and not gcs:
             self._sha256_before_deletion = self._result_anchor()[0]
@@ -478,7 +480,7 @@ def attach(job_id: str, namespace: str | None = None, context: str | None = None
     cfg = resolve(namespace=namespace, context=context)
     split = names.split_input_id(job_id)
     if split is not None:
-        from kinetic.batches import attach_input
+        from kinetic.api.batches import attach_input
 
         return attach_input(split[0], split[1], cfg)
     obj = kube.get(r.JOB_PLURAL, cfg.namespace, job_id, cfg.context)
@@ -486,7 +488,7 @@ def attach(job_id: str, namespace: str | None = None, context: str | None = None
         return JobHandle.from_resource(obj, cfg.context, cfg.storage_root)
     match = _TRAILING_INDEX.match(job_id)
     if match is not None:  # an input of a batch named by hand (kubectl), e.g. "sweep-3"
-        from kinetic.batches import attach_input
+        from kinetic.api.batches import attach_input
 
         try:
             return attach_input(match.group(1), int(match.group(2)), cfg)

@@ -1,6 +1,6 @@
 """Preparing the pod's Python for the user's project, before the function is unpickled.
 
-The payload names the project's requirements and source (`kinetic.project`).
+The payload names the project's requirements and source (`kinetic.api.project`).
 The runner, before unpickling the function:
 
 1. installs the requirements with ``pip install --target`` into a folder of

@@ -2,7 +2,7 @@
 
 One module, no I/O, used by three parties so they always agree:
 
-* the pydantic models in `kinetic.resources` (and so the CRD schemas that
+* the pydantic models in `kinetic.model.resources` (and so the CRD schemas that
   `make crds` generates from them) take their maxLength / maxItems /
   maximum from the constants here;
 * the operator's validating webhook refuses what a schema cannot express
@@ -25,7 +25,7 @@ import posixpath
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from kinetic.ranges import IndexSet, RangeError
+from kinetic.model.ranges import IndexSet, RangeError
 
 # --------------------------------------------------------------------------- schema bounds
 # (the CRD enforces these; pydantic enforces them again in the operator and the client)
@@ -85,7 +85,7 @@ MAX_SPEC_BYTES = 8 << 20  # an accepted spec: an object is <= 1.5 MiB, a resolve
 MAX_POINTER_BYTES = 64 * 1024  # a name's current.json: a UID and a hash
 MAX_DATA_MANIFEST_BYTES = 64 << 20  # a data upload's file list (~130 bytes per file)
 # A manifest shard holds 1,000 inputs' records; the operator keeps what it writes
-# under SHARD_BUDGET (`kinetic.manifest.shard_bytes`) and readers refuse more than
+# under SHARD_BUDGET (`kinetic.model.manifest.shard_bytes`) and readers refuse more than
 # MAX_SHARD_BYTES.
 SHARD_BUDGET = 24 << 20
 MAX_SHARD_BYTES = 32 << 20

@@ -1,6 +1,6 @@
 """A batch's manifest as its status vouches for it: what clients take results on the word of.
 
-The chain (`kinetic.manifest`, "The chain of trust"): the batch status
+The chain (`kinetic.model.manifest`, "The chain of trust"): the batch status
 names a header and its SHA-256; the header lists each shard's slot and
 SHA-256; a shard holds its inputs' result SHA-256s. `VouchedManifest` reads
 each step, bounded, and checks it against the one before.
@@ -9,14 +9,14 @@ A mismatch is either a status read before the operator moved on (it never
 writes into a slot the status vouches for, so a newer status vouches for
 newer bytes) or a forgery. So on a mismatch the status is read again: if it
 still vouches for the same header, the bytes were changed by something
-other than the operator and `kinetic.digest.ResultMismatch` is raised,
+other than the operator and `kinetic.model.digest.ResultMismatch` is raised,
 naming the URI and both digests; if it moved on, the newer one is read.
 
 Once the batch object is gone (or for a batch whose status predates
 digests), nothing vouches for the manifest: `vouched` is False, the newest
 header and shards are still read for what they say (outcomes, attempts,
 messages), and callers take no result on their word
-(`kinetic.digest.Unverifiable`).
+(`kinetic.model.digest.Unverifiable`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kinetic import digest, layout, storage
-from kinetic.limits import DEFAULT_MAX_INPUTS, MAX_SHARD_BYTES, header_max_bytes
-from kinetic.manifest import (
+from kinetic import storage
+from kinetic.model import digest, layout
+from kinetic.model.limits import DEFAULT_MAX_INPUTS, MAX_SHARD_BYTES, header_max_bytes
+from kinetic.model.manifest import (
     Anchor,
     ManifestHeader,
     ManifestShard,
@@ -81,7 +82,7 @@ class VouchedManifest:
         return Anchor.of(self.status()).vouches
 
     def why_not(self) -> str:
-        """Why nothing vouches for the manifest (for `kinetic.digest.Unverifiable`)."""
+        """Why nothing vouches for the manifest (for `kinetic.model.digest.Unverifiable`)."""
         if self.status() is None:
             return (
                 f"batch {self.home.name} no longer exists, so the API server holds no digest "

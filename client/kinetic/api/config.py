@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
-from kinetic.limits import DEFAULT_MAX_INPUTS
+from kinetic.model.limits import DEFAULT_MAX_INPUTS
 
 DEFAULT_OPERATOR_NAMESPACE = "kinetic-system"
 CONFIGMAP_NAME = "kinetic-config"
@@ -89,7 +89,7 @@ def _published(context: str | None) -> dict[str, str]:
     """The operator's published settings, or {} when there is no operator or no access."""
     from kubernetes.client import ApiException
 
-    from kinetic import kube
+    from kinetic.api import kube
 
     try:
         cm = kube.core(context).read_namespaced_config_map(CONFIGMAP_NAME, _operator_namespace())
@@ -101,6 +101,6 @@ def _published(context: str | None) -> dict[str, str]:
 
 
 def _kubeconfig_namespace(context: str | None) -> str:
-    from kinetic import kube
+    from kinetic.api import kube
 
     return kube.current_namespace(context)

@@ -7,10 +7,10 @@ or mounts it with ``@kinetic.run(volumes={"/data": Data(...)})`` (present at
 that path before the call).
 
 Client side, every `Data` becomes a `DataRef` before anything is pickled or
-any resource is created (`stage`):
+any resource is created (`kinetic.api.staging`):
 
 * local data is uploaded once into the namespace's content-addressed cache
-  (`kinetic.layout.data_cache_prefix`), keyed by `Data.content_hash`; the
+  (`kinetic.model.layout.data_cache_prefix`), keyed by `Data.content_hash`; the
   manifest (each file's sha256) is written last and marks the entry
   complete, so a second submission of the same bytes finds it and uploads
   nothing, and the pod verifies every file it downloads against it;
@@ -21,7 +21,7 @@ any resource is created (`stage`):
   tenant cannot name another's uploads; anything else in a bucket is the
   bucket owner's IAM decision.
 
-Pod side, `kinetic.datafetch` turns each `DataRef` (and each volume of
+Pod side, `kinetic.runtime.datafetch` turns each `DataRef` (and each volume of
 ``spec.volumes``) into files. This module imports only the standard
 library at load, so the runner can unpickle a `DataRef` cheaply.
 
@@ -39,14 +39,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kinetic import resources as r
+    from kinetic.model import resources as r
 
 __all__ = [
     "Data",
     "DataRef",
     "DataError",
-    "stage",
-    "Stager",
     "volume_problems",
     "check_volumes",
 ]
@@ -54,7 +52,6 @@ __all__ = [
 GCS = "gs://"
 HF = "hf://"
 _MAX_WALK_DEPTH = 32  # containers searched for Data inside a call's arguments
-_UPLOAD_WORKERS = 8
 _HASH_WORKERS = 8
 
 
@@ -259,47 +256,6 @@ def manifest_bytes(is_dir: bool, files: list[LocalFile]) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def stage(data: Data, root: str, namespace: str) -> DataRef:
-    """Upload local data into the namespace's cache unless it is there; return its ref.
-
-    An entry is complete once its manifest exists (written after every file),
-    so an interrupted upload is simply redone, and a second submission of the
-    same bytes costs one existence check and no upload.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from kinetic import layout, storage
-
-    if not data.is_local:
-        return DataRef(
-            uri=data.path,
-            is_dir=data.is_dir,
-            fuse=data.fuse,
-            hf_trust_remote_code=data.hf_trust_remote_code,
-        )
-    content_hash, files = content_hash_of(data.path)
-    prefix = layout.data_cache_prefix(root, namespace, content_hash)
-    manifest_uri = layout.data_manifest_uri(root, namespace, content_hash)
-    if not storage.exists(manifest_uri):
-
-        def upload(f: LocalFile) -> None:
-            with open(f.path, "rb") as fh:
-                storage.write_bytes(prefix + f.rel, fh.read())
-
-        with ThreadPoolExecutor(max_workers=_UPLOAD_WORKERS) as pool:
-            list(pool.map(upload, files))
-        storage.write_bytes(manifest_uri, manifest_bytes(data.is_dir, files))
-    is_dir = os.path.isdir(data.path)
-    return DataRef(
-        uri=prefix,
-        is_dir=is_dir,
-        manifest_uri=manifest_uri,
-        name=None if is_dir else os.path.basename(data.path),
-        fuse=data.fuse,
-        hf_trust_remote_code=data.hf_trust_remote_code,
-    )
-
-
 def substitute(value: Any, convert: Callable[[Any], Any], kind: type, depth: int = 0) -> Any:
     """``value`` with every ``kind`` inside plain lists, tuples and dicts replaced by
     ``convert(it)``; anything else (and anything deeper than 32 levels) is left as is."""
@@ -319,36 +275,6 @@ def substitute(value: Any, convert: Callable[[Any], Any], kind: type, depth: int
     return value
 
 
-class Stager:
-    """Stages each distinct `Data` of one submission once (a batch may repeat it per input)."""
-
-    def __init__(self, root: str, namespace: str) -> None:
-        self.root = root
-        self.namespace = namespace
-        self._cache: dict[Data, DataRef] = {}
-
-    def __call__(self, d: Data) -> DataRef:
-        if d not in self._cache:
-            self._cache[d] = stage(d, self.root, self.namespace)
-        return self._cache[d]
-
-    def value(self, value: Any) -> Any:
-        """``value`` with each `Data` inside (lists, tuples, dicts) replaced by its ref."""
-        return substitute(value, self, Data)
-
-    def call(
-        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """A call's arguments with each `Data` staged and replaced by its `DataRef`."""
-        return self.value(tuple(args)), self.value(dict(kwargs))
-
-    def volumes(self, volumes: Mapping[str, Data]) -> list[r.DataVolume] | None:
-        """``spec.volumes`` for checked ``volumes=`` (see `check_volumes`); None when empty."""
-        if not volumes:
-            return None
-        return [volume_spec(path, self(d)) for path, d in volumes.items()]
-
-
 # --------------------------------------------------------------------------- volumes
 
 
@@ -359,7 +285,7 @@ def check_volumes(volumes: Any) -> dict[str, Data]:
     nested in each other); values are `Data`. Raises `DataError` naming the
     entry and the fix.
     """
-    from kinetic import limits
+    from kinetic.model import limits
 
     if volumes is None:
         return {}
@@ -388,7 +314,7 @@ def check_volumes(volumes: Any) -> dict[str, Data]:
 
 def volume_spec(mount_path: str, ref: DataRef) -> r.DataVolume:
     """The ``spec.volumes`` entry for a staged volume."""
-    from kinetic import resources as r
+    from kinetic.model import resources as r
 
     return r.DataVolume(
         mount_path=mount_path,
@@ -423,7 +349,7 @@ def volume_problems(
     permissions), must be in this namespace's prefix. A gs:// URI outside
     the root is read with the pod's own credentials.
     """
-    from kinetic import layout
+    from kinetic.model import layout
 
     problems: list[str] = []
     for i, v in enumerate(volumes):

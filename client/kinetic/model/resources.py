@@ -1,6 +1,6 @@
 """The KineticJob and KineticBatch resources, as pydantic models.
 
-These models are the single source of truth for the API: `kinetic.crdgen`
+These models are the single source of truth for the API: `kinetic.model.crdgen`
 turns them into the CRDs in `crds/`, the operator validates what it reads
 with them, and the client builds what it creates with them. Field names are
 snake_case in Python and camelCase on the wire, as Kubernetes expects.
@@ -15,14 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonValue
 
-from kinetic import limits as L
+from kinetic.model import limits as L
 
-# Re-exported for callers that import every API fact from here; they live in kinetic.names.
-from kinetic.names import LABEL_ATTEMPT as LABEL_ATTEMPT
-from kinetic.names import LABEL_BATCH as LABEL_BATCH
-from kinetic.names import LABEL_CHUNK as LABEL_CHUNK
-from kinetic.names import LABEL_INDEX as LABEL_INDEX
-from kinetic.names import LABEL_JOB as LABEL_JOB
+# Re-exported for callers that import every API fact from here; they live in kinetic.model.names.
+from kinetic.model.names import LABEL_ATTEMPT as LABEL_ATTEMPT
+from kinetic.model.names import LABEL_BATCH as LABEL_BATCH
+from kinetic.model.names import LABEL_CHUNK as LABEL_CHUNK
+from kinetic.model.names import LABEL_INDEX as LABEL_INDEX
+from kinetic.model.names import LABEL_JOB as LABEL_JOB
 
 GROUP = "kinetic.dev"
 VERSION = "v1alpha1"
@@ -321,7 +321,7 @@ RERUN_SELECTOR_PATTERN = r"^(failed|all|[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)$"
 
 
 class FromBatch(Wire):
-    """Rerun inputs of an earlier batch of the same namespace (see `kinetic.rerun`)."""
+    """Rerun inputs of an earlier batch of the same namespace (see `kinetic.model.rerun`)."""
 
     name: str = Field(
         pattern=DNS_NAME_PATTERN,
@@ -597,7 +597,9 @@ class KineticBatchStatus(Wire):
     manifest_uri: str | None = Field(
         None,
         alias="manifestURI",
-        description="The batch manifest's header (one of its two slots: see kinetic.manifest).",
+        description=(
+            "The batch manifest's header (one of its two slots: see kinetic.model.manifest)."
+        ),
     )
     manifest_sha256: str | None = Field(
         None,

@@ -93,14 +93,15 @@ Phase = Literal[
 ]
 """Where a job failed. ``call`` is the user's function raising; the rest are the runner's
 (``setup``: the runner's environment variables are missing or invalid;
-``install-dependencies`` and ``unpack-source``: preparing the user's project, `kinetic.podenv`;
+``install-dependencies`` and ``unpack-source``: preparing the user's project,
+`kinetic.runtime.podenv`;
 ``data``: the job's `kinetic.Data` volumes or arguments could not be brought into the pod)."""
 
 InputMode = Literal["auto", "single", "args", "kwargs"]
 INPUT_MODES: tuple[str, ...] = get_args(InputMode)
 
 _PHASES: tuple[str, ...] = get_args(Phase)
-_KINETIC_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_KINETIC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # kinetic/
 
 
 # --------------------------------------------------------------------------- errors
@@ -339,7 +340,7 @@ def build_job_payload(
 ) -> bytes:
     """Bytes for ``jobs/<id>/payload.pkl``: one call of ``fn``. Raises PayloadError.
 
-    ``project`` is `kinetic.project.ship`'s entry: what the runner prepares
+    ``project`` is `kinetic.api.project.ship`'s entry: what the runner prepares
     (requirements, source) before it unpickles the body.
     """
     return _envelope("job", fn, tuple(args), dict(kwargs or {}), env, project)

@@ -7,10 +7,10 @@ from the file that defines the function (the nearest directory upward with
 ``pyproject.toml``, ``requirements.txt`` or ``.git``), reads the requirements
 from it (``requirements.txt`` when present, else ``[project] dependencies``
 of ``pyproject.toml``) and zips the project's ``.py`` files. Both are
-uploaded content-addressed (`kinetic.layout.project_blob_uri`), so
+uploaded content-addressed (`kinetic.model.layout.project_blob_uri`), so
 submitting the same project again uploads nothing; the job payload names
 them with their sha256 and the runner installs and unpacks them before it
-unpickles the function (`kinetic.podenv`).
+unpickles the function (`kinetic.runtime.podenv`).
 
 Only ``.py`` files are shipped: data and config files (``.env`` with secrets
 among them) stay on the laptop. Hidden directories, virtual environments,
@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kinetic import layout, storage
+from kinetic import storage
+from kinetic.model import layout
 
 __all__ = [
     "ROOT_MARKERS",
@@ -310,7 +311,7 @@ class Project:
 
 
 def _installed(path: Path) -> bool:
-    from kinetic.payload import _installed_dirs  # one definition of "installed"
+    from kinetic.model.payload import _installed_dirs  # one definition of "installed"
 
     text = str(path)
     if f"{os.sep}site-packages{os.sep}" in text or f"{os.sep}dist-packages{os.sep}" in text:

@@ -14,15 +14,18 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from kinetic import catalog, layout, limits, payload, project, storage
-from kinetic import resources as r
-from kinetic.config import ClientConfig, resolve
-from kinetic.data import Data, Stager, check_volumes
-from kinetic.jobs import JobHandle, new_job_id, submit_job
+from kinetic import storage
+from kinetic.api import project
+from kinetic.api.config import ClientConfig, resolve
+from kinetic.api.jobs import JobHandle, new_job_id, submit_job
+from kinetic.api.staging import Stager
+from kinetic.model import catalog, layout, limits, payload
+from kinetic.model import resources as r
+from kinetic.model.data import Data, check_volumes
 
 if TYPE_CHECKING:
-    from kinetic.batches import BatchHandle
-    from kinetic.mixed import Call
+    from kinetic.api.batches import BatchHandle
+    from kinetic.api.mixed import Call
 
 
 class RemoteFunction:
@@ -68,19 +71,19 @@ class RemoteFunction:
         return submit_job(cfg, spec, job_id)
 
     def run_async_map(self, inputs: Iterable[Any], **kwargs: Any) -> BatchHandle:
-        """Fan out over `inputs`; see `kinetic.batches.submit_map` for the options.
+        """Fan out over `inputs`; see `kinetic.api.batches.submit_map` for the options.
 
         `input_mode`, `max_concurrent`, `retries`, `fail_fast`,
         `cancel_running_on_fail`, `name`, `tags`, and `chunk_size` (consecutive
         inputs per Pod, for very short functions).
         """
-        from kinetic.batches import submit_map
+        from kinetic.api.batches import submit_map
 
         return submit_map(self, inputs, **kwargs)
 
     def call(self, *args: Any, **kwargs: Any) -> Call:
         """This call, not submitted: an entry for `kinetic.batch` (different calls, one batch)."""
-        from kinetic.mixed import Call
+        from kinetic.api.mixed import Call
 
         return Call(self, args, dict(kwargs))
 
@@ -200,7 +203,7 @@ def run(
     """Decorator: run the function on the cluster.
 
     `accelerator` is `cpu`, `gpu-l4`, `gpu-a100x8`, `tpu-v5e-1`, ... (also spelled
-    `l4`, `a100x8`, `v5litepod-1`, `v5e-1`; see `kinetic.catalog`); `env` sets
+    `l4`, `a100x8`, `v5litepod-1`, `v5e-1`; see `kinetic.model.catalog`); `env` sets
     variables in the job; `capture_env_vars` copies the named local variables
     (a trailing `*` matches a prefix); `retries` are extra attempts after a
     failure; `deadline` bounds each attempt in seconds; `volumes` maps absolute
@@ -210,7 +213,7 @@ def run(
     `image` (or `container_image`, the reference's name for it) runs the
     function in that image as is. Without one (or with "bundled" or
     "prebuilt") the default image runs it, and the requirements of the
-    function's project (`kinetic.project`) are installed when the pod starts.
+    function's project (`kinetic.api.project`) are installed when the pod starts.
     The project's own Python source ships either way.
     """
     image = project.resolve_image(image, container_image)

@@ -5,7 +5,7 @@ KineticBatch and returns. Concurrency, retries, fail-fast and the manifest
 are the operator's job, so the submitting process may exit at once and any
 process can pick the batch up again with `attach_batch()`.
 
-There is no Kubernetes object per input: `kinetic.inputs` says where what
+There is no Kubernetes object per input: `kinetic.api.inputs` says where what
 the client knows of one input comes from (the batch status, its Pods, the
 manifest), and `InputHandle` reads it.
 
@@ -26,13 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kinetic import kube, layout, limits, names, payload, storage
-from kinetic import resources as r
-from kinetic.cleanup import delete_stored
-from kinetic.config import ClientConfig, resolve
-from kinetic.data import Stager
-from kinetic.digest import Unverifiable
-from kinetic.inputs import (
+from kinetic import storage
+from kinetic.api import kube
+from kinetic.api.cleanup import delete_stored
+from kinetic.api.config import ClientConfig, resolve
+from kinetic.api.inputs import (
     RECORD_WAIT,
     InputHandle,
     RecordedOutcomes,
@@ -44,8 +42,8 @@ from kinetic.inputs import (
     terminated_state,
     vouched_manifest,
 )
-from kinetic.inputs import read_shard as read_shard  # kinetic.batches.read_shard, as before
-from kinetic.jobs import (
+from kinetic.api.inputs import read_shard as read_shard  # kinetic.api.batches.read_shard, as before
+from kinetic.api.jobs import (
     JobCancelled,
     JobFailed,
     JobHandle,
@@ -53,22 +51,26 @@ from kinetic.jobs import (
     last_uid,
     sort_by_attempt,
 )
-from kinetic.manifest import InputRecord, ManifestHeader
-from kinetic.ranges import IndexSet
-from kinetic.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
-from kinetic.submission import (
+from kinetic.api.staging import Stager
+from kinetic.api.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
+from kinetic.api.submission import (
     mark_unsubmitted,
     submission_exception,
     submission_failure,
     wrong_typed_inputs,
 )
-from kinetic.vouched import VouchedManifest
+from kinetic.api.vouched import VouchedManifest
+from kinetic.model import layout, limits, names, payload
+from kinetic.model import resources as r
+from kinetic.model.digest import Unverifiable
+from kinetic.model.manifest import InputRecord, ManifestHeader
+from kinetic.model.ranges import IndexSet
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
     from rich.progress import Progress, TaskID
 
-    from kinetic.remote import RemoteFunction
+    from kinetic.api.remote import RemoteFunction
 
 log = logging.getLogger("kinetic")
 
@@ -506,7 +508,7 @@ class BatchHandle:
 
         Not one read per input: a whole shard comes back for each read, and
         `results()` asks for thousands of inputs at once. As the batch's
-        status vouches for them (`kinetic.vouched`; as stored once it is gone).
+        status vouches for them (`kinetic.api.vouched`; as stored once it is gone).
         """
         manifest = manifest or self._vouched()
         found: dict[int, InputRecord] = {}
@@ -602,9 +604,9 @@ class BatchHandle:
         """A new batch running this batch's failed inputs (``failed=False``: all) again.
 
         Each input keeps its original index (``KINETIC_INDEX``); the new
-        batch's manifest maps it back to this one. See `kinetic.batch_rerun`.
+        batch's manifest maps it back to this one. See `kinetic.api.batch_rerun`.
         """
-        from kinetic.batch_rerun import rerun_batch  # it builds on this module
+        from kinetic.api.batch_rerun import rerun_batch  # it builds on this module
 
         return rerun_batch(
             self.group_id,

@@ -17,7 +17,7 @@ from kubernetes import client, config, watch
 from kubernetes.client import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from kinetic import resources as r
+from kinetic.model import resources as r
 
 _IN_CLUSTER_NS = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 

@@ -1,7 +1,7 @@
 """Heterogeneous batches (``spec.jobs``): which job spec input ``i`` runs. Pure, no I/O.
 
 A KineticBatch has one of two forms. ``template`` + ``inputs`` runs one job
-spec over many inputs (`kinetic.fanout`); ``jobs`` lists a different job
+spec over many inputs (`kinetic.model.fanout`); ``jobs`` lists a different job
 spec per input, and input ``i`` runs ``jobs[i]`` as it stands: its own
 function or container, image, accelerator, env, deadline and resources.
 Everything else about the batch (maxConcurrent, failFast, cancel,
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kinetic import layout
-from kinetic.ranges import IndexSet
-from kinetic.resources import BatchJobSpec, EnvVar, KineticBatchSpec, KineticJobSpec
+from kinetic.model import layout
+from kinetic.model.ranges import IndexSet
+from kinetic.model.resources import BatchJobSpec, EnvVar, KineticBatchSpec, KineticJobSpec
 
 ENV_INDEX = "KINETIC_INDEX"
 
@@ -47,7 +47,7 @@ def batch_total(spec: KineticBatchSpec) -> int:
         return len(spec.jobs)
     if spec.inputs is None:
         raise ValueError("spec.inputs is required with spec.template")
-    from kinetic.fanout import input_count  # fanout imports this module
+    from kinetic.model.fanout import input_count  # fanout imports this module
 
     return input_count(spec.inputs)
 

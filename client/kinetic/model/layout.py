@@ -19,7 +19,7 @@ reads, reports or overwrites another's files::
                                                      its records once it is gone; trusted for
                                                      nothing else: storage vouches for nothing)
     <root>/namespaces/<ns>/batches/<name>/<uid>/     a KineticBatch's home:
-        manifest.json, manifest/<s>.json             header and shards (`kinetic.manifest`),
+        manifest.json, manifest/<s>.json             header and shards (`kinetic.model.manifest`),
         manifest.1.json, manifest/<s>.1.json         each in two slots (see `MANIFEST_SLOTS`)
         accepted-spec.json                           the spec the operator accepted
         results/<i>.pkl                              input i's result
@@ -34,7 +34,7 @@ reads, reports or overwrites another's files::
                                                      object of the namespace: never deleted
                                                      by an object's cleanup
     <root>/namespaces/<ns>/projects/<sha256>.<ext>   the user's project, content-addressed
-                                                     (`kinetic.project`): requirements (.txt)
+                                                     (`kinetic.api.project`): requirements (.txt)
                                                      and Python source (.zip); shared by every
                                                      job that ships the same bytes, so never
                                                      deleted by an object's cleanup
@@ -59,7 +59,7 @@ from typing import Literal
 SHARD_SIZE = 1000  # inputs per manifest shard
 # Each manifest file (the header, each shard) has two slots, 0 and 1: the operator
 # writes a new version into the slot the batch status does not vouch for, so the
-# version it vouches for is never overwritten (`kinetic.manifest`).
+# version it vouches for is never overwritten (`kinetic.model.manifest`).
 MANIFEST_SLOTS = (0, 1)
 
 Kind = Literal["jobs", "batches"]

@@ -15,12 +15,12 @@ import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from kinetic import kube
+from kinetic.api import kube
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
 
-    from kinetic.jobs import JobHandle
+    from kinetic.api.jobs import JobHandle
 
 _POLL = 0.5  # seconds between looks for the next attempt's Pod
 _DRAIN = 30.0  # most seconds to finish printing once the job has ended

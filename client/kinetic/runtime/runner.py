@@ -1,4 +1,4 @@
-"""The pod entrypoint for function jobs: ``python -m kinetic.runner``.
+"""The pod entrypoint for function jobs: ``python -m kinetic.runtime.runner``.
 
 The operator starts it with environment variables naming what to run and
 where the result goes. One input (a KineticJob, or one input of a batch):
@@ -16,16 +16,16 @@ where the result goes. One input (a KineticJob, or one input of a batch):
 ``KINETIC_REPORT_URI``      a chunk: where its per-input result hashes go
 ``KINETIC_VOLUMES``         the job's ``spec.volumes`` as JSON: each is downloaded
                             into its mount path before the first call
-                            (`kinetic.datafetch`, phase ``data``)
+                            (`kinetic.runtime.datafetch`, phase ``data``)
 ``KINETIC_DATA_DIR``        where `kinetic.Data` arguments are downloaded (default:
                             a fresh temporary folder)
 ``KINETIC_TERMINATION_LOG`` one-line summary file (default
                             ``/dev/termination-log`` when it exists and is writable)
 ``KINETIC_DEPS_CACHE``      where installed requirements and the project's
-                            source are kept (`kinetic.podenv`; optional)
+                            source are kept (`kinetic.runtime.podenv`; optional)
 ==========================  ===============================================
 
-A payload that names the user's project (`kinetic.project`) has its
+A payload that names the user's project (`kinetic.api.project`) has its
 requirements installed and its source unpacked before the function is
 unpickled; a failure there ends the job in phase ``install-dependencies``
 (pip's last lines in the message) or ``unpack-source``.
@@ -52,11 +52,11 @@ reachable. The termination message is one line: ``ok``, the exception, or
 ``runner failed in phase <phase>: ...``, followed by `` sha256=<hex>`` (the
 SHA-256 of the result bytes stored at the result URI) whenever a result is
 recorded there; the operator puts that hash in status and the client
-checks it before unpickling (`kinetic.digest`).
+checks it before unpickling (`kinetic.model.digest`).
 
 Exit codes, a chunk: 0 when every input succeeded, else 1; the termination
 message is one line of JSON, ``{"succeeded": "0-3,5", "failed": "4", "report":
-"<hex>"}`` (input indexes in `kinetic.ranges` notation), and each input's
+"<hex>"}`` (input indexes in `kinetic.model.ranges` notation), and each input's
 result says why it failed. The hashes of the inputs' results are written as
 ``{"<index>": "<hex>"}`` to ``KINETIC_REPORT_URI`` (when set), and
 ``report`` is that document's own SHA-256. Exit 2 with a plain-text message
@@ -86,7 +86,7 @@ write in this process.
 
 Startup is kept lean because every Pod pays it before the user's code runs:
 the module imports only the standard library, cloudpickle and kinetic's
-storage/payload/ranges modules; gs:// goes through `kinetic.gcs_http` (the
+storage/payload/ranges modules; gs:// goes through `kinetic.storage.gcs_http` (the
 standard library's HTTP client) wherever its credentials allow, not through
 google-cloud-storage; and one input costs four storage round trips (check
 for an earlier result, payload, input, conditional write of the result) on
@@ -107,9 +107,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
-from kinetic import digest, payload, storage
-from kinetic.payload import INPUT_MODES, CallPayload, Phase, Result
-from kinetic.ranges import format_ranges
+from kinetic import storage
+from kinetic.model import digest, payload
+from kinetic.model.payload import INPUT_MODES, CallPayload, Phase, Result
+from kinetic.model.ranges import format_ranges
 
 __all__ = [
     "EXIT_OK",
@@ -526,7 +527,7 @@ class _Function:
 
 class _DataStage:
     """The ``data`` phase: volumes into their mount paths (once per Pod), then each
-    `kinetic.data.DataRef` argument downloaded and replaced by its local path.
+    `kinetic.model.data.DataRef` argument downloaded and replaced by its local path.
 
     Nothing is imported or read unless the job has volumes or Data arguments.
     A volume that cannot be fetched fails every input of the Pod the same way.
@@ -543,8 +544,8 @@ class _DataStage:
             raise self._failed
         if self._volumes_done and not _may_hold_data():
             return call, item  # the common case: nothing to import, nothing to fetch
-        from kinetic import datafetch
-        from kinetic.data import DataRef, substitute
+        from kinetic.model.data import DataRef, substitute
+        from kinetic.runtime import datafetch
 
         try:
             if not self._volumes_done:
@@ -567,9 +568,9 @@ class _DataStage:
 
 
 def _may_hold_data() -> bool:
-    """Whether an argument may be a `kinetic.data.DataRef`: unpickling one loads
-    kinetic.data, so without that module there is nothing to look for."""
-    return "kinetic.data" in sys.modules
+    """Whether an argument may be a `kinetic.model.data.DataRef`: unpickling one loads
+    kinetic.model.data, so without that module there is nothing to look for."""
+    return "kinetic.model.data" in sys.modules
 
 
 def _prepare_project(data: bytes) -> None:
@@ -580,7 +581,7 @@ def _prepare_project(data: bytes) -> None:
     project = _unpickle(lambda: payload.payload_project(data), "payload")
     if not project:
         return
-    from kinetic import podenv  # only payloads with a project pay for this import
+    from kinetic.runtime import podenv  # only payloads with a project pay for this import
 
     try:
         podenv.prepare(project, log)
@@ -804,7 +805,7 @@ def _run_one(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> _Outcom
 def chunk_termination_message(
     succeeded: list[int], failed: list[int], report_sha256: str | None = None
 ) -> str:
-    """The chunk's one-line JSON termination message, in `kinetic.ranges` notation."""
+    """The chunk's one-line JSON termination message, in `kinetic.model.ranges` notation."""
     doc = {"succeeded": format_ranges(succeeded), "failed": format_ranges(failed)}
     if report_sha256 is not None:
         doc["report"] = report_sha256

@@ -13,9 +13,9 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-from kinetic import payload
-from kinetic import resources as r
-from kinetic.limits import MAX_MESSAGE_LENGTH
+from kinetic.model import payload
+from kinetic.model import resources as r
+from kinetic.model.limits import MAX_MESSAGE_LENGTH
 
 _UNSUBMITTED_NOTE = "input {index} was not submitted, so it never ran"
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kinetic.ranges import IndexSet, RangeError
+from kinetic.model.ranges import IndexSet, RangeError
 
 SELECT_FAILED = "failed"
 SELECT_ALL = "all"
