@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from kinetic.model.limits import DEFAULT_MAX_DISRUPTIONS
 from kinetic.model.names import fmt_time, parse_time
 from kinetic.model.resources import AttemptRecord
 
@@ -66,7 +67,7 @@ class Limits:
     """How many failures (``retries``) and disruptions a unit may absorb."""
 
     retries: int = 0
-    max_disruptions: int = 3
+    max_disruptions: int = DEFAULT_MAX_DISRUPTIONS
 
 
 @dataclass(frozen=True)

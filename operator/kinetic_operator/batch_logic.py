@@ -73,6 +73,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from kinetic.model.batchjobs import batch_total, retries_of
+from kinetic.model.limits import DEFAULT_MAX_DISRUPTIONS
 from kinetic.model.names import input_pod_name
 from kinetic.model.ranges import IndexSet, RangeError
 from kinetic.model.resources import (
@@ -292,7 +293,7 @@ def decide_batch(
     batch: str,
     generation: int | None = None,
     max_launches: int | None = None,
-    max_disruptions: int = 3,
+    max_disruptions: int = DEFAULT_MAX_DISRUPTIONS,
     extra: Recorded | None = None,
 ) -> BatchDecision:
     """Decide what a batch does next; see the module docstring for the rules.

@@ -42,6 +42,7 @@ from typing import Any, Literal
 from kinetic.model import digest, layout, limits
 from kinetic.model.catalog import Catalog, UnknownAccelerator, resolve
 from kinetic.model.data import volume_problems
+from kinetic.model.limits import DEFAULT_MAX_DISRUPTIONS
 from kinetic.model.names import MAX_POD_NAME, fmt_time, job_pod_name, parse_time
 from kinetic.model.resources import (
     Condition,
@@ -81,7 +82,7 @@ class InvalidSpec:
 class Bounds:
     """Operator-wide limits: free retries for disruptions, attempt records kept."""
 
-    max_disruptions: int = 3
+    max_disruptions: int = DEFAULT_MAX_DISRUPTIONS
     history: int = 10
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import yaml
 from kinetic.model.catalog import Catalog, default_catalog
-from kinetic.model.limits import DEFAULT_MAX_INPUTS, MAX_INPUTS_CEILING
+from kinetic.model.limits import DEFAULT_MAX_DISRUPTIONS, DEFAULT_MAX_INPUTS, MAX_INPUTS_CEILING
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -96,7 +96,7 @@ class OperatorSettings(BaseSettings):
         description="ConfigMap the operator publishes for clients (KINETIC_CONFIG_MAP_NAME).",
     )
     max_disruptions: int = Field(
-        3,
+        DEFAULT_MAX_DISRUPTIONS,
         ge=0,
         description="Disruptions retried per job without using its retries "
         "(KINETIC_MAX_DISRUPTIONS).",

@@ -706,7 +706,7 @@ def submit_map(
     fn: RemoteFunction,
     inputs: Iterable[Any],
     input_mode: r.InputMode = "auto",
-    max_concurrent: int | None = 64,
+    max_concurrent: int | None = limits.DEFAULT_MAX_CONCURRENT,
     retries: int | None = None,
     fail_fast: bool = False,
     cancel_running_on_fail: bool = False,
@@ -728,10 +728,7 @@ def submit_map(
         raise ValueError(
             f"input_mode must be one of {', '.join(payload.INPUT_MODES)}; got {input_mode!r}"
         )
-    if max_concurrent is not None and (not isinstance(max_concurrent, int) or max_concurrent < 1):
-        raise ValueError(
-            f"max_concurrent must be a positive integer or None (no limit); got {max_concurrent!r}"
-        )
+    limits.check_max_concurrent(max_concurrent)
     chunk_size = _check_chunk_size(chunk_size)
     # A wrong-typed item fails its own slot (never uploaded), not the whole call.
     refused = wrong_typed_inputs(items, input_mode)

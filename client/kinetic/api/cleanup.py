@@ -8,8 +8,6 @@ this UID. A newer object of the same name keeps its pointer.
 
 from __future__ import annotations
 
-import json
-
 from kinetic import storage
 from kinetic.model import layout
 
@@ -32,9 +30,6 @@ def _forget_name(home: layout.Home) -> None:
     found = storage.read_if_exists(home.current_uri)
     if found is None:
         return
-    try:
-        uid = json.loads(found[0]).get("uid")
-    except (ValueError, AttributeError):
-        uid = None
-    if uid == home.uid:
+    record = layout.CurrentRecord.from_bytes(found[0])
+    if record is not None and record.uid == home.uid:
         storage.delete(home.current_uri)

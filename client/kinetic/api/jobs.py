@@ -26,7 +26,6 @@ one.
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import re
 import secrets
@@ -545,11 +544,10 @@ def last_uid(root: str, namespace: str, kind: layout.Kind, name: str) -> str | N
     """
     uri = layout.current_uri(root, namespace, kind, name)
     try:
-        doc = json.loads(storage.read_at_most(uri, MAX_POINTER_BYTES))
+        record = layout.CurrentRecord.from_bytes(storage.read_at_most(uri, MAX_POINTER_BYTES))
     except (storage.NotFound, ValueError):
         return None
-    uid = doc.get("uid") if isinstance(doc, dict) else None
-    return uid if isinstance(uid, str) and uid else None
+    return record.uid if record is not None else None
 
 
 def _notify(callback: Callable[[JobStatus], None] | None, status: JobStatus) -> None:

@@ -116,7 +116,7 @@ def container(
 def batch(
     calls: Iterable[Call | ContainerCall],
     *,
-    max_concurrent: int | None = 64,
+    max_concurrent: int | None = limits.DEFAULT_MAX_CONCURRENT,
     retries: int | None = None,
     fail_fast: bool = False,
     cancel_running_on_fail: bool = False,
@@ -143,10 +143,7 @@ def batch(
                 f"entry {i} is a {type(entry).__name__}: pass fn.call(...) of a "
                 "@kinetic.run function, or kinetic.container([...])"
             )
-    if max_concurrent is not None and (not isinstance(max_concurrent, int) or max_concurrent < 1):
-        raise ValueError(
-            f"max_concurrent must be a positive integer or None (no limit); got {max_concurrent!r}"
-        )
+    limits.check_max_concurrent(max_concurrent)
     cfg = _config(entries, namespace, context)
     for entry in entries:
         if isinstance(entry, Call):

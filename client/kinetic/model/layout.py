@@ -56,6 +56,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 SHARD_SIZE = 1000  # inputs per manifest shard
 # Each manifest file (the header, each shard) has two slots, 0 and 1: the operator
 # writes a new version into the slot the batch status does not vouch for, so the
@@ -189,6 +191,32 @@ def batch_home(root: str, namespace: str, name: str, uid: str) -> Home:
 def current_uri(root: str, namespace: str, kind: Kind, name: str) -> str:
     """`Home.current_uri` for an object whose UID is not known (it is gone)."""
     return f"{namespace_prefix(root, namespace)}{kind}/{_segment(name, 'name')}/current.json"
+
+
+class CurrentRecord(BaseModel):
+    """A name's ``current.json``: which UID of that name recorded itself last, and its result.
+
+    The operator writes it (a job when it ends with a result, a batch when it
+    accepts its spec); clients read it only to find a deleted object's records.
+    It vouches for nothing: anyone who can write storage can write it.
+    """
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+    uid: str = Field(min_length=1)
+    result_sha256: str | None = Field(None, alias="resultSHA256")
+
+    def to_bytes(self) -> bytes:
+        """Compact JSON; a job's result hash is kept, a batch's absent one left out."""
+        return self.model_dump_json(by_alias=True, exclude_none=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CurrentRecord | None:
+        """The record, or None for bytes that are not one (torn, foreign or forged)."""
+        try:
+            return cls.model_validate_json(data)
+        except (ValidationError, ValueError):
+            return None
 
 
 def _slot(slot: int) -> str:

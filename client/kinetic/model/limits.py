@@ -488,3 +488,18 @@ def nested_mount_paths(paths: list[str]) -> str | None:
                     f"mount path {inner!r} lies inside {outer!r}; give each volume its own folder"
                 )
     return None
+
+
+# --------------------------------------------------------------------------- defaults
+# Declared once; the client's arguments and the operator's settings take them from here.
+
+DEFAULT_MAX_CONCURRENT = 64  # `run_async_map` and `kinetic.batch`: Pods of one batch at once
+DEFAULT_MAX_DISRUPTIONS = 3  # disruptions retried per job without using its retries
+
+
+def check_max_concurrent(value: object) -> None:
+    """Refuse a ``max_concurrent`` argument that is neither a positive integer nor None."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(
+            f"max_concurrent must be a positive integer or None (no limit); got {value!r}"
+        )

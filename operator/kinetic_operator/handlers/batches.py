@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -885,7 +884,7 @@ def _accept(
             mem.accepted, mem.accepted_sha256 = mem.stored.spec, mem.stored.sha256
         else:
             data = accepted_bytes(uid, spec)
-            storage.write_bytes(home.current_uri, _encode({"uid": uid}))
+            storage.write_bytes(home.current_uri, layout.CurrentRecord(uid=uid).to_bytes())
             storage.write_bytes(home.accepted_spec_uri, data)
             mem.accepted, mem.accepted_sha256 = spec, digest.sha256(data)
     change = immutable_change(mem.accepted, spec)
@@ -981,10 +980,6 @@ def _spec_condition(
     new = with_condition(status, COND_SPEC, "False", "ImmutableFieldChanged", message, now)
     fresh = prev is None or prev.status != "False" or prev.message != message
     return new, [Event("Warning", "SpecChangeRefused", message)] if fresh else []
-
-
-def _encode(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 class _ManifestWrite:

@@ -12,7 +12,6 @@ Pods after their TTL, which the reaper does off the reconcile path.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -332,9 +331,9 @@ def _ends_with_result(old: dict[str, Any], new: KineticJobStatus) -> bool:
 def _write_current(home: layout.Home, status: KineticJobStatus) -> None:
     """Name -> UID and result hash, so a handle can find and check the result once the job is
     deleted. Best effort: storage being down must not keep the job from ending."""
-    doc = {"uid": home.uid, "resultSHA256": status.result_sha256}
+    record = layout.CurrentRecord(uid=home.uid, result_sha256=status.result_sha256)
     try:
-        storage.write_bytes(home.current_uri, json.dumps(doc, separators=(",", ":")).encode())
+        storage.write_bytes(home.current_uri, record.to_bytes())
     except storage.StorageError as exc:
         log.warning("Could not record %s: %s", home.current_uri, exc)
 
