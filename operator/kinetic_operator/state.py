@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kinetic_operator.kube import Kube
 from kinetic_operator.reaper import Reaper
 from kinetic_operator.serial import Serializer
+from kinetic_operator.settings import OperatorSettings
 
 
 def _version(body: dict[str, Any] | None) -> int | None:
@@ -50,13 +52,24 @@ class Fresh:
 
 @dataclass
 class OperatorState:
-    """Per-object caches for both kinds, the one serializer of reconciles, and the reaper
-    of finished Pods."""
+    """Per-object caches for both kinds, the one serializer of reconciles, the reaper of
+    finished Pods, and this process's settings and API wrapper (one per operator, in
+    Kopf's memo rather than in module-level singletons)."""
 
     jobs: dict[tuple[str, str], Any] = field(default_factory=dict)
     batches: dict[tuple[str, str], Any] = field(default_factory=dict)
     serializer: Serializer = field(default_factory=Serializer)
     reaper: Reaper = field(default_factory=Reaper)
+    settings: OperatorSettings = field(default_factory=OperatorSettings)
+    _kube: Kube | None = None
+
+    @property
+    def kube(self) -> Kube:
+        """The API wrapper, made on first use: after Kopf has logged in, not at start-up."""
+        if self._kube is None:
+            self._kube = Kube()
+            self._kube.log_limit = self.settings.log_archive_bytes
+        return self._kube
 
 
 def operator_state(memo: Any) -> OperatorState:

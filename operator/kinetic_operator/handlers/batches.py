@@ -83,7 +83,7 @@ from kinetic_operator.batch_pods import UnitRefused, build_unit_pod, log_uri
 from kinetic_operator.bounded_read import TooLarge, read_at_most
 from kinetic_operator.failures import Failing, reconcile_rounds
 from kinetic_operator.handlers.policy import current_policy
-from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube
+from kinetic_operator.kube import Conflict, Kube, Rejected
 from kinetic_operator.manifest import (
     Debouncer,
     ManifestBook,
@@ -96,7 +96,7 @@ from kinetic_operator.policy import Policy, first_acceptance_violations
 from kinetic_operator.reaper import due_pods
 from kinetic_operator.rerun_source import SourceProblem, load_source, rerun_spec
 from kinetic_operator.serial import Serializer
-from kinetic_operator.settings import OperatorSettings, get_settings
+from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.state import Fresh, operator_state
 
 log = logging.getLogger("kinetic.operator")
@@ -216,8 +216,8 @@ async def reconcile_batch(namespace: str, name: str, batch_pods: kopf.Index, mem
         with metrics.reconcile_timer(metrics.KIND_BATCH):
             recheck = await asyncio.to_thread(
                 reconcile_batch_sync,
-                get_kube(),
-                get_settings(),
+                state.kube,
+                state.settings,
                 mem,
                 namespace,
                 name,
@@ -227,7 +227,7 @@ async def reconcile_batch(namespace: str, name: str, batch_pods: kopf.Index, mem
         if mem.body.get() is None:  # the batch is gone: forget it
             state.batches.pop(key, None)
             return
-        state.reaper.submit(get_kube(), ("batch", *key), namespace, mem.due)
+        state.reaper.submit(state.kube, ("batch", *key), namespace, mem.due)
         if recheck is None:
             return
         at = loop.time() + recheck

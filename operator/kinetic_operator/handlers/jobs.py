@@ -36,12 +36,12 @@ from kinetic_operator import job_logic, metrics, podspec
 from kinetic_operator.failures import Failing, reconcile_rounds
 from kinetic_operator.handlers.policy import current_policy
 from kinetic_operator.job_logic import CreatePod, DeletePod, Event, InvalidSpec
-from kinetic_operator.kube import Conflict, Kube, Rejected, get_kube
+from kinetic_operator.kube import Conflict, Kube, Rejected
 from kinetic_operator.observed import PodView, job_key, summarize_pod
 from kinetic_operator.policy import Policy, first_acceptance_violations, policy_violations
 from kinetic_operator.reaper import due_pods
 from kinetic_operator.serial import Serializer
-from kinetic_operator.settings import OperatorSettings, get_settings
+from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.state import Fresh, operator_state
 
 log = logging.getLogger("kinetic.operator")
@@ -134,8 +134,8 @@ async def reconcile_job(namespace: str, name: str, job_pods: kopf.Index, memo: A
         with metrics.reconcile_timer(metrics.KIND_JOB):
             recheck = await asyncio.to_thread(
                 reconcile_job_sync,
-                get_kube(),
-                get_settings(),
+                state.kube,
+                state.settings,
                 namespace,
                 name,
                 pods,
@@ -145,7 +145,7 @@ async def reconcile_job(namespace: str, name: str, job_pods: kopf.Index, memo: A
         if mem.body.get() is None:  # the KineticJob is gone: forget it
             state.jobs.pop(key, None)
             return
-        state.reaper.submit(get_kube(), ("job", *key), namespace, mem.due)
+        state.reaper.submit(state.kube, ("job", *key), namespace, mem.due)
         if recheck is not None:
             serializer.later(("job", *key), work, recheck)
 
