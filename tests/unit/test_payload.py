@@ -27,15 +27,14 @@ from kinetic.model.payload import (
     call_with_input,
     capture_env,
     dump_result,
-    load_call_payload,
-    load_input_payload,
     load_result,
     raise_remote,
     result_outcome,
     runner_failure,
     success,
-    user_failure,
 )
+from kinetic.runtime.outcome import user_failure
+from kinetic.runtime.unpickle import load_call_payload, load_input_payload
 
 
 def roundtrip(result: Result) -> Result:
@@ -148,7 +147,7 @@ def test_functions_from_local_modules_are_pickled_by_value(local_module: Path) -
     data = build_job_payload(model.train, (model.Config(5),))
     proc = _run_in_fresh_python(
         "import sys\n"
-        "from kinetic.model.payload import load_call_payload\n"
+        "from kinetic.runtime.unpickle import load_call_payload\n"
         "call = load_call_payload(open(sys.argv[1], 'rb').read())\n"
         "import importlib.util\n"
         "assert importlib.util.find_spec('userpkg_kinetic_test') is None\n"
@@ -176,7 +175,7 @@ def test_functions_from_main_are_pickled_by_value(tmp_path: Path) -> None:
     made = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=60)
     assert made.returncode == 0, made.stderr
     proc = _run_in_fresh_python(
-        "import sys\nfrom kinetic.model.payload import load_call_payload\n"
+        "import sys\nfrom kinetic.runtime.unpickle import load_call_payload\n"
         "c = load_call_payload(open(sys.argv[1], 'rb').read())\nprint(c.fn(*c.args))\n",
         made.stdout,
         tmp_path,
@@ -380,7 +379,8 @@ def test_remote_tracebacks_show_the_users_source_even_without_the_file(
     moved = local_module.rename(local_module.parent / (local_module.name + "-gone"))
     proc = _run_in_fresh_python(
         "import sys\n"
-        "from kinetic.model.payload import load_call_payload, user_failure\n"
+        "from kinetic.runtime.outcome import user_failure\n"
+        "from kinetic.runtime.unpickle import load_call_payload\n"
         "call = load_call_payload(open(sys.argv[1], 'rb').read())\n"
         "try:\n    call.fn()\nexcept Exception as e:\n    print(user_failure(e).traceback)\n",
         data,

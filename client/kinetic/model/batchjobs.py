@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from kinetic.model import layout
+from kinetic.model.inputcount import input_count
 from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import BatchJobSpec, EnvVar, KineticBatchSpec, KineticJobSpec
 
@@ -47,8 +48,6 @@ def batch_total(spec: KineticBatchSpec) -> int:
         return len(spec.jobs)
     if spec.inputs is None:
         raise ValueError("spec.inputs is required with spec.template")
-    from kinetic.model.fanout import input_count  # fanout imports this module
-
     return input_count(spec.inputs)
 
 

@@ -49,57 +49,89 @@ def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _convert(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """One JSON Schema node as a structural OpenAPI node: refs inlined, unions resolved,
+    every node typed (or marked free-form), its children converted the same way."""
     if "$ref" in node:
-        target = defs[node["$ref"].rsplit("/", 1)[-1]]
-        merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
-        return _convert(merged, defs)
-
-    any_of = node.get("anyOf")
-    if any_of is not None:
-        branches = [b for b in any_of if b.get("type") != "null"]
-        # `X | None = None` only means "optional"; null is a real value only
-        # where the default is something else (maxConcurrent: null = unlimited).
-        nullable = len(branches) < len(any_of) and node.get("default") is not None
-        if len(branches) == 1:
-            inner = {**node, **branches[0]}
-            inner.pop("anyOf")
-            single = _convert(inner, defs)
-            if nullable:
-                single["nullable"] = True
-            return single
-        return _free_form(node, nullable)
-
-    if "const" in node:
-        node = {**node, "enum": [node["const"]]}
-        node.pop("const")
-
-    kind = node.get("type")
-    if kind is None and "enum" in node:
-        kind = _enum_type(node["enum"])
+        return _convert(_inline_ref(node, defs), defs)
+    if node.get("anyOf") is not None:
+        return _convert_union(node, defs)
+    node = _const_as_enum(node)
+    kind = _node_type(node)
     if kind is None:
         return _free_form(node, nullable=False)
-
-    out: dict[str, Any] = {"type": kind}
-    for key in _KEPT:
-        # An empty-string default is read back as null by 1.20's validation: leave it out.
-        if key in node and not (key == "default" and node[key] in (None, "")):
-            out[key] = copy.deepcopy(node[key])  # shared lists would become YAML anchors
-
+    out: dict[str, Any] = {"type": kind, **_kept_keywords(node)}
     if kind == "object":
-        props = node.get("properties")
-        if props is not None:
-            out["properties"] = {name: _convert(sub, defs) for name, sub in props.items()}
-            if node.get("additionalProperties") not in (None, False):
-                out["additionalProperties"] = _convert(node["additionalProperties"], defs)
-        elif isinstance(node.get("additionalProperties"), dict):
-            out["additionalProperties"] = _convert(node["additionalProperties"], defs)
-        else:
-            out["x-kubernetes-preserve-unknown-fields"] = True
-        if "oneOf" in node:
-            out["oneOf"] = copy.deepcopy(node["oneOf"])
+        out |= _object_members(node, defs)
     elif kind == "array":
         out["items"] = _convert(node.get("items", {}), defs)
     return out
+
+
+def _inline_ref(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """The referenced definition, with the referring node's own keywords on top."""
+    target = defs[node["$ref"].rsplit("/", 1)[-1]]
+    return {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+
+
+def _convert_union(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """``anyOf``: one real branch (plus null) is that branch; more is free-form JSON."""
+    any_of = node["anyOf"]
+    branches = [b for b in any_of if b.get("type") != "null"]
+    # `X | None = None` only means "optional"; null is a real value only
+    # where the default is something else (maxConcurrent: null = unlimited).
+    nullable = len(branches) < len(any_of) and node.get("default") is not None
+    if len(branches) != 1:
+        return _free_form(node, nullable)
+    inner = {**node, **branches[0]}
+    inner.pop("anyOf")
+    single = _convert(inner, defs)
+    if nullable:
+        single["nullable"] = True
+    return single
+
+
+def _const_as_enum(node: dict[str, Any]) -> dict[str, Any]:
+    """``const: x`` as ``enum: [x]``, which structural schemas know."""
+    if "const" not in node:
+        return node
+    node = {**node, "enum": [node["const"]]}
+    node.pop("const")
+    return node
+
+
+def _node_type(node: dict[str, Any]) -> str | None:
+    """The node's type, or its enum's; None means any JSON value."""
+    kind = node.get("type")
+    if kind is None and "enum" in node:
+        return _enum_type(node["enum"])
+    return kind
+
+
+def _kept_keywords(node: dict[str, Any]) -> dict[str, Any]:
+    """The keywords OpenAPI v3 takes as they are, in `_KEPT`'s order."""
+    kept: dict[str, Any] = {}
+    for key in _KEPT:
+        # An empty-string default is read back as null by 1.20's validation: leave it out.
+        if key in node and not (key == "default" and node[key] in (None, "")):
+            kept[key] = copy.deepcopy(node[key])  # shared lists would become YAML anchors
+    return kept
+
+
+def _object_members(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """An object's properties and extra keys, converted; with neither, any fields at all."""
+    members: dict[str, Any] = {}
+    props = node.get("properties")
+    if props is not None:
+        members["properties"] = {name: _convert(sub, defs) for name, sub in props.items()}
+        if node.get("additionalProperties") not in (None, False):
+            members["additionalProperties"] = _convert(node["additionalProperties"], defs)
+    elif isinstance(node.get("additionalProperties"), dict):
+        members["additionalProperties"] = _convert(node["additionalProperties"], defs)
+    else:
+        members["x-kubernetes-preserve-unknown-fields"] = True
+    if "oneOf" in node:
+        members["oneOf"] = copy.deepcopy(node["oneOf"])
+    return members
 
 
 def _free_form(node: dict[str, Any], nullable: bool) -> dict[str, Any]:

@@ -247,7 +247,7 @@ class DataRef:
 
 def manifest_bytes(is_dir: bool, files: list[LocalFile]) -> bytes:
     """The cache entry's manifest: kind and each file's sha256 and size, in walk order."""
-    import json
+    import json  # at use, like the rest: loading this module must stay cheap for the runner
 
     doc = {
         "kind": "dir" if is_dir else "file",
@@ -285,7 +285,7 @@ def check_volumes(volumes: Any) -> dict[str, Data]:
     nested in each other); values are `Data`. Raises `DataError` naming the
     entry and the fix.
     """
-    from kinetic.model import limits
+    from kinetic.model import limits  # at use: this module loads only the standard library
 
     if volumes is None:
         return {}
@@ -314,7 +314,7 @@ def check_volumes(volumes: Any) -> dict[str, Data]:
 
 def volume_spec(mount_path: str, ref: DataRef) -> r.DataVolume:
     """The ``spec.volumes`` entry for a staged volume."""
-    from kinetic.model import resources as r
+    from kinetic.model import resources as r  # at use: it loads pydantic, which the runner skips
 
     return r.DataVolume(
         mount_path=mount_path,
@@ -349,7 +349,7 @@ def volume_problems(
     permissions), must be in this namespace's prefix. A gs:// URI outside
     the root is read with the pod's own credentials.
     """
-    from kinetic.model import layout
+    from kinetic.model import layout  # at use: layout loads pydantic, which the runner skips
 
     problems: list[str] = []
     for i, v in enumerate(volumes):

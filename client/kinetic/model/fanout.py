@@ -5,7 +5,7 @@ inputs pickled by the client at ``<uriPrefix>/<index>.pkl``, inline JSON
 ``items``, or a ``grid`` of named lists whose cartesian product is the
 inputs. This module answers, without any I/O:
 
-* how many inputs there are (`input_count`);
+* how many inputs there are (`input_count`, from `kinetic.model.inputcount`);
 * what input ``i`` is (`input_at`, `grid_point`) — a grid is decoded in mixed
   radix, never materialised, so a 10^6-point sweep costs nothing;
 * what input ``i`` runs with (`child_spec`: the template plus this input,
@@ -58,8 +58,9 @@ from typing import Any
 
 from kinetic.model import batchjobs, layout
 from kinetic.model.data import volume_problems
+from kinetic.model.inputcount import base_count, input_count
 from kinetic.model.ranges import IndexSet
-from kinetic.model.rerun import from_batch_problems, index_map, original_index
+from kinetic.model.rerun import from_batch_problems, original_index
 from kinetic.model.resources import (
     SHA256_PATTERN,
     BatchInputs,
@@ -94,39 +95,6 @@ _SHA256 = re.compile(SHA256_PATTERN)
 
 
 # --------------------------------------------------------------------------- inputs
-
-
-def input_count(inputs: BatchInputs) -> int:
-    """How many inputs a batch has: ``inputs.indexes`` when set, else all of them.
-
-    A grid with an empty list has no points; a grid with no keys has exactly
-    one (the empty point), as ``itertools.product()`` does — but
-    `validate_batch_spec` rejects it, since it is surely a mistake. A
-    ``fromBatch`` the operator has not resolved yet has no inputs known (0).
-    """
-    if inputs.indexes is not None:
-        return len(index_map(inputs.indexes))
-    return base_count(inputs)
-
-
-def base_count(inputs: BatchInputs) -> int:
-    """How many inputs count, items or grid name, before ``inputs.indexes`` picks some."""
-    if inputs.from_batch is not None and not _has_kind(inputs):
-        return 0
-    if inputs.count is not None:
-        return inputs.count
-    if inputs.items is not None:
-        return len(inputs.items)
-    if inputs.grid is not None:
-        total = 1
-        for values in inputs.grid.values():
-            total *= len(values)
-        return total
-    raise ValueError("spec.inputs needs one of count, items or grid")
-
-
-def _has_kind(inputs: BatchInputs) -> bool:
-    return any(getattr(inputs, k) is not None for k in ("count", "items", "grid"))
 
 
 def job_template(spec: KineticBatchSpec) -> KineticJobSpec:
@@ -364,26 +332,42 @@ def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
         return batchjobs.validate_jobs(spec)
     if spec.inputs is None:
         return ["spec.inputs (with spec.template) is required without spec.jobs"]
-    problems: list[str] = []
-    inputs, template = spec.inputs, spec.template
-    kinds = [k for k in ("count", "items", "grid") if getattr(inputs, k) is not None]
-    if inputs.from_batch is not None:  # as written: the operator resolves it (kinetic.model.rerun)
+    if spec.inputs.from_batch is not None:  # as written: the operator resolves it (model.rerun)
         return from_batch_problems(spec.wire())
-    if template is None:
+    if spec.template is None:
         return [
             "spec.template is required (only a batch with spec.inputs.fromBatch may leave "
             "it out, to run the source batch's)"
         ]
+    inputs, template = spec.inputs, spec.template
+    shape = _shape_problems(inputs, template)
+    if shape:
+        return shape  # the checks below assume one kind of inputs and one kind of template
+    return (
+        _input_storage_problems(inputs, template)
+        + _parameter_name_problems(inputs, template)
+        + _input_index_problems(spec, inputs)
+        + _batch_owned_template_problems(spec, template)
+    )
+
+
+def _shape_problems(inputs: BatchInputs, template: KineticJobSpec) -> list[str]:
+    """Exactly one of count, items or grid, and a template of exactly one kind."""
+    kinds = [k for k in ("count", "items", "grid") if getattr(inputs, k) is not None]
     if len(kinds) != 1:
-        problems.append(
+        return [
             "spec.inputs needs exactly one of count, items or grid"
             + (f" (got {', '.join(kinds)})" if kinds else "")
-        )
-        return problems
+        ]
     if (template.function is None) == (template.container is None):
-        problems.append("spec.template needs exactly one of function or container")
-        return problems
+        return ["spec.template needs exactly one of function or container"]
+    return []
 
+
+def _input_storage_problems(inputs: BatchInputs, template: KineticJobSpec) -> list[str]:
+    """Pickled (``count``) inputs need a function template and a prefix; the storage
+    fields mean nothing for inline inputs; a list hash needs its list."""
+    problems: list[str] = []
     if inputs.count is not None:
         if template.container is not None:
             problems.append(
@@ -399,7 +383,13 @@ def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
             problems.append(f"{names} only apply to spec.inputs.count")
     if inputs.sha256 is not None and inputs.sha256_uri is None:
         problems.append("spec.inputs.sha256 is the hash of spec.inputs.sha256URI, which is missing")
+    return problems
 
+
+def _parameter_name_problems(inputs: BatchInputs, template: KineticJobSpec) -> list[str]:
+    """A grid with points and keys that stay apart as ``KINETIC_PARAM_*`` variables;
+    for a container template, the same of the first dict item whose keys collide."""
+    problems: list[str] = []
     if inputs.grid is not None:
         if not inputs.grid:
             problems.append("spec.inputs.grid needs at least one key")
@@ -408,13 +398,23 @@ def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
                 problems.append(f"spec.inputs.grid.{key} is empty, so the grid has no points")
         problems.extend(_env_collisions("spec.inputs.grid", list(inputs.grid)))
     if inputs.items is not None and template.container is not None:
-        for i, item in enumerate(inputs.items):
-            if isinstance(item, dict):
-                found = _env_collisions(f"spec.inputs.items[{i}]", list(item))
-                if found:
-                    problems.extend(found)
-                    break
+        problems.extend(_first_item_collisions(inputs.items))
+    return problems
 
+
+def _first_item_collisions(items: list[Any]) -> list[str]:
+    """The key collisions of the first dict item that has any (one item says enough)."""
+    for i, item in enumerate(items):
+        if isinstance(item, dict):
+            found = _env_collisions(f"spec.inputs.items[{i}]", list(item))
+            if found:
+                return found
+    return []
+
+
+def _input_index_problems(spec: KineticBatchSpec, inputs: BatchInputs) -> list[str]:
+    """``inputs.indexes`` and the submission failures must name inputs that exist."""
+    problems: list[str] = []
     if inputs.indexes is not None:
         top, whole = IndexSet.parse(inputs.indexes).max(), base_count(inputs)
         if top is not None and top >= whole:
@@ -425,7 +425,12 @@ def validate_batch_spec(spec: KineticBatchSpec) -> list[str]:
     problems += batchjobs.submission_failure_problems(
         spec, total, f"the batch has only {total} input{'' if total == 1 else 's'}"
     )
+    return problems
 
+
+def _batch_owned_template_problems(spec: KineticBatchSpec, template: KineticJobSpec) -> list[str]:
+    """Retries, cancel and chunking are the batch's: the template must not say otherwise."""
+    problems: list[str] = []
     if template.retries not in (0, spec.retries):
         problems.append(
             f"spec.template.retries ({template.retries}) differs from spec.retries "

@@ -16,6 +16,10 @@ envelope always unpickles, so a runner can explain *why* a body does not
 (a Python version mismatch, a module missing from the image) instead of
 surfacing a bare pickle error.
 
+This module writes payloads and reads and writes results: both sides need
+those. Only the Pod reads payloads back (`kinetic.runtime.unpickle`) and
+turns the user's exception into a result (`kinetic.runtime.outcome`).
+
 Functions defined in ``__main__`` or in the user's own modules (anything not
 installed under site-packages or the standard library) are pickled by value,
 because the pod's image does not have the user's source tree.
@@ -62,11 +66,8 @@ __all__ = [
     "build_job_payload",
     "build_function_payload",
     "build_input_payload",
-    "load_call_payload",
-    "payload_project",
-    "load_input_payload",
+    "roundtrip_pickle",
     "success",
-    "user_failure",
     "runner_failure",
     "dump_result",
     "load_result",
@@ -101,7 +102,6 @@ InputMode = Literal["auto", "single", "args", "kwargs"]
 INPUT_MODES: tuple[str, ...] = get_args(InputMode)
 
 _PHASES: tuple[str, ...] = get_args(Phase)
-_KINETIC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # kinetic/
 
 
 # --------------------------------------------------------------------------- errors
@@ -304,18 +304,6 @@ def _dumps(obj: Any, what: str) -> bytes:
     return _dumps_with_sources(obj, what)[0]
 
 
-def _install_sources(sources: Mapping[str, str]) -> None:
-    """Make shipped sources visible to ``traceback`` without touching the disk.
-
-    linecache entries with no mtime are never invalidated, and files that
-    exist here are left to linecache's own loading.
-    """
-    for filename, text in sources.items():
-        if not os.path.exists(filename):
-            lines = text.splitlines(keepends=True)
-            linecache.cache[filename] = (len(text), None, lines, filename)
-
-
 # --------------------------------------------------------------------------- call payloads
 
 
@@ -422,79 +410,6 @@ def _envelope(
     return pickle.dumps(envelope, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def payload_project(data: bytes) -> dict[str, Any] | None:
-    """The envelope's ``project`` entry (None without one); the body is not unpickled.
-
-    The runner reads it first, to install requirements and unpack the source
-    that unpickling the body may need. Only call this after checking the sha256.
-    """
-    try:
-        envelope = pickle.loads(data)
-    except Exception as e:
-        raise PayloadError(f"not a Kinetic payload (cannot unpickle: {e})") from e
-    project = envelope.get("project") if isinstance(envelope, dict) else None
-    if project is not None and not isinstance(project, dict):
-        raise PayloadError(f"the payload's project entry is a {type(project).__name__}, not a dict")
-    return project
-
-
-def load_call_payload(data: bytes) -> CallPayload:
-    """Unpickle a job or function payload. Only call this after checking its sha256.
-
-    Raises PayloadError whose message names the likely cause and the fix.
-    """
-    try:
-        envelope = pickle.loads(data)
-    except Exception as e:
-        raise PayloadError(f"not a Kinetic payload (cannot unpickle: {e})") from e
-    if not isinstance(envelope, dict) or "kinetic_payload" not in envelope:
-        raise PayloadError("not a Kinetic payload (no kinetic_payload marker)")
-    fmt = envelope["kinetic_payload"]
-    if not isinstance(fmt, int) or fmt > PAYLOAD_FORMAT:
-        raise PayloadError(
-            f"payload format {fmt} is newer than this runner understands ({PAYLOAD_FORMAT}): "
-            "use an image with the same kinetic version as the client"
-        )
-    try:
-        body = pickle.loads(envelope["body"])
-    except Exception as e:
-        raise PayloadError(_unpickle_hint(e, str(envelope.get("python", "")), "payload")) from e
-    _install_sources(envelope.get("sources") or {})
-    return CallPayload(
-        fn=body["fn"],
-        args=tuple(body.get("args", ())),
-        kwargs=dict(body.get("kwargs", {})),
-        env=dict(envelope.get("env", {})),
-        name=str(envelope.get("name", "")),
-        python_version=str(envelope.get("python", "")),
-    )
-
-
-def load_input_payload(data: bytes) -> Any:
-    """Unpickle one batch input. Only call this after checking its sha256."""
-    try:
-        return pickle.loads(data)
-    except Exception as e:
-        raise PayloadError(_unpickle_hint(e, "", "input payload")) from e
-
-
-def _unpickle_hint(e: Exception, pickled_with: str, what: str) -> str:
-    """Explain an unpickling failure in terms of what the user can change."""
-    here = platform.python_version()
-    msg = f"cannot unpickle the {what}: {type(e).__name__}: {e}"
-    if isinstance(e, ModuleNotFoundError):
-        msg += (
-            f" — module {e.name!r} is not installed in this image; add it to the image "
-            "(pip install) or import it inside the function"
-        )
-    if pickled_with and pickled_with.rsplit(".", 1)[0] != here.rsplit(".", 1)[0]:
-        msg += (
-            f" — the client pickled it with Python {pickled_with} but this image has "
-            f"Python {here}; functions pickled by value need the same Python minor version"
-        )
-    return msg
-
-
 # --------------------------------------------------------------------------- results
 
 
@@ -532,7 +447,7 @@ class Result:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         exc = state.pop("exception")
-        state["exception_pickle"] = None if exc is None else _roundtrip_pickle(exc)
+        state["exception_pickle"] = None if exc is None else roundtrip_pickle(exc)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -556,11 +471,13 @@ def _exc_message(state: Mapping[str, Any]) -> str:
     return msg[len(prefix) :] if msg.startswith(prefix) else msg
 
 
-def _roundtrip_pickle(exc: BaseException) -> bytes | None:
+def roundtrip_pickle(exc: BaseException) -> bytes | None:
     """Pickle ``exc`` if it survives a round trip here; None means "use the stand-in".
 
     Exceptions with custom ``__init__`` signatures often pickle fine and then
-    fail to unpickle, so the check has to load them back.
+    fail to unpickle, so the check has to load them back. `Result` pickles its
+    exception this way, and the runner's `kinetic.runtime.outcome.user_failure`
+    asks it whether to keep the exception or its stand-in.
     """
     try:
         with _local_modules_by_value():
@@ -571,51 +488,9 @@ def _roundtrip_pickle(exc: BaseException) -> bytes | None:
         return None
 
 
-def _qualified_type(exc: BaseException) -> str:
-    cls = type(exc)
-    module = cls.__module__
-    return (
-        cls.__qualname__ if module in ("builtins", "__main__") else f"{module}.{cls.__qualname__}"
-    )
-
-
-def _format_traceback(exc: BaseException) -> str:
-    """The exception's traceback, starting at the user's code rather than Kinetic's."""
-    start = exc.__traceback__
-    tb = start
-    while tb is not None and tb.tb_next is not None:
-        if _is_kinetic_frame(tb) and not _is_kinetic_frame(tb.tb_next):
-            start = tb.tb_next  # the first user frame after kinetic's call into it
-            break
-        tb = tb.tb_next
-    return "".join(tb_module.format_exception(type(exc), exc, start))
-
-
-def _is_kinetic_frame(tb: types.TracebackType) -> bool:
-    return tb.tb_frame.f_code.co_filename.startswith(_KINETIC_DIR)
-
-
 def success(value: Any) -> Result:
     """The result of a call that returned ``value``."""
     return Result(ok=True, value=value)
-
-
-def user_failure(exc: BaseException) -> Result:
-    """The result of a call whose function raised ``exc`` (call from the except block)."""
-    type_name = _qualified_type(exc)
-    text = str(exc)
-    message = f"{type_name}: {text}" if text else type_name
-    exception: BaseException = exc
-    if _roundtrip_pickle(exc) is None:
-        exception = RemoteError(type_name, text)
-    return Result(
-        ok=False,
-        exception=exception,
-        exception_type=type_name,
-        traceback=_format_traceback(exc),
-        phase="call",
-        message=message,
-    )
 
 
 def runner_failure(phase: Phase, message: str, exc: BaseException | None = None) -> Result:

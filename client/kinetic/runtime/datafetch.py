@@ -33,6 +33,7 @@ from urllib.parse import parse_qsl
 from kinetic import storage
 from kinetic.model.data import HF, DataRef, volume_ref
 from kinetic.model.limits import MAX_DATA_MANIFEST_BYTES
+from kinetic.runtime.termination import termination_log_path, write_termination_log
 
 VOLUMES_ENV = "KINETIC_VOLUMES"
 DATA_DIR_ENV = "KINETIC_DATA_DIR"
@@ -228,18 +229,16 @@ class ArgFetcher:
 
 def main() -> int:
     """Entry point of the data init container of container jobs."""
-    from kinetic.runtime.runner import _termination_log_path, _write_termination_log
-
     try:
         fetch_volumes(volumes_from_env(os.environ))
     except FetchError as e:
         log(f"failed: {e}")
-        _write_termination_log(_termination_log_path(os.environ), f"kinetic data: {e}")
+        write_termination_log(termination_log_path(os.environ), f"kinetic data: {e}")
         return EXIT_FAILED
     except OSError as e:
         message = f"cannot write the data into the pod: {e}"
         log(f"failed: {message}")
-        _write_termination_log(_termination_log_path(os.environ), f"kinetic data: {message}")
+        write_termination_log(termination_log_path(os.environ), f"kinetic data: {message}")
         return EXIT_FAILED
     return 0
 

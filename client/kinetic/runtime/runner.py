@@ -85,10 +85,11 @@ Whether stored bytes record a success is read from their header
 write in this process.
 
 Startup is kept lean because every Pod pays it before the user's code runs:
-the module imports only the standard library, cloudpickle and kinetic's
-storage/payload/ranges modules; gs:// goes through `kinetic.storage.gcs_http` (the
-standard library's HTTP client) wherever its credentials allow, not through
-google-cloud-storage; and one input costs four storage round trips (check
+the module imports only the standard library, cloudpickle, kinetic's
+storage/payload/ranges modules and the runtime's own small ones
+(termination, unpickle, outcome); gs:// goes through `kinetic.storage.gcs_http`
+(the standard library's HTTP client) wherever its credentials allow, not
+through google-cloud-storage; and one input costs four storage round trips (check
 for an earlier result, payload, input, conditional write of the result) on
 one kept-alive connection.
 
@@ -111,6 +112,13 @@ from kinetic import storage
 from kinetic.model import digest, payload
 from kinetic.model.payload import INPUT_MODES, CallPayload, Phase, Result
 from kinetic.model.ranges import format_ranges
+from kinetic.runtime.outcome import user_failure
+from kinetic.runtime.termination import (
+    MAX_TERMINATION_MESSAGE,
+    termination_log_path,
+    write_termination_log,
+)
+from kinetic.runtime.unpickle import load_call_payload, load_input_payload, payload_project
 
 __all__ = [
     "EXIT_OK",
@@ -134,8 +142,6 @@ EXIT_USER_ERROR = 1
 EXIT_RUNNER_ERROR = 2
 """The runner failed in setup, download, verify, unpickle, pickle-result or upload."""
 
-DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-MAX_TERMINATION_MESSAGE = 4096
 _RECORD_ATTEMPTS = 5
 _MAX_CHUNK_PROBLEMS = 10  # more would only bury the first ones in the termination message
 
@@ -253,7 +259,7 @@ class RunnerConfig:
             inputs=inputs,
             chunked=chunk_text is not None,
             input_mode=mode,
-            termination_log=_termination_log_path(environ),
+            termination_log=termination_log_path(environ),
             report_uri=get("KINETIC_REPORT_URI"),
         )
 
@@ -398,20 +404,6 @@ def _json_type(value: Any) -> str:
     )
 
 
-def _termination_log_path(environ: Mapping[str, str]) -> str | None:
-    """The explicit path, else the kubelet's file if it exists and is writable.
-
-    The default is never created: outside a Pod (a test, a debug run on a
-    laptop) /dev/termination-log is not ours to make.
-    """
-    explicit = environ.get("KINETIC_TERMINATION_LOG", "").strip()
-    if explicit:
-        return explicit
-    if os.path.isfile(DEFAULT_TERMINATION_LOG) and os.access(DEFAULT_TERMINATION_LOG, os.W_OK):
-        return DEFAULT_TERMINATION_LOG
-    return None
-
-
 # --------------------------------------------------------------------------- phases
 
 
@@ -458,7 +450,7 @@ def _unpickle(load: Callable[[], Any], what: str) -> Any:
 
 def _load_input(spec: InputSpec, input_bytes: bytes | None) -> Any:
     if input_bytes is not None:
-        return _unpickle(lambda: payload.load_input_payload(input_bytes), "input payload")
+        return _unpickle(lambda: load_input_payload(input_bytes), "input payload")
     try:
         return json.loads(spec.input_json or "")
     except ValueError as e:
@@ -504,7 +496,7 @@ class _Function:
             data = self._data
             try:
                 _prepare_project(data or b"")
-                call = _unpickle(lambda: payload.load_call_payload(data or b""), "payload")
+                call = _unpickle(lambda: load_call_payload(data or b""), "payload")
             except _PhaseFailed as e:
                 self._failed = e
                 raise
@@ -544,6 +536,7 @@ class _DataStage:
             raise self._failed
         if self._volumes_done and not _may_hold_data():
             return call, item  # the common case: nothing to import, nothing to fetch
+        # At use, for start-up cost: most Pods have no data and never load these.
         from kinetic.model.data import DataRef, substitute
         from kinetic.runtime import datafetch
 
@@ -578,7 +571,7 @@ def _prepare_project(data: bytes) -> None:
 
     Before the body is unpickled: it may refer to modules that only these provide.
     """
-    project = _unpickle(lambda: payload.payload_project(data), "payload")
+    project = _unpickle(lambda: payload_project(data), "payload")
     if not project:
         return
     from kinetic.runtime import podenv  # only payloads with a project pay for this import
@@ -617,7 +610,7 @@ def _call(call: CallPayload, spec: InputSpec, mode: str, item: Any) -> Result:
             value = call.fn(*call.args, **call.kwargs)
     except BaseException as e:  # SystemExit from user code is a user failure too
         elapsed = time.monotonic() - start
-        result = payload.user_failure(e)
+        result = user_failure(e)
         log(f"{prefix}{call.name or 'function'} raised after {elapsed:.1f}s: {result.summary()}")
         return result
     log(
@@ -737,19 +730,6 @@ def _exit_code(result: Result) -> int:
     return EXIT_USER_ERROR if result.phase == "call" else EXIT_RUNNER_ERROR
 
 
-def _write_termination_log(path: str | None, summary: str) -> None:
-    """A one-line summary, at most 4096 bytes, for the pod's termination message."""
-    if not path:
-        return
-    line = " ".join(summary.split())
-    encoded = line.encode("utf-8")[:MAX_TERMINATION_MESSAGE]
-    try:
-        with open(path, "wb") as f:
-            f.write(encoded.decode("utf-8", "ignore").encode("utf-8"))
-    except OSError as e:
-        log(f"could not write the termination log {path}: {e}")
-
-
 @dataclass(frozen=True)
 class _Outcome:
     """How one input ended: exit code, one-line summary, and the stored result's sha256."""
@@ -830,7 +810,7 @@ def run(cfg: RunnerConfig) -> int:
     function = _Function(cfg.payload_uri, cfg.payload_sha256)
     if not cfg.chunked:
         outcome = _run_one(cfg, cfg.inputs[0], function)
-        _write_termination_log(cfg.termination_log, outcome.message)
+        write_termination_log(cfg.termination_log, outcome.message)
         return outcome.code
     succeeded: list[int] = []
     failed: list[int] = []
@@ -844,7 +824,7 @@ def run(cfg: RunnerConfig) -> int:
     report = _write_report(cfg.report_uri, hashes)
     message = chunk_termination_message(succeeded, failed, report)
     log(f"chunk done: {message}")
-    _write_termination_log(cfg.termination_log, message)
+    write_termination_log(cfg.termination_log, message)
     return EXIT_OK if not failed else EXIT_USER_ERROR
 
 
@@ -861,7 +841,7 @@ def _setup_failure(message: str, environ: Mapping[str, str]) -> int:
                 summary = digest.with_sha256(summary, digest.sha256(data))
         except (ValueError, storage.StorageError) as e:
             log(f"could not record the failure at {result_uri}: {e}")
-    _write_termination_log(_termination_log_path(environ), summary)
+    write_termination_log(termination_log_path(environ), summary)
     return EXIT_RUNNER_ERROR
 
 
@@ -915,7 +895,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(cfg)
     except Exception as e:  # a bug in the runner must not look like a user error (exit 1)
         log(f"internal error: {type(e).__name__}: {e}")
-        _write_termination_log(cfg.termination_log, f"runner internal error: {e}")
+        write_termination_log(cfg.termination_log, f"runner internal error: {e}")
         return EXIT_RUNNER_ERROR
 
 

@@ -31,9 +31,33 @@ import functools
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from stat import S_ISREG
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+
+from kinetic.storage.base import RETRY_TIMEOUT_ENV as RETRY_TIMEOUT_ENV
+from kinetic.storage.base import (
+    SUPPORTED_SCHEMES,
+    BucketNotFound,
+    NotFound,
+    PreconditionFailed,
+    StorageError,
+    StoragePermissionError,
+    StorageUnavailable,
+    TooLarge,
+    bucket_missing,
+    describe_error,
+    permission_denied,
+    precondition_message,
+    request_failed,
+    require_object_key,
+    retry_timeout,
+    says_bucket_missing,
+    too_large,
+    unavailable,
+)
+from kinetic.storage.base import Parsed as _Parsed
+from kinetic.storage.base import emulator_hint as emulator_hint
+from kinetic.storage.base import parse_uri as _parse
 
 if TYPE_CHECKING:  # pragma: no cover - typing only; the import is heavy
     from google.cloud.storage import Client
@@ -61,105 +85,12 @@ __all__ = [
     "validate_uri",
 ]
 
-SUPPORTED_SCHEMES = ("gs://", "file://")
 
 # Names the file backend uses for its own bookkeeping; never listed as objects.
 _FILE_INTERNAL_PREFIX = ".kinetic-"
 _FILE_LOCK_NAME = ".kinetic-lock"
 
-# Env var that bounds how long gs:// calls retry transient errors (seconds).
-RETRY_TIMEOUT_ENV = "KINETIC_STORAGE_RETRY_TIMEOUT"
-_DEFAULT_RETRY_TIMEOUT_S = 120.0
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class StorageError(Exception):
-    """Base class for every storage failure; ``uri`` names the object involved."""
-
-    def __init__(self, message: str, uri: str = "") -> None:
-        super().__init__(message)
-        self.uri = uri
-
-
-class NotFound(StorageError):
-    """The object does not exist."""
-
-
-class BucketNotFound(StorageError):
-    """The gs:// bucket does not exist (file:// roots are created on first write)."""
-
-
-class PreconditionFailed(StorageError):
-    """A conditional write lost: the object's generation was not the expected one."""
-
-
-class StoragePermissionError(StorageError):
-    """The caller's credentials may not perform the operation."""
-
-
-class TooLarge(ValueError):
-    """The object holds more bytes than the caller will read (or is not a regular file).
-
-    A ValueError, not a StorageError: retrying cannot help, the object is refused.
-    """
-
-
-def too_large(uri: str, limit: int, size: int | None = None) -> TooLarge:
-    """The refusal of ``uri``, with its size when known."""
-    held = f" ({size:,} bytes)" if size is not None else ""
-    return TooLarge(f"{uri}{held} is larger than {limit:,} bytes, the most it may hold here")
-
-
-class StorageUnavailable(StorageError):
-    """Storage could not be reached or answered with a server error."""
-
-
 # --------------------------------------------------------------------------- URIs
-
-
-@dataclass(frozen=True)
-class _Parsed:
-    """A URI split into scheme, container (bucket; empty for file://) and key."""
-
-    scheme: str
-    bucket: str
-    key: str
-
-
-def _parse(uri: str) -> _Parsed:
-    """Split and validate ``uri``; raise ValueError naming what is accepted."""
-    if not isinstance(uri, str):
-        raise TypeError(f"storage URI must be a str, got {type(uri).__name__}")
-    if uri.startswith("gs://"):
-        rest = uri[len("gs://") :]
-        bucket, _, key = rest.partition("/")
-        if not bucket:
-            raise ValueError(f"invalid storage URI {uri!r}: expected gs://<bucket>/<path>")
-        _check_segments(uri, key)
-        return _Parsed("gs", bucket, key)
-    if uri.startswith("file://"):
-        rest = uri[len("file://") :]
-        if rest.startswith("localhost/"):
-            rest = rest[len("localhost") :]
-        if not rest.startswith("/"):
-            raise ValueError(
-                f"invalid storage URI {uri!r}: file URIs must hold an absolute path, "
-                "like file:///data/kinetic"
-            )
-        _check_segments(uri, rest)
-        return _Parsed("file", "", rest)
-    raise ValueError(
-        f"unsupported storage URI {uri!r}: use one of {', '.join(SUPPORTED_SCHEMES)} "
-        "(for example gs://my-bucket/kinetic or file:///shared/kinetic)"
-    )
-
-
-def _check_segments(uri: str, path: str) -> None:
-    """Reject ``.`` and ``..`` segments, which would let a name escape its root."""
-    if any(seg in (".", "..") for seg in path.split("/")):
-        raise ValueError(f"invalid storage URI {uri!r}: '.' and '..' path segments are not allowed")
 
 
 def validate_uri(uri: str) -> str:
@@ -384,12 +315,6 @@ def _file_permission(uri: str, action: str, e: OSError) -> StoragePermissionErro
     )
 
 
-def precondition_message(uri: str, expected: int, current: int | None) -> str:
-    want = "absent" if expected == 0 else f"at generation {expected}"
-    have = "absent" if current is None else f"at generation {current}"
-    return f"conditional write to {uri} lost: expected the object {want}, but it is {have}"
-
-
 class _GcsBackend:
     """Google Cloud Storage (or fake-gcs-server via STORAGE_EMULATOR_HOST)."""
 
@@ -496,62 +421,6 @@ def _google_not_found() -> type[Exception]:
     return GoogleNotFound
 
 
-# ------------------------------ shared by both gs:// backends (and kinetic.storage.gcs_http)
-
-
-def require_object_key(p: _Parsed, uri: str) -> None:
-    if not p.key or p.key.endswith("/"):
-        raise ValueError(f"{uri!r} names a bucket or folder, not an object")
-
-
-def says_bucket_missing(error_text: str) -> bool:
-    """Whether a 404's text names the bucket, not the object, as missing.
-
-    GCS says so ("The specified bucket does not exist."); fake-gcs-server
-    answers a bare "Not Found" either way, so there the answer is False.
-    """
-    return "specified bucket does not exist" in error_text.lower()
-
-
-def permission_denied(uri: str, bucket: str, detail: str) -> StoragePermissionError:
-    return StoragePermissionError(
-        f"permission denied for {uri}: {detail} — grant this identity "
-        f"roles/storage.objectAdmin on gs://{bucket}",
-        uri,
-    )
-
-
-def unavailable(uri: str, detail: str, *, retried: bool) -> StorageUnavailable:
-    """Storage did not answer usably: after retrying transient errors, or not at all."""
-    if retried:
-        text = f"gave up reaching storage for {uri} after retrying ({detail}) — check the network"
-    else:
-        text = f"cannot reach storage for {uri}: {detail}"
-    return StorageUnavailable(text + emulator_hint(), uri)
-
-
-def request_failed(uri: str, detail: str) -> StorageError:
-    return StorageError(f"storage request for {uri} failed: {detail}", uri)
-
-
-def bucket_missing(uri: str, bucket: str) -> BucketNotFound:
-    return BucketNotFound(
-        f"bucket {bucket!r} does not exist (needed for {uri}) — create it "
-        f"(gcloud storage buckets create gs://{bucket}) or set KINETIC_STORAGE_ROOT "
-        "to a bucket that exists",
-        uri,
-    )
-
-
-def retry_timeout() -> float:
-    """How long gs:// calls retry transient errors, in seconds (``RETRY_TIMEOUT_ENV``)."""
-    raw = os.environ.get(RETRY_TIMEOUT_ENV, "")
-    try:
-        return float(raw) if raw else _DEFAULT_RETRY_TIMEOUT_S
-    except ValueError:
-        raise ValueError(f"{RETRY_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
-
-
 def _retry() -> Any:
     """The library's default retry for transient errors, bounded by our timeout."""
     from google.cloud.storage.retry import DEFAULT_RETRY
@@ -587,19 +456,6 @@ def _gcs_errors(uri: str, bucket: str) -> Iterator[None]:
     except (OSError, auth_exc.TransportError) as e:
         # requests' ConnectionError is an OSError.
         raise unavailable(uri, describe_error(e), retried=False) from None
-
-
-def emulator_hint() -> str:
-    host = os.environ.get("STORAGE_EMULATOR_HOST")
-    if host:
-        return f"; STORAGE_EMULATOR_HOST={host} — is fake-gcs-server running there?"
-    return ""
-
-
-def describe_error(e: BaseException) -> str:
-    """An error's first line (or its type), cut to fit a one-line message."""
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return text[:300]
 
 
 def _gcs_client() -> Client:
@@ -646,6 +502,8 @@ class _LeanOnFirstUse:
     """
 
     def resolve(self) -> _Backend:
+        # Lazy: only a process that asked for it (use_lean_gcs) and then touched gs://
+        # pays for importing http.client and the lean backend; file:// never does.
         from kinetic.storage.gcs_http import lean_backend
 
         lean = lean_backend(os.environ)

@@ -29,8 +29,9 @@ third of the library's CPU (1.5 against 5.4 ms for a write and a read,
 measured against fake-gcs-server). The client keeps the library.
 
 Semantics match the library backend in `kinetic.storage` call for call,
-errors included; tests/integration/test_storage.py runs the same contract
-against both on the real fake-gcs-server.
+errors included (both take them from `kinetic.storage.base`);
+tests/integration/test_storage.py runs the same contract against both on
+the real fake-gcs-server.
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
-from kinetic.storage import (
+from kinetic.storage.base import (
     NotFound,
+    Parsed,
     PreconditionFailed,
     StorageError,
     StoragePermissionError,
@@ -63,9 +65,6 @@ from kinetic.storage import (
     too_large,
     unavailable,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from kinetic.storage import _Parsed
 
 GCS_ENDPOINT = "https://storage.googleapis.com"
 METADATA_HOST_ENV = "GCE_METADATA_HOST"  # the variable google-auth honours too
@@ -275,13 +274,13 @@ class LeanGcs:
 
     # -- the backend protocol
 
-    def read(self, p: _Parsed, uri: str) -> bytes:
+    def read(self, p: Parsed, uri: str) -> bytes:
         found = self.read_if_exists(p, uri)
         if found is None:
             self._raise_missing(p, uri)
         return found[0]
 
-    def read_if_exists(self, p: _Parsed, uri: str) -> tuple[bytes, int] | None:
+    def read_if_exists(self, p: Parsed, uri: str) -> tuple[bytes, int] | None:
         require_object_key(p, uri)
         answer = self._call(uri, "GET", f"{_object_path(p)}?alt=media")
         if answer.status == 404:
@@ -298,7 +297,7 @@ class LeanGcs:
             )
         return answer.body, int(generation)
 
-    def read_at_most(self, p: _Parsed, uri: str, limit: int) -> bytes:
+    def read_at_most(self, p: Parsed, uri: str, limit: int) -> bytes:
         """One download, of which at most ``limit + 1`` bytes are read (`storage.read_at_most`)."""
         require_object_key(p, uri)
         answer = self._call(uri, "GET", f"{_object_path(p)}?alt=media", max_body=limit)
@@ -310,7 +309,7 @@ class LeanGcs:
             raise too_large(uri, limit, int(size) if size and size.isdigit() else None)
         return answer.body
 
-    def write(self, p: _Parsed, uri: str, data: bytes, generation: int | None) -> int:
+    def write(self, p: Parsed, uri: str, data: bytes, generation: int | None) -> int:
         require_object_key(p, uri)
         query = {"uploadType": "multipart"}
         if generation is not None:
@@ -326,7 +325,7 @@ class LeanGcs:
         self._check(answer, uri, p.bucket)
         return int(answer.json().get("generation") or 0)
 
-    def stat(self, p: _Parsed, uri: str) -> int | None:
+    def stat(self, p: Parsed, uri: str) -> int | None:
         require_object_key(p, uri)
         answer = self._call(uri, "GET", f"{_object_path(p)}?fields=generation")
         if answer.status == 404:
@@ -334,7 +333,7 @@ class LeanGcs:
         self._check(answer, uri, p.bucket)
         return int(answer.json()["generation"])
 
-    def delete(self, p: _Parsed, uri: str) -> bool:
+    def delete(self, p: Parsed, uri: str) -> bool:
         require_object_key(p, uri)
         answer = self._call(uri, "DELETE", _object_path(p))
         if answer.status == 404:
@@ -342,7 +341,7 @@ class LeanGcs:
         self._check(answer, uri, p.bucket)
         return True
 
-    def list(self, p: _Parsed, uri: str) -> list[str]:
+    def list(self, p: Parsed, uri: str) -> list[str]:
         names: list[str] = []
         token: str | None = None
         while True:
@@ -390,7 +389,7 @@ class LeanGcs:
             raise permission_denied(uri, bucket, answer.error_text())
         raise request_failed(uri, answer.error_text())
 
-    def _raise_missing(self, p: _Parsed, uri: str) -> NoReturn:
+    def _raise_missing(self, p: Parsed, uri: str) -> NoReturn:
         """Tell a missing object from a missing bucket: the fixes differ."""
         answer = self._call(uri, "GET", f"/storage/v1/b/{_quote(p.bucket)}?fields=name")
         if answer.status == 404:
@@ -419,7 +418,7 @@ def _quote(part: str) -> str:
     return urllib.parse.quote(part, safe="")
 
 
-def _object_path(p: _Parsed) -> str:
+def _object_path(p: Parsed) -> str:
     return f"/storage/v1/b/{_quote(p.bucket)}/o/{_quote(p.key)}"
 
 
