@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# Handles come through kinetic.api.jobs (they are defined in kinetic.api.handle): importing it
+# loads every kind of handle, so `JobHandle.from_dict` can rebuild a saved input's handle too.
 _EXPORTS = {
     "run": "kinetic.api.remote",
     "RemoteFunction": "kinetic.api.remote",

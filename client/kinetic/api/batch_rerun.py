@@ -5,7 +5,8 @@ and writes them into a new KineticBatch as ``spec.inputs.fromBatch`` with
 explicit index ranges and the source's UID; the operator resolves the
 inputs and the template from the source batch (see
 `kinetic_operator.rerun_source`), exactly as for a batch written by hand.
-Each input keeps its original index.
+Each input keeps its original index. This module makes the new batch;
+`kinetic.api.batches.rerun_batch`, above it, hands back its `BatchHandle`.
 
 The source is read through the API server: its spec and status, and its
 manifest only as its status vouches for it (`kinetic.api.vouched`). A source
@@ -18,19 +19,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubernetes.client import ApiException
 
 from kinetic.api import kube
-from kinetic.api.batches import BatchHandle, new_group_id
-from kinetic.api.config import resolve
+from kinetic.api.config import ClientConfig
 from kinetic.api.inputs import vouched_manifest
 from kinetic.model import layout, names
 from kinetic.model import resources as r
 from kinetic.model.manifest import ManifestHeader
 from kinetic.model.ranges import IndexSet
 from kinetic.model.rerun import SELECT_ALL, SELECT_FAILED, SelectionError, original_index, select
+
+if TYPE_CHECKING:
+    from kinetic.api.batches import BatchHandle
 
 # Settings a rerun takes over from its source (the inputs and template come via fromBatch).
 _CARRIED = (
@@ -142,29 +145,20 @@ def rerun_body(
     return body, chosen
 
 
-def rerun_batch(
-    group_id: str,
-    *,
-    failed: bool = True,
-    name: str | None = None,
-    namespace: str | None = None,
-    context: str | None = None,
-) -> BatchHandle:
-    """Create a batch that runs the failed (or all) inputs of batch ``group_id`` again.
+def create_rerun(
+    cfg: ClientConfig, group_id: str, *, failed: bool, new_name: str
+) -> dict[str, Any]:
+    """Create batch ``new_name`` running the failed (or all) inputs of batch ``group_id``
+    again; return the created object.
 
-    Each input runs with the source's template and keeps its original index
-    (``KINETIC_INDEX``); the new batch's manifest maps it back to the source.
     The source batch must still exist (see the module docstring). Raises
-    LookupError (no such batch) or ValueError (nothing to rerun, or the
-    source has not finished and ``failed`` is set).
+    LookupError (no such batch) or ValueError (nothing to rerun, the source
+    has not finished and ``failed`` is set, or the API server refused it).
     """
-    cfg = resolve(namespace=namespace, context=context)
     source = source_view(group_id, cfg.namespace, cfg.storage_root, cfg.context)
-    body, _ = rerun_body(
-        source, failed=failed, namespace=cfg.namespace, new_name=name or new_group_id()
-    )
+    body, _ = rerun_body(source, failed=failed, namespace=cfg.namespace, new_name=new_name)
     try:
-        created = kube.create(r.BATCH_PLURAL, cfg.namespace, body, cfg.context)
+        return kube.create(r.BATCH_PLURAL, cfg.namespace, body, cfg.context)
     except ApiException as exc:
         if exc.status == 409:
             raise ValueError(
@@ -172,7 +166,6 @@ def rerun_batch(
                 f"{cfg.namespace}: choose another --name (or leave it out for a fresh one)."
             ) from None
         raise ValueError(f"The API server refused the rerun batch: {kube_reason(exc)}") from None
-    return BatchHandle.from_resource(created, cfg.storage_root, cfg.context)
 
 
 def kube_reason(exc: ApiException) -> str:

@@ -28,8 +28,17 @@ from typing import TYPE_CHECKING, Any
 
 from kinetic import storage
 from kinetic.api import kube
+from kinetic.api.batch_rerun import create_rerun
 from kinetic.api.cleanup import delete_stored
 from kinetic.api.config import ClientConfig, resolve
+from kinetic.api.handle import (
+    JobCancelled,
+    JobFailed,
+    JobHandle,
+    JobStatus,
+    last_uid,
+    sort_by_attempt,
+)
 from kinetic.api.inputs import (
     RECORD_WAIT,
     InputHandle,
@@ -43,14 +52,6 @@ from kinetic.api.inputs import (
     vouched_manifest,
 )
 from kinetic.api.inputs import read_shard as read_shard  # kinetic.api.batches.read_shard, as before
-from kinetic.api.jobs import (
-    JobCancelled,
-    JobFailed,
-    JobHandle,
-    JobStatus,
-    last_uid,
-    sort_by_attempt,
-)
 from kinetic.api.staging import Stager
 from kinetic.api.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
 from kinetic.api.submission import (
@@ -405,48 +406,49 @@ class BatchHandle:
         operator's TTL. Failed inputs are kept for their logs. A TimeoutError
         leaves the batch running.
         """
-        values: dict[int, Any] = {}
-        errors: dict[int, Exception] = dict(self._submission_failures)
-        order: list[int] = sorted(self._submission_failures)
-        failed: set[int] = set()
+        got = self._collect_as_recorded(timeout, cleanup, progress)
+        got.close(self.group_id, self.total)
+        self._cached_failures = [self.child(i) for i in sorted(got.failed)]
+        if got.errors and not return_exceptions:
+            raise self._batch_error(got, self._cached_failures)
+        index_order = range(self.total) if ordered else got.order
+        return [got.values[i] if i in got.values else got.errors[i] for i in index_order]
+
+    def _collect_as_recorded(
+        self, timeout: float | None, cleanup: bool, progress: bool | None
+    ) -> _Results:
+        """Follow the batch on a watch, reading each input's result once it is recorded ended.
+
+        The manifest is told every status seen (until the batch is deleted),
+        so what it says is read only as that status vouches for it.
+        """
+        got = _Results.starting(self._submission_failures)
         manifest = self._vouched()
         outcomes = RecordedOutcomes(manifest.header if manifest is not None else lambda: None)
         seen = IndexSet()
-        deleted, launched = False, 0
         with _Progress(self, progress) as bar, ThreadPoolExecutor(_READERS) as pool:
             for status in self._watch(timeout):
                 bar.update(status)
-                deleted = deleted or bool(status.get("deleted"))
+                got.saw(status)
                 if manifest is not None:
-                    manifest.seen(None if deleted else status)
-                launched = max(launched, status.get("launched", 0))
+                    manifest.seen(None if got.deleted else status)
                 new = self._newly_done(outcomes, status, seen)
                 seen = seen | new
-                order.extend(new)
-                failed.update(i for i in new if i in outcomes.failed)
-                for i, ok, value in self._collect(list(new), outcomes, cleanup, pool, manifest):
-                    (values if ok else errors)[i] = value
-        for i in range(self.total):
-            if i not in values and i not in errors:
-                errors[i] = (
-                    JobFailed(f"input {i} of {self.group_id} did not end: its batch was deleted")
-                    if deleted and i < launched
-                    else JobCancelled(f"input {i} of {self.group_id} was never run")
-                )
-                order.append(i)
-        self._cached_failures = [self.child(i) for i in sorted(failed)]
-        index_order = range(self.total) if ordered else order
-        if errors and not return_exceptions:
-            partial = [values.get(i) for i in range(self.total)]
-            cancelled = [i for i, e in errors.items() if isinstance(e, JobCancelled)]
-            raise BatchError(
-                self.group_id,
-                self._cached_failures,
-                partial,
-                self._submission_failures,
-                cancelled=cancelled,
-            )
-        return [values[i] if i in values else errors[i] for i in index_order]
+                got.ended(new, outcomes.failed)
+                got.add(self._collect(list(new), outcomes, cleanup, pool, manifest))
+        return got
+
+    def _batch_error(self, got: _Results, failures: list[JobHandle]) -> BatchError:
+        """The error `results()` raises when inputs failed: the others' values kept in it."""
+        partial = [got.values.get(i) for i in range(self.total)]
+        cancelled = [i for i, e in got.errors.items() if isinstance(e, JobCancelled)]
+        return BatchError(
+            self.group_id,
+            failures,
+            partial,
+            self._submission_failures,
+            cancelled=cancelled,
+        )
 
     def _collect(
         self,
@@ -606,8 +608,6 @@ class BatchHandle:
         Each input keeps its original index (``KINETIC_INDEX``); the new
         batch's manifest maps it back to this one. See `kinetic.api.batch_rerun`.
         """
-        from kinetic.api.batch_rerun import rerun_batch  # it builds on this module
-
         return rerun_batch(
             self.group_id,
             failed=failed,
@@ -639,6 +639,50 @@ class BatchHandle:
 def _final(status: dict) -> bool:
     """Whether no more outcomes can be recorded: the batch ended, or was deleted."""
     return bool(status.get("deleted")) or r.Phase(status.get("phase", "PENDING")).terminal
+
+
+@dataclass
+class _Results:
+    """What `BatchHandle.results()` has gathered: each input's value or exception so far."""
+
+    values: dict[int, Any]
+    errors: dict[int, Exception]
+    order: list[int]  # completion order, submission failures first
+    failed: set[int] = field(default_factory=set)  # inputs recorded FAILED, for `failures()`
+    deleted: bool = False  # the batch was deleted while we followed it
+    launched: int = 0  # the most inputs any status said were launched
+
+    @classmethod
+    def starting(cls, submission_failures: dict[int, Exception]) -> _Results:
+        """Inputs that failed at submission are done before anything runs."""
+        return cls({}, dict(submission_failures), sorted(submission_failures))
+
+    def saw(self, status: dict) -> None:
+        """Note what a status says of the whole batch: deleted, and how many inputs launched."""
+        self.deleted = self.deleted or bool(status.get("deleted"))
+        self.launched = max(self.launched, status.get("launched", 0))
+
+    def ended(self, new: IndexSet, failed: IndexSet) -> None:
+        """Inputs just recorded ended, in completion order; the failed ones kept apart."""
+        self.order.extend(new)
+        self.failed.update(i for i in new if i in failed)
+
+    def add(self, collected: list[tuple[int, bool, Any]]) -> None:
+        """Each input's value (ok) or exception, as `BatchHandle._collect` read it."""
+        for i, ok, value in collected:
+            (self.values if ok else self.errors)[i] = value
+
+    def close(self, group_id: str, total: int) -> None:
+        """An exception for every input that never ended: its batch was deleted, or it never
+        ran (cancelled, or not launched before the batch ended)."""
+        for i in range(total):
+            if i not in self.values and i not in self.errors:
+                self.errors[i] = (
+                    JobFailed(f"input {i} of {group_id} did not end: its batch was deleted")
+                    if self.deleted and i < self.launched
+                    else JobCancelled(f"input {i} of {group_id} was never run")
+                )
+                self.order.append(i)
 
 
 class _Progress:
@@ -920,6 +964,27 @@ def attach_input(group_id: str, index: int, cfg: ClientConfig) -> InputHandle:
             f"there is no input {index}. Check the index (`kinetic batches status {group_id}`)."
         )
     return batch.child(index)
+
+
+def rerun_batch(
+    group_id: str,
+    *,
+    failed: bool = True,
+    name: str | None = None,
+    namespace: str | None = None,
+    context: str | None = None,
+) -> BatchHandle:
+    """Create a batch that runs the failed (or all) inputs of batch ``group_id`` again.
+
+    Each input runs with the source's template and keeps its original index
+    (``KINETIC_INDEX``); the new batch's manifest maps it back to the source.
+    The source batch must still exist (see `kinetic.api.batch_rerun`). Raises
+    LookupError (no such batch) or ValueError (nothing to rerun, or the
+    source has not finished and ``failed`` is set).
+    """
+    cfg = resolve(namespace=namespace, context=context)
+    created = create_rerun(cfg, group_id, failed=failed, new_name=name or new_group_id())
+    return BatchHandle.from_resource(created, cfg.storage_root, cfg.context)
 
 
 def list_batches(namespace: str | None = None, context: str | None = None) -> list[dict[str, Any]]:

@@ -38,13 +38,7 @@ from annotated_types import MaxLen
 
 from kinetic import storage
 from kinetic.api import kube
-from kinetic.api.jobs import (
-    JobCancelled,
-    JobFailed,
-    JobHandle,
-    JobStatus,
-    _notify,
-)
+from kinetic.api.handle import JobCancelled, JobFailed, JobHandle, JobStatus, notify
 from kinetic.api.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
 from kinetic.api.submission import submission_exception
 from kinetic.api.vouched import VouchedManifest, newest_header, newest_shard
@@ -253,6 +247,11 @@ class InputHandle(JobHandle):
     chunk_size: int = 1
     recorded_sha256: str | None = None  # the manifest's hash, when the batch read it already
     unvouched: str | None = None  # why nothing vouches for its manifest, when the batch knew
+
+    @classmethod
+    def describes(cls, d: dict[str, Any]) -> bool:
+        """A saved handle of an input has its batch and index (`JobHandle.from_dict`)."""
+        return bool(d.get("group_id")) and d.get("group_index") is not None
 
     @property
     def index(self) -> int:
@@ -560,7 +559,7 @@ class InputHandle(JobHandle):
                     continue
             if current != last:
                 last = current
-                _notify(on_status_change, current)
+                notify(on_status_change, current)
             if current.terminal:
                 return current
         return JobStatus.NOT_FOUND

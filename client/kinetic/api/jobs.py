@@ -1,435 +1,38 @@
-"""Single remote calls: the `JobHandle` a user holds and the submission that creates it.
+"""Single remote calls: submitting a KineticJob, and finding any handle again (`attach`).
 
-A handle is a small, JSON-serialisable description of one KineticJob. It holds
-no live state: every question (status, result, logs) goes to the API server
-or to storage, so a handle rebuilt in another process by `attach()` is as
-good as the original.
-
-A handle knows its object's UID: everything it reads or deletes in storage is
-under that object's own prefix (`kinetic.model.layout.Home`), and a result is
-unpickled only after its bytes match the sha256 the runner reported, as the
-API server holds it (``status.resultSHA256``), so a same-named job elsewhere
-or a tampered file is refused. Once the job is deleted nothing vouches for
-its result any more (storage alone can be rewritten by any Pod or bucket
-writer), and it is not unpickled (`kinetic.model.digest.Unverifiable`).
-
-Each attempt of a job is one Pod (`kinetic.model.names.job_pod_name`). The operator
-deletes finished Pods after a TTL, archiving each one's log first, so logs
-are read from the live Pod while it exists and from the archive after.
+A handle (`kinetic.api.handle.JobHandle`, exported here as before) is a
+small, JSON-serialisable description of one KineticJob that answers every
+question from the API server or storage, so a handle rebuilt in another
+process by `attach()` is as good as the original.
 
 The inputs of a batch are not KineticJobs; their handles
 (`kinetic.api.inputs.InputHandle`, a subclass) answer the same questions from
 the batch's status, its Pods and its manifest. `attach("<grp>-<i>")` returns
-one.
+one, so this module sits above the batches' (`kinetic.api.batches`) and
+importing it makes every kind of saved handle rebuildable by
+`JobHandle.from_dict`.
 """
 
 from __future__ import annotations
 
-import enum
-import logging
 import re
 import secrets
-import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kinetic import storage
 from kinetic.api import kube
-from kinetic.api.cleanup import delete_stored
+from kinetic.api.batches import attach_input
 from kinetic.api.config import ClientConfig, resolve
-from kinetic.model import digest, layout, names, payload
+from kinetic.api.handle import JobCancelled as JobCancelled  # kinetic.api.jobs.*, as before
+from kinetic.api.handle import JobFailed as JobFailed
+from kinetic.api.handle import JobHandle as JobHandle
+from kinetic.api.handle import JobStatus as JobStatus
+from kinetic.api.handle import last_lines as last_lines
+from kinetic.api.handle import last_uid as last_uid
+from kinetic.api.handle import sort_by_attempt as sort_by_attempt
+from kinetic.model import layout, names
 from kinetic.model import resources as r
-from kinetic.model.limits import MAX_POINTER_BYTES
-
-if TYPE_CHECKING:
-    from kubernetes.client import V1Pod
-
-log = logging.getLogger("kinetic")
-
-
-class JobStatus(enum.Enum):
-    """What a user sees of a job. NOT_FOUND: the resource no longer exists."""
-
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    NOT_FOUND = "NOT_FOUND"
-
-    @property
-    def terminal(self) -> bool:
-        return self is not JobStatus.PENDING and self is not JobStatus.RUNNING
-
-    @classmethod
-    def of(cls, obj: dict | None) -> JobStatus:
-        if obj is None:
-            return cls.NOT_FOUND
-        return cls(obj.get("status", {}).get("phase") or "PENDING")
-
-
-class JobCancelled(RuntimeError):
-    """The job was cancelled before it produced a result."""
-
-
-class JobFailed(RuntimeError):
-    """The job failed without a result payload (a container job, or a pod that died)."""
-
-
-@dataclass
-class JobHandle:
-    """Durable description of one submitted job; rebuild it anywhere with `kinetic.attach`."""
-
-    job_id: str
-    namespace: str
-    func_name: str = ""
-    accelerator: str = "cpu"
-    created_at: str = ""
-    result_uri: str | None = None
-    artifacts_uri: str | None = None
-    context: str | None = None
-    group_id: str | None = None
-    group_index: int | None = None
-    storage_root: str | None = None
-    uid: str | None = None
-    function: bool = False
-    payload_uri: str | None = None
-    # The result hash the API server held just before `cleanup(gcs=False)` deleted the
-    # job: held in memory only, never saved with the handle.
-    _sha256_before_deletion: str | None = field(default=None, init=False, repr=False)
-
-    # ----------------------------------------------------------------- building
-
-    @classmethod
-    def from_resource(
-        cls, obj: dict, context: str | None = None, storage_root: str | None = None
-    ) -> JobHandle:
-        meta, spec = obj["metadata"], obj.get("spec", {})
-        fn = spec.get("function") or {}
-        uid = meta.get("uid")
-        result_uri = None
-        if fn and storage_root and uid:
-            result_uri = layout.job_home(
-                storage_root, meta["namespace"], meta["name"], uid
-            ).result_uri
-        return cls(
-            job_id=meta["name"],
-            namespace=meta["namespace"],
-            func_name=fn.get("name") or " ".join((spec.get("container") or {}).get("command", [])),
-            accelerator=spec.get("accelerator", "cpu"),
-            created_at=meta.get("creationTimestamp", ""),
-            result_uri=result_uri,
-            context=context,
-            storage_root=storage_root,
-            uid=uid,
-            function=bool(fn),
-            payload_uri=fn.get("payloadURI"),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.init}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> JobHandle:
-        """Rebuild from `to_dict()`; unknown keys (from newer versions) are ignored.
-
-        A dict that describes one input of a batch (it has a ``group_index``)
-        comes back as that input's handle, so a handle saved as JSON keeps
-        answering from the batch rather than looking for a KineticJob.
-        """
-        if cls is JobHandle and d.get("group_id") and d.get("group_index") is not None:
-            from kinetic.api.inputs import InputHandle
-
-            return InputHandle.from_dict(d)
-        known = {f.name for f in fields(cls) if f.init}
-        return cls(**{k: v for k, v in d.items() if k in known})
-
-    def _home(self) -> layout.Home | None:
-        """This job's own storage prefix; None for a handle that does not know its UID."""
-        if not self.uid:
-            return None
-        return layout.job_home(self._root(), self.namespace, self.job_id, self.uid)
-
-    def _result_location(self) -> str | None:
-        if self.result_uri:
-            return self.result_uri
-        home = self._home() if self.function else None
-        return home.result_uri if home is not None else None
-
-    def _result_anchor(self) -> tuple[str | None, str | None]:
-        """The result hash the API server holds (``status.resultSHA256``), and, when it holds
-        none, why not if that means nothing vouches for the stored result (else None: the
-        job simply recorded none)."""
-        obj = self._get()
-        if obj is None:
-            if self._sha256_before_deletion is not None:
-                return self._sha256_before_deletion, None
-            return None, (
-                f"job {self.job_id} no longer exists in namespace {self.namespace}, so the API "
-                "server holds no sha256 to check its result against, and storage alone can be "
-                "rewritten by any Pod or bucket writer. Read a job's result before deleting it "
-                "(result() does, and deletes it afterwards), or read it through the handle "
-                "that deleted it (cleanup(gcs=False) keeps the hash it saw)"
-            )
-        if (obj.get("metadata") or {}).get("uid") != self.uid:
-            return None, (
-                f"the job named {self.job_id} in namespace {self.namespace} is another one now "
-                "(created again since): nothing vouches for this one's result any more"
-            )
-        return (obj.get("status") or {}).get("resultSHA256"), None
-
-    def _expected_sha256(self) -> str | None:
-        """The result hash the API server holds for this job (None: none, or it is gone)."""
-        return self._result_anchor()[0]
-
-    def _root(self) -> str:
-        """The storage root the job's artifacts live under."""
-        if not self.storage_root:
-            self.storage_root = resolve(namespace=self.namespace, context=self.context).storage_root
-        return self.storage_root
-
-    # ----------------------------------------------------------------- observing
-
-    def _get(self) -> dict | None:
-        return kube.get(r.JOB_PLURAL, self.namespace, self.job_id, self.context)
-
-    def status(self) -> JobStatus:
-        return JobStatus.of(self._get())
-
-    def describe(self) -> dict[str, Any]:
-        """The job's status block as the operator wrote it ({} when the job is gone)."""
-        obj = self._get()
-        return {} if obj is None else obj.get("status", {})
-
-    def wait(
-        self,
-        timeout: float | None = None,
-        on_status_change: Callable[[JobStatus], None] | None = None,
-    ) -> JobStatus:
-        """Block on a watch until the job is terminal or gone; TimeoutError leaves it running."""
-        last: JobStatus | None = None
-        for obj in kube.watch_one(r.JOB_PLURAL, self.namespace, self.job_id, timeout, self.context):
-            current = JobStatus.of(obj)
-            if current != last:
-                last = current
-                _notify(on_status_change, current)
-            if current.terminal:
-                return current
-        return JobStatus.NOT_FOUND
-
-    def result(
-        self,
-        timeout: float | None = None,
-        cleanup: bool | None = None,
-        on_status_change: Callable[[JobStatus], None] | None = None,
-        stream_logs: bool | None = None,
-    ) -> Any:
-        """Wait for the job and return its value, or raise the remote exception.
-
-        By default a successful download is followed by cleanup of the resource
-        and its artifacts; failed jobs are kept so their logs can be read.
-        With stream_logs=True every attempt's log is printed to stdout while waiting.
-        """
-        final = self._wait_streaming(timeout, on_status_change, bool(stream_logs))
-        if final is JobStatus.CANCELLED:
-            raise JobCancelled(f"job {self.job_id} was cancelled before it finished")
-        outcome = self._read_result()
-        if outcome is None:
-            message = self.describe().get("message") or "no result was recorded"
-            if final is JobStatus.NOT_FOUND:
-                raise JobFailed(
-                    f"job {self.job_id} no longer exists in namespace {self.namespace} and left "
-                    "no result in storage"
-                )
-            if final is JobStatus.SUCCEEDED and not self._is_function():
-                return self.describe().get("result")  # container job: its termination message
-            raise JobFailed(f"job {self.job_id} {final.value}: {message}")
-        if cleanup if cleanup is not None else outcome.ok:
-            self.cleanup()
-        return payload.raise_remote(outcome)
-
-    def _wait_streaming(
-        self,
-        timeout: float | None,
-        on_status_change: Callable[[JobStatus], None] | None,
-        stream_logs: bool,
-    ) -> JobStatus:
-        """`wait()`, printing the job's logs meanwhile when asked to."""
-        if not stream_logs:
-            return self.wait(timeout=timeout, on_status_change=on_status_change)
-        from kinetic.api.logstream import LogFollower
-
-        with LogFollower(self):
-            return self.wait(timeout=timeout, on_status_change=on_status_change)
-
-    def _is_function(self) -> bool:
-        return self.function or self.result_uri is not None
-
-    def _read_result(self) -> payload.Result | None:
-        """The stored result, checked against the recorded sha256 before it is unpickled.
-
-        Raises `kinetic.model.digest.ResultMismatch` (naming the URI and both hashes)
-        when the bytes differ or no hash was recorded, and its subclass
-        `kinetic.model.digest.Unverifiable` (saying why) when nothing in the API
-        server vouches for a hash any more.
-        """
-        uri = self._result_location()
-        if not uri:
-            return None
-        try:
-            data = storage.read_bytes(uri)
-        except storage.NotFound:
-            return None
-        expected, why = self._result_anchor()
-        if expected is None and why is not None:
-            raise digest.Unverifiable(uri, why)
-        digest.verify(data, expected, uri)
-        return payload.load_result(data)
-
-    # ----------------------------------------------------------------- logs
-
-    def _pod_selector(self) -> str:
-        return f"{names.LABEL_JOB}={self.job_id}"
-
-    def _live_pods(self) -> list[V1Pod]:
-        """This job's Pods that still exist, oldest attempt first."""
-        return sort_by_attempt(kube.list_pods(self.namespace, self._pod_selector(), self.context))
-
-    def _pod(self) -> str | None:
-        """The Pod of the newest attempt while it exists, else None."""
-        pods = self._live_pods()
-        return pods[-1].metadata.name if pods else None
-
-    def _last_recorded_pod(self) -> str | None:
-        """The newest attempt's Pod as the operator recorded it (the Pod may be gone)."""
-        attempts = self.describe().get("attempts") or []
-        if not attempts:
-            return None
-        return max(attempts, key=lambda a: a.get("attempt", 0)).get("pod")
-
-    def _archived_log_uri(self, pod: str) -> str | None:
-        home = self._home()
-        return home.log_uri(pod) if home is not None else None
-
-    def _log_text(self, tail: int | None) -> str:
-        """The newest attempt's log: from its Pod while it exists, else from the archive."""
-        pod = self._pod()
-        if pod is not None:
-            text = kube.pod_log(pod, self.namespace, tail, self.context)
-            if text is not None:
-                return text
-            # Deleted between the LIST and the read; the operator archived it first.
-        else:
-            pod = self._last_recorded_pod()
-            if pod is None:
-                return ""
-        uri = self._archived_log_uri(pod)
-        if uri is None:
-            return ""
-        try:
-            text = storage.read_bytes(uri).decode(errors="replace")
-        except storage.NotFound:
-            return ""
-        return last_lines(text, tail)
-
-    def tail(self, n: int = 100) -> str:
-        """The last `n` log lines of the newest attempt ('' before its Pod starts)."""
-        return self._log_text(n)
-
-    def logs(self, follow: bool = False) -> str | None:
-        """The newest attempt's whole log, or with follow=True stream it to stdout until it ends.
-
-        Once the attempt's Pod is gone the log comes from the archive the
-        operator wrote before deleting it.
-        """
-        if not follow:
-            return self._log_text(None)
-        pod = self._pod()
-        if pod is None:
-            sys.stdout.write(self._log_text(None))
-        else:
-            for line in self.stream_logs(pod):
-                sys.stdout.write(line)
-                sys.stdout.flush()
-        return None
-
-    def stream_logs(self, pod: str | None = None) -> Iterator[str]:
-        """Yield log lines as the pod writes them."""
-        pod = pod or self._pod()
-        if pod is None:
-            return
-        resp = kube.core(self.context).read_namespaced_pod_log(
-            pod, self.namespace, follow=True, _preload_content=False
-        )
-        try:
-            for chunk in resp.stream(amt=4096, decode_content=True):
-                yield chunk.decode(errors="replace")
-        finally:
-            resp.release_conn()
-
-    # ----------------------------------------------------------------- acting
-
-    def cancel(self, timeout: float = 180) -> JobStatus:
-        """Ask the operator to stop the job and wait until it has (CANCELLED or already done)."""
-        if (
-            kube.patch_spec(
-                r.JOB_PLURAL, self.namespace, self.job_id, {"cancel": True}, self.context
-            )
-            is None
-        ):
-            return JobStatus.NOT_FOUND
-        return self.wait(timeout=timeout)
-
-    def cleanup(self, k8s: bool = True, gcs: bool = True, timeout: float = 180) -> None:
-        """Delete the resource (its Pods go with it) and/or its stored artifacts and logs.
-
-        Storage cleanup deletes only this job's own prefix (namespace, name and
-        UID) and the upload folder the client made for it, never anything a
-        URI in the spec points at. Anything the job wrote under
-        KINETIC_OUTPUT_DIR is kept either way.
-
-        With gcs=False this handle keeps the result hash the API server held
-        just before the deletion (in memory only), so its result() still reads
-        the kept result verified; a handle attached later cannot (nothing in
-        the API server vouches for it any more) and raises
-        `kinetic.model.digest.Unverifiable`.
-        """
-        if k8s and not gcs:
-            self._sha256_before_deletion = self._result_anchor()[0]
-        if k8s and kube.delete(r.JOB_PLURAL, self.namespace, self.job_id, self.context):
-            for obj in kube.watch_one(
-                r.JOB_PLURAL, self.namespace, self.job_id, timeout, self.context
-            ):
-                if obj is None:
-                    break
-        if gcs:  # a container job has no result file, but may have archived logs there
-            upload = layout.upload_dir_of(
-                self._root(), self.namespace, self.job_id, self.payload_uri
-            )
-            delete_stored(self._home(), upload)
-
-
-def sort_by_attempt(pods: list[V1Pod]) -> list[V1Pod]:
-    """Pods ordered by their attempt label (then age): the newest attempt last."""
-    return sorted(
-        pods,
-        key=lambda p: (
-            int((p.metadata.labels or {}).get(names.LABEL_ATTEMPT, 0)),
-            p.metadata.creation_timestamp or datetime.min.replace(tzinfo=UTC),
-        ),
-    )
-
-
-def last_lines(text: str, n: int | None) -> str:
-    """The last `n` lines of `text` (all of it for None), line endings kept."""
-    if n is None:
-        return text
-    if n <= 0:
-        return ""
-    return "".join(text.splitlines(keepends=True)[-n:])
-
 
 # --------------------------------------------------------------------------- submitting
 
@@ -479,16 +82,12 @@ def attach(job_id: str, namespace: str | None = None, context: str | None = None
     cfg = resolve(namespace=namespace, context=context)
     split = names.split_input_id(job_id)
     if split is not None:
-        from kinetic.api.batches import attach_input
-
         return attach_input(split[0], split[1], cfg)
     obj = kube.get(r.JOB_PLURAL, cfg.namespace, job_id, cfg.context)
     if obj is not None:
         return JobHandle.from_resource(obj, cfg.context, cfg.storage_root)
     match = _TRAILING_INDEX.match(job_id)
     if match is not None:  # an input of a batch named by hand (kubectl), e.g. "sweep-3"
-        from kinetic.api.batches import attach_input
-
         try:
             return attach_input(match.group(1), int(match.group(2)), cfg)
         except LookupError:
@@ -534,26 +133,3 @@ def list_jobs_with_status(
     ]
     # Newest first, as the reference lists jobs; creation times are RFC 3339 in UTC (sortable).
     return sorted(pairs, key=lambda pair: (pair[0].created_at, pair[0].job_id), reverse=True)
-
-
-def last_uid(root: str, namespace: str, kind: layout.Kind, name: str) -> str | None:
-    """The UID of the last object of this name that recorded itself (read once it is gone).
-
-    Only to find its records: it vouches for nothing (anyone who can write
-    storage can write it), so what is found through it is read, never trusted.
-    """
-    uri = layout.current_uri(root, namespace, kind, name)
-    try:
-        record = layout.CurrentRecord.from_bytes(storage.read_at_most(uri, MAX_POINTER_BYTES))
-    except (storage.NotFound, ValueError):
-        return None
-    return record.uid if record is not None else None
-
-
-def _notify(callback: Callable[[JobStatus], None] | None, status: JobStatus) -> None:
-    if callback is None:
-        return
-    try:
-        callback(status)
-    except Exception:  # a user's callback must never break result collection
-        log.exception("on_status_change callback raised; ignoring")

@@ -20,7 +20,7 @@ from kinetic.api import kube
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
 
-    from kinetic.api.jobs import JobHandle
+    from kinetic.api.handle import JobHandle
 
 _POLL = 0.5  # seconds between looks for the next attempt's Pod
 _DRAIN = 30.0  # most seconds to finish printing once the job has ended

@@ -38,13 +38,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kinetic import storage
+from kinetic.api.batches import BatchHandle, create_batch, new_group_id
 from kinetic.api.config import ClientConfig, resolve
 from kinetic.model import layout, limits, payload
 from kinetic.model import resources as r
 
 if TYPE_CHECKING:
-    from kinetic.api.batches import BatchHandle
-    from kinetic.api.remote import RemoteFunction
+    from kinetic.api.remote import RemoteFunction  # above: its `call()` makes a `Call`
 
 # The job spec an input gets when its call could not be packaged: never run (the
 # operator records a submission failure as failed at once), only there to keep indexes.
@@ -132,8 +132,6 @@ def batch(
     container its own ``retries`` (default 0). ``namespace`` / ``context``
     default to the first function call's, then to the client's configuration.
     """
-    from kinetic.api.batches import BatchHandle, create_batch, new_group_id
-
     entries = list(calls)
     if not entries:
         raise ValueError("kinetic.batch needs at least one call")

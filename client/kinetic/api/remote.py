@@ -12,20 +12,18 @@ import functools
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kinetic import storage
 from kinetic.api import project
+from kinetic.api.batches import BatchHandle, submit_map
 from kinetic.api.config import ClientConfig, resolve
 from kinetic.api.jobs import JobHandle, new_job_id, submit_job
+from kinetic.api.mixed import Call
 from kinetic.api.staging import Stager
 from kinetic.model import catalog, layout, limits, payload
 from kinetic.model import resources as r
 from kinetic.model.data import Data, check_volumes
-
-if TYPE_CHECKING:
-    from kinetic.api.batches import BatchHandle
-    from kinetic.api.mixed import Call
 
 
 class RemoteFunction:
@@ -77,14 +75,10 @@ class RemoteFunction:
         `cancel_running_on_fail`, `name`, `tags`, and `chunk_size` (consecutive
         inputs per Pod, for very short functions).
         """
-        from kinetic.api.batches import submit_map
-
         return submit_map(self, inputs, **kwargs)
 
     def call(self, *args: Any, **kwargs: Any) -> Call:
         """This call, not submitted: an entry for `kinetic.batch` (different calls, one batch)."""
-        from kinetic.api.mixed import Call
-
         return Call(self, args, dict(kwargs))
 
     def with_options(self, **changes: Any) -> RemoteFunction:

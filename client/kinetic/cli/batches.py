@@ -10,8 +10,8 @@ from rich.live import Live
 from rich.table import Table
 
 from kinetic.api import kube
-from kinetic.api.batch_rerun import rerun_batch, rerun_origin
-from kinetic.api.batches import BatchHandle, attach_batch, list_batches
+from kinetic.api.batch_rerun import rerun_origin
+from kinetic.api.batches import BatchHandle, attach_batch, list_batches, rerun_batch
 from kinetic.cli import submit
 from kinetic.cli.jobs import CONTEXT, NAMESPACE
 from kinetic.cli.output import OUTPUT_OPTION, Format, console, emit, fail

@@ -37,6 +37,7 @@ from rich.live import Live
 from rich.table import Table
 
 from kinetic.api import kube
+from kinetic.api.config import resolve
 from kinetic.api.inputs import read_shard
 from kinetic.cli.jobs import CONTEXT, NAMESPACE
 from kinetic.cli.output import console, errors, fail
@@ -497,8 +498,6 @@ def _batch_rows(doc: Document, status: dict[str, Any], context: str | None) -> l
 
 
 def _storage_root(context: str | None) -> str | None:
-    from kinetic.api.config import resolve
-
     try:
         return resolve(context=context).storage_root
     except Exception:  # noqa: BLE001 — the report falls back to the status's index ranges
