@@ -16,8 +16,10 @@ handled: the spec checks (`kinetic.model.limits`) see a value still far deeper
 than they allow and fail the object with a message. Raising limits instead
 would only move the crash into the C stack.
 
-`install()` puts `loads` where Kopf decodes watch streams and list answers;
-`WebhookServer` (in `webhook`) uses `loads_bounded` for admission reviews.
+`kopf_patch.install()` puts `loads` where Kopf decodes watch streams and list
+answers; `WebhookServer` (in `webhook`) uses `loads_bounded` for admission
+reviews; `kube` decodes custom objects with `loads`. This module is pure: it
+knows nothing of Kopf.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-from types import SimpleNamespace
 from typing import Any
 
 from kinetic.model.limits import json_depth
@@ -103,53 +104,3 @@ def _describe(doc: Any) -> str:
         name = "/".join(str(p) for p in (meta.get("namespace"), meta.get("name")) if p)
         return f"{kind} {name}".strip()
     return type(doc).__name__
-
-
-# --------------------------------------------------------------------------- Kopf
-
-
-def install() -> None:
-    """Make Kopf decode watch streams and GET answers (lists) with `loads`.
-
-    Kopf reads every watch line with ``json.loads`` in ``kopf._cogs.clients.api``
-    and every list page with aiohttp's ``response.json()`` in ``api.get``.
-    Both are replaced in that module only. Raises RuntimeError if a Kopf
-    release moved them, so an upgrade cannot silently drop the protection.
-    """
-    from kopf._cogs.clients import api
-
-    if getattr(api, "_kinetic_deepjson", False):
-        return
-    if not (hasattr(api, "json") and hasattr(api, "get") and hasattr(api, "request")):
-        raise RuntimeError(
-            "kopf._cogs.clients.api no longer has json/get/request: the operator cannot "
-            "protect Kopf's watch decoding from deeply nested objects; pin a known Kopf release"
-        )
-    # Replacing a module attribute of Kopf's is the point here.
-    api.json = SimpleNamespace(  # type: ignore[assignment]
-        loads=loads, dumps=json.dumps, JSONDecodeError=json.JSONDecodeError
-    )
-
-    async def get(
-        url: str,
-        *,
-        settings: Any,
-        payload: object | None = None,
-        headers: dict[str, str] | None = None,
-        timeout: Any = None,
-        logger: Any,
-    ) -> Any:
-        response = await api.request(
-            method="get",
-            url=url,
-            payload=payload,
-            headers=headers,
-            timeout=timeout,
-            settings=settings,
-            logger=logger,
-        )
-        async with response:
-            return await response.json(loads=loads)
-
-    api.get = get
-    setattr(api, "_kinetic_deepjson", True)  # noqa: B010 - a marker on a foreign module

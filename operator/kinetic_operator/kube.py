@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any, TypeVar
 
 from kinetic.model.resources import BATCH_PLURAL, GROUP, JOB_KIND, JOB_PLURAL, VERSION
@@ -26,7 +25,6 @@ from kubernetes.config.config_exception import ConfigException
 
 from kinetic_operator import deepjson, metrics
 from kinetic_operator.bounded_read import CHUNK, log_archive
-from kinetic_operator.settings import get_settings
 
 log = logging.getLogger("kinetic.operator")
 T = TypeVar("T")
@@ -45,7 +43,7 @@ class Rejected(Exception):
 
 
 CONFLICT_RETRIES = 5
-LOG_ARCHIVE_BYTES = 2 << 20  # `get_kube` takes the setting (KINETIC_LOG_ARCHIVE_BYTES)
+LOG_ARCHIVE_BYTES = 2 << 20  # `OperatorState.kube` sets the setting (KINETIC_LOG_ARCHIVE_BYTES)
 
 
 def until_settled(attempt: Callable[[int], T], what: str, tries: int = CONFLICT_RETRIES) -> T:
@@ -424,11 +422,3 @@ def _api_message(exc: ApiException) -> str:
         return json.loads(exc.body or "{}").get("message") or str(exc.reason)
     except (ValueError, AttributeError):
         return str(exc.reason)
-
-
-@lru_cache(maxsize=1)
-def get_kube() -> Kube:
-    """The process-wide API wrapper, created on first use (after Kopf has started)."""
-    kube = Kube()
-    kube.log_limit = get_settings().log_archive_bytes
-    return kube

@@ -7,9 +7,13 @@ Start the operator (one replica; namespaces come from kopf's own flags):
 
 or `python -m kinetic_operator`, which takes the namespaces from
 KINETIC_NAMESPACES (comma-separated; empty means all).
+
+The admission webhooks are not registered here but by a start-up handler
+(`handlers.admission.register_webhooks`), once the settings say whether
+they are enabled.
 """
 
-from kinetic_operator import deepjson
+from kinetic_operator import kopf_patch
 from kinetic_operator.handlers import (  # noqa: F401 — registers
     admission,
     batches,
@@ -19,4 +23,4 @@ from kinetic_operator.handlers import (  # noqa: F401 — registers
 )
 
 # Before Kopf starts watching: decode watch events and lists safely, however deep.
-deepjson.install()
+kopf_patch.install()

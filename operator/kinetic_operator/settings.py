@@ -8,7 +8,6 @@ accelerator catalog) accept JSON or YAML, so a chart can pass a block as is.
 from __future__ import annotations
 
 import shlex
-from functools import lru_cache
 from typing import Annotated, Any
 
 import yaml
@@ -306,9 +305,3 @@ class OperatorSettings(BaseSettings):
     @classmethod
     def _strip_root(cls, value: str | None) -> str | None:
         return value.rstrip("/") if value else None
-
-
-@lru_cache(maxsize=1)
-def get_settings() -> OperatorSettings:
-    """The process-wide settings, read once from the environment."""
-    return OperatorSettings()

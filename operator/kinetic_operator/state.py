@@ -65,7 +65,9 @@ class OperatorState:
 
     @property
     def kube(self) -> Kube:
-        """The API wrapper, made on first use: after Kopf has logged in, not at start-up."""
+        """The API wrapper, made on first use (by a start-up handler), not with the state:
+        `python -m kinetic_operator` makes the state before Kopf runs, and a state made
+        for a direct caller (``memo`` None) may never call the API."""
         if self._kube is None:
             self._kube = Kube()
             self._kube.log_limit = self.settings.log_archive_bytes
@@ -73,7 +75,9 @@ class OperatorState:
 
 
 def operator_state(memo: Any) -> OperatorState:
-    """The state in Kopf's memo (created at start-up; created here for direct callers)."""
+    """The state in Kopf's memo, made here by whichever start-up handler asks first unless
+    `python -m kinetic_operator` put it there; a direct caller (``memo`` None) gets a fresh
+    one, read from the environment."""
     state = getattr(memo, "kinetic", None) if memo is not None else None
     if state is None:
         state = OperatorState()

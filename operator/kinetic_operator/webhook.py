@@ -33,10 +33,10 @@ import ipaddress
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import aiohttp.web
 import kopf
@@ -44,6 +44,9 @@ from kinetic.model.resources import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
 
 from kinetic_operator import deepjson
 from kinetic_operator.settings import OperatorSettings
+
+if TYPE_CHECKING:
+    from kinetic_operator.kube import Kube
 
 log = logging.getLogger("kinetic.operator")
 
@@ -139,19 +142,22 @@ def _client_config(
 
 
 def publish_webhooks(
-    client_config: dict[str, Any], service: str | None = None, port: int | None = None
+    kube: Callable[[], Kube],
+    client_config: dict[str, Any],
+    service: str | None = None,
+    port: int | None = None,
 ) -> bool:
     """Point the chart's ValidatingWebhookConfiguration at this server; False if it could not.
 
     A failure is logged, never fatal: the operator still applies every
     check to what it reconciles, so a missing configuration only means
-    bad objects are refused later (FAILED) instead of at admission.
+    bad objects are refused later (FAILED) instead of at admission. That
+    includes failing to reach the API at all, which is why ``kube`` is
+    asked for the operator's API wrapper only here, inside the ``try``.
     """
-    from kinetic_operator.kube import get_kube
-
     try:
         entries = webhook_entries(client_config, service=service, port=port)
-        get_kube().patch_webhook_configuration(WEBHOOK_CONFIG, entries)
+        kube().patch_webhook_configuration(WEBHOOK_CONFIG, entries)
     except Exception as exc:  # noqa: BLE001 — logged; the operator-side checks remain
         log.error(
             "Could not patch ValidatingWebhookConfiguration %s (install it with the Helm chart; "
@@ -175,13 +181,20 @@ class WebhookServer(kopf.WebhookServer):
     ``service`` ("namespace/name") names the Service the API server reaches
     it through; without one, the configuration carries Kopf's URL. With
     ``publish`` False (the chart ships the configuration and the certificate)
-    nothing is patched: the server only serves.
+    nothing is patched: the server only serves. ``kube`` gives the operator's
+    API wrapper (the one in Kopf's memo) when the configuration is patched.
     """
 
     def __init__(
-        self, *args: Any, service: str | None = None, publish: bool = True, **kwargs: Any
+        self,
+        *args: Any,
+        kube: Callable[[], Kube],
+        service: str | None = None,
+        publish: bool = True,
+        **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.kube = kube
         self.service = service
         self.publish = publish
 
@@ -195,7 +208,7 @@ class WebhookServer(kopf.WebhookServer):
         async for client_config in super().__call__(fn):
             if self.publish:
                 await asyncio.to_thread(
-                    publish_webhooks, dict(client_config), self.service, self.port
+                    publish_webhooks, self.kube, dict(client_config), self.service, self.port
                 )
             yield client_config
 
@@ -334,10 +347,12 @@ def _is_ip(name: str) -> bool:
     return True
 
 
-def configure_admission(settings: kopf.OperatorSettings, ours: OperatorSettings) -> None:
+def configure_admission(
+    settings: kopf.OperatorSettings, ours: OperatorSettings, kube: Callable[[], Kube]
+) -> None:
     """Serve the webhook, if enabled. With the chart's certificate, that is all (the chart
     ships the configuration); without one, a self-signed certificate, and the server
-    patches the configuration itself. Kopf manages none either way."""
+    patches the configuration itself, through ``kube``. Kopf manages none either way."""
     if not ours.webhook_enabled:
         return
     shipped = bool(ours.webhook_certfile and ours.webhook_keyfile)
@@ -347,6 +362,7 @@ def configure_admission(settings: kopf.OperatorSettings, ours: OperatorSettings)
         host=ours.webhook_host or None,
         certfile=ours.webhook_certfile if shipped else None,
         pkeyfile=ours.webhook_keyfile if shipped else None,
+        kube=kube,
         service=ours.webhook_service or None,
         publish=not shipped,
     )

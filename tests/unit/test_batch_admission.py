@@ -10,8 +10,14 @@ import pytest
 from kinetic.model import layout
 from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
 from kinetic_operator.handlers import batches
-from kinetic_operator.handlers.admission import check_spec_update, validate_batch, validate_job
+from kinetic_operator.handlers.admission import (
+    check_spec_update,
+    register_validators,
+    validate_batch,
+    validate_job,
+)
 from kinetic_operator.handlers.batches import BatchMemory
+from kinetic_operator.kube import Kube
 from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.webhook import (
     BATCH_HOOK,
@@ -108,7 +114,8 @@ def test_job_handler_refuses_a_deep_inline_input():
 
 
 def test_both_kinds_are_judged_on_create_and_update_and_fail_open():
-    registry = kopf.get_default_registry()
+    registry = kopf.OperatorRegistry()
+    register_validators(registry)
     ours = {h.id: h for h in registry._webhooks.get_all_handlers()}
     for hook, fn in ((JOB_HOOK, validate_job), (BATCH_HOOK, validate_batch)):
         h = ours[hook.id]
@@ -140,10 +147,10 @@ def test_both_kinds_are_judged_on_create_and_update_and_fail_open():
 
 def test_admission_settings():
     settings = kopf.OperatorSettings()
-    configure_admission(settings, OperatorSettings(webhook_enabled=False))
+    configure_admission(settings, OperatorSettings(webhook_enabled=False), Kube)
     assert settings.admission.server is None and settings.admission.managed is None
     ours = OperatorSettings(webhook_host="kinetic-operator.kinetic-system.svc", webhook_port=9443)
-    configure_admission(settings, ours)
+    configure_admission(settings, ours, Kube)
     # Kopf manages no configuration (it would create a mutating one): our server patches ours.
     assert settings.admission.managed is None
     server = settings.admission.server

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from kinetic.model.limits import json_depth
-from kinetic_operator import deepjson
+from kinetic_operator import deepjson, kopf_patch
 
 
 def deep_event(levels: int, name: str = "deep") -> str:
@@ -69,9 +69,9 @@ def test_bounded_cuts_what_json_could_decode_but_python_code_could_not_walk():
 def test_install_puts_the_safe_decoder_where_kopf_reads_watch_streams():
     from kopf._cogs.clients import api
 
-    deepjson.install()
+    kopf_patch.install()
     assert api.json.loads is deepjson.loads
-    assert api.get.__module__ == deepjson.__name__
+    assert api.get.__module__ == kopf_patch.__name__
 
     # What Kopf's watch stream does with each line (kopf._cogs.clients.api.stream).
     line = deep_event(3000).encode() + b"\n"

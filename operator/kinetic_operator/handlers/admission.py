@@ -25,6 +25,7 @@ Every refusal is a 422 whose message names the field, the limit and the fix;
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -36,8 +37,9 @@ from pydantic import ValidationError
 from kinetic_operator.batch_logic import immutable_change
 from kinetic_operator.handlers.policy import current_policy
 from kinetic_operator.policy import Kind, Policy, policy_violations
-from kinetic_operator.settings import OperatorSettings, get_settings
-from kinetic_operator.webhook import BATCH_HOOK, JOB_HOOK
+from kinetic_operator.settings import OperatorSettings
+from kinetic_operator.state import operator_state
+from kinetic_operator.webhook import BATCH_HOOK, JOB_HOOK, Hook
 
 
 def job_problems(body: dict[str, Any] | None) -> list[str]:
@@ -138,8 +140,9 @@ def validate_job(
     """The validating webhook of KineticJobs (main resource; CREATE and UPDATE)."""
     new = dict(body)
     before = dict(old) if operation == "UPDATE" and old is not None else None
+    settings = operator_state(memo).settings
     problems = job_problems(new) or policy_problems(
-        "KineticJob", before, new, _namespace(new, namespace), current_policy(memo), get_settings()
+        "KineticJob", before, new, _namespace(new, namespace), current_policy(memo), settings
     )
     _refuse(problems)
 
@@ -155,23 +158,55 @@ def validate_batch(
     """The validating webhook of KineticBatches (main resource; CREATE and UPDATE)."""
     new = dict(body)
     before = dict(old) if operation == "UPDATE" and old is not None else None
-    settings = get_settings()
+    settings = operator_state(memo).settings
     problems = batch_problems(before, new, settings) or policy_problems(
         "KineticBatch", before, new, _namespace(new, namespace), current_policy(memo), settings
     )
     _refuse(problems)
 
 
-if get_settings().webhook_enabled:
-    for hook, fn in ((JOB_HOOK, validate_job), (BATCH_HOOK, validate_batch)):
-        # ignore_failures mirrors the configuration's failurePolicy Ignore (see webhook.py).
-        kopf.on.validate(
-            GROUP,
-            VERSION,
-            hook.plural,
-            id=hook.id,
-            operations=list(hook.operations),
-            side_effects=False,
-            ignore_failures=True,
-            persistent=False,
-        )(fn)  # type: ignore[arg-type]  # Kopf's protocol lists kwargs our fns leave to **_
+# The handler that judges each hook's reviews, in the order they are registered.
+_VALIDATORS: dict[Hook, Callable[..., None]] = {JOB_HOOK: validate_job, BATCH_HOOK: validate_batch}
+
+
+@kopf.on.startup()
+def register_webhooks(memo: kopf.Memo, **_: Any) -> None:
+    """Serve the validating webhooks, if the operator's settings enable them.
+
+    Registered at start-up, not at import: importing this module registers no
+    webhook, and the switch is read from the settings in Kopf's memo (under
+    `kopf run -m kinetic_operator.main` as under `python -m kinetic_operator`).
+    That is early enough: Kopf reads its webhook handlers only once every
+    start-up handler has finished. In Kopf 1.45, `spawn_tasks`
+    (``kopf/_core/reactor/running.py``) creates the webhook server, the
+    webhook configuration managers and the resource observer (which learns
+    the webhooks' resources) as tasks guarded by the flag that
+    `startup_cleanup_activities` raises after the start-up handlers; each
+    reads ``registry._webhooks`` only then, and each review looks its handler
+    up in the registry when it arrives. Kopf runs a start-up handler again
+    only if it raised, and nothing here raises once a handler is registered,
+    so none is registered twice.
+    """
+    if operator_state(memo).settings.webhook_enabled:
+        register_validators(kopf.get_default_registry())
+
+
+def register_validators(registry: kopf.OperatorRegistry) -> None:
+    """Add the validating handler of each hook (job, batch) to ``registry``."""
+    for hook, fn in _VALIDATORS.items():
+        _register(registry, hook, fn)
+
+
+def _register(registry: kopf.OperatorRegistry, hook: Hook, fn: Callable[..., None]) -> None:
+    # ignore_failures mirrors the configuration's failurePolicy Ignore (see webhook.py).
+    kopf.on.validate(
+        GROUP,
+        VERSION,
+        hook.plural,
+        id=hook.id,
+        operations=list(hook.operations),
+        side_effects=False,
+        ignore_failures=True,
+        persistent=False,
+        registry=registry,
+    )(fn)

@@ -24,9 +24,10 @@ from typing import Any
 
 import kopf
 
-from kinetic_operator.kube import Kube, get_kube
+from kinetic_operator.kube import Kube
 from kinetic_operator.policy import Policy, policy_after_read
-from kinetic_operator.settings import get_settings
+from kinetic_operator.settings import OperatorSettings
+from kinetic_operator.state import OperatorState, operator_state
 
 log = logging.getLogger("kinetic.operator")
 
@@ -45,7 +46,7 @@ def policy_holder(memo: Any) -> PolicyHolder:
     """The holder in Kopf's memo (created on first use, e.g. by a direct caller)."""
     holder = getattr(memo, "kinetic_policy", None) if memo is not None else None
     if holder is None:
-        holder = PolicyHolder(policy=Policy(source=_source()))
+        holder = PolicyHolder(policy=Policy(source=_source(operator_state(memo).settings)))
         if memo is not None:
             memo.kinetic_policy = holder
     return holder
@@ -56,15 +57,13 @@ def current_policy(memo: Any) -> Policy:
     return policy_holder(memo).policy
 
 
-def _source() -> str:
-    ours = get_settings()
+def _source(ours: OperatorSettings) -> str:
     return f"{ours.policy_config_map} in {ours.operator_namespace}"
 
 
-def refresh(holder: PolicyHolder, kube: Kube) -> None:
+def refresh(holder: PolicyHolder, kube: Kube, ours: OperatorSettings) -> None:
     """Read the ConfigMap once and update ``holder``; never raises (the poll goes on)."""
-    ours = get_settings()
-    source = _source()
+    source = _source(ours)
     try:
         cm = kube.read_config_map(ours.operator_namespace, ours.policy_config_map)
     except Exception as exc:  # noqa: BLE001 — keep the policy in force, say why once
@@ -89,18 +88,19 @@ def refresh(holder: PolicyHolder, kube: Kube) -> None:
         log.info("Admission policy from %s: %s", source, policy.model_dump(by_alias=True))
 
 
-async def _poll(holder: PolicyHolder, every: float) -> None:
+async def _poll(holder: PolicyHolder, state: OperatorState) -> None:
     while True:
-        await asyncio.sleep(every)
-        await asyncio.to_thread(refresh, holder, get_kube())
+        await asyncio.sleep(state.settings.policy_poll_seconds)
+        await asyncio.to_thread(refresh, holder, state.kube, state.settings)
 
 
 @kopf.on.startup()
 async def load_policy(memo: kopf.Memo, **_: Any) -> None:
     """Read the policy before the webhook serves, then keep reading it in the background."""
+    state = operator_state(memo)
     holder = policy_holder(memo)
-    await asyncio.to_thread(refresh, holder, get_kube())
-    holder.task = asyncio.create_task(_poll(holder, get_settings().policy_poll_seconds))
+    await asyncio.to_thread(refresh, holder, state.kube, state.settings)
+    holder.task = asyncio.create_task(_poll(holder, state))
 
 
 @kopf.on.cleanup()

@@ -16,9 +16,8 @@ from kinetic import storage
 from kinetic.model.names import LABEL_MANAGED_BY, MANAGED_BY
 
 from kinetic_operator import memtrace, metrics
-from kinetic_operator.kube import get_kube
-from kinetic_operator.settings import OperatorSettings, get_settings
-from kinetic_operator.state import OperatorState, operator_state
+from kinetic_operator.settings import OperatorSettings
+from kinetic_operator.state import operator_state
 from kinetic_operator.webhook import configure_admission
 
 log = logging.getLogger("kinetic.operator")
@@ -45,9 +44,15 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """Tune Kopf for one replica, small bookkeeping and few events."""
-    ours = get_settings()
-    memo.kinetic = OperatorState()  # shared by every handler through Kopf's memo
+    """Tune Kopf for one replica, small bookkeeping and few events.
+
+    The operator's state (its settings, API wrapper and caches) is the one in
+    Kopf's memo, shared by every handler: put there by `python -m
+    kinetic_operator`, or made here (or by an earlier start-up handler) from
+    the environment under `kopf run`.
+    """
+    state = operator_state(memo)
+    ours = state.settings
     # Every finished Pod costs a log archive and every busy batch manifest writes:
     # gs:// through the standard library's HTTP client costs a third of the CPU of
     # google-cloud-storage per call, which keeps the reaper up with a batch's Pods.
@@ -83,7 +88,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # Admission: refuse changes to a batch's immutable fields at `kubectl apply`
     # time. The webhook fails open (failurePolicy Ignore); the batch handler's
     # own refusal (SpecAccepted=False) stays behind it.
-    configure_admission(settings, ours)
+    configure_admission(settings, ours, lambda: state.kube)
     log.info(
         "Kinetic operator: storage root %s, default image %s, service account %s, namespaces %s",
         ours.storage_root or "(none)",
@@ -111,7 +116,7 @@ async def serve_metrics(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
             metrics.KIND_BATCH: lambda: _phases(state.batches.values()),
         }
     )
-    port = get_settings().metrics_port
+    port = state.settings.metrics_port
     if port:
         memo.metrics_server = asyncio.create_task(_serve_metrics_when_free(port, logger))
 
@@ -157,7 +162,7 @@ def stop_retries(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.startup()
 async def trace_memory(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """Opt-in heap snapshots (KINETIC_TRACEMALLOC_FRAMES): see `memtrace`."""
-    ours = get_settings()
+    ours = operator_state(memo).settings
     if memtrace.start(ours.tracemalloc_frames):
         memo.memtrace = memtrace.install(asyncio.get_running_loop(), ours.tracemalloc_seconds)
         logger.warning(
@@ -168,15 +173,16 @@ async def trace_memory(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
 
 
 @kopf.on.startup()
-def publish_config(logger: kopf.Logger, **_: Any) -> None:
+def publish_config(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """Publish what clients need (storage root, default image) so they need no setup.
 
     A missing namespace or a forbidden write is logged, not fatal: jobs
     still run; clients can be configured with KINETIC_* instead.
     """
-    ours = get_settings()
+    state = operator_state(memo)
+    ours = state.settings
     try:
-        get_kube().publish_config_map(
+        state.kube.publish_config_map(
             ours.operator_namespace, ours.config_map_name, client_config(ours)
         )
     except Exception as exc:  # noqa: BLE001
