@@ -81,12 +81,12 @@ class Batch:
         """The watch: the Pod event handler's bookkeeping for every change since last time."""
         now = {v.name: v for v in self.kube.views()}
         for view in now.values():
-            if self.mem.creating.get(view.index) == view.attempt:  # type: ignore[arg-type]
-                del self.mem.creating[view.index]  # type: ignore[arg-type]
+            if self.mem.pods.creating.get(view.index) == view.attempt:  # type: ignore[arg-type]
+                del self.mem.pods.creating[view.index]  # type: ignore[arg-type]
         for name, view in self.seen.items():
             if name not in now:
                 tomb = PodView(**{**view.__dict__, "gone": True})
-                self.mem.gone.setdefault(view.index, {})[view.attempt] = tomb  # type: ignore[arg-type]
+                self.mem.pods.gone.setdefault(view.index, {})[view.attempt] = tomb  # type: ignore[arg-type]
         self.seen = now
 
     def reconcile(self, now: datetime = NOW, *, deliver: bool = True) -> float | None:
@@ -325,16 +325,16 @@ def test_pods_of_inputs_not_recorded_in_the_manifest_are_never_handed_out(settin
     batch.reconcile()
     assert batch.status["succeededIndexes"] == "0"
     assert 0 not in batch.shard() and batch.mem.due == []
-    batch.mem.debouncer.last_write = -1e9  # the interval has passed
+    batch.mem.timers.debouncer.last_write = -1e9  # the interval has passed
     wait = batch.reconcile()
     assert batch.shard()[0].outcome == "SUCCEEDED"
     # Written, but the status does not vouch for it yet: the Pod stays until it does,
     # with the next status write (asked for at once: status_interval is 0 here).
     assert batch.mem.due == [] and wait == 0
-    assert batch.status["manifestSHA256"] != batch.mem.book.latest.sha256
+    assert batch.status["manifestSHA256"] != batch.mem.outcomes.book.latest.sha256
     batch.reconcile()
-    assert batch.status["manifestSHA256"] == batch.mem.book.latest.sha256
-    assert batch.status["manifestURI"] == batch.mem.book.latest.uri
+    assert batch.status["manifestSHA256"] == batch.mem.outcomes.book.latest.sha256
+    assert batch.status["manifestURI"] == batch.mem.outcomes.book.latest.uri
     assert [p for p, _ in batch.mem.due] == [pod_name(0)]
 
 
@@ -373,7 +373,7 @@ def test_a_truncated_status_never_makes_a_recorded_input_run_again(settings, mon
     ttl0 = settings.model_copy(update={"pod_ttl_seconds": 0})
     batch = Batch(kube, ttl0, container_batch(24, maxConcurrent=20))
     batch.reconcile()
-    batch.mem.debouncer = Debouncer(interval=0)  # every manifest change written at once
+    batch.mem.timers.debouncer = Debouncer(interval=0)  # every manifest change written at once
     batch.deliver()
     assert len(kube.pods) == 20
     for i in range(20):  # outcomes alternate: the ranges get long

@@ -129,7 +129,7 @@ def test_the_stored_spec_is_judged_again_before_it_is_used(settings):  # noqa: F
 def test_every_status_write_vouches_for_what_was_written_last(settings):  # noqa: F811
     kube = FakeKube()
     batch = running(kube, settings)
-    book = batch.mem.book
+    book = batch.mem.outcomes.book
     assert book is not None and book.latest is not None
     status = batch.status
     assert (status["manifestURI"], status["manifestSHA256"]) == (
@@ -143,7 +143,7 @@ def test_a_forged_shard_found_after_a_restart_is_reported_and_not_used(settings)
     kube = FakeKube()
     batch = running(kube, settings)
     kube.end_pod(pod_name(0), message="out 0")
-    batch.mem.debouncer.last_write = -1e9
+    batch.mem.timers.debouncer.last_write = -1e9
     batch.reconcile()
     batch.reconcile()  # the status vouches for the shard holding input 0
     header = json.loads(storage.read_bytes(batch.status["manifestURI"]))
@@ -155,7 +155,7 @@ def test_a_forged_shard_found_after_a_restart_is_reported_and_not_used(settings)
     batch.restart()
     batch.deliver()
     kube.run_pod(pod_name(1))
-    batch.mem.debouncer.last_write = -1e9
+    batch.mem.timers.debouncer.last_write = -1e9
     batch.reconcile()
     assert "ManifestTampered" in batch.events()
     assert batch.status["phase"] == "RUNNING"

@@ -6,15 +6,17 @@ watch's, or the answer to its own last write), the batch's attempt Pods
 from a Kopf index of small summaries, asks `batch_logic.decide_batch` what
 to do, writes the status conditionally on the resourceVersion it read, and
 only then acts — writes the manifest, creates Pods, stops Pods, posts
-events. All of a batch's triggers go through one `Serializer` key, so a
-burst of Pod events costs a reconcile or two, and no two reconciles of a
-batch ever overlap. Routine status writes of a busy batch are coalesced to
+events. All of a batch's triggers go through one `Serializer` key (the
+plumbing both kinds share, `kinetic_operator.handlers.events`), so a burst
+of Pod events costs a reconcile or two, and no two reconciles of a batch
+ever overlap. Routine status writes of a busy batch are coalesced to
 at most one per ``status_interval``; launches and the end are written at
 once. No polling: the only timed wake-ups are that coalescing, the manifest
 debounce, more launches for a batch with no limit, and finished Pods
 waiting out their TTL.
 
-What the operator keeps in memory (`BatchMemory`) is a cache, never the
+What the operator keeps in memory (`BatchMemory`, in
+`kinetic_operator.handlers.batch_memory`) is a cache, never the
 truth: the accepted spec and the input hashes (both re-read from storage
 after a restart), the attempt history of inputs still running, Pods it
 created that the watch has not shown yet, and tombstones of Pods deleted
@@ -30,13 +32,12 @@ checked before its inputs' outcome is recorded (`_checked_reports`).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -64,9 +65,10 @@ from kinetic.model.resources import (
 from pydantic import ValidationError
 
 from kinetic_operator import batch_logic, metrics
-from kinetic_operator.accepted import Stored, accepted_bytes, judge_stored, read_accepted
+from kinetic_operator.accepted import accepted_bytes, judge_stored, read_accepted
 from kinetic_operator.attempts import AttemptCause, Limits, plan_unit
 from kinetic_operator.batch_logic import (
+    BatchDecision,
     CreatePods,
     Event,
     Recorded,
@@ -81,11 +83,11 @@ from kinetic_operator.batch_logic import (
 )
 from kinetic_operator.batch_pods import UnitRefused, build_unit_pod, log_uri
 from kinetic_operator.bounded_read import TooLarge, read_at_most
-from kinetic_operator.failures import Failing, reconcile_rounds
-from kinetic_operator.handlers.policy import current_policy
+from kinetic_operator.failures import reconcile_rounds
+from kinetic_operator.handlers.batch_memory import BatchMemory
+from kinetic_operator.handlers.events import Key, Kind
 from kinetic_operator.kube import Conflict, Kube, Rejected
 from kinetic_operator.manifest import (
-    Debouncer,
     ManifestBook,
     build_header,
     check_report,
@@ -95,9 +97,7 @@ from kinetic_operator.observed import PodView, batch_key, summarize_pod
 from kinetic_operator.policy import Policy, first_acceptance_violations
 from kinetic_operator.reaper import due_pods
 from kinetic_operator.rerun_source import SourceProblem, load_source, rerun_spec
-from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings
-from kinetic_operator.state import Fresh, operator_state
 
 log = logging.getLogger("kinetic.operator")
 
@@ -113,50 +113,13 @@ class ManifestNotWritten(Exception):
     """The manifest must exist before the first Pod; the Serializer retries with backoff."""
 
 
-@dataclass
-class BatchMemory:
-    """What the operator remembers about one batch between reconciles — caches only."""
-
-    uid: str | None = None
-    body: Fresh = field(default_factory=Fresh)
-    failing: Failing = field(default_factory=Failing)  # the error last reported, if any
-    accepted: KineticBatchSpec | None = None
-    accepted_sha256: str | None = None  # what status.acceptedSpecSHA256 says (or will)
-    stored: Stored | None = None  # the accepted spec read back, checked (once per process)
-    stored_checked: bool = False
-    rerun: KineticBatchSpec | None = None  # a fromBatch spec as resolved (rerun_source)
-    hashes: list[str | None] | None = None
-    creating: dict[int, int] = field(default_factory=dict)  # unit -> attempt, not seen yet
-    gone: dict[int, dict[int, PodView]] = field(default_factory=dict)  # tombstones
-    refused: dict[int, dict[int, PodView]] = field(default_factory=dict)  # could not create
-    extra: Recorded | None = None  # outcomes the status's cut ranges leave out
-    durable: Recorded | None = None  # outcomes in the manifest the status vouches for
-    recorded: Recorded = field(default_factory=Recorded)
-    book: ManifestBook | None = None
-    debouncer: Debouncer = field(default_factory=Debouncer)
-    last_write: float | None = None
-    wake_at: float | None = None
-    expire_at: float | None = None  # no finished Pod is due for deletion before this
-    due: list[tuple[str, str | None]] = field(default_factory=list)  # Pods to reap now
-    reaping: set[str] = field(default_factory=set)
-    settled_seen: set[int] = field(default_factory=set)  # settled units looked at once
-    refused_reports: dict[str, str] = field(default_factory=dict)  # chunk Pod -> why
-    recheck: float | None = None  # a report could not be read for now: look again
-
-
-def _memory(memo: Any, key: tuple[str, str]) -> BatchMemory:
-    batches: dict[tuple[str, str], BatchMemory] = operator_state(memo).batches
-    return batches.setdefault(key, BatchMemory())
-
-
 # ----------------------------------------------------------------------- index
 
 
 @kopf.index("v1", "pods", labels=LABELLED)
-def batch_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodView]:
+def batch_pods(body: kopf.Body, **_: Any) -> dict[Key, PodView]:
     """Attempt Pods of batches by (namespace, batch), summarised."""
-    key, view = batch_key(body), summarize_pod(body)
-    return {key: view} if key and view and view.index is not None else {}
+    return BATCHES.index_entry(body)
 
 
 # ----------------------------------------------------------------------- triggers
@@ -173,12 +136,7 @@ async def kinetic_batch_event(
     **_: Any,
 ) -> None:
     """A batch was created or changed: reconcile it. Deleted: forget it."""
-    key = (namespace, name)
-    if type == "DELETED":
-        operator_state(memo).batches.pop(key, None)
-        return
-    _memory(memo, key).body.offer(dict(body))
-    await reconcile_batch(namespace, name, batch_pods, memo)
+    await BATCHES.object_event(type, (namespace, name), body, batch_pods, memo)
 
 
 @kopf.on.event("v1", "pods", labels=LABELLED)  # type: ignore[arg-type]  # index kwargs
@@ -186,75 +144,36 @@ async def batch_pod_event(
     type: str, body: kopf.Body, batch_pods: kopf.Index, memo: Any, **_: Any
 ) -> None:
     """A Pod of a batch changed or went away: reconcile its batch."""
-    key, view = batch_key(body), summarize_pod(body)
-    if key is None or view is None or view.index is None:
-        return
-    if type == "DELETED" and key not in operator_state(memo).batches:
-        return  # its batch is gone (garbage collection): nothing to reconcile
-    mem = _memory(memo, key)
-    if mem.creating.get(view.index) == view.attempt:
-        del mem.creating[view.index]
-    if type == "DELETED":
-        mem.gone.setdefault(view.index, {})[view.attempt] = replace(view, gone=True)
-    await reconcile_batch(key[0], key[1], batch_pods, memo)
-
-
-# ----------------------------------------------------------------------- reconcile
+    await BATCHES.pod_event(type, body, batch_pods, memo)
 
 
 async def reconcile_batch(namespace: str, name: str, batch_pods: kopf.Index, memo: Any) -> None:
     """Bring KineticBatch namespace/name one step closer to done; serialized per batch."""
-    key = (namespace, name)
-    state = operator_state(memo)
-    serializer: Serializer = state.serializer
-    loop = asyncio.get_running_loop()
+    await BATCHES.reconcile((namespace, name), batch_pods, memo)
 
-    async def work() -> None:
-        mem = _memory(memo, key)
-        mem.reaping = set(state.reaper.in_flight(("batch", *key)))
-        units = observe_units(batch_pods.get(key, ()), mem)
-        with metrics.reconcile_timer(metrics.KIND_BATCH):
-            recheck = await asyncio.to_thread(
-                reconcile_batch_sync,
-                state.kube,
-                state.settings,
-                mem,
-                namespace,
-                name,
-                units,
-                policy=current_policy(memo),
-            )
-        if mem.body.get() is None:  # the batch is gone: forget it
-            state.batches.pop(key, None)
-            return
-        state.reaper.submit(state.kube, ("batch", *key), namespace, mem.due)
-        if recheck is None:
-            return
-        at = loop.time() + recheck
-        if mem.wake_at is None or at < mem.wake_at - 0.01 or mem.wake_at < loop.time():
-            mem.wake_at = at
-            serializer.later(("batch", *key), wake, recheck)
 
-    async def wake() -> None:
-        _memory(memo, key).wake_at = None
-        await work()
-
-    await serializer.run(("batch", *key), work)
+def _unit_pod(body: Mapping[str, Any]) -> tuple[Key, PodView] | None:
+    """The batch a Pod of one of its units belongs to, and the Pod's summary."""
+    key, view = batch_key(body), summarize_pod(body)
+    return (key, view) if key and view and view.index is not None else None
 
 
 def observe_units(pods: Iterable[PodView], mem: BatchMemory) -> dict[int, UnitObservation]:
     """The Pods of each unit (index first, then tombstones and refusals), and creations."""
     grouped: dict[int, dict[int, PodView]] = {}
-    for source in (mem.refused, mem.gone):
+    for source in (mem.pods.refused, mem.pods.gone):
         for unit, views in source.items():
             grouped.setdefault(unit, {}).update(views)
     for pod in pods:
         if pod.index is not None:
             grouped.setdefault(pod.index, {})[pod.attempt] = pod
     units = {unit: UnitObservation(views) for unit, views in grouped.items()}
-    for unit, attempt in mem.creating.items():
+    for unit, attempt in mem.pods.creating.items():
         units[unit] = UnitObservation(grouped.get(unit, {}), creating=attempt)
     return units
+
+
+# ----------------------------------------------------------------------- reconcile
 
 
 def reconcile_batch_sync(
@@ -293,6 +212,32 @@ def reconcile_batch_sync(
     )
 
 
+def _reconcile_in_thread(
+    kube: Kube,
+    settings: OperatorSettings,
+    mem: BatchMemory,
+    namespace: str,
+    name: str,
+    units: dict[int, UnitObservation],
+    policy: Policy,
+) -> float | None:
+    """A reconcile as the shared plumbing runs it: under the policy in force, now."""
+    return reconcile_batch_sync(kube, settings, mem, namespace, name, units, policy=policy)
+
+
+BATCHES: Kind[BatchMemory, dict[int, UnitObservation]] = Kind(
+    name="batch",
+    metric=metrics.KIND_BATCH,
+    memories=lambda state: state.batches,
+    new_memory=BatchMemory,
+    pod_of=_unit_pod,
+    saw_pod=lambda mem, view, deleted: mem.pods.saw(view, deleted),
+    observe=observe_units,
+    reconcile_sync=_reconcile_in_thread,
+    wake=lambda mem: mem.timers.wake,
+)
+
+
 def _reconcile_once(
     kube: Kube,
     settings: OperatorSettings,
@@ -305,129 +250,326 @@ def _reconcile_once(
     now: datetime,
     policy: Policy | None = None,
 ) -> float | None:
+    """One round: load the batch, accept its spec, observe, decide, record, act.
+
+    The decision is recorded — the status written, conditional on the
+    version read — before anything is done about it: if the batch moved,
+    nothing is done and the round is decided again from a fresh read.
+    """
+    batch = _load(kube, settings, mem, namespace, name, body, fresh, now, policy)
+    if batch is None:
+        return None  # deleted (its Pods go with it through ownerReferences), or being deleted
+    accepted = _accept_spec(batch)
+    if accepted is None:
+        return None  # the status says why it cannot run
+    observed = _observe(batch, accepted.spec, _own_units(units, batch.uid))
+    if observed is None:
+        return None  # the manifest it relies on is gone or forged: the status says so
+    decided = _decide(batch, accepted, observed)
+    wait = _record(batch, decided)
+    if wait is not None:
+        return wait  # a routine update: written with the next one
+    _act(batch, decided)
+    return _next_look(batch, decided)
+
+
+# ----------------------------------------------------------------------- the steps
+
+
+@dataclass
+class _Batch:
+    """One round's copy of the batch, and what the round talks to."""
+
+    kube: Kube
+    settings: OperatorSettings
+    mem: BatchMemory
+    namespace: str
+    name: str
+    body: dict[str, Any]
+    meta: dict[str, Any]
+    raw: dict[str, Any]  # the status as read
+    old: KineticBatchStatus  # the same, parsed
+    write: _Writer
+    home: layout.Home
+    fresh: bool  # the copy was just read from the API server
+    now: datetime
+    policy: Policy | None
+
+    @property
+    def uid(self) -> str | None:
+        return self.meta.get("uid")
+
+    @property
+    def generation(self) -> int | None:
+        return self.meta.get("generation")
+
+    def post(self, events: Iterable[Event]) -> None:
+        """Post ``events`` about the batch."""
+        for event in events:
+            self.kube.post_event(self.body, event.type, event.reason, event.message)
+
+
+@dataclass(frozen=True)
+class _Accepted:
+    """The spec to act on, and the immutable change refused, if someone made one."""
+
+    spec: KineticBatchSpec
+    refused: str | None
+
+
+@dataclass
+class _Decided:
+    """What the round decided, and what it writes it with."""
+
+    spec: KineticBatchSpec
+    decision: BatchDecision
+    status: KineticBatchStatus  # as it will be written: compacted, vouching
+    spec_events: list[Event]
+    units: dict[int, UnitObservation]
+    clock: float
+    book: ManifestBook
+    manifest: _ManifestWrite
+
+    @property
+    def total(self) -> int:
+        return batch_total(self.spec)
+
+    def note_plans(self) -> None:
+        """Tell the manifest book the attempts this decision planned."""
+        self.book.note(
+            self.decision.plans,
+            self.spec.chunk_size,
+            self.total,
+            container=_is_container(self.spec),
+        )
+
+
+def _load(
+    kube: Kube,
+    settings: OperatorSettings,
+    mem: BatchMemory,
+    namespace: str,
+    name: str,
+    body: dict[str, Any] | None,
+    fresh: bool,
+    now: datetime,
+    policy: Policy | None,
+) -> _Batch | None:
+    """The batch as this round sees it; None when it is gone or being deleted.
+
+    A batch of the same name with another uid starts from an empty memory.
+    """
     if body is None:
-        return None  # deleted; its Pods go with it through ownerReferences
+        return None
     meta = body.get("metadata") or {}
     if meta.get("deletionTimestamp"):
-        return None  # being deleted: start nothing new
+        return None  # start nothing new
     if mem.uid != meta.get("uid"):
-        _forget(mem, meta.get("uid"))
-    units = _own_units(units, meta.get("uid"))
+        mem.forget(meta.get("uid"))
     raw = body.get("status") or {}
     old = _parse_status(raw, namespace, name)
     write = _Writer(kube, mem, namespace, name, raw, meta.get("resourceVersion"))
-    generation = meta.get("generation")
-
-    spec, problems = _load_spec(body, settings, namespace)
-    refused: str | None = None
     home = layout.batch_home(settings.storage_root or "", namespace, name, meta.get("uid", ""))
-    if spec is not None and not problems:
-        problems = _check_stored(mem, home, old, bool(raw.get("phase")), spec, settings, policy)
-    if spec is not None and not problems and _from_batch(spec) is not None:
-        spec, problems = _resolve_rerun(kube, settings, mem, home, spec)
-    if spec is not None and not problems and policy is not None:
-        # Judged as it will run: a rerun's size and template are known only once resolved.
-        problems = first_acceptance_violations(
-            "KineticBatch",
-            {**body, "spec": spec.wire()},
-            policy,
-            settings.accelerator_catalog,
-            settings.default_image,
-        )
-    if spec is not None and not problems and not Phase(old.phase).terminal:
-        spec, refused = _accept(mem, home, spec)
-        problems = _load_hashes(mem, spec)
-    if spec is None or problems:
-        decision = batch_logic.invalid_batch(old, problems, now, generation=generation)
-        write.status(decision.status)
-        for event in decision.of(Event):
-            kube.post_event(body, event.type, event.reason, event.message)
-        return None
+    return _Batch(
+        kube, settings, mem, namespace, name, body, meta, raw, old, write, home, fresh, now, policy
+    )
 
-    problems = _load_durable(mem, home, old, batch_total(spec))
-    if problems:
-        decision = batch_logic.invalid_batch(
-            old, problems, now, generation=generation, reason="ManifestTampered"
-        )
-        write.status(decision.status)
-        _report_tampering(kube, body, mem)
-        for event in decision.of(Event):
-            kube.post_event(body, event.type, event.reason, event.message)
+
+def _accept_spec(batch: _Batch) -> _Accepted | None:
+    """The spec to run, accepted (stored, once) unless the batch has ended; None when it
+    cannot run, after the status says why."""
+    spec, problems = _spec_to_run(batch)
+    refused: str | None = None
+    if spec is not None and not problems and not Phase(batch.old.phase).terminal:
+        spec, refused = _accept(batch.mem, batch.home, spec)
+        problems = _load_hashes(batch.mem, spec)
+    if spec is None or problems:
+        _refuse(batch, problems)
         return None
-    mem.debouncer.interval = settings.manifest_interval
-    mem.recheck = None
-    units = _checked_reports(mem, home, spec, units)
+    return _Accepted(spec, refused)
+
+
+def _spec_to_run(batch: _Batch) -> tuple[KineticBatchSpec | None, list[str]]:
+    """The spec as it will run, or why it may not: read and bounded, checked against the
+    accepted spec stored, a rerun resolved from its source, judged by the policy."""
+    spec, problems = _load_spec(batch.body, batch.settings, batch.namespace)
+    if spec is None or problems:
+        return spec, problems
+    accepted_before = bool(batch.raw.get("phase"))
+    problems = _check_stored(
+        batch.mem, batch.home, batch.old, accepted_before, spec, batch.settings, batch.policy
+    )
+    if problems:
+        return spec, problems
+    if _from_batch(spec) is not None:
+        spec, problems = _resolve_rerun(batch.kube, batch.settings, batch.mem, batch.home, spec)
+        if spec is None or problems:
+            return spec, problems
+    return spec, _policy_problems(batch, spec)
+
+
+def _policy_problems(batch: _Batch, spec: KineticBatchSpec) -> list[str]:
+    """Why the policy refuses the batch, judged as it will run: a rerun's size and template
+    are known only once resolved."""
+    if batch.policy is None:
+        return []
+    return first_acceptance_violations(
+        "KineticBatch",
+        {**batch.body, "spec": spec.wire()},
+        batch.policy,
+        batch.settings.accelerator_catalog,
+        batch.settings.default_image,
+    )
+
+
+def _refuse(batch: _Batch, problems: list[str]) -> None:
+    """A batch whose spec cannot run: the status and an Event say why."""
+    decision = batch_logic.invalid_batch(
+        batch.old, problems, batch.now, generation=batch.generation
+    )
+    batch.write.status(decision.status)
+    batch.post(decision.of(Event))
+
+
+def _refuse_tampered(batch: _Batch, problems: list[str]) -> None:
+    """A batch whose manifest was forged or lost: the status and Events say so."""
+    decision = batch_logic.invalid_batch(
+        batch.old, problems, batch.now, generation=batch.generation, reason="ManifestTampered"
+    )
+    batch.write.status(decision.status)
+    _report_tampering(batch.kube, batch.body, batch.mem)
+    batch.post(decision.of(Event))
+
+
+def _observe(
+    batch: _Batch, spec: KineticBatchSpec, units: dict[int, UnitObservation]
+) -> dict[int, UnitObservation] | None:
+    """The units as the decision sees them: the outcomes stored loaded first, each ended
+    chunk Pod's report checked. None when the stored outcomes it needs are lost."""
+    mem = batch.mem
+    problems = _load_durable(mem, batch.home, batch.old, batch_total(spec))
+    if problems:
+        _refuse_tampered(batch, problems)
+        return None
+    mem.timers.debouncer.interval = batch.settings.manifest_interval
+    mem.timers.recheck = None
+    return _checked_reports(mem, batch.home, spec, units)
+
+
+def _decide(batch: _Batch, accepted: _Accepted, units: dict[int, UnitObservation]) -> _Decided:
+    """Ask `batch_logic.decide_batch`; the status it gives, as it will be written."""
+    spec, settings, mem = accepted.spec, batch.settings, batch.mem
     decision = batch_logic.decide_batch(
         spec,
-        old,
+        batch.old,
         units,
-        now,
-        batch=name,
-        generation=generation,
+        batch.now,
+        batch=batch.name,
+        generation=batch.generation,
         max_launches=MAX_LAUNCHES,
         max_disruptions=settings.max_disruptions,
-        extra=mem.extra,
+        extra=mem.outcomes.extra,
     )
-    status, spec_events = _spec_condition(decision.status, refused, now)
+    status, spec_events = _spec_condition(decision.status, accepted.refused, batch.now)
     status = _vouching(compact_status(status), mem)
     clock = time.monotonic()
-    book = _book(mem, home)
+    book = mem.outcomes.book_for(batch.home)
     book.observed = units
-    total = batch_total(spec)
-    manifest = _ManifestWrite(mem, write, home, spec, meta, now)
-    if decision.write_status or status.wire() != old.wire():
-        wait = _coalesce(mem, settings, decision.urgent, clock)
+    manifest = _ManifestWrite(mem, batch.write, batch.home, spec, batch.meta, batch.now)
+    return _Decided(spec, decision, status, spec_events, units, clock, book, manifest)
+
+
+def _record(batch: _Batch, decided: _Decided) -> float | None:
+    """Write the status first, conditional on the version read (Conflict: decide again);
+    then remember the outcomes. Returns how long a routine status write is held back.
+
+    A decision that acts without changing the status has no such check, so
+    it must come from a fresh read, not from a cached copy.
+    """
+    decision = decided.decision
+    if decision.write_status or decided.status.wire() != batch.old.wire():
+        wait = _coalesce(batch.mem, batch.settings, decision.urgent, decided.clock)
         if wait is not None:
-            return wait  # a routine update: written with the next one
-        if status.truncated and not _durable(mem, decision.recorded):
-            # The status is about to leave outcomes out: they must be in storage first.
-            mem.recorded = decision.recorded
-            book.note(decision.plans, spec.chunk_size, total, container=_is_container(spec))
-            if not manifest.run(clock, vouch=False):  # the status written next vouches for it
-                raise ManifestNotWritten(
-                    f"{namespace}/{name}: the manifest could not be written, so the status "
-                    "is not cut yet; retrying"
-                )
-        write.status(status, force=bool(decision.creates))  # Conflict: decide again
-        mem.extra = decision.recorded
-    elif not fresh and (decision.creates or decision.stops):
+            return wait
+        _write_status(batch, decided)
+    elif not batch.fresh and (decision.creates or decision.stops):
         raise Conflict("acting on a cached copy: read it afresh first")
-    mem.recorded = decision.recorded
-    book.note(decision.plans, spec.chunk_size, total, container=_is_container(spec))
-    if _note_settled(mem, book, units, spec, settings, name, now, decision.plans):
-        mem.debouncer.mark(clock)
-    for event in spec_events:
-        kube.post_event(body, "Warning", event.reason, event.message)
+    _remember_outcomes(batch, decided)
+    return None
 
-    for action in decision.actions:
-        match action:
-            case WriteManifest(urgent=urgent, blocking=blocking):
-                mem.debouncer.mark(clock, urgent=urgent)
-                due = blocking or mem.debouncer.due(clock)
-                if due and not manifest.run(clock, vouch=urgent or blocking) and blocking:
-                    raise ManifestNotWritten(
-                        f"{namespace}/{name}: the manifest could not be written, so no Pod "
-                        "is created yet; retrying"
-                    )
-            case CreatePods(units=todo):
-                causes = {u: p.cause for u, p in decision.plans.items()}
-                _create(
-                    kube, settings, mem, name, namespace, meta.get("uid", ""), spec, todo, causes
-                )
-            case StopPods(pods=pods):
-                _each(lambda pod: kube.delete_pod(namespace, pod), pods)
-            case Event(type=type_, reason=reason, message=message):
-                kube.post_event(body, type_, reason, message)
-    if mem.debouncer.due(clock):
-        manifest.run(clock, vouch=Phase(status.phase).terminal)
-    _prune(mem, spec.chunk_size, total)
-    _report_tampering(kube, body, mem)
 
-    waits = [mem.debouncer.delay(time.monotonic()), mem.recheck]
+def _write_status(batch: _Batch, decided: _Decided) -> None:
+    """The status, once the outcomes it is about to leave out (cut ranges) are stored."""
+    mem, decision = batch.mem, decided.decision
+    if decided.status.truncated and not _durable(mem, decision.recorded):
+        mem.outcomes.recorded = decision.recorded
+        decided.note_plans()
+        if not decided.manifest.run(decided.clock, vouch=False):  # the status vouches next
+            raise ManifestNotWritten(
+                f"{batch.namespace}/{batch.name}: the manifest could not be written, so the "
+                "status is not cut yet; retrying"
+            )
+    batch.write.status(decided.status, force=bool(decision.creates))  # Conflict: decide again
+    mem.outcomes.extra = decision.recorded
+
+
+def _remember_outcomes(batch: _Batch, decided: _Decided) -> None:
+    """The decision's outcomes, and the attempts it planned, for the manifest."""
+    mem = batch.mem
+    mem.outcomes.recorded = decided.decision.recorded
+    decided.note_plans()
+    if _note_settled(batch, decided):
+        mem.timers.debouncer.mark(decided.clock)
+
+
+def _act(batch: _Batch, decided: _Decided) -> None:
+    """Do what was decided, then write the manifest if it is due and tidy the memory."""
+    mem = batch.mem
+    for event in decided.spec_events:
+        batch.kube.post_event(batch.body, "Warning", event.reason, event.message)
+    for action in decided.decision.actions:
+        _do(batch, decided, action)
+    if mem.timers.debouncer.due(decided.clock):
+        decided.manifest.run(decided.clock, vouch=Phase(decided.status.phase).terminal)
+    _prune(mem, decided.spec.chunk_size, decided.total)
+    _report_tampering(batch.kube, batch.body, mem)
+
+
+def _do(batch: _Batch, decided: _Decided, action: Any) -> None:
+    """One action of the decision."""
+    match action:
+        case WriteManifest(urgent=urgent, blocking=blocking):
+            _write_manifest(batch, decided, urgent=urgent, blocking=blocking)
+        case CreatePods(units=todo):
+            causes = {u: p.cause for u, p in decided.decision.plans.items()}
+            _create(batch, decided.spec, todo, causes)
+        case StopPods(pods=pods):
+            _each(lambda pod: batch.kube.delete_pod(batch.namespace, pod), pods)
+        case Event(type=type_, reason=reason, message=message):
+            batch.kube.post_event(batch.body, type_, reason, message)
+
+
+def _write_manifest(batch: _Batch, decided: _Decided, *, urgent: bool, blocking: bool) -> None:
+    """The manifest is dirty: write it now if due (debounced), or before the first Pod."""
+    debouncer, clock = batch.mem.timers.debouncer, decided.clock
+    debouncer.mark(clock, urgent=urgent)
+    due = blocking or debouncer.due(clock)
+    if due and not decided.manifest.run(clock, vouch=urgent or blocking) and blocking:
+        raise ManifestNotWritten(
+            f"{batch.namespace}/{batch.name}: the manifest could not be written, so no Pod "
+            "is created yet; retrying"
+        )
+
+
+def _next_look(batch: _Batch, decided: _Decided) -> float | None:
+    """In how many seconds to look again: the manifest's debounce, a report to read again,
+    a manifest to vouch for, the next finished Pod due, more Pods to launch."""
+    mem, book, decision = batch.mem, decided.book, decided.decision
+    waits = [mem.timers.debouncer.delay(time.monotonic()), mem.timers.recheck]
     if book.latest is not None and book.latest is not book.anchored:
-        waits.append(settings.status_interval)  # the next status write vouches for it
-    waits.append(_expire(settings, mem, home, units, spec.chunk_size, total, now))
-    if decision.more or mem.refused.keys() & {u for u, _ in decision.creates}:
+        waits.append(batch.settings.status_interval)  # the next status write vouches for it
+    waits.append(_expire(batch, decided.units, decided.spec.chunk_size, decided.total))
+    if decision.more or mem.pods.refused.keys() & {u for u, _ in decision.creates}:
         waits.append(0.0)
     found = [w for w in waits if w is not None]
     return min(found) if found else None
@@ -436,23 +578,7 @@ def _reconcile_once(
 # ----------------------------------------------------------------------- pieces
 
 
-def _forget(mem: BatchMemory, uid: str | None) -> None:
-    """A batch of the same name but another uid: nothing remembered applies to it."""
-    fresh = BatchMemory(uid=uid, body=mem.body)
-    for name in BatchMemory.__dataclass_fields__:
-        setattr(mem, name, getattr(fresh, name))
-
-
-def _note_settled(
-    mem: BatchMemory,
-    book: ManifestBook,
-    units: dict[int, UnitObservation],
-    spec: KineticBatchSpec,
-    settings: OperatorSettings,
-    name: str,
-    now: datetime,
-    planned: Any,
-) -> bool:
+def _note_settled(batch: _Batch, decided: _Decided) -> bool:
     """Units that ended while no process followed them get a record from their Pods.
 
     The status can record an input's end before the manifest does; an operator
@@ -460,25 +586,26 @@ def _note_settled(
     there, so once per unit and process, an input with no record in its shard
     gets one (with the result hash its Pod reported). Returns whether any did.
     """
-    total, chunk = batch_total(spec), spec.chunk_size
-    terminal = mem.recorded.terminal
+    spec, outcomes = decided.spec, batch.mem.outcomes
+    total, chunk = decided.total, spec.chunk_size
+    terminal = outcomes.recorded.terminal
     plans = {}
-    for unit, obs in units.items():
-        if unit in mem.settled_seen or unit in planned or not obs.pods:
+    for unit, obs in decided.units.items():
+        if unit in outcomes.settled_seen or unit in decided.decision.plans or not obs.pods:
             continue
         if unit_inputs(unit, chunk, total) - terminal:
             continue
-        mem.settled_seen.add(unit)
+        outcomes.settled_seen.add(unit)
         plans[unit] = plan_unit(
             obs.pods,
             reserved=max(obs.pods),
             creating=False,
-            limits=Limits(retries_of(spec, unit), settings.max_disruptions),
+            limits=Limits(retries_of(spec, unit), batch.settings.max_disruptions),
             cancel=False,
-            pod_name=functools.partial(input_pod_name, name, unit),
-            now=now,
+            pod_name=functools.partial(input_pod_name, batch.name, unit),
+            now=batch.now,
         )
-    return book.note_missing(plans, chunk, total, container=_is_container(spec))
+    return decided.book.note_missing(plans, chunk, total, container=_is_container(spec))
 
 
 def _own_units(units: dict[int, UnitObservation], uid: str | None) -> dict[int, UnitObservation]:
@@ -498,7 +625,7 @@ def _is_container(spec: KineticBatchSpec) -> Callable[[int], bool]:
 
 def _durable(mem: BatchMemory, recorded: Recorded) -> bool:
     """Whether every outcome in ``recorded`` is already in the stored manifest."""
-    safe = (mem.durable or Recorded()).terminal
+    safe = (mem.outcomes.durable or Recorded()).terminal
     return not (recorded.terminal - safe)
 
 
@@ -506,20 +633,15 @@ def _coalesce(
     mem: BatchMemory, settings: OperatorSettings, urgent: bool, clock: float
 ) -> float | None:
     """Seconds to hold a routine status write back, or None to write it now."""
-    if urgent or mem.last_write is None:
-        mem.last_write = clock
+    timers = mem.timers
+    if urgent or timers.last_write is None:
+        timers.last_write = clock
         return None
-    due = mem.last_write + settings.status_interval
+    due = timers.last_write + settings.status_interval
     if clock >= due:
-        mem.last_write = clock
+        timers.last_write = clock
         return None
     return due - clock
-
-
-def _book(mem: BatchMemory, home: layout.Home) -> ManifestBook:
-    if mem.book is None:
-        mem.book = ManifestBook(home)
-    return mem.book
 
 
 def _load_durable(
@@ -533,31 +655,33 @@ def _load_durable(
     held are lost: the batch cannot go on without launching some inputs a
     second time, so it stops (returned: why).
     """
-    if mem.durable is not None:
+    outcomes = mem.outcomes
+    if outcomes.durable is not None:
         return []
-    book = _book(mem, home)
+    book = outcomes.book_for(home)
     header = book.load(Anchor(old.manifest_uri, old.manifest_sha256), total)
-    mem.durable = recorded_from(header) or Recorded()
+    outcomes.durable = recorded_from(header) or Recorded()
     if old.truncated:
         if header is None:
-            mem.durable = None  # judged again, and refused again, on the next reconcile
+            outcomes.durable = None  # judged again, and refused again, on the next reconcile
             return [
                 "its status leaves out outcomes that only its manifest records, and "
                 f"{'; '.join(book.tampered) or 'the manifest cannot be read'}: going on would "
                 "launch inputs that already ran. Rerun the batch's inputs in a new batch"
             ]
-        mem.extra = mem.durable
+        outcomes.extra = outcomes.durable
     return []
 
 
 def _report_tampering(kube: Kube, body: dict[str, Any], mem: BatchMemory) -> None:
     """What the manifest book found forged in storage, as Warning Events (each once)."""
-    if mem.book is None:
+    book = mem.outcomes.book
+    if book is None:
         return
-    for message in mem.book.tampered:
+    for message in book.tampered:
         log.warning("%s: %s", (body.get("metadata") or {}).get("name"), message)
         kube.post_event(body, "Warning", "ManifestTampered", message)
-    mem.book.tampered.clear()
+    book.tampered.clear()
 
 
 def _checked_reports(
@@ -579,54 +703,69 @@ def _checked_reports(
     chunk, total = spec.chunk_size, batch_total(spec)
     if chunk <= 1 or spec.template is None or spec.template.function is None:
         return units
-    book = _book(mem, home)
-    terminal = mem.recorded.terminal
+    reports = _Reports(mem, home, mem.outcomes.book_for(home))
+    terminal = mem.outcomes.recorded.terminal
     out = dict(units)
     for unit, obs in units.items():
         inputs = unit_inputs(unit, chunk, total)
-        if not (inputs - terminal):
-            continue  # recorded: its reports were read when it ended, or by the book
-        views = dict(obs.pods)
-        for attempt, pod in obs.pods.items():
-            expected = digest.chunk_report(pod.termination_message) if pod.terminal else None
-            if expected is None or pod.name in book.read_reports:
-                continue
-            chunk_of = dict.fromkeys(inputs, unit)
-            why = mem.refused_reports.get(pod.name)
-            if why is None:
-                try:
-                    found = check_report(home, pod.name, expected)
-                    book.take_report(unit, pod.name, found, chunk_of)
-                    continue
-                except ValueError as exc:
-                    why = mem.refused_reports[pod.name] = str(exc)
-                except storage.StorageError as exc:
-                    log.warning("Cannot read the report of %s yet: %s", pod.name, exc)
-                    views[attempt] = replace(
-                        pod, phase="Running", exit_code=None, termination_message=None
-                    )
-                    mem.recheck = 2.0
-                    continue
-            views[attempt] = replace(
-                pod,
-                phase="Failed",
-                reason=None,
-                disruption=None,
-                exit_code=None,
-                terminated_reason="ReportRefused",
-                termination_message=f"its results cannot be checked: {why}",
-            )
-        out[unit] = UnitObservation(views, creating=obs.creating)
+        if inputs - terminal:  # recorded: its reports were read when it ended, or by the book
+            out[unit] = reports.checked_unit(unit, inputs, obs)
     return out
 
 
+@dataclass
+class _Reports:
+    """Reads and checks the reports of a batch's ended chunk Pods (`_checked_reports`)."""
+
+    mem: BatchMemory
+    home: layout.Home
+    book: ManifestBook
+
+    def checked_unit(
+        self, unit: int, inputs: Iterable[int], obs: UnitObservation
+    ) -> UnitObservation:
+        """The unit's Pods, each ended one as its report lets it count."""
+        views = dict(obs.pods)
+        for attempt, pod in obs.pods.items():
+            expected = digest.chunk_report(pod.termination_message) if pod.terminal else None
+            if expected is None or pod.name in self.book.read_reports:
+                continue
+            seen = self.checked_pod(unit, inputs, pod, expected)
+            if seen is not None:
+                views[attempt] = seen
+        return UnitObservation(views, creating=obs.creating)
+
+    def checked_pod(
+        self, unit: int, inputs: Iterable[int], pod: PodView, expected: str
+    ) -> PodView | None:
+        """None when the Pod's report checks out (its outcomes go to the book); otherwise
+        the Pod as it counts: failed (the report refused), or running (storage silent)."""
+        refused = self.mem.outcomes.refused_reports
+        why = refused.get(pod.name)
+        if why is None:
+            try:
+                found = check_report(self.home, pod.name, expected)
+                self.book.take_report(unit, pod.name, found, dict.fromkeys(inputs, unit))
+                return None
+            except ValueError as exc:
+                why = refused[pod.name] = str(exc)
+            except storage.StorageError as exc:
+                log.warning("Cannot read the report of %s yet: %s", pod.name, exc)
+                self.mem.timers.recheck = 2.0
+                return replace(pod, phase="Running", exit_code=None, termination_message=None)
+        return replace(
+            pod,
+            phase="Failed",
+            reason=None,
+            disruption=None,
+            exit_code=None,
+            terminated_reason="ReportRefused",
+            termination_message=f"its results cannot be checked: {why}",
+        )
+
+
 def _create(
-    kube: Kube,
-    settings: OperatorSettings,
-    mem: BatchMemory,
-    name: str,
-    namespace: str,
-    uid: str,
+    batch: _Batch,
     spec: KineticBatchSpec,
     todo: Iterable[tuple[int, int]],
     causes: Mapping[int, AttemptCause | None] | None = None,
@@ -637,29 +776,39 @@ def _create(
     failed attempt in memory, so the next decision spends a retry on it
     (and fails the inputs once they are spent) instead of looping on it.
     """
-
-    known = dict(mem.book.hashes) if mem.book is not None else {}
+    kube, settings, mem = batch.kube, batch.settings, batch.mem
+    book, pods = mem.outcomes.book, mem.pods
+    known = dict(book.hashes) if book is not None else {}
+    uid = batch.meta.get("uid", "")
 
     def one(pair: tuple[int, int]) -> None:
         unit, attempt = pair
         try:
             pod = build_unit_pod(
-                name, namespace, uid, spec, settings, unit, attempt, mem.hashes, known
+                batch.name,
+                batch.namespace,
+                uid,
+                spec,
+                settings,
+                unit,
+                attempt,
+                mem.accepted.hashes,
+                known,
             )
-            mem.creating[unit] = attempt
+            pods.creating[unit] = attempt
             try:
                 if kube.create_pod(pod):
                     inputs = len(unit_inputs(unit, spec.chunk_size, batch_total(spec)))
                     cause = "first" if attempt == 1 else (causes or {}).get(unit)
                     metrics.attempt_created(metrics.KIND_BATCH, cause, inputs)
             except Exception:
-                mem.creating.pop(unit, None)  # not created: the next reconcile tries again
+                pods.creating.pop(unit, None)  # not created: the next reconcile tries again
                 raise
         except (UnitRefused, Rejected) as exc:
-            mem.creating.pop(unit, None)
+            pods.creating.pop(unit, None)
             why = f"input {unit} could not be launched: {exc}"
-            mem.refused.setdefault(unit, {})[attempt] = PodView(
-                name=f"{name}-{unit}-{attempt}",
+            pods.refused.setdefault(unit, {})[attempt] = PodView(
+                name=f"{batch.name}-{unit}-{attempt}",
                 attempt=attempt,
                 index=unit,
                 phase="Failed",
@@ -669,7 +818,7 @@ def _create(
 
     pairs = list(todo)
     if pairs:
-        kube.ensure_service_account(namespace, settings.runner_service_account)
+        kube.ensure_service_account(batch.namespace, settings.runner_service_account)
     _each(one, pairs)
 
 
@@ -690,20 +839,14 @@ def _prune(mem: BatchMemory, chunk: int, total: int) -> None:
     tombstones, so it walks a copy of the keys: iterating the dict itself
     raised "dictionary changed size during iteration" mid-reconcile.
     """
-    terminal = mem.recorded.terminal
-    for source in (mem.gone, mem.refused):
+    terminal = mem.outcomes.recorded.terminal
+    for source in (mem.pods.gone, mem.pods.refused):
         for unit in [u for u in list(source) if not unit_inputs(u, chunk, total) - terminal]:
             source.pop(unit, None)
 
 
 def _expire(
-    settings: OperatorSettings,
-    mem: BatchMemory,
-    home: layout.Home,
-    units: dict[int, UnitObservation],
-    chunk: int,
-    total: int,
-    now: datetime,
+    batch: _Batch, units: dict[int, UnitObservation], chunk: int, total: int
 ) -> float | None:
     """Hand the reaper the finished Pods past their TTL whose outcomes the manifest holds.
 
@@ -711,21 +854,30 @@ def _expire(
     thousands of finished Pods waiting out their TTL costs nothing per
     reconcile. Returns the seconds until the next Pod is due.
     """
+    mem, settings, timers = batch.mem, batch.settings, batch.mem.timers
     mem.due = []
-    clock = now.timestamp()
-    if mem.expire_at is not None and clock < mem.expire_at:
-        return mem.expire_at - clock
-    safe = (mem.durable or Recorded()).terminal
-    done = [
+    clock = batch.now.timestamp()
+    if timers.expire_at is not None and clock < timers.expire_at:
+        return timers.expire_at - clock
+    done = _recorded_pods(mem, units, chunk, total)
+    due, wait = due_pods(done, batch.now, settings.pod_ttl_seconds, mem.reaping)
+    archive = settings.storage_root
+    mem.due = [(p.name, log_uri(batch.home, p.name) if archive else None) for p in due]
+    timers.expire_at = None if wait is None else clock + wait
+    return wait
+
+
+def _recorded_pods(
+    mem: BatchMemory, units: dict[int, UnitObservation], chunk: int, total: int
+) -> list[PodView]:
+    """The Pods of units whose every outcome is safe in the stored manifest."""
+    safe = (mem.outcomes.durable or Recorded()).terminal
+    return [
         pod
         for unit, obs in units.items()
-        if unit not in mem.refused and not (unit_inputs(unit, chunk, total) - safe)
+        if unit not in mem.pods.refused and not (unit_inputs(unit, chunk, total) - safe)
         for pod in obs.pods.values()
     ]
-    due, wait = due_pods(done, now, settings.pod_ttl_seconds, mem.reaping)
-    mem.due = [(p.name, log_uri(home, p.name) if settings.storage_root else None) for p in due]
-    mem.expire_at = None if wait is None else clock + wait
-    return wait
 
 
 class _Writer:
@@ -772,21 +924,29 @@ class _Writer:
             self.version = (written.get("metadata") or {}).get("resourceVersion")
             _count_ends(self.raw, new)
             self.raw = new
-            book = self.mem.book
-            if book is not None and book.vouched(new.get("manifestURI"), new.get("manifestSHA256")):
-                assert book.anchored is not None
-                self.mem.durable = book.anchored.recorded
+            self._trust_vouched(new)
+
+    def _trust_vouched(self, written: dict[str, Any]) -> None:
+        """The manifest a landed status write vouches for holds the durable outcomes now."""
+        outcomes = self.mem.outcomes
+        book = outcomes.book
+        if book is not None and book.vouched(
+            written.get("manifestURI"), written.get("manifestSHA256")
+        ):
+            assert book.anchored is not None
+            outcomes.durable = book.anchored.recorded
 
 
 def _vouching(status: KineticBatchStatus, mem: BatchMemory) -> KineticBatchStatus:
     """``status`` naming what the operator last wrote to storage: the manifest header
     (and its digest) and the accepted spec's digest."""
     update: dict[str, Any] = {}
-    latest = mem.book.latest if mem.book is not None else None
+    book = mem.outcomes.book
+    latest = book.latest if book is not None else None
     if latest is not None:
         update |= {"manifest_uri": latest.uri, "manifest_sha256": latest.sha256}
-    if mem.accepted_sha256 is not None:
-        update["accepted_spec_sha256"] = mem.accepted_sha256
+    if mem.accepted.sha256 is not None:
+        update["accepted_spec_sha256"] = mem.accepted.sha256
     return status.model_copy(update=update) if update else status
 
 
@@ -849,7 +1009,8 @@ def _check_stored(
     """Once per process: the accepted spec stored for this batch, checked against its status
     and judged again (`kinetic_operator.accepted`); why it may not be used, if so.
     ``accepted_before``: the status has a phase (the operator wrote it)."""
-    if mem.stored_checked:
+    accepted = mem.accepted
+    if accepted.stored_checked:
         return []
     if Phase(old.phase).terminal and _from_batch(live) is None:
         return []  # an ended batch acts on nothing stored
@@ -860,7 +1021,7 @@ def _check_stored(
         problems = judge_stored(stored.spec, live, home, settings, policy)
         if problems:
             return problems
-    mem.stored, mem.stored_checked = stored, True
+    accepted.stored, accepted.stored_checked = stored, True
     return []
 
 
@@ -878,19 +1039,20 @@ def _accept(
     pointed at this batch's UID at the same time, so `attach_batch` finds the
     manifest once the batch is deleted.
     """
-    uid = home.uid
-    if mem.accepted is None:
-        if mem.stored is not None:
-            mem.accepted, mem.accepted_sha256 = mem.stored.spec, mem.stored.sha256
+    accepted = mem.accepted
+    if accepted.spec is None:
+        if accepted.stored is not None:
+            accepted.spec, accepted.sha256 = accepted.stored.spec, accepted.stored.sha256
         else:
+            uid = home.uid
             data = accepted_bytes(uid, spec)
             storage.write_bytes(home.current_uri, layout.CurrentRecord(uid=uid).to_bytes())
             storage.write_bytes(home.accepted_spec_uri, data)
-            mem.accepted, mem.accepted_sha256 = spec, digest.sha256(data)
-    change = immutable_change(mem.accepted, spec)
+            accepted.spec, accepted.sha256 = spec, digest.sha256(data)
+    change = immutable_change(accepted.spec, spec)
     if change is None:
         return spec, None
-    return merge_mutable(mem.accepted, spec), change
+    return merge_mutable(accepted.spec, spec), change
 
 
 def _resolve_rerun(
@@ -909,10 +1071,7 @@ def _resolve_rerun(
     server (`rerun_source`). What it resolves to is judged as any batch's
     spec is: bounds, storage URIs, cross-field rules.
     """
-    stored = mem.stored.spec if mem.stored is not None else None
-    base = mem.rerun or (
-        stored if stored and stored.inputs and stored.inputs.indexes is not None else None
-    )
+    base = _rerun_base(mem)
     try:
         if base is not None:
             resolved = spec.model_copy(
@@ -923,13 +1082,34 @@ def _resolve_rerun(
                 }
             )
         else:
-            wanted = _from_batch(spec)
-            assert wanted is not None
-            source = kube.get_kinetic_batch(home.namespace, wanted.name)
-            resolved = rerun_spec(spec, load_source(home.root, home.namespace, wanted, source))
+            resolved = _rerun_from_source(kube, home, spec)
     except SourceProblem as exc:
         return None, [str(exc)]
-    mem.rerun = resolved
+    mem.accepted.rerun = resolved
+    return resolved, _rerun_problems(settings, home, resolved)
+
+
+def _rerun_base(mem: BatchMemory) -> KineticBatchSpec | None:
+    """The rerun's first resolution: this process's, else the accepted spec stored."""
+    accepted = mem.accepted
+    stored = accepted.stored.spec if accepted.stored is not None else None
+    return accepted.rerun or (
+        stored if stored and stored.inputs and stored.inputs.indexes is not None else None
+    )
+
+
+def _rerun_from_source(kube: Kube, home: layout.Home, spec: KineticBatchSpec) -> KineticBatchSpec:
+    """The rerun resolved from its source batch, read through the API server."""
+    wanted = _from_batch(spec)
+    assert wanted is not None
+    source = kube.get_kinetic_batch(home.namespace, wanted.name)
+    return rerun_spec(spec, load_source(home.root, home.namespace, wanted, source))
+
+
+def _rerun_problems(
+    settings: OperatorSettings, home: layout.Home, resolved: KineticBatchSpec
+) -> list[str]:
+    """Why a resolved rerun cannot run, judged as any batch's spec is."""
     assert resolved.inputs is not None  # a rerun's are the source's, resolved
     plain = resolved.model_copy(
         update={"inputs": resolved.inputs.model_copy(update={"from_batch": None})}
@@ -938,7 +1118,7 @@ def _resolve_rerun(
         resolved.wire(), storage_root=home.root, max_inputs=settings.max_inputs
     )
     foreign = foreign_batch_uris(home.root, home.namespace, resolved)
-    return resolved, bounds or foreign or validate_batch_spec(plain)
+    return bounds or foreign or validate_batch_spec(plain)
 
 
 def _from_batch(spec: KineticBatchSpec) -> FromBatch | None:
@@ -949,11 +1129,11 @@ def _from_batch(spec: KineticBatchSpec) -> FromBatch | None:
 def _load_hashes(mem: BatchMemory, spec: KineticBatchSpec) -> list[str]:
     """Read the input hash list once per batch; a bad list fails the batch."""
     uri = spec.inputs.sha256_uri if spec.inputs is not None else None
-    if uri is None or spec.inputs is None or mem.hashes is not None:
+    if uri is None or spec.inputs is None or mem.accepted.hashes is not None:
         return []
     try:
         data = read_at_most(uri, hash_list_max_bytes(spec.inputs.count or 0))
-        mem.hashes = parse_sha256_list(
+        mem.accepted.hashes = parse_sha256_list(
             data, expected_sha256=spec.inputs.sha256, count=spec.inputs.count or 0
         )
     except storage.NotFound:
@@ -1008,7 +1188,7 @@ class _ManifestWrite:
         vouches for the previous version, which stays where it is.
         """
         status = self.writer.current
-        recorded = self.mem.recorded
+        recorded = self.mem.outcomes.recorded
         header = build_header(
             self.home,
             self.spec,
@@ -1019,16 +1199,16 @@ class _ManifestWrite:
             shards=[],
         )
         try:
-            _book(self.mem, self.home).write(header, recorded)
+            self.mem.outcomes.book_for(self.home).write(header, recorded)
         except Exception as exc:  # noqa: BLE001 — storage down or refusing: retried, shown
-            self.mem.debouncer.failed(clock)
+            self.mem.timers.debouncer.failed(clock)
             log.warning("Could not write manifest %s: %s", self.uri, exc)
             why = f"Could not write the manifest to {self.uri}: {exc}; retrying."
             self.writer.status(
                 with_condition(status, COND_MANIFEST, "False", "WriteFailed", why, self.now)
             )
             return False
-        self.mem.debouncer.written(clock)
+        self.mem.timers.debouncer.written(clock)
         where = f"The manifest is under {self.home.prefix}."
         done = with_condition(status, COND_MANIFEST, "True", "Written", where, self.now)
         if vouch or done.wire() != status.wire():

@@ -11,7 +11,6 @@ Pods after their TTL, which the reaper does off the reconcile path.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -33,16 +32,15 @@ from kinetic.model.resources import (
 )
 
 from kinetic_operator import job_logic, metrics, podspec
-from kinetic_operator.failures import Failing, reconcile_rounds
-from kinetic_operator.handlers.policy import current_policy
-from kinetic_operator.job_logic import CreatePod, DeletePod, Event, InvalidSpec
+from kinetic_operator.attempts import AttemptCause
+from kinetic_operator.failures import reconcile_rounds
+from kinetic_operator.handlers.events import Key, Kind, ObjectMemory
+from kinetic_operator.job_logic import CreatePod, Decision, DeletePod, Event, InvalidSpec
 from kinetic_operator.kube import Conflict, Kube, Rejected
 from kinetic_operator.observed import PodView, job_key, summarize_pod
 from kinetic_operator.policy import Policy, first_acceptance_violations, policy_violations
 from kinetic_operator.reaper import due_pods
-from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings
-from kinetic_operator.state import Fresh, operator_state
 
 log = logging.getLogger("kinetic.operator")
 
@@ -50,7 +48,7 @@ LABELLED = {LABEL_JOB: kopf.PRESENT}
 
 
 @dataclass
-class JobMemory:
+class JobMemory(ObjectMemory):
     """What the operator remembers about one KineticJob between reconciles — a cache only.
 
     ``creating``: attempts whose Pod this process created and the watch has
@@ -58,27 +56,24 @@ class JobMemory:
     ``gone``: tombstones of attempt Pods seen and then deleted.
     """
 
-    body: Fresh = field(default_factory=Fresh)
-    failing: Failing = field(default_factory=Failing)  # the error last reported, if any
     creating: set[int] = field(default_factory=set)
     gone: dict[int, PodView] = field(default_factory=dict)
-    due: list[tuple[str, str | None]] = field(default_factory=list)  # Pods to reap now
-    reaping: set[str] = field(default_factory=set)
 
-
-def _memory(memo: Any, key: tuple[str, str]) -> JobMemory:
-    jobs: dict[tuple[str, str], JobMemory] = operator_state(memo).jobs
-    return jobs.setdefault(key, JobMemory())
+    def saw(self, view: PodView, deleted: bool) -> None:
+        """A Pod event: the attempt is no longer being created; a deleted one leaves a
+        tombstone."""
+        self.creating.discard(view.attempt)
+        if deleted:
+            self.gone[view.attempt] = replace(view, gone=True)
 
 
 # ----------------------------------------------------------------------- index
 
 
 @kopf.index("v1", "pods", labels=LABELLED)
-def job_pods(body: kopf.Body, **_: Any) -> dict[tuple[str, str], PodView]:
+def job_pods(body: kopf.Body, **_: Any) -> dict[Key, PodView]:
     """Attempt Pods of KineticJobs by (namespace, job), summarised."""
-    key, view = job_key(body), summarize_pod(body)
-    return {key: view} if key and view else {}
+    return JOBS.index_entry(body)
 
 
 # ----------------------------------------------------------------------- triggers
@@ -89,12 +84,7 @@ async def kinetic_job_event(
     type: str, namespace: str, name: str, body: kopf.Body, job_pods: kopf.Index, memo: Any, **_: Any
 ) -> None:
     """A KineticJob was created or changed: reconcile it. Deleted: forget it."""
-    key = (namespace, name)
-    if type == "DELETED":
-        operator_state(memo).jobs.pop(key, None)
-        return
-    _memory(memo, key).body.offer(dict(body))
-    await reconcile_job(namespace, name, job_pods, memo)
+    await JOBS.object_event(type, (namespace, name), body, job_pods, memo)
 
 
 @kopf.on.event("v1", "pods", labels=LABELLED)  # type: ignore[arg-type]  # index kwargs
@@ -102,60 +92,27 @@ async def job_pod_event(
     type: str, body: kopf.Body, job_pods: kopf.Index, memo: Any, **_: Any
 ) -> None:
     """An attempt Pod changed or went away: reconcile the KineticJob that owns it."""
-    key, view = job_key(body), summarize_pod(body)
-    if key is None or view is None:
-        return
-    if type == "DELETED" and key not in operator_state(memo).jobs:
-        return  # its KineticJob is gone (garbage collection): nothing to reconcile
-    mem = _memory(memo, key)
-    mem.creating.discard(view.attempt)
-    if type == "DELETED":
-        mem.gone[view.attempt] = replace(view, gone=True)
-    await reconcile_job(key[0], key[1], job_pods, memo)
-
-
-# ----------------------------------------------------------------------- reconcile
+    await JOBS.pod_event(type, body, job_pods, memo)
 
 
 async def reconcile_job(namespace: str, name: str, job_pods: kopf.Index, memo: Any) -> None:
-    """Bring KineticJob namespace/name one step closer to done; serialized per job.
+    """Bring KineticJob namespace/name one step closer to done; serialized per job."""
+    await JOBS.reconcile((namespace, name), job_pods, memo)
 
-    The index is read on the event loop (where Kopf updates it) and handed
-    to a worker thread as an immutable snapshot, because the API calls block.
-    """
-    key = (namespace, name)
-    state = operator_state(memo)
-    serializer: Serializer = state.serializer
 
-    async def work() -> None:
-        mem = _memory(memo, key)
-        mem.reaping = set(state.reaper.in_flight(("job", *key)))
-        pods = by_attempt(job_pods.get(key, ()), mem.gone)
-        with metrics.reconcile_timer(metrics.KIND_JOB):
-            recheck = await asyncio.to_thread(
-                reconcile_job_sync,
-                state.kube,
-                state.settings,
-                namespace,
-                name,
-                pods,
-                mem,
-                policy=current_policy(memo),
-            )
-        if mem.body.get() is None:  # the KineticJob is gone: forget it
-            state.jobs.pop(key, None)
-            return
-        state.reaper.submit(state.kube, ("job", *key), namespace, mem.due)
-        if recheck is not None:
-            serializer.later(("job", *key), work, recheck)
-
-    await serializer.run(("job", *key), work)
+def _attempt_pod(body: Mapping[str, Any]) -> tuple[Key, PodView] | None:
+    """The KineticJob an attempt Pod belongs to, and the Pod's summary."""
+    key, view = job_key(body), summarize_pod(body)
+    return (key, view) if key and view else None
 
 
 def by_attempt(pods: Iterable[PodView], gone: Mapping[int, PodView]) -> dict[int, PodView]:
     """Attempt number -> the Pod's last sight: the index's, else its tombstone."""
     seen = {p.attempt: p for p in pods}
     return {**gone, **seen}
+
+
+# ----------------------------------------------------------------------- reconcile
 
 
 def reconcile_job_sync(
@@ -195,6 +152,31 @@ def reconcile_job_sync(
     )
 
 
+def _reconcile_in_thread(
+    kube: Kube,
+    settings: OperatorSettings,
+    mem: JobMemory,
+    namespace: str,
+    name: str,
+    pods: dict[int, PodView],
+    policy: Policy,
+) -> float | None:
+    """A reconcile as the shared plumbing runs it: under the policy in force, now."""
+    return reconcile_job_sync(kube, settings, namespace, name, pods, mem, policy=policy)
+
+
+JOBS: Kind[JobMemory, dict[int, PodView]] = Kind(
+    name="job",
+    metric=metrics.KIND_JOB,
+    memories=lambda state: state.jobs,
+    new_memory=JobMemory,
+    pod_of=_attempt_pod,
+    saw_pod=lambda mem, view, deleted: mem.saw(view, deleted),
+    observe=lambda pods, mem: by_attempt(pods, mem.gone),
+    reconcile_sync=_reconcile_in_thread,
+)
+
+
 def _reconcile_once(
     kube: Kube,
     settings: OperatorSettings,
@@ -207,75 +189,176 @@ def _reconcile_once(
     now: datetime,
     policy: Policy | None = None,
 ) -> float | None:
+    """One round: load the job, accept its spec, observe its Pods, decide, record, act.
+
+    The decision is recorded — the status written, conditional on the
+    version read — before anything is done about it: if the job moved,
+    nothing is done and the round is decided again from a fresh read.
+    """
+    job = _load(kube, settings, mem, namespace, name, body, fresh, now, policy)
+    if job is None:
+        return None  # deleted (its Pods go with it through ownerReferences), or being deleted
+    spec = _accept_spec(job)
+    own = {k: p for k, p in pods.items() if p.belongs_to(job.meta.get("uid"))}
+    decision = _decide(job, spec, own)
+    written = _record(job, decision)
+    if not _act(job, spec, decision, written):
+        return None  # Kubernetes refused a Pod: the job has failed
+    return _reap(job, decision, own)
+
+
+# ----------------------------------------------------------------------- the steps
+
+
+@dataclass
+class _Job:
+    """One round's copy of the KineticJob, and what the round talks to."""
+
+    kube: Kube
+    settings: OperatorSettings
+    mem: JobMemory
+    namespace: str
+    name: str
+    body: dict[str, Any]
+    meta: dict[str, Any]
+    raw: dict[str, Any]  # the status as read
+    old: KineticJobStatus  # the same, parsed
+    owner: podspec.Owner
+    home: layout.Home | None  # its storage (None: the operator has no storage root)
+    fresh: bool  # the copy was just read from the API server
+    now: datetime
+    policy: Policy | None
+
+
+def _load(
+    kube: Kube,
+    settings: OperatorSettings,
+    mem: JobMemory,
+    namespace: str,
+    name: str,
+    body: dict[str, Any] | None,
+    fresh: bool,
+    now: datetime,
+    policy: Policy | None,
+) -> _Job | None:
+    """The KineticJob as this round sees it; None when it is gone or being deleted
+    (e.g. a foreground cascade): start nothing new."""
     if body is None:
-        return None  # deleted; its Pods go with it through ownerReferences
+        return None
     meta = body.get("metadata") or {}
     if meta.get("deletionTimestamp"):
-        return None  # being deleted (e.g. foreground cascade): start nothing new
+        return None
+    raw = body.get("status") or {}
+    old = _parse_status(raw, namespace, name)
+    owner = podspec.Owner(name, namespace, meta.get("uid", ""), JOB_KIND)
+    home = podspec.job_home(owner, settings)
+    return _Job(
+        kube, settings, mem, namespace, name, body, meta, raw, old, owner, home, fresh, now, policy
+    )
 
+
+def _accept_spec(job: _Job) -> KineticJobSpec | InvalidSpec:
+    """The spec as it may run: valid, and as the policy in force lets it run."""
+    settings = job.settings
     spec = job_logic.validate_spec(
-        name,
-        body.get("spec"),
+        job.name,
+        job.body.get("spec"),
         settings.accelerator_catalog,
         storage_root=settings.storage_root,
         max_disruptions=settings.max_disruptions,
-        namespace=namespace,
+        namespace=job.namespace,
     )
-    old = body.get("status") or {}
-    status = _parse_status(old, namespace, name)
-    spec = _judged(spec, body, status, settings, policy)
-    owner = podspec.Owner(name, namespace, meta.get("uid", ""), JOB_KIND)
-    home = podspec.job_home(owner, settings)
-    pods = {k: p for k, p in pods.items() if p.belongs_to(meta.get("uid"))}
-    decision = job_logic.decide(
-        name=name,
+    return _judged(spec, job.body, job.old, settings, job.policy)
+
+
+def _decide(job: _Job, spec: KineticJobSpec | InvalidSpec, pods: Mapping[int, PodView]) -> Decision:
+    """Ask `job_logic.decide`."""
+    settings = job.settings
+    return job_logic.decide(
+        name=job.name,
         spec=spec,
-        status=status,
+        status=job.old,
         pods=pods,
-        now=now,
-        creating=status.attempt in mem.creating,
-        generation=meta.get("generation"),
+        now=job.now,
+        creating=job.old.attempt in job.mem.creating,
+        generation=job.meta.get("generation"),
         bounds=job_logic.Bounds(settings.max_disruptions, settings.attempt_history),
-        result_uri=None if isinstance(spec, InvalidSpec) else podspec.result_uri(home, spec),
+        result_uri=None if isinstance(spec, InvalidSpec) else podspec.result_uri(job.home, spec),
     )
 
-    # Status first, conditional on the version we read: if it moved, nothing
-    # below happens and we decide again from a fresh read. A decision that
-    # acts without changing status has no such check, so it must come from a
-    # fresh read, not from a cached copy (which may predate a cancel).
-    new = decision.status.wire()
-    if home is not None and _ends_with_result(old, decision.status):
-        _write_current(home, decision.status)  # before the status: a retry writes it again
-    if new != old:
-        written = kube.patch_status(namespace, name, new, old, meta.get("resourceVersion"))
-        mem.body.set(written)
-        _count_end(status.phase, decision.status.phase)
-    elif not fresh and any(not isinstance(a, Event) for a in decision.actions):
-        raise Conflict("acting on a cached copy: read it afresh first")
 
+def _record(job: _Job, decision: Decision) -> dict[str, Any]:
+    """Write the status first, conditional on the version read; returns it as written.
+
+    If the version moved, nothing below happens and the round is decided
+    again from a fresh read. A decision that acts without changing the
+    status has no such check, so it must come from a fresh read, not from a
+    cached copy (which may predate a cancel).
+    """
+    new = decision.status.wire()
+    if job.home is not None and _ends_with_result(job.raw, decision.status):
+        _write_current(job.home, decision.status)  # before the status: a retry writes it again
+    if new != job.raw:
+        version = job.meta.get("resourceVersion")
+        written = job.kube.patch_status(job.namespace, job.name, new, job.raw, version)
+        job.mem.body.set(written)
+        _count_end(job.old.phase, decision.status.phase)
+    elif not job.fresh and any(not isinstance(a, Event) for a in decision.actions):
+        raise Conflict("acting on a cached copy: read it afresh first")
+    return new
+
+
+def _act(
+    job: _Job, spec: KineticJobSpec | InvalidSpec, decision: Decision, written: dict[str, Any]
+) -> bool:
+    """Do what was decided; False when Kubernetes refused a Pod (the job failed then)."""
     for action in decision.actions:
         match action:
             case CreatePod(attempt=n, cause=cause) if not isinstance(spec, InvalidSpec):
-                kube.ensure_service_account(namespace, settings.runner_service_account)
-                mem.creating.add(n)
-                try:
-                    if kube.create_pod(podspec.build_job_pod(owner, spec, settings, n)):
-                        metrics.attempt_created(metrics.KIND_JOB, cause)
-                except Rejected as exc:
-                    mem.creating.discard(n)
-                    _reject(kube, mem, body, decision.status, new, n, str(exc), now)
-                    return None
-                except Exception:
-                    mem.creating.discard(n)  # not created: the next reconcile tries again
-                    raise
+                if not _create(job, spec, decision, written, n, cause):
+                    return False
             case DeletePod(pod=pod):
-                kube.delete_pod(namespace, pod)
+                job.kube.delete_pod(job.namespace, pod)
             case Event(type=type_, reason=reason, message=message):
-                kube.post_event(body, type_, reason, message)
+                job.kube.post_event(job.body, type_, reason, message)
+    return True
+
+
+def _create(
+    job: _Job,
+    spec: KineticJobSpec,
+    decision: Decision,
+    written: dict[str, Any],
+    attempt: int,
+    cause: AttemptCause | None,
+) -> bool:
+    """Create the attempt's Pod; False when Kubernetes refused it and the job failed."""
+    kube, mem = job.kube, job.mem
+    kube.ensure_service_account(job.namespace, job.settings.runner_service_account)
+    mem.creating.add(attempt)
+    try:
+        if kube.create_pod(podspec.build_job_pod(job.owner, spec, job.settings, attempt)):
+            metrics.attempt_created(metrics.KIND_JOB, cause)
+    except Rejected as exc:
+        mem.creating.discard(attempt)
+        _reject(kube, mem, job.body, decision.status, written, attempt, str(exc), job.now)
+        return False
+    except Exception:
+        mem.creating.discard(attempt)  # not created: the next reconcile tries again
+        raise
+    return True
+
+
+def _reap(job: _Job, decision: Decision, pods: Mapping[int, PodView]) -> float | None:
+    """Hand the reaper an ended job's finished Pods past their TTL; when to look again.
+
+    A running job's failed attempts are its history: kept until it ends.
+    """
+    mem, home = job.mem, job.home
     mem.due = []
     if not Phase(decision.status.phase).terminal:
-        return None  # a running job's failed attempts are its history: kept until it ends
-    due, wait = due_pods(pods.values(), now, settings.pod_ttl_seconds, mem.reaping)
+        return None
+    due, wait = due_pods(pods.values(), job.now, job.settings.pod_ttl_seconds, mem.reaping)
     mem.due = [(p.name, home.log_uri(p.name) if home else None) for p in due]
     waits = [w for w in (wait, 30.0 if due else None) if w is not None]
     return min(waits) if waits else None

@@ -1,0 +1,129 @@
+"""What the operator remembers about one KineticBatch between reconciles — caches only.
+
+Never the truth: the accepted spec and the input hashes are re-read from
+storage after a restart (as far as the status vouches for them), the
+outcomes from the status and the manifest, the Pods from the watch. The
+memory is grouped by what it caches, so each step of a reconcile touches
+the one record it needs: the spec accepted and how it was checked
+(`AcceptedSpec`), the Pods the watch cannot show (`UnitPods`), the outcomes
+and the manifest book (`Outcomes`), and when to write or look again
+(`Timers`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+from kinetic.model import layout
+from kinetic.model.resources import KineticBatchSpec
+
+from kinetic_operator.accepted import Stored
+from kinetic_operator.batch_logic import Recorded
+from kinetic_operator.handlers.events import ObjectMemory, Wake
+from kinetic_operator.manifest import Debouncer, ManifestBook
+from kinetic_operator.observed import PodView
+
+
+@dataclass
+class AcceptedSpec:
+    """The spec the batch was accepted with, and what it took to trust it.
+
+    ``sha256`` is what status.acceptedSpecSHA256 says (or will, with the next
+    status write); ``stored`` is the accepted spec read back from storage and
+    checked, once per process (``stored_checked``). ``rerun`` is a fromBatch
+    spec as first resolved, and ``hashes`` the input hash list, read once.
+    """
+
+    spec: KineticBatchSpec | None = None
+    sha256: str | None = None
+    stored: Stored | None = None
+    stored_checked: bool = False
+    rerun: KineticBatchSpec | None = None
+    hashes: list[str | None] | None = None
+
+
+@dataclass
+class UnitPods:
+    """Attempt Pods the watch does not show, by unit and attempt.
+
+    ``creating``: created by this process and not seen yet (a lagging index
+    is not a lost Pod). ``gone``: tombstones of Pods deleted before their
+    outcome was recorded. ``refused``: Pods that could not be created, kept
+    as failed attempts so the next decision spends a retry on them.
+    """
+
+    creating: dict[int, int] = field(default_factory=dict)  # unit -> attempt
+    gone: dict[int, dict[int, PodView]] = field(default_factory=dict)
+    refused: dict[int, dict[int, PodView]] = field(default_factory=dict)
+
+    def saw(self, view: PodView, deleted: bool) -> None:
+        """A Pod event: a Pod being created is now seen; a deleted one leaves a tombstone."""
+        assert view.index is not None  # only a unit's Pods are followed
+        if self.creating.get(view.index) == view.attempt:
+            del self.creating[view.index]
+        if deleted:
+            self.gone.setdefault(view.index, {})[view.attempt] = replace(view, gone=True)
+
+
+@dataclass
+class Outcomes:
+    """The inputs' outcomes as recorded, and the manifest book that stores them.
+
+    ``recorded``: the last decision's. ``extra``: those the status's cut
+    ranges leave out. ``durable``: those in the manifest the status vouches
+    for (the only ones whose Pods may be deleted). ``settled_seen``: settled
+    units looked at once for a missing record; ``refused_reports``: chunk
+    Pods whose report could not be trusted, and why.
+    """
+
+    recorded: Recorded = field(default_factory=Recorded)
+    extra: Recorded | None = None
+    durable: Recorded | None = None
+    book: ManifestBook | None = None
+    settled_seen: set[int] = field(default_factory=set)
+    refused_reports: dict[str, str] = field(default_factory=dict)  # chunk Pod -> why
+
+    def book_for(self, home: layout.Home) -> ManifestBook:
+        """The batch's manifest book (opened on first use)."""
+        if self.book is None:
+            self.book = ManifestBook(home)
+        return self.book
+
+
+@dataclass
+class Timers:
+    """When to write and when to look again.
+
+    ``debouncer``: when the manifest is next due. ``last_write``: the last
+    routine status write (coalesced to one per status_interval). ``wake``:
+    the look scheduled. ``expire_at``: no finished Pod is due for deletion
+    before this. ``recheck``: a report could not be read for now.
+    """
+
+    debouncer: Debouncer = field(default_factory=Debouncer)
+    last_write: float | None = None
+    wake: Wake = field(default_factory=Wake)
+    expire_at: float | None = None
+    recheck: float | None = None
+
+
+@dataclass
+class BatchMemory(ObjectMemory):
+    """What the operator remembers about one batch (``uid``) between reconciles."""
+
+    uid: str | None = None
+    accepted: AcceptedSpec = field(default_factory=AcceptedSpec)
+    pods: UnitPods = field(default_factory=UnitPods)
+    outcomes: Outcomes = field(default_factory=Outcomes)
+    timers: Timers = field(default_factory=Timers)
+
+    @property
+    def accepted_sha256(self) -> str | None:
+        """The accepted spec's digest, as the status says it (or will)."""
+        return self.accepted.sha256
+
+    def forget(self, uid: str | None) -> None:
+        """A batch of the same name but another uid: nothing remembered applies to it."""
+        fresh = BatchMemory(uid=uid, body=self.body)
+        for known in fields(self):
+            setattr(self, known.name, getattr(fresh, known.name))
