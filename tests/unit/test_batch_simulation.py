@@ -208,7 +208,7 @@ class World:
         elif rv != self.rv and (d.creates or d.stops):
             self.conflicts += 1  # acting on a cached copy: the handler reads afresh first
             return "conflict"
-        self.mem.recorded = d.recorded
+        self.mem.outcomes.recorded = d.recorded
         if self.cap is not None:
             self.extra = d.recorded  # the complete outcomes stay in memory
         if mode == "crash":  # died after the status write: actions and memory lost
@@ -269,7 +269,7 @@ class World:
             assert not grown, f"inputs {grown} reserved after the batch stopped launching"
 
     def _create(self, unit: int, attempt: int) -> None:
-        self.mem.creating[unit] = attempt  # as the handler does before it calls the API
+        self.mem.pods.creating[unit] = attempt  # as the handler does before it calls the API
         name = input_pod_name(BATCH, unit, attempt)
         if name in self.pods:
             return  # AlreadyExists
@@ -303,10 +303,10 @@ class World:
             else:
                 view = self.final.pop(name)
                 self.index.pop(name, None)
-                gone = self.mem.gone.setdefault(view.index, {})  # type: ignore[arg-type]
+                gone = self.mem.pods.gone.setdefault(view.index, {})  # type: ignore[arg-type]
                 gone[view.attempt] = replace(view, gone=True)
-            if self.mem.creating.get(view.index) == view.attempt:  # type: ignore[arg-type]
-                del self.mem.creating[view.index]  # type: ignore[arg-type]
+            if self.mem.pods.creating.get(view.index) == view.attempt:  # type: ignore[arg-type]
+                del self.mem.pods.creating[view.index]  # type: ignore[arg-type]
 
     def live(self) -> list[SimPod]:
         return [p for p in self.pods.values() if p.live]
@@ -584,7 +584,7 @@ def test_a_stale_decision_cannot_rerun_an_input_whose_pod_expired():
     w.reconcile()  # records 0, launches 1
     w._delete("g-0-1")  # its TTL
     w.deliver(everything=True)
-    w.mem.gone.clear()  # and a restart forgot its tombstone
+    w.mem.pods.gone.clear()  # and a restart forgot its tombstone
     d = decide_batch(
         w.spec, stale[1], observe_units(list(w.index.values()), w.mem), T0, batch=BATCH
     )
@@ -603,7 +603,7 @@ def test_cancelling_an_input_whose_pod_the_watch_has_not_shown_yet():
     w = world(0, n=3, maxConcurrent=1)
     w.lag = 1.0  # nothing is delivered until asked
     w.reconcile()
-    assert set(w.pods) == {"g-0-1"} and w.mem.creating == {0: 1}
+    assert set(w.pods) == {"g-0-1"} and w.mem.pods.creating == {0: 1}
     w.pods["g-0-1"].phase = "Running"
     w.spec = w.spec.model_copy(update={"cancel_indexes": "0"})
     w.reconcile()
