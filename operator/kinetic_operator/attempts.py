@@ -34,7 +34,7 @@ from typing import Literal
 
 from kinetic.model.limits import DEFAULT_MAX_DISRUPTIONS
 from kinetic.model.names import fmt_time, parse_time
-from kinetic.model.resources import AttemptRecord
+from kinetic.model.resources import AttemptKind, AttemptRecord
 
 from kinetic_operator.observed import PodView
 
@@ -122,21 +122,113 @@ def plan_unit(
     down (0: none yet). ``known`` are attempt records already written (a
     KineticJob's status), used for attempts whose Pod is no longer there.
     """
-    known = known or {}
     current = max(reserved, max(pods, default=0))
     if current == 0:
-        if cancel:
-            return UnitPlan("cancelled", 0, "Cancelled", "Cancelled before it started.")
+        return _before_any_attempt(cancel, pod_name)
+    seen = _see(pods, known or {}, current, pod_name, now)
+    decided = _success_wins(seen) or _cancelled_unit(seen, cancel, limits, now)
+    if decided is not None:
+        return decided
+    end = seen.end
+    if end is None:
+        return _on_its_way(seen, creating)
+    if end.outcome == "failure":
+        return _after_failure(seen, end, limits, pod_name)
+    return _after_disruption(seen, end, limits, pod_name)
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """Every attempt of a unit as seen now: what each rule of `plan_unit` reads."""
+
+    pods: Mapping[int, PodView]
+    current: int
+    records: tuple[AttemptRecord, ...]
+    ends: Mapping[int, _End]
+
+    @property
+    def pod(self) -> PodView | None:
+        return self.pods.get(self.current)
+
+    @property
+    def end(self) -> _End | None:
+        return self.ends.get(self.current)
+
+    @property
+    def failures(self) -> int:
+        return sum(1 for e in self.ends.values() if e.outcome == "failure")
+
+    @property
+    def disruptions(self) -> int:
+        return sum(1 for e in self.ends.values() if e.outcome == "disruption")
+
+    def live_except(self, attempt: int | None) -> tuple[str, ...]:
+        """The live Pods of every attempt but ``attempt``, oldest first."""
+        return tuple(p.name for k, p in sorted(self.pods.items()) if p.live and k != attempt)
+
+    @property
+    def strays(self) -> tuple[str, ...]:
+        """Live Pods of older attempts: only the newest attempt may run."""
+        return self.live_except(self.current)
+
+    @property
+    def all_live(self) -> tuple[str, ...]:
+        """The strays, then the current attempt's Pod if it is live."""
+        pod = self.pod
+        return self.strays + ((pod.name,) if pod is not None and pod.live else ())
+
+    def plan(
+        self,
+        outcome: UnitOutcome,
+        reason: str,
+        message: str,
+        *,
+        attempt: int | None = None,
+        records: tuple[AttemptRecord, ...] | None = None,
+        create: int | None = None,
+        stop: tuple[str, ...] = (),
+        last: PodView | None = None,
+        cause: AttemptCause | None = None,
+    ) -> UnitPlan:
+        """A plan with these attempts' records and counts (``attempt``: the current one)."""
         return UnitPlan(
-            "pending",
-            1,
-            "Starting",
-            "Attempt 1 is starting.",
-            create=1,
-            records=(_pending(1, pod_name),),
-            cause="first",
+            outcome,
+            self.current if attempt is None else attempt,
+            reason,
+            message,
+            records=self.records if records is None else records,
+            create=create,
+            stop=stop,
+            failures=self.failures,
+            disruptions=self.disruptions,
+            last=last,
+            cause=cause,
         )
 
+
+def _before_any_attempt(cancel: bool, pod_name: Callable[[int], str]) -> UnitPlan:
+    """No attempt reserved yet: attempt 1 starts, unless the unit is cancelled first."""
+    if cancel:
+        return UnitPlan("cancelled", 0, "Cancelled", "Cancelled before it started.")
+    return UnitPlan(
+        "pending",
+        1,
+        "Starting",
+        "Attempt 1 is starting.",
+        create=1,
+        records=(_pending(1, pod_name),),
+        cause="first",
+    )
+
+
+def _see(
+    pods: Mapping[int, PodView],
+    known: Mapping[int, AttemptRecord],
+    current: int,
+    pod_name: Callable[[int], str],
+    now: datetime,
+) -> _Seen:
+    """How each attempt up to ``current`` ended (if it did), and its record."""
     records: list[AttemptRecord] = []
     ends: dict[int, _End] = {}
     for k in range(1, current + 1):
@@ -144,102 +236,125 @@ def plan_unit(
         if end is not None:
             ends[k] = end
         records.append(_record(k, pods.get(k), end, known.get(k), pod_name, now))
-    failures = sum(1 for e in ends.values() if e.outcome == "failure")
-    disruptions = sum(1 for e in ends.values() if e.outcome == "disruption")
-    live = {k: p for k, p in pods.items() if p.live}
+    return _Seen(pods, current, tuple(records), ends)
 
-    def plan(outcome: UnitOutcome, reason: str, message: str, **kw: object) -> UnitPlan:
-        return UnitPlan(
-            outcome,
-            kw.pop("attempt", current),  # type: ignore[arg-type]
-            reason,
-            message,
-            records=tuple(records),
-            failures=failures,
-            disruptions=disruptions,
-            **kw,  # type: ignore[arg-type]
+
+def _success_wins(seen: _Seen) -> UnitPlan | None:
+    """A success anywhere: the unit succeeded, and any other live attempt is stopped."""
+    won = next((k for k, e in seen.ends.items() if e.outcome == "success"), None)
+    if won is None:
+        return None
+    return seen.plan(
+        "succeeded",
+        "Succeeded",
+        f"Succeeded on attempt {won}.",
+        stop=seen.live_except(won),
+        last=seen.pods.get(won),
+    )
+
+
+def _cancelled_unit(seen: _Seen, cancel: bool, limits: Limits, now: datetime) -> UnitPlan | None:
+    """With ``cancel``, the live attempt is stopped and the unit ends cancelled.
+
+    A unit that had already failed for good is not cancelled: that failure stands.
+    """
+    if not cancel or _failed_for_good(seen, seen.end, limits):
+        return None
+    records = (*seen.records[:-1], _cancelled(seen.records[-1], now))
+    return seen.plan(
+        "cancelled",
+        "Cancelled",
+        f"Cancelled during attempt {seen.current}.",
+        records=records,
+        stop=seen.all_live,
+        last=seen.pod,
+    )
+
+
+def _failed_for_good(seen: _Seen, end: _End | None, limits: Limits) -> bool:
+    """The current attempt failed, and the failures have spent every retry."""
+    return end is not None and end.outcome == "failure" and seen.failures > limits.retries
+
+
+def _on_its_way(seen: _Seen, creating: bool) -> UnitPlan:
+    """The current attempt has not ended: it is being created, starting or running."""
+    pod = seen.pod
+    if pod is None or pod.gone:
+        return _to_create(seen, creating)
+    if pod.phase == "Running":
+        message = f"Attempt {seen.current} is running in pod {pod.name}."
+        return seen.plan("running", "Running", message, stop=seen.strays)
+    return seen.plan("pending", "Starting", _waiting_message(seen.current, pod), stop=seen.strays)
+
+
+def _to_create(seen: _Seen, creating: bool) -> UnitPlan:
+    """The committed attempt's Pod was never seen: create it, unless this process just did.
+
+    Names are deterministic, so a create that already happened is a no-op.
+    """
+    current = seen.current
+    if creating:
+        message = f"Attempt {current} is being created."
+        return seen.plan("pending", "Creating", message, stop=seen.strays)
+    return seen.plan(
+        "pending",
+        "Starting",
+        f"Attempt {current} is starting.",
+        create=current,
+        stop=seen.strays,
+        cause="first" if current == 1 else None,  # else: the cause was not kept
+    )
+
+
+def _after_failure(
+    seen: _Seen, end: _End, limits: Limits, pod_name: Callable[[int], str]
+) -> UnitPlan:
+    """A failure spends a retry; with none left the unit fails."""
+    current, what = seen.current, _describe(end)
+    if _failed_for_good(seen, end, limits):
+        used = f"after {limits.retries} retries" if limits.retries else "with no retries"
+        return seen.plan(
+            "failed",
+            end.reason,
+            f"Failed on attempt {current} {used}: {what}.",
+            stop=seen.all_live,
+            last=seen.pod,
         )
+    why = f"Attempt {current} failed ({what}); retry {seen.failures} of {limits.retries}"
+    return _retry(seen, why, "retry", pod_name)
 
-    won = next((k for k, e in ends.items() if e.outcome == "success"), None)
-    if won is not None:
-        stray = tuple(p.name for k, p in sorted(live.items()) if k != won)
-        return plan(
-            "succeeded", "Succeeded", f"Succeeded on attempt {won}.", stop=stray, last=pods.get(won)
+
+def _after_disruption(
+    seen: _Seen, end: _End, limits: Limits, pod_name: Callable[[int], str]
+) -> UnitPlan:
+    """A disruption is retried for free, up to ``max_disruptions`` times."""
+    current, what = seen.current, _describe(end)
+    if seen.disruptions > limits.max_disruptions:
+        return seen.plan(
+            "failed",
+            "TooManyDisruptions",
+            f"Failed on attempt {current}: disrupted {seen.disruptions} times (the operator "
+            f"allows {limits.max_disruptions}); last: {what}.",
+            stop=seen.strays,
+            last=seen.pod,
         )
+    why = f"Attempt {current} was disrupted ({what}); retried without using a retry"
+    return _retry(seen, why, "disruption", pod_name)
 
-    strays = tuple(p.name for k, p in sorted(live.items()) if k != current)
-    end = ends.get(current)
-    pod = pods.get(current)
-    if cancel:
-        stop = strays + ((pod.name,) if pod is not None and pod.live else ())
-        if end is not None and end.outcome == "failure" and failures > limits.retries:
-            pass  # it had already failed for good: that stands
-        else:
-            records[-1] = _cancelled(records[-1], now)
-            return plan(
-                "cancelled",
-                "Cancelled",
-                f"Cancelled during attempt {current}.",
-                stop=stop,
-                last=pod,
-            )
-    if end is None:
-        if pod is None or pod.gone:
-            if creating:
-                return plan(
-                    "pending", "Creating", f"Attempt {current} is being created.", stop=strays
-                )
-            return plan(
-                "pending",
-                "Starting",
-                f"Attempt {current} is starting.",
-                create=current,
-                stop=strays,
-                cause="first" if current == 1 else None,  # else: the cause was not kept
-            )
-        if pod.phase == "Running":
-            return plan(
-                "running",
-                "Running",
-                f"Attempt {current} is running in pod {pod.name}.",
-                stop=strays,
-            )
-        return plan("pending", "Starting", _waiting_message(current, pod), stop=strays)
 
-    what = _describe(end)
-    if end.outcome == "failure":
-        if failures > limits.retries:
-            used = f"after {limits.retries} retries" if limits.retries else "with no retries"
-            return plan(
-                "failed",
-                end.reason,
-                f"Failed on attempt {current} {used}: {what}.",
-                stop=strays + ((pod.name,) if pod is not None and pod.live else ()),
-                last=pod,
-            )
-        why = f"Attempt {current} failed ({what}); retry {failures} of {limits.retries}"
-    else:
-        if disruptions > limits.max_disruptions:
-            return plan(
-                "failed",
-                "TooManyDisruptions",
-                f"Failed on attempt {current}: disrupted {disruptions} times (the operator "
-                f"allows {limits.max_disruptions}); last: {what}.",
-                stop=strays,
-                last=pod,
-            )
-        why = f"Attempt {current} was disrupted ({what}); retried without using a retry"
-    nxt = current + 1
-    records.append(_pending(nxt, pod_name))
-    return plan(
+def _retry(seen: _Seen, why: str, cause: AttemptCause, pod_name: Callable[[int], str]) -> UnitPlan:
+    """The next attempt starts, and the ended one's Pod is stopped if still live."""
+    nxt = seen.current + 1
+    return seen.plan(
         "pending",
         "Retrying",
         f"{why}; attempt {nxt} is starting.",
         attempt=nxt,
+        records=(*seen.records, _pending(nxt, pod_name)),
         create=nxt,
-        stop=strays + ((pod.name,) if pod is not None and pod.live else ()),
-        last=pod,
-        cause="retry" if end.outcome == "failure" else "disruption",
+        stop=seen.all_live,
+        last=seen.pod,
+        cause=cause,
     )
 
 
@@ -247,34 +362,59 @@ def _ended(
     pod: PodView | None, known: AttemptRecord | None, *, is_current: bool, now: datetime
 ) -> _End | None:
     """How an attempt ended, or None while it is still on its way (or not created yet)."""
-    if known is not None and known.outcome in ("success", "failure") and (pod is None or pod.gone):
-        return _End(known.outcome, known.reason or "Unknown", known.message, known.exit_code)
+    recorded = _recorded_end(known) if pod is None or pod.gone else None
+    if recorded is not None:
+        return recorded
     if pod is None:
-        if known is not None and known.outcome == "disruption":
-            return _End("disruption", known.reason or "Unknown", known.message, known.exit_code)
-        if is_current:
-            return None
-        return _End("disruption", "PodLost", "its Pod was deleted before it was seen to end")
+        return _unseen_end(known, is_current=is_current)
+    return _pod_end(pod, now)
+
+
+def _recorded_end(known: AttemptRecord | None) -> _End | None:
+    """A success or failure already recorded stands once its Pod is gone."""
+    if known is not None and known.outcome in ("success", "failure"):
+        return _End(known.outcome, known.reason or "Unknown", known.message, known.exit_code)
+    return None
+
+
+def _unseen_end(known: AttemptRecord | None, *, is_current: bool) -> _End | None:
+    """An attempt with no Pod seen: a disruption its record tells of, else a lost Pod
+    (unless it is the current attempt, whose Pod may be on its way)."""
+    if known is not None and known.outcome == "disruption":
+        return _End("disruption", known.reason or "Unknown", known.message, known.exit_code)
+    if is_current:
+        return None
+    return _End("disruption", "PodLost", "its Pod was deleted before it was seen to end")
+
+
+def _pod_end(pod: PodView, now: datetime) -> _End | None:
+    """How the attempt of a Pod seen ended: it succeeded, failed, was disrupted, or its
+    container cannot start; None while it is on its way."""
     if pod.phase == "Succeeded":
         return _End("success", "Completed", pod.termination_message, pod.exit_code)
     disrupted = _disruption(pod)
     if pod.phase == "Failed":
-        if pod.reason == "DeadlineExceeded":
-            return _End("failure", "DeadlineExceeded", "exceeded its deadline", pod.exit_code)
-        if disrupted == "PodDeleted" and _ended_before_deletion(pod):
-            disrupted = None  # it had failed on its own; the deletion came later
-        if disrupted is not None:
-            return _End("disruption", disrupted, pod.message or f"pod {pod.name}: {disrupted}")
-        return _End(
-            "failure",
-            pod.terminated_reason or pod.reason or "Error",
-            pod.termination_message or pod.message,
-            pod.exit_code,
-        )
+        return _failed_end(pod, disrupted)
     if pod.gone or disrupted is not None:
         reason = disrupted or "PodDeleted"
         return _End("disruption", reason, pod.message or f"pod {pod.name} was deleted")
     return _cannot_start(pod, now)
+
+
+def _failed_end(pod: PodView, disrupted: str | None) -> _End:
+    """A Failed Pod: its deadline, a disruption that ended it, or its container's failure."""
+    if pod.reason == "DeadlineExceeded":
+        return _End("failure", "DeadlineExceeded", "exceeded its deadline", pod.exit_code)
+    if disrupted == "PodDeleted" and _ended_before_deletion(pod):
+        disrupted = None  # it had failed on its own; the deletion came later
+    if disrupted is not None:
+        return _End("disruption", disrupted, pod.message or f"pod {pod.name}: {disrupted}")
+    return _End(
+        "failure",
+        pod.terminated_reason or pod.reason or "Error",
+        pod.termination_message or pod.message,
+        pod.exit_code,
+    )
 
 
 def _cannot_start(pod: PodView, now: datetime) -> _End | None:
@@ -325,27 +465,36 @@ def _record(
     pod_name: Callable[[int], str],
     now: datetime,
 ) -> AttemptRecord:
+    """Attempt ``k`` as the status and the manifest record it."""
     if pod is None and known is not None:
         return known
-    outcome = (
-        end.outcome
-        if end is not None
-        else ("running" if pod and pod.phase == "Running" else "pending")
-    )
-    end_time = None
-    if end is not None:
-        end_time = (pod.finished_at if pod else None) or (known.end_time if known else None)
-        end_time = end_time or fmt_time(now)
     return AttemptRecord(
         attempt=k,
         pod=pod.name if pod is not None else pod_name(k),
-        outcome=outcome,
+        outcome=_record_outcome(pod, end),
         reason=end.reason if end else None,
         exit_code=end.exit_code if end else None,
         message=_clip(end.message) if end else None,
         start_time=pod.start_time if pod else (known.start_time if known else None),
-        end_time=end_time,
+        end_time=_end_time(pod, end, known, now),
     )
+
+
+def _record_outcome(pod: PodView | None, end: _End | None) -> AttemptKind:
+    """How it ended; until then, running or pending."""
+    if end is not None:
+        return end.outcome
+    return "running" if pod and pod.phase == "Running" else "pending"
+
+
+def _end_time(
+    pod: PodView | None, end: _End | None, known: AttemptRecord | None, now: datetime
+) -> str | None:
+    """When an ended attempt ended: its Pod's finish, else the record's, else now."""
+    if end is None:
+        return None
+    end_time = (pod.finished_at if pod else None) or (known.end_time if known else None)
+    return end_time or fmt_time(now)
 
 
 def _pending(k: int, pod_name: Callable[[int], str]) -> AttemptRecord:

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -395,6 +395,16 @@ def _cancel_running(w: _Work) -> bool:
     return w.spec.cancel or failing
 
 
+def _failing_fast(w: _Work) -> bool:
+    """An input failed and failFast is set: nothing new is launched."""
+    return w.spec.fail_fast and bool(w.failed)
+
+
+def _running_reason(w: _Work) -> str:
+    """The Running condition's reason while the batch runs: why it launches no more, if so."""
+    return R_CANCELLING if w.spec.cancel else R_FAIL_FAST if _failing_fast(w) else R_RUNNING
+
+
 def _follow_units(w: _Work, units: Mapping[int, UnitObservation], *, cancel_all: bool) -> None:
     """Plan every active unit (and stop live Pods of settled ones); record what ended.
 
@@ -404,45 +414,73 @@ def _follow_units(w: _Work, units: Mapping[int, UnitObservation], *, cancel_all:
     pass costs the same however scattered the recorded outcomes are.
     """
     active_units = {w.unit_of(i) for i in w.active}
-    busy = {
-        u
-        for u, obs in units.items()
-        if obs.creating is not None or any(p.live for p in obs.pods.values())
-    }
     terminal = w.terminal
     stopping = set(w.stops)
     ended: dict[str, list[IndexSet]] = {"succeeded": [], "failed": [], "cancelled": []}
     running: list[IndexSet] = []
-    for unit in sorted(active_units | busy):
+    for unit in sorted(active_units | _busy_units(units)):
         obs = units.get(unit, UnitObservation())
         open_inputs = w.inputs_of(unit) - terminal
         if not open_inputs:  # settled: stop any Pod still live, or still being created
-            strays = [p.name for p in obs.pods.values() if p.live]
-            if obs.creating is not None and obs.creating not in obs.pods:
-                strays.append(input_pod_name(w.batch, unit, obs.creating))
-            w.stops.extend(p for p in strays if p not in stopping)
-            stopping.update(strays)
+            _stop(w, stopping, _settled_strays(w, unit, obs))
             continue
         if unit not in active_units:
             continue  # Pods the status does not know of: `_adopt` looks at them
-        plan = plan_unit(
-            obs.pods,
-            reserved=max(1, obs.creating or 0),
-            creating=obs.creating is not None and obs.creating >= max(obs.pods, default=0),
-            limits=Limits(retries_of(w.spec, unit), w.max_disruptions),
-            cancel=cancel_all,
-            pod_name=functools.partial(input_pod_name, w.batch, unit),
-            now=w.now,
-        )
-        w.plans[unit] = plan
-        w.stops.extend(p for p in plan.stop if p not in stopping)
-        stopping.update(plan.stop)
-        if plan.create is not None and (unit, plan.create) not in w.creates:
-            w.creates.append((unit, plan.create))
+        plan = _plan(w, unit, obs, cancel_all=cancel_all)
+        _follow_plan(w, unit, plan, stopping)
         if plan.outcome == "running":
             running.append(open_inputs)
         if plan.terminal:
             _record_unit(w, plan, open_inputs, ended)
+    _merge_outcomes(w, running, ended)
+
+
+def _busy_units(units: Mapping[int, UnitObservation]) -> set[int]:
+    """Units with a Pod live or being created."""
+    return {
+        u
+        for u, obs in units.items()
+        if obs.creating is not None or any(p.live for p in obs.pods.values())
+    }
+
+
+def _settled_strays(w: _Work, unit: int, obs: UnitObservation) -> list[str]:
+    """The Pods of a settled unit still live, or still being created."""
+    strays = [p.name for p in obs.pods.values() if p.live]
+    if obs.creating is not None and obs.creating not in obs.pods:
+        strays.append(input_pod_name(w.batch, unit, obs.creating))
+    return strays
+
+
+def _stop(w: _Work, stopping: set[str], pods: Sequence[str]) -> None:
+    """Stop these Pods, each once in a decision."""
+    w.stops.extend(p for p in pods if p not in stopping)
+    stopping.update(pods)
+
+
+def _plan(w: _Work, unit: int, obs: UnitObservation, *, cancel_all: bool) -> UnitPlan:
+    """The attempt planner's next step for one active unit."""
+    return plan_unit(
+        obs.pods,
+        reserved=max(1, obs.creating or 0),
+        creating=obs.creating is not None and obs.creating >= max(obs.pods, default=0),
+        limits=Limits(retries_of(w.spec, unit), w.max_disruptions),
+        cancel=cancel_all,
+        pod_name=functools.partial(input_pod_name, w.batch, unit),
+        now=w.now,
+    )
+
+
+def _follow_plan(w: _Work, unit: int, plan: UnitPlan, stopping: set[str]) -> None:
+    """Keep the unit's plan, and take its Pods to stop and to create."""
+    w.plans[unit] = plan
+    _stop(w, stopping, plan.stop)
+    if plan.create is not None and (unit, plan.create) not in w.creates:
+        w.creates.append((unit, plan.create))
+
+
+def _merge_outcomes(w: _Work, running: list[IndexSet], ended: dict[str, list[IndexSet]]) -> None:
+    """Merge what one pass found into the working sets, once."""
     w.running = w.running.union(*running)
     w.succeeded = w.succeeded.union(*ended["succeeded"])
     w.failed = w.failed.union(*ended["failed"])
@@ -502,16 +540,40 @@ def _launch_or_stop(
 ) -> tuple[IndexSet, IndexSet, bool]:
     """Reserve new units up to maxConcurrent, or, when stopping, cancel what never ran.
 
-    A slot is held by every active unit and by every Pod still live or being
-    created (the Pod of a cancelled input holds its slot until it stops).
+    Returns the inputs reserved now, the inputs cancelled because they never
+    ran, and whether ``max_launches`` held launches back.
     """
-    fail_fast = w.spec.fail_fast and bool(w.failed)
     terminal = w.terminal
     unlaunched = IndexSet.range(0, w.total) - terminal - w.active
-    if w.spec.cancel or fail_fast:
+    if w.spec.cancel or _failing_fast(w):
         w.cancelled = w.cancelled | unlaunched
         return IndexSet(), unlaunched, False
-    held = {w.unit_of(i) for i in w.active} | {
+    slots, more = _free_slots(w, len(unlaunched), max_launches, units)
+    picked = _pick_units(w, unlaunched, slots)
+    w.creates.extend((unit, 1) for unit in picked)
+    fresh = IndexSet().union(*(w.inputs_of(unit) - terminal - w.active for unit in picked))
+    if fresh:
+        w.active = w.active | fresh
+        w.launched = max(w.launched, (fresh.max() or 0) + 1)
+    return fresh, IndexSet(), more
+
+
+def _free_slots(
+    w: _Work, wanted: int, max_launches: int | None, units: Mapping[int, UnitObservation]
+) -> tuple[int, bool]:
+    """How many units may be launched now, and whether ``max_launches`` held some back."""
+    slots = wanted
+    if w.spec.max_concurrent is not None:
+        slots = min(slots, max(0, w.spec.max_concurrent - len(_held_units(w, units))))
+    if max_launches is not None and slots > max_launches:
+        return max_launches, True
+    return slots, False
+
+
+def _held_units(w: _Work, units: Mapping[int, UnitObservation]) -> set[int]:
+    """Units holding a slot: every active unit, and every unit with a Pod still live or
+    being created (the Pod of a cancelled input holds its slot until it stops)."""
+    return {w.unit_of(i) for i in w.active} | {
         u
         for u, obs in units.items()
         if u < w.total
@@ -520,14 +582,10 @@ def _launch_or_stop(
             or any(p.live for p in obs.pods.values())
         )
     }
-    running_units = len(held)
-    slots = len(unlaunched)
-    if w.spec.max_concurrent is not None:
-        slots = min(slots, max(0, w.spec.max_concurrent - running_units))
-    more = False
-    if max_launches is not None and slots > max_launches:
-        slots, more = max_launches, True
-    fresh = IndexSet()
+
+
+def _pick_units(w: _Work, unlaunched: IndexSet, slots: int) -> list[int]:
+    """The first ``slots`` units with an unlaunched input, in input order."""
     picked: list[int] = []
     for a, b in unlaunched.intervals:
         i = a
@@ -535,15 +593,10 @@ def _launch_or_stop(
             unit = w.unit_of(i)
             if not picked or picked[-1] != unit:
                 picked.append(unit)
-                w.creates.append((unit, 1))
             i = unit + w.chunk
         if len(picked) >= slots:
             break
-    fresh = IndexSet().union(*(w.inputs_of(unit) - terminal - w.active for unit in picked))
-    if fresh:
-        w.active = w.active | fresh
-        w.launched = max(w.launched, (fresh.max() or 0) + 1)
-    return fresh, IndexSet(), more
+    return picked
 
 
 def _status(
@@ -552,28 +605,9 @@ def _status(
     """Counts, ranges, phase, message and conditions as this decision leaves the batch."""
     stamp = _timestamp(w.now)
     terminal = w.terminal
-    running = len(w.running - terminal)
-    counts = PhaseCounts(
-        succeeded=len(w.succeeded),
-        failed=len(w.failed),
-        cancelled=len(w.cancelled),
-        running=running,
-        pending=w.total - len(terminal) - running,
-    )
-    fail_fast = w.spec.fail_fast and bool(w.failed)
-    submissions = sum(1 for f in w.spec.submission_failures if f.index < w.total)
-    done = len(terminal) == w.total and not (w.active - terminal) and not w.creates
-    phase, reason = _phase(
-        done=done,
-        old_phase=Phase(old.phase),
-        spec_cancel=w.spec.cancel,
-        fail_fast=fail_fast,
-        counts=counts,
-        total=w.total,
-        submissions=submissions,
-    )
-    running_reason = R_CANCELLING if w.spec.cancel else R_FAIL_FAST if fail_fast else R_RUNNING
-    message = _message(phase, reason, counts, w.total, fail_fast, w.spec.cancel)
+    counts = _counts(w)
+    phase, reason = _batch_phase(w, old, counts)
+    message = _message(phase, reason, counts, w.total, _failing_fast(w), w.spec.cancel)
     return old.model_copy(
         update={
             "phase": phase.value,
@@ -590,13 +624,42 @@ def _status(
             "completion_time": old.completion_time or (stamp if phase.terminal else None),
             "message": message,
             "conditions": _conditions(
-                old.conditions, phase, reason, running_reason, message, stamp
+                old.conditions, phase, reason, _running_reason(w), message, stamp
             ),
             "observed_generation": generation
             if generation is not None
             else old.observed_generation,
         },
         deep=True,
+    )
+
+
+def _counts(w: _Work) -> PhaseCounts:
+    """How many inputs stand in each phase; pending is whatever is not otherwise counted."""
+    terminal = w.terminal
+    running = len(w.running - terminal)
+    return PhaseCounts(
+        succeeded=len(w.succeeded),
+        failed=len(w.failed),
+        cancelled=len(w.cancelled),
+        running=running,
+        pending=w.total - len(terminal) - running,
+    )
+
+
+def _batch_phase(w: _Work, old: KineticBatchStatus, counts: PhaseCounts) -> tuple[Phase, str]:
+    """The phase and its reason: done once every input is settled and nothing is left to start."""
+    terminal = w.terminal
+    submissions = sum(1 for f in w.spec.submission_failures if f.index < w.total)
+    done = len(terminal) == w.total and not (w.active - terminal) and not w.creates
+    return _phase(
+        done=done,
+        old_phase=Phase(old.phase),
+        spec_cancel=w.spec.cancel,
+        fail_fast=_failing_fast(w),
+        counts=counts,
+        total=w.total,
+        submissions=submissions,
     )
 
 
@@ -609,19 +672,16 @@ def _actions(
     unlaunched: IndexSet,
     new_submission: IndexSet,
 ) -> list[Action]:
-    """The actions, in the order they must run."""
+    """The actions, in the order they must run.
+
+    The manifest is written first, and blocks the creates, while it does not
+    exist yet; otherwise after the Pods are created and stopped.
+    """
     actions: list[Action] = []
-    phase, old_phase = Phase(new.phase), Phase(old.phase)
+    phase = Phase(new.phase)
     manifest_missing = old.manifest_uri is None
     blocking = manifest_missing and bool(w.creates)
-    dirty = (
-        bool(fresh)
-        or bool(w.adopted)
-        or Recorded(w.succeeded, w.failed, w.cancelled).terminal != old_recorded.terminal
-        or phase is not old_phase
-        or any(p.records for p in w.plans.values())
-        or blocking
-    )
+    dirty = _manifest_stale(w, old, old_recorded, phase, fresh) or blocking
     if dirty and blocking:
         actions.append(WriteManifest(urgent=True, blocking=True))
     if w.creates:
@@ -630,8 +690,6 @@ def _actions(
         actions.append(StopPods(tuple(w.stops)))
     if dirty and not blocking:
         actions.append(WriteManifest(urgent=phase.terminal or manifest_missing))
-    fail_fast = w.spec.fail_fast and bool(w.failed)
-    running_reason = R_CANCELLING if w.spec.cancel else R_FAIL_FAST if fail_fast else R_RUNNING
     actions.extend(
         _events(
             old=old,
@@ -645,10 +703,24 @@ def _actions(
             unlaunched=unlaunched,
             cancelling=len(w.stops),
             active=len(w.active - w.terminal),
-            running_reason=running_reason,
+            running_reason=_running_reason(w),
         )
     )
     return actions
+
+
+def _manifest_stale(
+    w: _Work, old: KineticBatchStatus, old_recorded: Recorded, phase: Phase, fresh: IndexSet
+) -> bool:
+    """Whether this decision changed what the manifest holds: launches, adoptions,
+    outcomes, the phase, or any unit's attempt history."""
+    return (
+        bool(fresh)
+        or bool(w.adopted)
+        or Recorded(w.succeeded, w.failed, w.cancelled).terminal != old_recorded.terminal
+        or phase is not Phase(old.phase)
+        or any(p.records for p in w.plans.values())
+    )
 
 
 def _settled(
@@ -759,48 +831,59 @@ def _conditions(
     --for=condition=Failed`` catches every unsuccessful end).
     ``lastTransitionTime`` moves only when a condition's status flips.
     """
-    if phase is Phase.PENDING:
-        wanted = {
-            COND_RUNNING: ("False", R_PENDING),
-            COND_COMPLETE: ("False", R_IN_PROGRESS),
-            COND_FAILED: ("False", R_IN_PROGRESS),
-        }
-    elif phase is Phase.RUNNING:
-        wanted = {
-            COND_RUNNING: ("True", running_reason),
-            COND_COMPLETE: ("False", R_IN_PROGRESS),
-            COND_FAILED: ("False", R_IN_PROGRESS),
-        }
-    elif phase is Phase.SUCCEEDED:
-        wanted = {
-            COND_RUNNING: ("False", reason),
-            COND_COMPLETE: ("True", reason),
-            COND_FAILED: ("False", reason),
-        }
-    else:
-        wanted = {
-            COND_RUNNING: ("False", reason),
-            COND_COMPLETE: ("False", reason),
-            COND_FAILED: ("True", reason),
-        }
+    wanted = _wanted_conditions(phase, reason, running_reason)
     by_type = {c.type: c for c in old}
-    out: list[Condition] = []
-    for ctype, (cstatus, creason) in wanted.items():
-        prev = by_type.get(ctype)
-        moved = prev is None or prev.status != cstatus
-        out.append(
-            Condition(
-                type=ctype,
-                status=cstatus,  # type: ignore[arg-type]
-                reason=creason,
-                message=message,
-                last_transition_time=stamp if moved else prev.last_transition_time,  # type: ignore[union-attr]
-            )
-        )
+    out = [
+        _flipped(by_type.get(ctype), ctype, cstatus, creason, message, stamp)
+        for ctype, (cstatus, creason) in wanted.items()
+    ]
     now_reason = running_reason if phase is Phase.RUNNING else reason
     out += readiness(old, phase, now_reason, message, stamp)
     out.extend(c for c in old if c.type not in wanted and c.type not in READINESS)
     return out
+
+
+def _wanted_conditions(
+    phase: Phase, reason: str, running_reason: str
+) -> dict[str, tuple[str, str]]:
+    """Running, Complete and Failed as ``(status, reason)`` for this phase."""
+    if phase is Phase.PENDING:
+        return {
+            COND_RUNNING: ("False", R_PENDING),
+            COND_COMPLETE: ("False", R_IN_PROGRESS),
+            COND_FAILED: ("False", R_IN_PROGRESS),
+        }
+    if phase is Phase.RUNNING:
+        return {
+            COND_RUNNING: ("True", running_reason),
+            COND_COMPLETE: ("False", R_IN_PROGRESS),
+            COND_FAILED: ("False", R_IN_PROGRESS),
+        }
+    if phase is Phase.SUCCEEDED:
+        return {
+            COND_RUNNING: ("False", reason),
+            COND_COMPLETE: ("True", reason),
+            COND_FAILED: ("False", reason),
+        }
+    return {
+        COND_RUNNING: ("False", reason),
+        COND_COMPLETE: ("False", reason),
+        COND_FAILED: ("True", reason),
+    }
+
+
+def _flipped(
+    prev: Condition | None, ctype: str, cstatus: str, creason: str, message: str, stamp: str
+) -> Condition:
+    """The condition as wanted; its ``lastTransitionTime`` moves only if its status flips."""
+    moved = prev is None or prev.status != cstatus
+    return Condition(
+        type=ctype,
+        status=cstatus,  # type: ignore[arg-type]
+        reason=creason,
+        message=message,
+        last_transition_time=stamp if moved else prev.last_transition_time,  # type: ignore[union-attr]
+    )
 
 
 def _events(
@@ -819,64 +902,104 @@ def _events(
     running_reason: str,
 ) -> list[Event]:
     """Events for what changed in this decision only, so reconciles never repeat them."""
-    events: list[Event] = []
-    if fresh and old.launched == 0 and not old.active_indexes:
-        limit = (
-            "all at once"
-            if spec.max_concurrent is None
-            else f"at most {spec.max_concurrent} at a time"
-        )
-        events.append(Event("Normal", "Launching", f"Launching {new.total} inputs, {limit}."))
-    if adopted:
-        events.append(
-            Event(
-                "Warning",
-                "Adopted",
-                f"Found Pods for inputs {adopted} that the status did not record; "
-                "adopted them instead of launching them again.",
-            )
-        )
-    if new_submission:
-        first = next((f for f in spec.submission_failures if f.index == new_submission.min()), None)
-        detail = f" Input {first.index}: {first.message}" if first else ""
-        events.append(
-            Event(
-                "Warning",
-                "SubmissionFailed",
-                f"{_inputs(new_submission)} could not be submitted and count as failed.{detail}",
-            )
-        )
-    if newly_failed:
-        detail = f" {fail_messages[0]}" if fail_messages else ""
-        events.append(Event("Warning", "InputsFailed", f"{_inputs(newly_failed)} failed.{detail}"))
+    found = (
+        _launching_event(old, new, spec, fresh),
+        _adopted_event(adopted),
+        _submission_event(spec, new_submission),
+        _failed_event(newly_failed, fail_messages),
+        _stopping_event(old, running_reason, unlaunched, cancelling, active),
+        _ended_event(old, new),
+    )
+    return [e for e in found if e is not None]
+
+
+def _launching_event(
+    old: KineticBatchStatus, new: KineticBatchStatus, spec: KineticBatchSpec, fresh: IndexSet
+) -> Event | None:
+    """The first launch of the batch: how many inputs, and how many at a time."""
+    if not fresh or old.launched != 0 or old.active_indexes:
+        return None
+    limit = (
+        "all at once" if spec.max_concurrent is None else f"at most {spec.max_concurrent} at a time"
+    )
+    return Event("Normal", "Launching", f"Launching {new.total} inputs, {limit}.")
+
+
+def _adopted_event(adopted: IndexSet) -> Event | None:
+    """Pods found for inputs the status did not record (a lost status write)."""
+    if not adopted:
+        return None
+    return Event(
+        "Warning",
+        "Adopted",
+        f"Found Pods for inputs {adopted} that the status did not record; "
+        "adopted them instead of launching them again.",
+    )
+
+
+def _submission_event(spec: KineticBatchSpec, new_submission: IndexSet) -> Event | None:
+    """Inputs the client could not submit, with the first one's reason."""
+    if not new_submission:
+        return None
+    first = next((f for f in spec.submission_failures if f.index == new_submission.min()), None)
+    detail = f" Input {first.index}: {first.message}" if first else ""
+    return Event(
+        "Warning",
+        "SubmissionFailed",
+        f"{_inputs(new_submission)} could not be submitted and count as failed.{detail}",
+    )
+
+
+def _failed_event(newly_failed: IndexSet, fail_messages: list[str]) -> Event | None:
+    """Inputs that failed in this decision, with the first failure's message."""
+    if not newly_failed:
+        return None
+    detail = f" {fail_messages[0]}" if fail_messages else ""
+    return Event("Warning", "InputsFailed", f"{_inputs(newly_failed)} failed.{detail}")
+
+
+def _stopping_event(
+    old: KineticBatchStatus, running_reason: str, unlaunched: IndexSet, cancelling: int, active: int
+) -> Event | None:
+    """The batch just stopped launching (a cancel, or fail-fast): what becomes of the rest."""
     old_running = next((c for c in old.conditions if c.type == COND_RUNNING), None)
     old_reason = old_running.reason if old_running else None
-    if running_reason != old_reason and running_reason in (R_FAIL_FAST, R_CANCELLING):
-        what = (
-            "Cancel requested"
-            if running_reason == R_CANCELLING
-            else "An input failed and failFast is set"
-        )
-        parts = [f"{what}: launching no more inputs"]
-        if unlaunched:
-            parts.append(f"{len(unlaunched)} never launched are counted cancelled")
-        if cancelling:
-            parts.append(f"cancelling {cancelling} running")
-        elif active:
-            parts.append(f"waiting for {active} running to finish")
-        events.append(
-            Event(
-                "Warning" if running_reason == R_FAIL_FAST else "Normal",
-                running_reason,
-                "; ".join(parts) + ".",
-            )
-        )
+    if running_reason == old_reason or running_reason not in (R_FAIL_FAST, R_CANCELLING):
+        return None
+    return Event(
+        "Warning" if running_reason == R_FAIL_FAST else "Normal",
+        running_reason,
+        _stopping_message(running_reason, unlaunched, cancelling, active),
+    )
+
+
+def _stopping_message(
+    running_reason: str, unlaunched: IndexSet, cancelling: int, active: int
+) -> str:
+    """Why launching stopped, what never launched, and what is being cancelled or awaited."""
+    what = (
+        "Cancel requested"
+        if running_reason == R_CANCELLING
+        else "An input failed and failFast is set"
+    )
+    parts = [f"{what}: launching no more inputs"]
+    if unlaunched:
+        parts.append(f"{len(unlaunched)} never launched are counted cancelled")
+    if cancelling:
+        parts.append(f"cancelling {cancelling} running")
+    elif active:
+        parts.append(f"waiting for {active} running to finish")
+    return "; ".join(parts) + "."
+
+
+def _ended_event(old: KineticBatchStatus, new: KineticBatchStatus) -> Event | None:
+    """The batch ended in this decision: Succeeded, Failed or Cancelled, with its message."""
     new_phase = Phase(new.phase)
-    if new_phase.terminal and new_phase is not Phase(old.phase):
-        kind = "Normal" if new_phase is Phase.SUCCEEDED else "Warning"
-        reason = {Phase.SUCCEEDED: "Succeeded", Phase.FAILED: "Failed"}.get(new_phase, "Cancelled")
-        events.append(Event(kind, reason, new.message or ""))  # type: ignore[arg-type]
-    return events
+    if not new_phase.terminal or new_phase is Phase(old.phase):
+        return None
+    kind = "Normal" if new_phase is Phase.SUCCEEDED else "Warning"
+    reason = {Phase.SUCCEEDED: "Succeeded", Phase.FAILED: "Failed"}.get(new_phase, "Cancelled")
+    return Event(kind, reason, new.message or "")  # type: ignore[arg-type]
 
 
 def _inputs(indexes: IndexSet) -> str:

@@ -123,16 +123,23 @@ def failure_conditions(
         return None  # never failed: nothing to clear
     if old is not None and old.get("status") == value and old.get("message") == said:
         return None
-    moved = old is None or old.get("status") != value
-    new = {
-        "type": COND_RECONCILE_FAILED,
-        "status": value,
-        "reason": reason if message is not None else R_RECOVERED,
-        "message": said,
-        "lastTransitionTime": stamp if moved else old.get("lastTransitionTime", stamp),  # type: ignore[union-attr]
-    }
+    new = _reconcile_failed(old, value, reason if message is not None else R_RECOVERED, said, stamp)
     kept = [c for c in conditions if c.get("type") != COND_RECONCILE_FAILED]
     return [*kept, new]
+
+
+def _reconcile_failed(
+    old: dict[str, Any] | None, value: str, reason: str, message: str, stamp: str
+) -> dict[str, Any]:
+    """The ReconcileFailed condition; ``lastTransitionTime`` moves only when its status flips."""
+    moved = old is None or old.get("status") != value
+    return {
+        "type": COND_RECONCILE_FAILED,
+        "status": value,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": stamp if moved else old.get("lastTransitionTime", stamp),  # type: ignore[union-attr]
+    }
 
 
 def reported(

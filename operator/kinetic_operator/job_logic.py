@@ -330,26 +330,38 @@ def _apply(w: _Work, spec: KineticJobSpec, plan: UnitPlan, bounds: Bounds) -> No
     st.attempts = list(plan.records[-bounds.history :])
     phase = _PHASES[plan.outcome]
     if plan.create is not None:
-        st.start_time = st.start_time or fmt_time(w.now)
-        w.actions.append(CreatePod(plan.create, plan.cause))
-        pod = job_pod_name(w.name, plan.create)
-        if before == 0:
-            w.event("Normal", "Started", f"Started attempt 1 as Pod {pod}.")
-        elif plan.create > before:
-            ended = plan.records[-2] if len(plan.records) > 1 else None
-            disrupted = ended is not None and ended.outcome == "disruption"
-            w.event("Warning", "AttemptDisrupted" if disrupted else "AttemptFailed", plan.message)
+        _start_attempt(w, plan, plan.create, before)
     w.actions.extend(DeletePod(p) for p in plan.stop)
     if phase.terminal:
-        if phase is Phase.SUCCEEDED and spec.container is not None and plan.last is not None:
-            st.result = _clip(plan.last.termination_message)
-        if spec.function is not None:
-            st.result_sha256 = reported_result_sha256(plan)
-        _finish(w, phase, plan.message)
-        kind: Literal["Normal", "Warning"] = "Warning" if phase is Phase.FAILED else "Normal"
-        w.event(kind, phase.value.title(), plan.message)
+        _end_job(w, spec, plan, phase)
     else:
         st.phase, st.message = phase, plan.message
+
+
+def _start_attempt(w: _Work, plan: UnitPlan, create: int, before: int) -> None:
+    """Create attempt ``create``'s Pod; the first start, or why the last attempt ended, is an
+    Event."""
+    w.status.start_time = w.status.start_time or fmt_time(w.now)
+    w.actions.append(CreatePod(create, plan.cause))
+    pod = job_pod_name(w.name, create)
+    if before == 0:
+        w.event("Normal", "Started", f"Started attempt 1 as Pod {pod}.")
+    elif create > before:
+        ended = plan.records[-2] if len(plan.records) > 1 else None
+        disrupted = ended is not None and ended.outcome == "disruption"
+        w.event("Warning", "AttemptDisrupted" if disrupted else "AttemptFailed", plan.message)
+
+
+def _end_job(w: _Work, spec: KineticJobSpec, plan: UnitPlan, phase: Phase) -> None:
+    """The job ended: keep its result (a container's output, or a function's result hash)."""
+    st = w.status
+    if phase is Phase.SUCCEEDED and spec.container is not None and plan.last is not None:
+        st.result = _clip(plan.last.termination_message)
+    if spec.function is not None:
+        st.result_sha256 = reported_result_sha256(plan)
+    _finish(w, phase, plan.message)
+    kind: Literal["Normal", "Warning"] = "Warning" if phase is Phase.FAILED else "Normal"
+    w.event(kind, phase.value.title(), plan.message)
 
 
 def reported_result_sha256(plan: UnitPlan) -> str | None:
@@ -383,33 +395,41 @@ def _set_conditions(w: _Work) -> None:
     st = w.status
     phase = Phase(st.phase)
     existing = {c.type: c for c in st.conditions}
-    out: list[Condition] = []
-    for type_, when in _CONDITIONS.items():
-        value: Literal["True", "False"] = "True" if phase is when else "False"
-        old = existing.get(type_)
-        changed = old is None or old.status != value
-        reason = phase.value.title()
-        if value == "True":
-            # InvalidSpec (or PolicyDenied) says more than Failed; it stays once set, as
-            # the job stays failed.
-            kept = old.reason if old is not None and not changed else None
-            reason = w.reason or (kept if kept in _STICKY else reason)
-        out.append(
-            Condition(
-                type=type_,
-                status=value,
-                reason=reason,
-                message=st.message if value == "True" else None,
-                last_transition_time=(
-                    fmt_time(w.now) if changed or old is None else old.last_transition_time
-                ),
-            )
-        )
+    out = [
+        _phase_condition(w, phase, type_, when, existing.get(type_))
+        for type_, when in _CONDITIONS.items()
+    ]
     reason = phase.value.title()
     out += readiness(st.conditions, phase, reason, st.message, fmt_time(w.now))
     # Conditions others own (ReconcileFailed) stay: this decision knows nothing of them.
     out += [c for c in st.conditions if c.type not in _CONDITIONS and c.type not in READINESS]
     st.conditions = out
+
+
+def _phase_condition(
+    w: _Work, phase: Phase, type_: str, when: Phase, old: Condition | None
+) -> Condition:
+    """Condition ``type_``: True while the job is in phase ``when``."""
+    value: Literal["True", "False"] = "True" if phase is when else "False"
+    changed = old is None or old.status != value
+    reason = _true_reason(w, phase, old, changed) if value == "True" else phase.value.title()
+    return Condition(
+        type=type_,
+        status=value,
+        reason=reason,
+        message=w.status.message if value == "True" else None,
+        last_transition_time=(
+            fmt_time(w.now) if changed or old is None else old.last_transition_time
+        ),
+    )
+
+
+def _true_reason(w: _Work, phase: Phase, old: Condition | None, changed: bool) -> str:
+    """The reason of the True condition: the decision's own, else a sticky one kept, else the
+    phase's name. InvalidSpec (or PolicyDenied) says more than Failed; it stays once set,
+    as the job stays failed."""
+    kept = old.reason if old is not None and not changed else None
+    return w.reason or (kept if kept in _STICKY else phase.value.title())
 
 
 # ----------------------------------------------------------------------- helpers

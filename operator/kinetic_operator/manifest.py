@@ -61,6 +61,7 @@ from kinetic_operator.attempts import UnitPlan
 from kinetic_operator.batch_logic import Recorded, UnitObservation, unit_inputs
 from kinetic_operator.bounded_read import TooLarge, read_at_most
 from kinetic_operator.job_logic import reported_result_sha256
+from kinetic_operator.observed import PodView
 
 log = logging.getLogger("kinetic.operator")
 
@@ -305,25 +306,22 @@ class ManifestBook:
             for index, rec in self.shards.get(shard, {}).items():
                 if rec.result_sha256 or rec.outcome not in ("SUCCEEDED", "FAILED"):
                     continue
-                unit = index - index % chunk
-                obs = self.observed.get(unit)
-                # A succeeded input's result is its succeeded attempt's, never a failure's.
-                usable = ("Succeeded",) if rec.outcome == "SUCCEEDED" else ("Succeeded", "Failed")
-                ended = sorted(
-                    (
-                        p
-                        for p in (obs.pods.values() if obs else ())
-                        if p.terminal and p.phase in usable
-                    ),
-                    key=lambda p: (p.phase == "Succeeded", p.attempt),
-                )
-                for pod in reversed(ended):
-                    if chunk == 1 and (found := digest.reported_sha256(pod.termination_message)):
-                        self.shards[shard][index] = rec.model_copy(update={"result_sha256": found})
-                        break
-                    report = digest.chunk_report(pod.termination_message) if chunk > 1 else None
-                    if report is not None and pod.name not in self.read_reports:
-                        self.reports[(unit, pod.attempt)] = (pod.name, report)
+                self._hash_from_pods(shard, index, rec, chunk)
+
+    def _hash_from_pods(self, shard: int, index: int, rec: InputRecord, chunk: int) -> None:
+        """One input's hash from its unit's ended Pods, the newest success first.
+
+        A single input's Pod says its hash in its termination message; a
+        chunk Pod's report is noted, to be read before the write.
+        """
+        unit = index - index % chunk
+        for pod in reversed(_usable_pods(self.observed.get(unit), rec.outcome)):
+            if chunk == 1 and (found := digest.reported_sha256(pod.termination_message)):
+                self.shards[shard][index] = rec.model_copy(update={"result_sha256": found})
+                return
+            report = digest.chunk_report(pod.termination_message) if chunk > 1 else None
+            if report is not None and pod.name not in self.read_reports:
+                self.reports[(unit, pod.attempt)] = (pod.name, report)
 
     def settle(self, recorded: Recorded) -> None:
         """Outcomes recorded by the batch win over what the plans last said."""
@@ -546,6 +544,17 @@ def _settled(rec: InputRecord, outcome: str) -> InputRecord:
             update={"outcome": "cancelled" if outcome == "CANCELLED" else "failure"}
         )
     return rec.model_copy(update={"outcome": outcome, "attempts": attempts})
+
+
+def _usable_pods(obs: UnitObservation | None, outcome: str) -> list[PodView]:
+    """The unit's ended Pods that may hold the input's result, oldest first and successes
+    last. A succeeded input's result is its succeeded attempt's, never a failure's."""
+    usable = ("Succeeded",) if outcome == "SUCCEEDED" else ("Succeeded", "Failed")
+    pods = obs.pods.values() if obs else ()
+    return sorted(
+        (p for p in pods if p.terminal and p.phase in usable),
+        key=lambda p: (p.phase == "Succeeded", p.attempt),
+    )
 
 
 def _recorded_outcome(index: int, recorded: Recorded) -> str | None:

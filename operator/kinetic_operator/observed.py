@@ -110,18 +110,7 @@ def summarize_pod(body: Mapping[str, Any]) -> PodView | None:
     if attempt is None or attempt < 1:
         return None
     status = body.get("status") or {}
-    statuses = status.get("containerStatuses") or []
-    state = (statuses[0].get("state") or {}) if statuses else {}
-    terminated = state.get("terminated") or {} or _failed_init(status)
-    waiting = {} if terminated else state.get("waiting") or {}
-    scheduled = next(
-        (c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), None
-    )
-    unschedulable = None
-    if scheduled and scheduled.get("status") == "False":
-        unschedulable = _clip(scheduled.get("message") or scheduled.get("reason") or "")
-    disruption = _condition(status.get("conditions"), "DisruptionTarget")
-    owner = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
+    terminated, waiting = _main_container(status)
     return PodView(
         name=meta.get("name", ""),
         attempt=attempt,
@@ -140,10 +129,45 @@ def summarize_pod(body: Mapping[str, Any]) -> PodView | None:
         finished_at=terminated.get("finishedAt"),
         waiting_reason=waiting.get("reason"),
         waiting_message=_clip(waiting.get("message")),
-        unschedulable=unschedulable,
-        disruption=(disruption.get("reason") or "DisruptionTarget") if disruption else None,
-        owner_uid=owner.get("uid") if owner else None,
+        unschedulable=_unschedulable(status),
+        disruption=_disruption(status),
+        owner_uid=_controller_uid(meta),
     )
+
+
+def _main_container(status: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """The main container's terminated and waiting states (either may be empty).
+
+    A failed init container ends the attempt too, so it stands in for the
+    terminated state; a terminated container is not waiting for anything.
+    """
+    statuses = status.get("containerStatuses") or []
+    state = (statuses[0].get("state") or {}) if statuses else {}
+    terminated = state.get("terminated") or {} or _failed_init(status)
+    waiting = {} if terminated else state.get("waiting") or {}
+    return terminated, waiting
+
+
+def _unschedulable(status: Mapping[str, Any]) -> str | None:
+    """Why the scheduler has not placed the Pod, while its PodScheduled condition is False."""
+    scheduled = next(
+        (c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), None
+    )
+    if scheduled and scheduled.get("status") == "False":
+        return _clip(scheduled.get("message") or scheduled.get("reason") or "")
+    return None
+
+
+def _disruption(status: Mapping[str, Any]) -> str | None:
+    """The reason of a True DisruptionTarget condition: the Pod is being evicted or preempted."""
+    disruption = _condition(status.get("conditions"), "DisruptionTarget")
+    return (disruption.get("reason") or "DisruptionTarget") if disruption else None
+
+
+def _controller_uid(meta: Mapping[str, Any]) -> str | None:
+    """The UID of the object that controls the Pod (its KineticJob or KineticBatch)."""
+    owner = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
+    return owner.get("uid") if owner else None
 
 
 def _deletion_asked(meta: Mapping[str, Any]) -> str | None:
