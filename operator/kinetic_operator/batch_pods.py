@@ -17,6 +17,7 @@ from kinetic.model import layout
 from kinetic.model.batchjobs import batch_total
 from kinetic.model.fanout import child_spec, job_template
 from kinetic.model.names import (
+    ENV_INDEX,
     LABEL_ATTEMPT,
     LABEL_BATCH,
     LABEL_CHUNK,
@@ -67,7 +68,7 @@ def build_unit_pod(
         child = child_spec(home, spec, unit, input_sha256=_hash(hashes, unit, spec))
         if child.function is not None:  # containers get it with their input, in spec.env
             indexes_ = spec.inputs.indexes if spec.inputs is not None else None
-            env["KINETIC_INDEX"] = str(original_index(indexes_, unit))
+            env[ENV_INDEX] = str(original_index(indexes_, unit))
         if child.output_dir:
             env["KINETIC_OUTPUT_DIR"] = child.output_dir
         env |= function_env(child)

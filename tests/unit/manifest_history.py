@@ -29,6 +29,7 @@ T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 BATCH = "grp-1a2b3c4d"
 UID = "0d1c2b3a-0000-4000-8000-000000000001"
 STAMP = "2024-05-01T12:00:01Z"
+SHA = "a" * 64
 
 
 def home(root: str) -> layout.Home:
@@ -171,3 +172,46 @@ def written(root: str) -> dict[str, bytes]:
     for shard in header["shards"]:
         files[f"shard-{shard}"] = storage.read_bytes(h.manifest_shard_uri(shard))
     return files
+
+
+# Small builders the manifest tests and the client's vouched-manifest tests share.
+
+
+def make_spec(n: int = 6, **extra) -> KineticBatchSpec:
+    return KineticBatchSpec.model_validate(
+        {
+            "template": {
+                "function": {"payloadURI": "gs://b/f.pkl", "sha256": SHA, "name": "train"}
+            },
+            "inputs": {"count": n, "uriPrefix": "gs://b/inputs"},
+            "name": "sweep",
+            "tags": {"team": "ml"},
+            **extra,
+        }
+    )
+
+
+def pod(unit: int, attempt: int = 1, phase: str = "Running", **kw) -> PodView:
+    return PodView(
+        name=input_pod_name(BATCH, unit, attempt), attempt=attempt, index=unit, phase=phase, **kw
+    )
+
+
+def plan(unit: int, *pods: PodView, retries: int = 0, cancel: bool = False) -> UnitPlan:
+    return plan_unit(
+        {p.attempt: p for p in pods},
+        reserved=1,
+        creating=False,
+        limits=Limits(retries, 3),
+        cancel=cancel,
+        pod_name=lambda k: input_pod_name(BATCH, unit, k),
+        now=T0,
+    )
+
+
+def running(unit: int) -> UnitPlan:
+    return plan(unit, pod(unit))
+
+
+def succeeded(unit: int, message: str | None = None) -> UnitPlan:
+    return plan(unit, pod(unit, phase="Succeeded", exit_code=0, termination_message=message))

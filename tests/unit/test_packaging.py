@@ -177,5 +177,5 @@ def test_test_modules_have_unique_names() -> None:
     from pathlib import Path
 
     tests = Path(__file__).resolve().parents[1]
-    names = Counter(p.name for p in tests.glob("*/test_*.py"))
+    names = Counter(p.name for p in tests.rglob("test_*.py"))
     assert [n for n, c in names.items() if c > 1] == []

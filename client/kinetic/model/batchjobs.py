@@ -26,10 +26,9 @@ from typing import Any
 
 from kinetic.model import layout
 from kinetic.model.inputcount import input_count
+from kinetic.model.names import ENV_INDEX
 from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import BatchJobSpec, EnvVar, KineticBatchSpec, KineticJobSpec
-
-ENV_INDEX = "KINETIC_INDEX"
 
 __all__ = [
     "batch_total",

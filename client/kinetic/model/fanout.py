@@ -59,6 +59,7 @@ from typing import Any
 from kinetic.model import batchjobs, layout
 from kinetic.model.data import volume_problems
 from kinetic.model.inputcount import base_count, input_count
+from kinetic.model.names import ENV_INDEX, ENV_INPUT, ENV_PARAM_PREFIX
 from kinetic.model.ranges import IndexSet
 from kinetic.model.rerun import from_batch_problems, original_index
 from kinetic.model.resources import (
@@ -86,9 +87,6 @@ __all__ = [
     "foreign_batch_uris",
 ]
 
-ENV_INDEX = "KINETIC_INDEX"
-ENV_INPUT = "KINETIC_INPUT"
-ENV_PARAM_PREFIX = "KINETIC_PARAM_"
 
 _NOT_ENV_CHAR = re.compile(r"[^A-Za-z0-9_]")
 _SHA256 = re.compile(SHA256_PATTERN)

@@ -25,6 +25,11 @@ LABEL_CHUNK = "kinetic.dev/chunk"  # how many inputs the Pod runs, when more tha
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kinetic"
 
+# Environment variables a batch input's Pod gets from its spec (the user's code reads them).
+ENV_INDEX = "KINETIC_INDEX"  # the input's original index
+ENV_INPUT = "KINETIC_INPUT"  # a container input's value
+ENV_PARAM_PREFIX = "KINETIC_PARAM_"  # one per key of a dict input
+
 MAX_POD_NAME = 63  # Pod names become hostnames and label values
 
 

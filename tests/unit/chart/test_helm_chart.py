@@ -8,7 +8,7 @@ from pathlib import Path
 import helm_sdkpy as helm
 import yaml
 
-CHART = Path(__file__).resolve().parents[2] / "helm" / "kinetic"
+CHART = Path(__file__).resolve().parents[3] / "helm" / "kinetic"
 
 # Helm's lint severities: 1 info, 2 warning, 4 error.
 WARNING = 2

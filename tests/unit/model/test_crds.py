@@ -9,7 +9,7 @@ import pytest
 import yaml
 from kinetic.model import crdgen
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CRD_DIRS = [ROOT / "crds", ROOT / "helm" / "kinetic" / "crds"]
 
 

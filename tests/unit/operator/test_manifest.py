@@ -20,10 +20,9 @@ from kinetic.model.manifest import (
     decode_shard,
     shard_bytes,
 )
-from kinetic.model.names import input_pod_name
 from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
-from kinetic_operator.attempts import Limits, UnitPlan, plan_unit
+from kinetic_operator.attempts import UnitPlan
 from kinetic_operator.batch_logic import Recorded, compact_status, decide_batch
 from kinetic_operator.manifest import (
     Debouncer,
@@ -32,10 +31,8 @@ from kinetic_operator.manifest import (
     read_header,
     recorded_from,
 )
-from kinetic_operator.observed import PodView
-from manifest_history import BATCH, T0, UID, home
+from manifest_history import BATCH, T0, UID, home, make_spec, plan, pod, running, succeeded
 
-SHA = "a" * 64
 CREATED = "2024-05-01T11:59:58Z"
 
 
@@ -44,50 +41,10 @@ def root(tmp_path) -> str:
     return f"file://{tmp_path}/store"
 
 
-def make_spec(n: int = 6, **extra) -> KineticBatchSpec:
-    return KineticBatchSpec.model_validate(
-        {
-            "template": {
-                "function": {"payloadURI": "gs://b/f.pkl", "sha256": SHA, "name": "train"}
-            },
-            "inputs": {"count": n, "uriPrefix": "gs://b/inputs"},
-            "name": "sweep",
-            "tags": {"team": "ml"},
-            **extra,
-        }
-    )
-
-
 def container_spec(n: int = 3) -> KineticBatchSpec:
     return KineticBatchSpec.model_validate(
         {"template": {"container": {"command": ["echo"]}}, "inputs": {"items": list(range(n))}}
     )
-
-
-def pod(unit: int, attempt: int = 1, phase: str = "Running", **kw) -> PodView:
-    return PodView(
-        name=input_pod_name(BATCH, unit, attempt), attempt=attempt, index=unit, phase=phase, **kw
-    )
-
-
-def plan(unit: int, *pods: PodView, retries: int = 0, cancel: bool = False) -> UnitPlan:
-    return plan_unit(
-        {p.attempt: p for p in pods},
-        reserved=1,
-        creating=False,
-        limits=Limits(retries, 3),
-        cancel=cancel,
-        pod_name=lambda k: input_pod_name(BATCH, unit, k),
-        now=T0,
-    )
-
-
-def running(unit: int) -> UnitPlan:
-    return plan(unit, pod(unit))
-
-
-def succeeded(unit: int, message: str | None = None) -> UnitPlan:
-    return plan(unit, pod(unit, phase="Succeeded", exit_code=0, termination_message=message))
 
 
 def failed(unit: int) -> UnitPlan:

@@ -27,8 +27,7 @@ from kinetic.model.resources import (
 )
 from kinetic_operator.batch_logic import RANGE_CAP, Recorded, compact_status
 from kinetic_operator.manifest import ManifestBook, build_header
-from manifest_history import T0, home
-from test_manifest import make_spec, running, succeeded
+from manifest_history import T0, home, make_spec, running, succeeded
 
 HASH0 = "0" * 64
 
