@@ -117,11 +117,6 @@ class BatchMemory(ObjectMemory):
     outcomes: Outcomes = field(default_factory=Outcomes)
     timers: Timers = field(default_factory=Timers)
 
-    @property
-    def accepted_sha256(self) -> str | None:
-        """The accepted spec's digest, as the status says it (or will)."""
-        return self.accepted.sha256
-
     def forget(self, uid: str | None) -> None:
         """A batch of the same name but another uid: nothing remembered applies to it."""
         fresh = BatchMemory(uid=uid, body=self.body)

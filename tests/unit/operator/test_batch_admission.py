@@ -9,7 +9,7 @@ import kopf
 import pytest
 from kinetic.model import layout
 from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
-from kinetic_operator.handlers import batches
+from kinetic_operator.handlers import batch_accept
 from kinetic_operator.handlers.admission import (
     check_spec_update,
     register_validators,
@@ -180,22 +180,22 @@ def test_the_reconcile_still_refuses_what_bypasses_the_webhook(tmp_path):
     own = {"function": {"payloadURI": f"{root}/namespaces/ns/uploads/steady-0a0b0c0d/f.pkl",
                         "sha256": SHA}}  # fmt: skip
     accepted = KineticBatchSpec.model_validate(spec(template=own))
-    first, refused = batches._accept(mem, layout.batch_home(root, "ns", "steady", "u"), accepted)
+    home = layout.batch_home(root, "ns", "steady", "u")
+    first, refused = batch_accept.accept(mem, home, accepted)
     assert first == accepted and refused is None
     edited = KineticBatchSpec.model_validate(
         spec(template=own, inputs={"items": [1, 2, 3, 4, 5]}, cancel=True, cancelIndexes="1")
     )
     # A restart: the stored spec is believed because the status vouches for it.
-    vouching = KineticBatchStatus(phase="RUNNING", accepted_spec_sha256=mem.accepted_sha256)
+    vouching = KineticBatchStatus(phase="RUNNING", accepted_spec_sha256=mem.accepted.sha256)
     again = BatchMemory(uid="u")
-    home = layout.batch_home(root, "ns", "steady", "u")
     settings = OperatorSettings(storage_root=root)
-    assert batches._check_stored(again, home, vouching, True, edited, settings, None) == []
-    acted_on, refused = batches._accept(again, home, edited)
+    assert batch_accept.check_stored(again, home, vouching, True, edited, settings, None) == []
+    acted_on, refused = batch_accept.accept(again, home, edited)
     assert acted_on.inputs == accepted.inputs and acted_on.cancel is True
     assert acted_on.cancel_indexes == "1"
     assert refused is not None and refused.startswith("spec.inputs cannot change")
-    status, events = batches._spec_condition(KineticBatchStatus(), refused, NOW)
+    status, events = batch_accept.spec_condition(KineticBatchStatus(), refused, NOW)
     cond = next(c for c in status.conditions if c.type == "SpecAccepted")
     assert cond.status == "False" and "create a new batch" in cond.message
     assert [(e.type, e.reason) for e in events] == [("Warning", "SpecChangeRefused")]
