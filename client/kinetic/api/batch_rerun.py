@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kubernetes.client import ApiException
 
@@ -32,8 +32,12 @@ from kinetic.model.manifest import ManifestHeader
 from kinetic.model.ranges import IndexSet
 from kinetic.model.rerun import SELECT_ALL, SELECT_FAILED, SelectionError, original_index, select
 
-if TYPE_CHECKING:
-    from kinetic.api.batches import BatchHandle
+
+class _WithManifest(Protocol):
+    """A batch handle, as far as `rerun_origin` reads it (`kinetic.api.batches`, above)."""
+
+    def _manifest(self) -> ManifestHeader | None: ...
+
 
 # Settings a rerun takes over from its source (the inputs and template come via fromBatch).
 _CARRIED = (
@@ -200,7 +204,7 @@ class RerunOrigin:
         }
 
 
-def rerun_origin(handle: BatchHandle) -> RerunOrigin | None:
+def rerun_origin(handle: _WithManifest) -> RerunOrigin | None:
     """The batch's source and index map when it is a rerun (from its manifest), else None."""
     header = handle._manifest()
     if header is None or header.rerun_of is None or header.original_indexes is None:

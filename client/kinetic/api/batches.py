@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kinetic import storage
 from kinetic.api import kube
@@ -71,9 +71,37 @@ if TYPE_CHECKING:
     from kubernetes.client import V1Pod
     from rich.progress import Progress, TaskID
 
-    from kinetic.api.remote import RemoteFunction
-
 log = logging.getLogger("kinetic")
+
+
+class Submittable(Protocol):
+    """What submitting a batch needs of a function bound by `kinetic.run`.
+
+    `kinetic.api.remote.RemoteFunction` is one. It sits above this module (its
+    `run_async_map` calls `submit_map`), so this module names only what it uses.
+    """
+
+    fn: Callable[..., Any]
+    options: dict[str, Any]
+
+    @property
+    def func_name(self) -> str: ...
+
+    def _config(self) -> ClientConfig: ...
+
+    def check_cluster(self, cfg: ClientConfig) -> None: ...
+
+    def captured_env(self) -> dict[str, str]: ...
+
+    def ship_project(self, cfg: ClientConfig) -> dict[str, Any] | None: ...
+
+    def job_spec(
+        self,
+        function: r.FunctionSpec,
+        retries: int | None = None,
+        volumes: list[r.DataVolume] | None = None,
+    ) -> r.KineticJobSpec: ...
+
 
 _UNBOUNDED_WARNING_THRESHOLD = 100
 _READERS = 16  # parallel storage reads when collecting results
@@ -747,7 +775,7 @@ def _check_chunk_size(chunk_size: object) -> int:
 
 
 def submit_map(
-    fn: RemoteFunction,
+    fn: Submittable,
     inputs: Iterable[Any],
     input_mode: r.InputMode = "auto",
     max_concurrent: int | None = limits.DEFAULT_MAX_CONCURRENT,

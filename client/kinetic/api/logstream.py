@@ -13,14 +13,25 @@ from __future__ import annotations
 import sys
 import threading
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from kinetic.api import kube
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
 
-    from kinetic.api.handle import JobHandle
+
+class Followed(Protocol):
+    """The job whose logs are followed: a `kinetic.api.handle.JobHandle` (above this module:
+    its `tail` makes a `LogFollower`), as far as following reads it."""
+
+    namespace: str
+    context: str | None
+
+    def logs(self) -> str | None: ...
+
+    def _live_pods(self) -> list[V1Pod]: ...
+
 
 _POLL = 0.5  # seconds between looks for the next attempt's Pod
 _DRAIN = 30.0  # most seconds to finish printing once the job has ended
@@ -29,7 +40,7 @@ _DRAIN = 30.0  # most seconds to finish printing once the job has ended
 class LogFollower:
     """Prints every attempt Pod's log of `handle` to `out` until the job ends (a context)."""
 
-    def __init__(self, handle: JobHandle, out: TextIO | None = None) -> None:
+    def __init__(self, handle: Followed, out: TextIO | None = None) -> None:
         self.handle = handle
         self.out = out or sys.stdout
         self._done = threading.Event()

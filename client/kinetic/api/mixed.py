@@ -35,16 +35,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kinetic import storage
-from kinetic.api.batches import BatchHandle, create_batch, new_group_id
+from kinetic.api.batches import BatchHandle, Submittable, create_batch, new_group_id
 from kinetic.api.config import ClientConfig, resolve
 from kinetic.model import layout, limits, payload
 from kinetic.model import resources as r
-
-if TYPE_CHECKING:
-    from kinetic.api.remote import RemoteFunction  # above: its `call()` makes a `Call`
 
 # The job spec an input gets when its call could not be packaged: never run (the
 # operator records a submission failure as failed at once), only there to keep indexes.
@@ -55,7 +52,7 @@ _NOT_SUBMITTED = r.ContainerSpec(command=["kinetic-submission-failed"])
 class Call:
     """One call of a `RemoteFunction`, not submitted yet (`RemoteFunction.call`)."""
 
-    fn: RemoteFunction
+    fn: Submittable  # a `kinetic.api.remote.RemoteFunction` (above: its `call()` makes this)
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
 
