@@ -195,7 +195,9 @@ def test_cancel_ends_cancelled_and_stops_the_process(ns: str, kube: Kube) -> Non
             kube.core.list_namespaced_pod,
             ns,
             label_selector=f"kinetic.dev/job={job.job_id}",
-            timeout_seconds=90,
+            # Past every wait below (cancel 120 s, result 30 s, deletion 60 s): on a loaded
+            # node a shorter watch can end before the container's end is reported.
+            timeout_seconds=240,
         ):
             watching.set()
             for st in event["object"].status.container_statuses or []:
