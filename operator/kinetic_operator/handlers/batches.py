@@ -1,7 +1,7 @@
 """KineticBatch handlers: every event about a batch or one of its Pods reconciles the batch.
 
 Level-triggered, like the KineticJob handlers: an event only names the
-batch; `reconcile_batch` takes the freshest copy of the batch it holds (the
+batch; its reconcile (`BATCHES.reconcile`) takes the freshest copy of the batch it holds (the
 watch's, or the answer to its own last write), the batch's attempt Pods
 from a Kopf index of small summaries, asks `batch_logic.decide_batch` what
 to do, writes the status conditionally on the resourceVersion it read, and
@@ -140,11 +140,6 @@ async def batch_pod_event(
 ) -> None:
     """A Pod of a batch changed or went away: reconcile its batch."""
     await BATCHES.pod_event(type, body, batch_pods, memo)
-
-
-async def reconcile_batch(namespace: str, name: str, batch_pods: kopf.Index, memo: Any) -> None:
-    """Bring KineticBatch namespace/name one step closer to done; serialized per batch."""
-    await BATCHES.reconcile((namespace, name), batch_pods, memo)
 
 
 def _unit_pod(body: Mapping[str, Any]) -> tuple[Key, PodView] | None:

@@ -1,7 +1,7 @@
 """KineticJob handlers: every event about a job or one of its attempt Pods reconciles it.
 
 Level-triggered: a handler never looks at what changed. It names the
-KineticJob the event is about and calls `reconcile_job`, which takes the
+KineticJob the event is about and calls `JOBS.reconcile`, which takes the
 freshest copy of the KineticJob it has (the watch's, or the answer to its
 own last write), its attempt Pods from a Kopf index of small summaries,
 asks `job_logic.decide` what to do, and does it. No polling: the watches
@@ -93,11 +93,6 @@ async def job_pod_event(
 ) -> None:
     """An attempt Pod changed or went away: reconcile the KineticJob that owns it."""
     await JOBS.pod_event(type, body, job_pods, memo)
-
-
-async def reconcile_job(namespace: str, name: str, job_pods: kopf.Index, memo: Any) -> None:
-    """Bring KineticJob namespace/name one step closer to done; serialized per job."""
-    await JOBS.reconcile((namespace, name), job_pods, memo)
 
 
 def _attempt_pod(body: Mapping[str, Any]) -> tuple[Key, PodView] | None:
