@@ -27,7 +27,6 @@ Submitting a job and `attach()` are `kinetic.api.jobs`, above both.
 
 from __future__ import annotations
 
-import enum
 import logging
 import sys
 from collections.abc import Callable, Iterator
@@ -42,33 +41,13 @@ from kinetic.api.config import resolve
 from kinetic.api.logstream import LogFollower
 from kinetic.model import digest, layout, names, payload
 from kinetic.model import resources as r
+from kinetic.model.job_status import JobStatus as JobStatus  # kinetic.api.handle.JobStatus
 from kinetic.model.limits import MAX_POINTER_BYTES
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
 
 log = logging.getLogger("kinetic")
-
-
-class JobStatus(enum.Enum):
-    """What a user sees of a job. NOT_FOUND: the resource no longer exists."""
-
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    NOT_FOUND = "NOT_FOUND"
-
-    @property
-    def terminal(self) -> bool:
-        return self is not JobStatus.PENDING and self is not JobStatus.RUNNING
-
-    @classmethod
-    def of(cls, obj: dict | None) -> JobStatus:
-        if obj is None:
-            return cls.NOT_FOUND
-        return cls(obj.get("status", {}).get("phase") or "PENDING")
 
 
 class JobCancelled(RuntimeError):
