@@ -84,9 +84,9 @@ if TYPE_CHECKING:
     )
     from kinetic.api.config import ConfigError
     from kinetic.api.jobs import JobCancelled, JobFailed, JobHandle, attach, list_jobs
-    from kinetic.job_status import JobStatus
     from kinetic.api.mixed import batch, container
     from kinetic.api.remote import RemoteFunction, run
+    from kinetic.job_status import JobStatus
     from kinetic.model.catalog import UnknownAccelerator
     from kinetic.model.data import Data
     from kinetic.model.payload import RunnerError

@@ -69,6 +69,15 @@ def split_input_id(job_id: str) -> tuple[str, int] | None:
     return match.group(1), int(match.group(2))
 
 
+def split_any_input_id(job_id: str) -> tuple[str, int] | None:
+    """``(batch, i)`` for any ``<batch>-<i>``, for a name known to be an input's (a batch
+    may be named by hand, so only the trailing index tells it)."""
+    match = re.match(r"^(.+)-(0|[1-9][0-9]{0,8})$", job_id)
+    if match is None:
+        return None
+    return match.group(1), int(match.group(2))
+
+
 def unit_start(index: int, chunk_size: int) -> int:
     """The first input of the unit that runs input ``index``."""
     return index - index % max(1, chunk_size)
