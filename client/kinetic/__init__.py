@@ -31,7 +31,7 @@ _EXPORTS = {
     "run": "kinetic.api.remote",
     "RemoteFunction": "kinetic.api.remote",
     "JobHandle": "kinetic.api.jobs",
-    "JobStatus": "kinetic.api.jobs",
+    "JobStatus": "kinetic.job_status",
     "JobFailed": "kinetic.api.jobs",
     "JobCancelled": "kinetic.api.jobs",
     "attach": "kinetic.api.jobs",
@@ -83,9 +83,10 @@ if TYPE_CHECKING:
         list_batches,
     )
     from kinetic.api.config import ConfigError
-    from kinetic.api.jobs import JobCancelled, JobFailed, JobHandle, JobStatus, attach, list_jobs
+    from kinetic.api.jobs import JobCancelled, JobFailed, JobHandle, attach, list_jobs
     from kinetic.api.mixed import batch, container
     from kinetic.api.remote import RemoteFunction, run
+    from kinetic.job_status import JobStatus
     from kinetic.model.catalog import UnknownAccelerator
     from kinetic.model.data import Data
     from kinetic.model.payload import RunnerError

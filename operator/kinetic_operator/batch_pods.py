@@ -17,7 +17,12 @@ from kinetic.model import layout
 from kinetic.model.batchjobs import batch_total
 from kinetic.model.fanout import child_spec, job_template
 from kinetic.model.names import (
+    ENV_CHUNK,
     ENV_INDEX,
+    ENV_JOB_NAME,
+    ENV_JOB_NAMESPACE,
+    ENV_PAYLOAD_URI,
+    ENV_RESULT_URI,
     LABEL_ATTEMPT,
     LABEL_BATCH,
     LABEL_CHUNK,
@@ -60,8 +65,8 @@ def build_unit_pod(
     indexes = list(unit_inputs(unit, spec.chunk_size, total))
     labels = {LABEL_BATCH: batch, LABEL_INDEX: str(unit), LABEL_ATTEMPT: str(attempt)}
     env = {
-        "KINETIC_JOB_NAME": input_id(batch, unit),
-        "KINETIC_JOB_NAMESPACE": namespace,
+        ENV_JOB_NAME: input_id(batch, unit),
+        ENV_JOB_NAMESPACE: namespace,
         "KINETIC_ATTEMPT": str(attempt),
     }
     if len(indexes) == 1:
@@ -73,17 +78,17 @@ def build_unit_pod(
             env["KINETIC_OUTPUT_DIR"] = child.output_dir
         env |= function_env(child)
         if child.function is not None and child.function.result_uri is not None:
-            env["KINETIC_RESULT_URI"] = child.function.result_uri
+            env[ENV_RESULT_URI] = child.function.result_uri
     else:
         labels[LABEL_CHUNK] = str(len(indexes))
         child = job_template(spec)  # validate_batch_spec: chunks are template batches only
         fn = child.function
         assert fn is not None  # validate_batch_spec: chunks are function templates only
-        env["KINETIC_PAYLOAD_URI"] = fn.payload_uri
+        env[ENV_PAYLOAD_URI] = fn.payload_uri
         env["KINETIC_PAYLOAD_SHA256"] = fn.sha256
         env["KINETIC_INPUT_MODE"] = spec.input_mode
         env["KINETIC_REPORT_URI"] = home.report_uri(input_pod_name(batch, unit, attempt))
-        env["KINETIC_CHUNK"] = json.dumps(
+        env[ENV_CHUNK] = json.dumps(
             [_chunk_entry(home, spec, i, hashes, known or {}) for i in indexes],
             separators=(",", ":"),
         )

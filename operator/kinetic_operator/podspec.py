@@ -17,7 +17,18 @@ from typing import Any
 
 from kinetic.model import layout
 from kinetic.model.catalog import resolve
-from kinetic.model.names import LABEL_ATTEMPT, LABEL_JOB, LABEL_MANAGED_BY, MANAGED_BY, job_pod_name
+from kinetic.model.names import (
+    ENV_CHUNK,
+    ENV_JOB_NAME,
+    ENV_JOB_NAMESPACE,
+    ENV_PAYLOAD_URI,
+    ENV_RESULT_URI,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    job_pod_name,
+)
 from kinetic.model.resources import API_VERSION, JOB_KIND, KineticJobSpec
 
 from kinetic_operator import datavolumes
@@ -30,18 +41,18 @@ TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 # Set by the operator; a KineticJob's `env` cannot override them.
 RESERVED_ENV = frozenset(
     {
-        "KINETIC_PAYLOAD_URI",
+        ENV_PAYLOAD_URI,
         "KINETIC_PAYLOAD_SHA256",
-        "KINETIC_RESULT_URI",
+        ENV_RESULT_URI,
         "KINETIC_OUTPUT_DIR",
         "KINETIC_INPUT_URI",
         "KINETIC_INPUT_SHA256",
         "KINETIC_INPUT_JSON",
         "KINETIC_INPUT_MODE",
-        "KINETIC_JOB_NAME",
-        "KINETIC_JOB_NAMESPACE",
+        ENV_JOB_NAME,
+        ENV_JOB_NAMESPACE,
         "KINETIC_ATTEMPT",
-        "KINETIC_CHUNK",
+        ENV_CHUNK,
         "KINETIC_REPORT_URI",
         "KINETIC_VOLUMES",
     }
@@ -106,8 +117,8 @@ def job_env(
 ) -> dict[str, str]:
     """The operator's variables for an attempt of a KineticJob."""
     ours: dict[str, str] = {
-        "KINETIC_JOB_NAME": owner.name,
-        "KINETIC_JOB_NAMESPACE": owner.namespace,
+        ENV_JOB_NAME: owner.name,
+        ENV_JOB_NAMESPACE: owner.namespace,
         "KINETIC_ATTEMPT": str(attempt),
     }
     home = job_home(owner, settings)
@@ -116,7 +127,7 @@ def job_env(
     if spec.function is not None:
         ours |= function_env(spec)
         if (res := result_uri(home, spec)) is not None:
-            ours["KINETIC_RESULT_URI"] = res
+            ours[ENV_RESULT_URI] = res
     return ours
 
 
@@ -129,7 +140,7 @@ def function_env(spec: KineticJobSpec) -> dict[str, str]:
     fn = spec.function
     if fn is None:
         return {}
-    ours = {"KINETIC_PAYLOAD_URI": fn.payload_uri, "KINETIC_PAYLOAD_SHA256": fn.sha256}
+    ours = {ENV_PAYLOAD_URI: fn.payload_uri, "KINETIC_PAYLOAD_SHA256": fn.sha256}
     if fn.input_uri is not None:
         ours["KINETIC_INPUT_URI"] = fn.input_uri
     if fn.input_sha256 is not None:

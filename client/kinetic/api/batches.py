@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kinetic import storage
-from kinetic.api import kube
+from kinetic.api import kube, reference
 from kinetic.api.batch_rerun import create_rerun
 from kinetic.api.cleanup import delete_stored
 from kinetic.api.config import ClientConfig, resolve
@@ -970,9 +970,37 @@ def _attach(group_id: str, cfg: ClientConfig) -> tuple[BatchHandle, dict[str, An
 
 
 def attach_batch(
-    group_id: str, namespace: str | None = None, context: str | None = None
+    group_id: str,
+    namespace: str | None = None,
+    context: str | None = None,
+    *,
+    project: str | None = None,
+    zone: str | None = None,
+    cluster: str | None = None,
+    backend: str | None = None,
+    base_image_repo: str | None = None,
+    poll_interval: float | None = None,
+    poll_timeout: float | None = None,
 ) -> BatchHandle:
-    """Pick up a batch from any process; index alignment and submission failures are kept."""
+    """Pick up a batch from any process; index alignment and submission failures are kept.
+
+    The reference API's arguments (`kinetic.api.reference`): `cluster` selects
+    the kubeconfig context (a name that selects none is a `ConfigError`
+    listing them); `backend` is "gke" or None. `project`, `zone`,
+    `base_image_repo`, `poll_interval` and `poll_timeout` cannot matter here
+    and warn once, naming the equivalent: a KineticBatch has every input from
+    the start, so there are no late inputs to poll for.
+    """
+    reference.accept(
+        "kinetic.attach_batch",
+        backend=backend,
+        project=project,
+        zone=zone,
+        base_image_repo=base_image_repo,
+        poll_interval=poll_interval,
+        poll_timeout=poll_timeout,
+    )
+    context = reference.context_for("kinetic.attach_batch", cluster, context)
     cfg = resolve(namespace=namespace, context=context)
     handle, status = _attach(group_id, cfg)
     launched = status.get("launched", 0)

@@ -27,48 +27,29 @@ Submitting a job and `attach()` are `kinetic.api.jobs`, above both.
 
 from __future__ import annotations
 
-import enum
+import json
 import logging
+import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kinetic import storage
-from kinetic.api import kube
+from kinetic.api import kube, reference
 from kinetic.api.cleanup import delete_stored
 from kinetic.api.config import resolve
 from kinetic.api.logstream import LogFollower
 from kinetic.model import digest, layout, names, payload
 from kinetic.model import resources as r
+from kinetic.model.job_status import JobStatus as JobStatus  # kinetic.api.handle.JobStatus
 from kinetic.model.limits import MAX_POINTER_BYTES
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
 
 log = logging.getLogger("kinetic")
-
-
-class JobStatus(enum.Enum):
-    """What a user sees of a job. NOT_FOUND: the resource no longer exists."""
-
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    NOT_FOUND = "NOT_FOUND"
-
-    @property
-    def terminal(self) -> bool:
-        return self is not JobStatus.PENDING and self is not JobStatus.RUNNING
-
-    @classmethod
-    def of(cls, obj: dict | None) -> JobStatus:
-        if obj is None:
-            return cls.NOT_FOUND
-        return cls(obj.get("status", {}).get("phase") or "PENDING")
 
 
 class JobCancelled(RuntimeError):
@@ -131,8 +112,63 @@ class JobHandle:
             payload_uri=fn.get("payloadURI"),
         )
 
+    @classmethod
+    def from_job_context(
+        cls,
+        ctx: Mapping[str, str] | None = None,
+        backend_name: str | None = None,
+        namespace: str | None = None,
+        k8s_name: str | None = None,
+    ) -> JobHandle:
+        """The handle of the job this code runs in, built inside its Pod.
+
+        The reference builds a handle from its submission context; on
+        Kubernetes the context is the environment the operator gives every
+        attempt Pod: ``KINETIC_JOB_NAME`` and ``KINETIC_JOB_NAMESPACE`` (``ctx``
+        is a mapping to read instead of `os.environ`; ``k8s_name`` and
+        ``namespace`` override the two). In a Pod of a batch it is the input's
+        handle (`kinetic.InputHandle`, ``group_kind == "map"``); in a Pod that
+        runs a chunk of inputs, the chunk's first input's. ``backend_name`` is
+        checked like ``backend=`` ("gke" or None).
+
+        Nothing is asked of the API server (the Pod's service account may read
+        nothing), so the handle names the job (``job_id``, ``namespace``, the
+        group fields, the result's location) but not its UID: save ``job_id``
+        or `to_dict()` and `kinetic.attach()` it for a handle that reads everything.
+        """
+        where = f"{cls.__name__}.from_job_context"
+        reference.check_backend(where, backend_name)
+        env = os.environ if ctx is None else ctx
+        name = k8s_name or env.get(names.ENV_JOB_NAME)
+        ns = namespace or env.get(names.ENV_JOB_NAMESPACE)
+        if not name or not ns:
+            pairs = ((names.ENV_JOB_NAME, name), (names.ENV_JOB_NAMESPACE, ns))
+            unset = [variable for variable, value in pairs if not value]
+            raise RuntimeError(
+                f"{where}(): {' and '.join(unset)} {'is' if len(unset) == 1 else 'are'} not "
+                "set. It builds the handle of the job running in "
+                "this Pod from the environment Kinetic's operator gives every attempt Pod; "
+                "outside one, use kinetic.attach(job_id), or pass k8s_name= and namespace=."
+            )
+        saved: dict[str, Any] = {
+            "job_id": name,
+            "namespace": ns,
+            "function": names.ENV_PAYLOAD_URI in env,
+            "result_uri": env.get(names.ENV_RESULT_URI),
+        }
+        return JobHandle.from_dict(saved | _input_fields(name, env, from_env=k8s_name is None))
+
+    @property
+    def group_kind(self) -> str | None:
+        """What group the job belongs to, as the reference names it: None for a job of its
+        own, ``"map"`` for an input of a batch."""
+        return None
+
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        saved = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        if self.group_kind is not None:  # for readers of the reference's saved handles
+            saved["group_kind"] = self.group_kind
+        return saved
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JobHandle:
@@ -243,13 +279,22 @@ class JobHandle:
         cleanup: bool | None = None,
         on_status_change: Callable[[JobStatus], None] | None = None,
         stream_logs: bool | None = None,
+        *,
+        cleanup_timeout: float | None = None,
+        cleanup_poll_interval: float | None = None,
     ) -> Any:
         """Wait for the job and return its value, or raise the remote exception.
 
         By default a successful download is followed by cleanup of the resource
         and its artifacts; failed jobs are kept so their logs can be read.
         With stream_logs=True every attempt's log is printed to stdout while waiting.
+        `cleanup_timeout` (the reference's) bounds the wait for that deletion
+        (180 s by default); `cleanup_poll_interval` cannot matter (the deletion
+        is watched, not polled) and warns once.
         """
+        wait_for_deletion = self._cleanup_wait(
+            "result", None, cleanup_timeout, cleanup_poll_interval
+        )
         final = self._wait_streaming(timeout, on_status_change, bool(stream_logs))
         if final is JobStatus.CANCELLED:
             raise JobCancelled(f"job {self.job_id} was cancelled before it finished")
@@ -265,8 +310,21 @@ class JobHandle:
                 return self.describe().get("result")  # container job: its termination message
             raise JobFailed(f"job {self.job_id} {final.value}: {message}")
         if cleanup if cleanup is not None else outcome.ok:
-            self.cleanup()
+            self.cleanup(timeout=wait_for_deletion)
         return payload.raise_remote(outcome)
+
+    def _cleanup_wait(
+        self,
+        method: str,
+        timeout: float | None,
+        cleanup_timeout: float | None,
+        cleanup_poll_interval: float | None,
+    ) -> float:
+        """The reference's cleanup arguments of `method`, checked: how long to wait for a
+        deletion (warning once when `cleanup_poll_interval`, which cannot matter, is given)."""
+        where = f"{type(self).__name__}.{method}"
+        reference.accept(where, depth=2, cleanup_poll_interval=cleanup_poll_interval)
+        return reference.cleanup_wait(where, timeout, cleanup_timeout)
 
     def _wait_streaming(
         self,
@@ -387,8 +445,19 @@ class JobHandle:
 
     # ----------------------------------------------------------------- acting
 
-    def cancel(self, timeout: float = 180) -> JobStatus:
-        """Ask the operator to stop the job and wait until it has (CANCELLED or already done)."""
+    def cancel(
+        self,
+        timeout: float | None = None,
+        cleanup_poll_interval: float | None = None,
+        *,
+        cleanup_timeout: float | None = None,
+    ) -> JobStatus:
+        """Ask the operator to stop the job and wait until it has (CANCELLED or already done).
+
+        `timeout` (or the reference's `cleanup_timeout`) bounds the wait, 180 s
+        by default; `cleanup_poll_interval` cannot matter (it is a watch) and warns once.
+        """
+        timeout = self._cleanup_wait("cancel", timeout, cleanup_timeout, cleanup_poll_interval)
         if (
             kube.patch_spec(
                 r.JOB_PLURAL, self.namespace, self.job_id, {"cancel": True}, self.context
@@ -398,8 +467,20 @@ class JobHandle:
             return JobStatus.NOT_FOUND
         return self.wait(timeout=timeout)
 
-    def cleanup(self, k8s: bool = True, gcs: bool = True, timeout: float = 180) -> None:
+    def cleanup(
+        self,
+        k8s: bool = True,
+        gcs: bool = True,
+        timeout: float | None = None,
+        cleanup_poll_interval: float | None = None,
+        *,
+        cleanup_timeout: float | None = None,
+    ) -> None:
         """Delete the resource (its Pods go with it) and/or its stored artifacts and logs.
+
+        `timeout` (or the reference's `cleanup_timeout`) bounds the wait for the
+        deletion, 180 s by default; `cleanup_poll_interval` cannot matter (the
+        deletion is watched) and warns once.
 
         Storage cleanup deletes only this job's own prefix (namespace, name and
         UID) and the upload folder the client made for it, never anything a
@@ -412,6 +493,7 @@ class JobHandle:
         the API server vouches for it any more) and raises
         `kinetic.model.digest.Unverifiable`.
         """
+        timeout = self._cleanup_wait("cleanup", timeout, cleanup_timeout, cleanup_poll_interval)
         if k8s and not gcs:
             self._sha256_before_deletion = self._result_anchor()[0]
         if k8s and kube.delete(r.JOB_PLURAL, self.namespace, self.job_id, self.context):
@@ -425,6 +507,43 @@ class JobHandle:
                 self._root(), self.namespace, self.job_id, self.payload_uri
             )
             delete_stored(self._home(), upload)
+
+
+def _input_fields(name: str, env: Mapping[str, str], from_env: bool) -> dict[str, Any]:
+    """What a batch input's Pod environment says of the input (nothing for a job's Pod).
+
+    Every Pod of a batch has ``KINETIC_INDEX`` (one input) or ``KINETIC_CHUNK``
+    (several), and its job name is ``<batch>-<i>``. A name given by the caller
+    counts as an input's only in the client's ``grp-`` form.
+    """
+    in_batch = names.ENV_INDEX in env or names.ENV_CHUNK in env
+    split = names.split_any_input_id(name) if from_env and in_batch else None
+    split = split or names.split_input_id(name)
+    if split is None:
+        return {}
+    group, index = split
+    found: dict[str, Any] = {"group_id": group, "group_index": index}
+    if from_env:
+        found["container"] = names.ENV_PAYLOAD_URI not in env
+    chunk = json.loads(env[names.ENV_CHUNK]) if from_env and names.ENV_CHUNK in env else []
+    if chunk:
+        found["chunk_size"] = _chunk_size(index, len(chunk))
+        found["result_uri"] = chunk[0].get("resultURI")
+    return found
+
+
+def _chunk_size(first: int, inputs: int) -> int:
+    """A chunk size that puts input ``first`` at the start of a unit of at least ``inputs``.
+
+    The Pod does not say the batch's ``chunkSize``; it is its number of inputs,
+    except in the last unit, which may hold fewer. The smallest such size that
+    divides ``first`` gives the same unit and covers all its inputs (the rest are
+    past the batch's end).
+    """
+    size = max(1, inputs)
+    while first % size:
+        size += 1
+    return size
 
 
 def sort_by_attempt(pods: list[V1Pod]) -> list[V1Pod]:

@@ -39,6 +39,7 @@ from annotated_types import MaxLen
 from kinetic import storage
 from kinetic.api import kube
 from kinetic.api.handle import JobCancelled, JobFailed, JobHandle, JobStatus, notify
+from kinetic.api.reference import DEFAULT_CLEANUP_TIMEOUT
 from kinetic.api.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
 from kinetic.api.submission import submission_exception
 from kinetic.api.vouched import VouchedManifest, newest_header, newest_shard
@@ -252,6 +253,12 @@ class InputHandle(JobHandle):
     def describes(cls, d: dict[str, Any]) -> bool:
         """A saved handle of an input has its batch and index (`JobHandle.from_dict`)."""
         return bool(d.get("group_id")) and d.get("group_index") is not None
+
+    @property
+    def group_kind(self) -> str | None:
+        """``"map"``: the reference's name for a member of a fan-out, as every input of a
+        KineticBatch is (``run_async_map``, ``kinetic.batch`` and manifests alike)."""
+        return "map"
 
     @property
     def index(self) -> int:
@@ -570,6 +577,9 @@ class InputHandle(JobHandle):
         cleanup: bool | None = None,
         on_status_change: Callable[[JobStatus], None] | None = None,
         stream_logs: bool | None = None,
+        *,
+        cleanup_timeout: float | None = None,
+        cleanup_poll_interval: float | None = None,
     ) -> Any:
         """Wait for the input and return its value, or raise its exception.
 
@@ -577,11 +587,16 @@ class InputHandle(JobHandle):
         is deleted after a successful read, like a job's). Containers: the
         termination message. A cancelled input raises JobCancelled, one that
         left no result JobFailed, a submission failure the exception it failed with.
+        The reference's `cleanup_timeout` and `cleanup_poll_interval` are taken
+        as by `JobHandle.result` (the cleanup here deletes only the stored result).
         """
+        wait = self._cleanup_wait("result", None, cleanup_timeout, cleanup_poll_interval)
         final = self._wait_streaming(timeout, on_status_change, bool(stream_logs))
-        return self._value(final, cleanup)
+        return self._value(final, cleanup, wait)
 
-    def _value(self, final: JobStatus, cleanup: bool | None) -> Any:
+    def _value(
+        self, final: JobStatus, cleanup: bool | None, wait: float = DEFAULT_CLEANUP_TIMEOUT
+    ) -> Any:
         if final is JobStatus.CANCELLED:
             raise JobCancelled(f"input {self.index} of batch {self.group} was cancelled")
         if self.container:
@@ -592,7 +607,7 @@ class InputHandle(JobHandle):
         if outcome is None:
             raise self._failure(final)
         if cleanup if cleanup is not None else outcome.ok:
-            self.cleanup(k8s=False)
+            self.cleanup(k8s=False, timeout=wait)
         return payload.raise_remote(outcome)
 
     def _failure(self, final: JobStatus) -> Exception:
@@ -649,24 +664,44 @@ class InputHandle(JobHandle):
 
     # ----------------------------------------------------------------- acting
 
-    def cancel(self, timeout: float = 180) -> JobStatus:
+    def cancel(
+        self,
+        timeout: float | None = None,
+        cleanup_poll_interval: float | None = None,
+        *,
+        cleanup_timeout: float | None = None,
+    ) -> JobStatus:
         """Cancel this input alone and wait until the batch records it ended.
 
         Its index is added to the batch's ``spec.cancelIndexes``; the other
         inputs carry on. An input that already ended keeps its outcome.
+        `timeout` (or the reference's `cleanup_timeout`) bounds the wait, 180 s
+        by default; `cleanup_poll_interval` cannot matter (it is a watch) and warns once.
         """
+        timeout = self._cleanup_wait("cancel", timeout, cleanup_timeout, cleanup_poll_interval)
         if add_cancel_indexes(self.namespace, self.group, [self.index], self.context) is None:
             return self._status_after_batch()
         return self.wait(timeout=timeout)
 
-    def cleanup(self, k8s: bool = True, gcs: bool = True, timeout: float = 180) -> None:
+    def cleanup(
+        self,
+        k8s: bool = True,
+        gcs: bool = True,
+        timeout: float | None = None,
+        cleanup_poll_interval: float | None = None,
+        *,
+        cleanup_timeout: float | None = None,
+    ) -> None:
         """Delete the input's Pods (k8s) and its stored result (gcs); never the manifest.
 
         A running input is cancelled first (deleting its Pod alone would only
         get it re-run). With gcs=False the logs of the deleted Pods are
         archived first, so they stay readable. Outputs under
-        KINETIC_OUTPUT_DIR are kept either way.
+        KINETIC_OUTPUT_DIR are kept either way. `timeout` (or the reference's
+        `cleanup_timeout`) bounds the wait for that cancel, 180 s by default;
+        `cleanup_poll_interval` cannot matter (it is a watch) and warns once.
         """
+        timeout = self._cleanup_wait("cleanup", timeout, cleanup_timeout, cleanup_poll_interval)
         if k8s:
             final = self.status()
             if not final.terminal:

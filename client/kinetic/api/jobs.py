@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kinetic import storage
-from kinetic.api import kube
+from kinetic.api import kube, reference
 from kinetic.api.batches import attach_input
 from kinetic.api.config import ClientConfig, resolve
 from kinetic.api.handle import JobCancelled as JobCancelled  # kinetic.api.jobs.*, as before
@@ -72,13 +72,36 @@ def submit_job(
     return JobHandle.from_resource(created, cfg.context, cfg.storage_root)
 
 
-def attach(job_id: str, namespace: str | None = None, context: str | None = None) -> JobHandle:
+def attach(
+    job_id: str,
+    namespace: str | None = None,
+    context: str | None = None,
+    *,
+    project: str | None = None,
+    zone: str | None = None,
+    cluster: str | None = None,
+    backend: str | None = None,
+    base_image_repo: str | None = None,
+) -> JobHandle:
     """Rebuild the handle of a job, or of one input of a batch (``<group>-<i>``), anywhere.
 
     A job whose resource was cleaned up but whose result is still in storage is
     still attachable, so `result()` can read it. An input of a batch is
     attachable while its batch or the batch's manifest exists.
+
+    The reference API's arguments (`kinetic.api.reference`): `cluster` selects
+    the kubeconfig context (a name that selects none is a `ConfigError`
+    listing them); `backend` is "gke" or None; `project`, `zone` and
+    `base_image_repo` cannot matter here and warn once, naming the equivalent.
     """
+    reference.accept(
+        "kinetic.attach",
+        backend=backend,
+        project=project,
+        zone=zone,
+        base_image_repo=base_image_repo,
+    )
+    context = reference.context_for("kinetic.attach", cluster, context)
     cfg = resolve(namespace=namespace, context=context)
     split = names.split_input_id(job_id)
     if split is not None:
@@ -113,12 +136,30 @@ def attach(job_id: str, namespace: str | None = None, context: str | None = None
     )
 
 
-def list_jobs(namespace: str | None = None, context: str | None = None) -> list[JobHandle]:
+def list_jobs(
+    namespace: str | None = None,
+    context: str | None = None,
+    *,
+    project: str | None = None,
+    zone: str | None = None,
+    cluster: str | None = None,
+    backend: str | None = None,
+    base_image_repo: str | None = None,
+) -> list[JobHandle]:
     """Handles for every KineticJob in the namespace, newest first.
 
     The inputs of a batch are not KineticJobs: `kinetic.attach_batch(group).jobs`
-    (or `kinetic batches status GROUP --inputs`) lists them.
+    (or `kinetic batches status GROUP --inputs`) lists them. The reference
+    API's arguments are taken as by `attach`.
     """
+    reference.accept(
+        "kinetic.list_jobs",
+        backend=backend,
+        project=project,
+        zone=zone,
+        base_image_repo=base_image_repo,
+    )
+    context = reference.context_for("kinetic.list_jobs", cluster, context)
     return [h for h, _ in list_jobs_with_status(namespace, context)]
 
 

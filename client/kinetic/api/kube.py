@@ -26,10 +26,15 @@ class ClusterUnreachable(RuntimeError):
     """No kubeconfig, or the API server does not answer."""
 
 
+def in_cluster() -> bool:
+    """Whether the client uses the Pod's own service account (no kubeconfig is read)."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")
+
+
 @lru_cache(maxsize=8)
 def api_client(context: str | None = None) -> client.ApiClient:
     """An API client for the kubeconfig context (or in-cluster config inside a pod)."""
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+    if in_cluster():
         config.load_incluster_config()
         return client.ApiClient()
     try:
@@ -45,6 +50,19 @@ def api_client(context: str | None = None) -> client.ApiClient:
 
 def _kubeconfig() -> str:
     return os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+
+
+def kubeconfig_contexts() -> tuple[list[dict[str, Any]], str | None, str]:
+    """The kubeconfig's contexts, the current one's name, and the file read.
+
+    No contexts (an empty list) when there is no usable kubeconfig.
+    """
+    path = _kubeconfig()
+    try:
+        contexts, active = config.list_kube_config_contexts(config_file=path)
+    except (ConfigException, FileNotFoundError):
+        return [], None, path
+    return list(contexts or []), (active or {}).get("name"), path
 
 
 def core(context: str | None = None) -> client.CoreV1Api:

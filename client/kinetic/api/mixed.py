@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kinetic import storage
+from kinetic.api import reference
 from kinetic.api.batches import BatchHandle, Submittable, create_batch, new_group_id
 from kinetic.api.config import ClientConfig, resolve
 from kinetic.model import layout, limits, payload
@@ -170,7 +171,9 @@ def _config(
     first = next((e.fn for e in entries if isinstance(e, Call)), None)
     if first is not None:
         namespace = namespace or first.options["namespace"]
-        context = context or first.options["context"]
+        context = context or reference.context_for(
+            "kinetic.run", first.options.get("cluster"), first.options["context"]
+        )
     return resolve(namespace=namespace, context=context)
 
 

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kinetic import storage
-from kinetic.api import project
+from kinetic.api import project as projects  # `project` is also the reference's argument
+from kinetic.api import reference
 from kinetic.api.batches import BatchHandle, submit_map
 from kinetic.api.config import ClientConfig, resolve
 from kinetic.api.jobs import JobHandle, new_job_id, submit_job
@@ -100,7 +101,9 @@ class RemoteFunction:
     # ----------------------------------------------------------------- helpers
 
     def _config(self) -> ClientConfig:
-        return resolve(namespace=self.options["namespace"], context=self.options["context"])
+        o = self.options
+        context = reference.context_for("kinetic.run", o["cluster"], o["context"])
+        return resolve(namespace=o["namespace"], context=context)
 
     def check_cluster(self, cfg: ClientConfig) -> None:
         """Refuse, before any upload, what the cluster cannot run: an accelerator its
@@ -124,10 +127,10 @@ class RemoteFunction:
         Requirements are left out under a custom image, which should have them;
         the project's own source ships either way (unpickling may need it).
         """
-        found = project.discover(self.fn, with_requirements=self.options["image"] is None)
+        found = projects.discover(self.fn, with_requirements=self.options["image"] is None)
         if found is None:
             return None
-        return project.ship(found, cfg.storage_root, cfg.namespace)
+        return projects.ship(found, cfg.storage_root, cfg.namespace)
 
     def captured_env(self) -> dict[str, str]:
         """The local variables named in capture_env_vars (a trailing * matches a prefix)."""
@@ -193,6 +196,12 @@ def run(
     output_dir: str | None = None,
     deadline: int | None = None,
     volumes: Mapping[str, Data] | None = None,
+    *,
+    project: str | None = None,
+    zone: str | None = None,
+    cluster: str | None = None,
+    backend: str | None = None,
+    base_image_repo: str | None = None,
 ) -> Callable[[Callable[..., Any]], RemoteFunction]:
     """Decorator: run the function on the cluster.
 
@@ -209,8 +218,20 @@ def run(
     "prebuilt") the default image runs it, and the requirements of the
     function's project (`kinetic.api.project`) are installed when the pod starts.
     The project's own Python source ships either way.
+
+    The reference API's arguments are accepted (`kinetic.api.reference`):
+    `cluster` selects the kubeconfig context of that name (or the one context
+    for a cluster of that name), at submission; an unknown name is a
+    `ConfigError` listing the contexts. `backend` is "gke" (or None); "pathways"
+    is refused until multi-host jobs exist. `project`, `zone` and
+    `base_image_repo` are kept in `options` but cannot matter here (the
+    kubeconfig context picks the cluster; the operator's runner image, or
+    `image=`, is the image): giving any of them warns once, naming the equivalent.
     """
-    image = project.resolve_image(image, container_image)
+    reference.accept(
+        "kinetic.run", backend=backend, project=project, zone=zone, base_image_repo=base_image_repo
+    )
+    image = projects.resolve_image(image, container_image)
     if retries < 0:
         raise ValueError(f"retries must be 0 or more, got {retries}")
     # The reference's spellings (v5litepod-4, l4, a100x4, ...) become the catalog's; what
@@ -229,6 +250,13 @@ def run(
         output_dir=output_dir,
         deadline=deadline,
         volumes=check_volumes(volumes),  # before anything is uploaded
+        # The reference API's: the cluster picks the kubeconfig context at submission;
+        # the others are kept as given (see the docstring).
+        cluster=cluster,
+        backend=backend,
+        project=project,
+        zone=zone,
+        base_image_repo=base_image_repo,
     )
     # Validate what the API server would reject anyway, but here, before any upload.
     r.KineticJobSpec(

@@ -30,6 +30,14 @@ ENV_INDEX = "KINETIC_INDEX"  # the input's original index
 ENV_INPUT = "KINETIC_INPUT"  # a container input's value
 ENV_PARAM_PREFIX = "KINETIC_PARAM_"  # one per key of a dict input
 
+# Environment variables the operator gives every attempt Pod, naming what it runs
+# (`kinetic.JobHandle.from_job_context` reads them back inside the Pod).
+ENV_JOB_NAME = "KINETIC_JOB_NAME"  # the KineticJob, or `<grp>-<i>`: the unit's first input
+ENV_JOB_NAMESPACE = "KINETIC_JOB_NAMESPACE"
+ENV_PAYLOAD_URI = "KINETIC_PAYLOAD_URI"  # set when the Pod runs a function
+ENV_RESULT_URI = "KINETIC_RESULT_URI"  # where a function's result goes (one input, or a job)
+ENV_CHUNK = "KINETIC_CHUNK"  # a Pod that runs several inputs of a batch: their list
+
 MAX_POD_NAME = 63  # Pod names become hostnames and label values
 
 
@@ -56,6 +64,15 @@ def split_input_id(job_id: str) -> tuple[str, int] | None:
     try the longer form themselves.
     """
     match = re.match(r"^(grp-[0-9a-f]{8})-(0|[1-9][0-9]{0,8})$", job_id)
+    if match is None:
+        return None
+    return match.group(1), int(match.group(2))
+
+
+def split_any_input_id(job_id: str) -> tuple[str, int] | None:
+    """``(batch, i)`` for any ``<batch>-<i>``, for a name known to be an input's (a batch
+    may be named by hand, so only the trailing index tells it)."""
+    match = re.match(r"^(.+)-(0|[1-9][0-9]{0,8})$", job_id)
     if match is None:
         return None
     return match.group(1), int(match.group(2))

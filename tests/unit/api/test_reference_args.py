@@ -1,0 +1,354 @@
+"""The reference API's keyword arguments: accepted, each with the meaning it has on Kubernetes.
+
+`cluster` picks a kubeconfig context (an unknown one is an error listing the
+contexts); `backend="pathways"` is refused, naming what to use; the arguments
+that cannot matter warn once per call, naming each and its equivalent; the
+handles' `cleanup_timeout` bounds the wait for the deletion.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kinetic
+import pytest
+import yaml
+from kinetic.api import batches, jobs, kube, reference
+from kinetic.api.config import ConfigError
+from kinetic.api.handle import JobHandle, JobStatus
+from kinetic.api.inputs import InputHandle
+from kinetic.model import payload
+
+
+def kubeconfig(path: Path, *contexts: tuple[str, str], current: str | None = None) -> Path:
+    """A kubeconfig with these (context, cluster) pairs; nothing in it is ever contacted."""
+    clusters = sorted({c for _, c in contexts})
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": c, "cluster": {"server": "https://127.0.0.1:1"}} for c in clusters
+                ],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [
+                    {"name": n, "context": {"cluster": c, "user": "u"}} for n, c in contexts
+                ],
+                "current-context": current or (contexts[0][0] if contexts else ""),
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def contexts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A kubeconfig outside any Pod: a local context and two GKE-named ones."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KINETIC_CONTEXT", raising=False)
+    path = kubeconfig(
+        tmp_path / "config",
+        ("kinetic-local", "local"),
+        ("gke_proj_us-central1-a_train", "gke_proj_us-central1-a_train"),
+        ("gke_proj_europe-west4-a_eval", "gke_proj_europe-west4-a_eval"),
+        current="kinetic-local",
+    )
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    return path
+
+
+class Stop(Exception):
+    """Raised by a stand-in for `resolve`, once it has seen what it was asked for."""
+
+
+@pytest.fixture
+def resolved(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """What `attach`, `attach_batch` and `kinetic.run` ask `resolve` for (then they stop)."""
+    seen: dict[str, Any] = {}
+
+    def fake(namespace: str | None = None, context: str | None = None, **_: Any) -> Any:
+        seen.update(namespace=namespace, context=context)
+        raise Stop
+
+    for module in (jobs, batches):
+        monkeypatch.setattr(module, "resolve", fake)
+    monkeypatch.setattr("kinetic.api.remote.resolve", fake)
+    yield seen
+
+
+def one_warning(caught: list[warnings.WarningMessage]) -> str:
+    deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert len(deprecations) == 1, [str(w.message) for w in deprecations]
+    assert deprecations[0].filename == __file__  # it points at the caller's line
+    return str(deprecations[0].message)
+
+
+# --------------------------------------------------------------------------- warnings
+
+
+def test_run_warns_once_naming_each_ignored_argument_and_its_equivalent() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn = kinetic.run(project="my-proj", zone="us-central1-a", base_image_repo="me/kinetic")(
+            lambda: 1
+        )
+    message = one_warning(caught)
+    assert message.startswith("kinetic.run(): project=, zone=, base_image_repo= are accepted")
+    assert "project='my-proj': the cluster is the one of your kubeconfig context" in message
+    assert "pass context= (or cluster= naming a context)" in message
+    assert "zone='us-central1-a'" in message
+    assert "base_image_repo='me/kinetic'" in message
+    assert "runner image" in message and "image= (or container_image=)" in message
+    # Recorded as given, for code that reads them back.
+    assert (fn.options["project"], fn.options["zone"]) == ("my-proj", "us-central1-a")
+    assert fn.options["base_image_repo"] == "me/kinetic"
+
+
+@pytest.mark.parametrize("backend", ["gke", None])
+def test_the_reference_default_backend_is_accepted_silently(backend: str | None) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fn = kinetic.run(backend=backend)(lambda: 1)
+    assert fn.options["backend"] == backend
+
+
+def test_pathways_is_refused_naming_the_argument_and_what_to_use() -> None:
+    with pytest.raises(ValueError) as refused:
+        kinetic.run(backend="pathways")
+    message = str(refused.value)
+    assert isinstance(refused.value, reference.UnsupportedBackend)
+    assert "kinetic.run(backend='pathways')" in message
+    assert "multi-host" in message and "not supported yet" in message
+    assert "Leave backend= out (or pass backend='gke')" in message
+
+
+def test_an_unknown_backend_is_refused_too() -> None:
+    with pytest.raises(ValueError, match=r"kinetic.attach\(backend='tpu'\): there is no such"):
+        kinetic.attach("job-1", backend="tpu")
+
+
+def test_attach_batch_warns_once_for_its_polling_arguments(resolved: dict[str, Any]) -> None:
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(Stop):
+        warnings.simplefilter("always")
+        kinetic.attach_batch("grp-1a2b3c4d", project="p", poll_interval=10.0, poll_timeout=60)
+    message = one_warning(caught)
+    assert message.startswith("kinetic.attach_batch(): project=, poll_interval=, poll_timeout=")
+    assert "poll_interval=10.0: a KineticBatch holds every input" in message
+    assert "batch.wait(timeout=...)" in message
+
+
+def test_attach_and_list_jobs_warn_for_project_and_zone(
+    resolved: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(Stop):
+        warnings.simplefilter("always")
+        kinetic.attach("job-1", project="p", zone="z")
+    assert "kinetic.attach(): project=, zone= are accepted" in one_warning(caught)
+
+    monkeypatch.setattr(kube, "current_namespace", lambda context=None: "team-a")
+    monkeypatch.setattr(kube, "list_", lambda plural, ns, context=None, selector="": [])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert kinetic.list_jobs(zone="z") == []
+    assert "kinetic.list_jobs(): zone= is accepted" in one_warning(caught)
+
+
+def test_no_reference_argument_means_no_warning(resolved: dict[str, Any]) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(Stop):
+            kinetic.attach("job-1", namespace="team-a")
+    assert resolved == {"namespace": "team-a", "context": None}
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+@pytest.mark.parametrize(
+    ("cluster", "context"),
+    [
+        ("kinetic-local", "kinetic-local"),  # a context of that name
+        ("local", "kinetic-local"),  # the context of the cluster entry of that name
+        ("train", "gke_proj_us-central1-a_train"),  # GKE's name for the reference's cluster
+    ],
+)
+def test_cluster_selects_a_kubeconfig_context(
+    contexts: Path, resolved: dict[str, Any], cluster: str, context: str
+) -> None:
+    with pytest.raises(Stop):
+        kinetic.attach("job-1", cluster=cluster)
+    assert resolved["context"] == context
+    with pytest.raises(Stop):
+        kinetic.attach_batch("grp-1a2b3c4d", cluster=cluster)
+    assert resolved["context"] == context
+
+
+def test_run_selects_the_context_at_submission_not_when_decorating(
+    contexts: Path, resolved: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(contexts.parent / "absent"))
+    fn = kinetic.run(cluster="train")(lambda: 1)  # a module imported in a Pod runs this too
+    monkeypatch.setenv("KUBECONFIG", str(contexts))
+    with pytest.raises(Stop):
+        fn.run_async()
+    assert resolved["context"] == "gke_proj_us-central1-a_train"
+
+
+def test_list_jobs_lists_in_the_selected_context(
+    contexts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str | None] = []
+    monkeypatch.setattr(kube, "current_namespace", lambda context=None: "team-a")
+    monkeypatch.setattr(
+        kube, "list_", lambda plural, ns, context=None, selector="": asked.append(context) or []
+    )
+    assert kinetic.list_jobs(cluster="eval") == []
+    assert asked == ["gke_proj_europe-west4-a_eval"]
+
+
+def test_an_unknown_cluster_is_an_error_listing_the_contexts(contexts: Path) -> None:
+    with pytest.raises(ConfigError) as refused:
+        kinetic.attach("job-1", cluster="prod")
+    message = str(refused.value)
+    assert f"kinetic.attach(cluster='prod'): {contexts} has no context for that cluster" in message
+    assert (
+        "Its contexts: gke_proj_europe-west4-a_eval, gke_proj_us-central1-a_train, kinetic-local"
+        in message
+    )
+    assert "leave it out to use the current context (now 'kinetic-local')" in message
+
+
+def test_a_cluster_of_several_contexts_asks_for_the_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    path = kubeconfig(tmp_path / "config", ("admin@prod", "prod"), ("dev@prod", "prod"))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    with pytest.raises(ConfigError, match=r"\(admin@prod, dev@prod\); pass context= the one"):
+        kinetic.list_jobs(cluster="prod")
+
+
+def test_cluster_without_a_kubeconfig_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    with pytest.raises(ConfigError, match=r"has none\. Point KUBECONFIG at a kubeconfig with"):
+        kinetic.attach_batch("grp-1a2b3c4d", cluster="train")
+
+
+def test_cluster_inside_a_pod_says_the_pod_talks_to_its_own_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    with pytest.raises(ConfigError, match=r"runs in a Pod and talks to its own cluster"):
+        kinetic.attach("job-1", cluster="train")
+
+
+def test_cluster_and_another_context_conflict(contexts: Path) -> None:
+    with pytest.raises(ConfigError) as refused:
+        kinetic.attach("job-1", cluster="train", context="kinetic-local")
+    assert "selects the kubeconfig context 'gke_proj_us-central1-a_train', not " in str(
+        refused.value
+    )
+    assert "pass only one of them" in str(refused.value)
+
+
+def test_cluster_and_the_same_context_agree(contexts: Path, resolved: dict[str, Any]) -> None:
+    with pytest.raises(Stop):
+        kinetic.attach("job-1", cluster="train", context="gke_proj_us-central1-a_train")
+    assert resolved["context"] == "gke_proj_us-central1-a_train"
+
+
+# --------------------------------------------------------------------------- handles
+
+
+@pytest.fixture
+def deletions(monkeypatch: pytest.MonkeyPatch) -> list[float | None]:
+    """The timeouts the handles wait for a deletion or a cancel with (nothing is contacted)."""
+    waits: list[float | None] = []
+
+    def watch_one(plural: str, ns: str, name: str, timeout: float | None, context: Any = None):
+        waits.append(timeout)
+        yield {"status": {"phase": "CANCELLED"}}
+        yield None
+
+    monkeypatch.setattr(kube, "get", lambda *a, **k: None)
+    monkeypatch.setattr(kube, "delete", lambda *a, **k: True)
+    monkeypatch.setattr(kube, "patch_spec", lambda *a, **k: {})
+    monkeypatch.setattr(kube, "watch_one", watch_one)
+    return waits
+
+
+def job() -> JobHandle:
+    return JobHandle(job_id="train-1", namespace="team-a", uid="u-1", function=True)
+
+
+def test_cleanup_timeout_bounds_the_wait_for_the_deletion(deletions: list[float | None]) -> None:
+    job().cleanup(gcs=False, cleanup_timeout=7)
+    job().cleanup(True, False, 9)  # the reference's positional cleanup_timeout
+    job().cleanup(gcs=False)
+    assert deletions == [7, 9, 180]
+
+
+def test_cancel_takes_cleanup_timeout(deletions: list[float | None]) -> None:
+    assert job().cancel(cleanup_timeout=11) is JobStatus.CANCELLED
+    assert job().cancel(12) is JobStatus.CANCELLED
+    assert deletions == [11, 12]
+
+
+def test_two_different_deletion_timeouts_are_refused(deletions: list[float | None]) -> None:
+    with pytest.raises(ValueError) as refused:
+        job().cleanup(timeout=5, cleanup_timeout=6)
+    assert str(refused.value) == (
+        "JobHandle.cleanup(): timeout=5 and cleanup_timeout=6 both bound the wait for the "
+        "deletion; pass one of them."
+    )
+    assert deletions == []
+
+
+def test_cleanup_poll_interval_warns_once_naming_the_watch(deletions: list[float | None]) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        job().cancel(cleanup_timeout=3, cleanup_poll_interval=2)
+    message = one_warning(caught)
+    assert message.startswith("JobHandle.cancel(): cleanup_poll_interval= is accepted")
+    assert "a deletion is followed with a watch, not polled" in message
+    assert "cleanup_timeout= (or timeout=) bounds the wait" in message
+    assert deletions == [3]
+
+
+def test_result_passes_cleanup_timeout_to_the_cleanup(monkeypatch: pytest.MonkeyPatch) -> None:
+    handle = job()
+    cleaned: list[dict[str, Any]] = []
+    monkeypatch.setattr(handle, "_wait_streaming", lambda *a: JobStatus.SUCCEEDED)
+    monkeypatch.setattr(handle, "_read_result", lambda: payload.Result(ok=True, value=42))
+    monkeypatch.setattr(handle, "cleanup", lambda **kw: cleaned.append(kw))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert handle.result(cleanup_timeout=30, cleanup_poll_interval=1) == 42
+    assert "JobHandle.result(): cleanup_poll_interval=" in one_warning(caught)
+    assert cleaned == [{"timeout": 30}]
+
+
+def test_an_input_takes_the_same_cleanup_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    handle = InputHandle(
+        job_id="grp-1a2b3c4d-2", namespace="team-a", group_id="grp-1a2b3c4d", group_index=2
+    )
+    waited: list[float | None] = []
+    monkeypatch.setattr("kinetic.api.inputs.add_cancel_indexes", lambda *a: {})
+    monkeypatch.setattr(handle, "wait", lambda timeout=None: waited.append(timeout) or "ended")
+    assert handle.cancel(cleanup_timeout=4) == "ended"
+    monkeypatch.setattr(handle, "status", lambda: JobStatus.RUNNING)  # so cleanup cancels first
+    monkeypatch.setattr(handle, "_delete_pods", lambda archive_logs: None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        handle.cleanup(gcs=False, cleanup_timeout=5, cleanup_poll_interval=1)
+    assert "InputHandle.cleanup(): cleanup_poll_interval=" in one_warning(caught)
+    handle.cleanup(gcs=False, cleanup_timeout=6)
+    assert waited == [4, 5, 6]
