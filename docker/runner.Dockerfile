@@ -14,7 +14,8 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY docker/wheels/ /wheels/
 COPY client ./client
-RUN pip install -q ${PIP_OPTIONS} ./client && rm -rf /src /wheels
+# The debug extra (debugpy) is what `@kinetic.run(debug=True)` starts in the Pod.
+RUN pip install -q ${PIP_OPTIONS} './client[debug]' && rm -rf /src /wheels
 
 # The restricted pod security profile the operator applies to job pods (runAsUser 65532).
 RUN useradd --uid 65532 --create-home --shell /usr/sbin/nologin kinetic

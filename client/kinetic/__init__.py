@@ -92,7 +92,13 @@ if TYPE_CHECKING:
     from kinetic.model.payload import RunnerError
 
 
+# The reference API's public submodules, reachable as attributes (`kinetic.debug.…`).
+_SUBMODULES = frozenset({"debug", "job_status"})
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return import_module(f"kinetic.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'kinetic' has no attribute {name!r}")

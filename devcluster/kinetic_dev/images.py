@@ -447,7 +447,7 @@ class Images:
                 str(wheels),
                 "-c",
                 str(constraints),
-                str(self.repo / "client"),
+                f"{self.repo / 'client'}[debug]",  # the runner image installs the debug extra
                 str(self.repo / "operator"),
                 "setuptools>=77",
                 "wheel",

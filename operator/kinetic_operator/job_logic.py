@@ -49,6 +49,7 @@ from kinetic.model.resources import (
     KineticJobSpec,
     KineticJobStatus,
     Phase,
+    debug_problem,
 )
 from pydantic import ValidationError
 
@@ -152,6 +153,8 @@ def validate_spec(
         return InvalidSpec(_format_errors(exc))
     if (spec.function is None) == (spec.container is None):
         return InvalidSpec("spec: exactly one of spec.function or spec.container must be set")
+    if (debug := debug_problem(spec, "spec")) is not None:
+        return InvalidSpec(debug)
     try:
         resolve(catalog, spec.accelerator, spec.spot)
     except UnknownAccelerator as exc:

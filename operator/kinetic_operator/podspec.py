@@ -18,7 +18,9 @@ from typing import Any
 from kinetic.model import layout
 from kinetic.model.catalog import resolve
 from kinetic.model.names import (
+    DEBUG_PORT,
     ENV_CHUNK,
+    ENV_DEBUG_PORT,
     ENV_JOB_NAME,
     ENV_JOB_NAMESPACE,
     ENV_PAYLOAD_URI,
@@ -55,6 +57,7 @@ RESERVED_ENV = frozenset(
         ENV_CHUNK,
         "KINETIC_REPORT_URI",
         "KINETIC_VOLUMES",
+        ENV_DEBUG_PORT,
     }
 )
 
@@ -149,6 +152,8 @@ def function_env(spec: KineticJobSpec) -> dict[str, str]:
         ours["KINETIC_INPUT_JSON"] = json.dumps(fn.input_json)
     if fn.input_mode is not None:
         ours["KINETIC_INPUT_MODE"] = fn.input_mode
+    if spec.debug:
+        ours[ENV_DEBUG_PORT] = str(DEBUG_PORT)
     return ours
 
 

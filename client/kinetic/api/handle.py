@@ -30,13 +30,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kinetic import storage
+from kinetic.api import debug as debugging
 from kinetic.api import kube, reference
 from kinetic.api.cleanup import delete_stored
 from kinetic.api.config import resolve
@@ -78,6 +81,7 @@ class JobHandle:
     uid: str | None = None
     function: bool = False
     payload_uri: str | None = None
+    debug: bool = False  # started with debug=True: the runner waits for a debugger
     # The result hash the API server held just before `cleanup(gcs=False)` deleted the
     # job: held in memory only, never saved with the handle.
     _sha256_before_deletion: str | None = field(default=None, init=False, repr=False)
@@ -110,6 +114,7 @@ class JobHandle:
             uid=uid,
             function=bool(fn),
             payload_uri=fn.get("payloadURI"),
+            debug=bool(spec.get("debug")),
         )
 
     @classmethod
@@ -286,8 +291,10 @@ class JobHandle:
         """Wait for the job and return its value, or raise the remote exception.
 
         By default a successful download is followed by cleanup of the resource
-        and its artifacts; failed jobs are kept so their logs can be read.
-        With stream_logs=True every attempt's log is printed to stdout while waiting.
+        and its artifacts; failed jobs are kept so their logs can be read, and so
+        are debug jobs (`debug=True`), which a debugging session may revisit.
+        With stream_logs=True every attempt's log is printed to stdout while waiting
+        (False by default, for debug jobs too: a debugger owns that terminal).
         `cleanup_timeout` (the reference's) bounds the wait for that deletion
         (180 s by default); `cleanup_poll_interval` cannot matter (the deletion
         is watched, not polled) and warns once.
@@ -309,7 +316,7 @@ class JobHandle:
             if final is JobStatus.SUCCEEDED and not self._is_function():
                 return self.describe().get("result")  # container job: its termination message
             raise JobFailed(f"job {self.job_id} {final.value}: {message}")
-        if cleanup if cleanup is not None else outcome.ok:
+        if cleanup if cleanup is not None else outcome.ok and not self.debug:
             self.cleanup(timeout=wait_for_deletion)
         return payload.raise_remote(outcome)
 
@@ -442,6 +449,56 @@ class JobHandle:
                 yield chunk.decode(errors="replace")
         finally:
             resp.release_conn()
+
+    # ----------------------------------------------------------------- debugging
+
+    def debug_attach(
+        self,
+        local_port: int = names.DEBUG_PORT,
+        working_dir: str | None = None,
+        *,
+        timeout: float | None = 600.0,
+    ) -> subprocess.Popen[str]:
+        """Wait for the job's debugpy, forward `local_port` to it, and print the VS Code
+        configuration that attaches; return the ``kubectl port-forward`` process.
+
+        End the forward with `kinetic.debug.cleanup_port_forward(proc)`. The job
+        must have been started with ``debug=True``; `timeout` bounds the wait for
+        its Pod to start and its runner to listen. `working_dir` is the local
+        folder of the function's source, for the path mappings (default: here).
+        """
+        if not self.debug:
+            raise debugging.DebugAttachError(
+                f"job {self.job_id} was not started with debug=True, so nothing in its Pod "
+                "waits for a debugger: submit it again with @kinetic.run(..., debug=True)"
+            )
+        pod = self._wait_for_debugpy(timeout)
+        proc = debugging.start_port_forward(
+            pod, self.namespace, local_port, names.DEBUG_PORT, self.context
+        )
+        debugging.print_attach_instructions(local_port, working_dir)
+        return proc
+
+    def _wait_for_debugpy(self, timeout: float | None) -> str:
+        """The Pod whose runner has said debugpy listens (its log's ready line)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            pod = self._pod()
+            if pod is not None and names.DEBUG_READY_LINE in (
+                kube.pod_log(pod, self.namespace, 200, self.context) or ""
+            ):
+                return pod
+            status = self.status()
+            if status.terminal:
+                raise debugging.DebugAttachError(
+                    f"job {self.job_id} is {status.value}: there is no debugger to attach to"
+                )
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"job {self.job_id}'s debugpy did not start within {timeout:.0f} s "
+                    f"(status {status.value}); see `kinetic jobs logs {self.job_id}`"
+                )
+            time.sleep(1.0)
 
     # ----------------------------------------------------------------- acting
 

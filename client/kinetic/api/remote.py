@@ -158,6 +158,7 @@ class RemoteFunction:
             retries=o["retries"] if retries is None else retries,
             deadline_seconds=o["deadline"],
             volumes=volumes,
+            debug=o.get("debug", False),
         )
 
 
@@ -196,6 +197,7 @@ def run(
     output_dir: str | None = None,
     deadline: int | None = None,
     volumes: Mapping[str, Data] | None = None,
+    debug: bool = False,
     *,
     project: str | None = None,
     zone: str | None = None,
@@ -212,6 +214,12 @@ def run(
     failure; `deadline` bounds each attempt in seconds; `volumes` maps absolute
     paths to `kinetic.Data`, present at those paths in the pod before the call
     (a `Data` passed as an argument arrives as a local path instead).
+
+    `debug=True` starts debugpy in the Pod and holds the call until a debugger
+    attaches: `job.debug_attach()` (or `kinetic jobs debug ID`) forwards a local
+    port to it and prints the VS Code configuration. A debug job's `result()`
+    keeps the job and its artifacts (`cleanup=False`) and does not stream logs,
+    unless asked.
 
     `image` (or `container_image`, the reference's name for it) runs the
     function in that image as is. Without one (or with "bundled" or
@@ -249,6 +257,7 @@ def run(
         spot=spot,
         output_dir=output_dir,
         deadline=deadline,
+        debug=bool(debug),
         volumes=check_volumes(volumes),  # before anything is uploaded
         # The reference API's: the cluster picks the kubeconfig context at submission;
         # the others are kept as given (see the docstring).

@@ -11,6 +11,7 @@ from typing import Any
 import typer
 
 from kinetic.api import kube
+from kinetic.api.debug import DebugAttachError, cleanup_port_forward
 from kinetic.api.jobs import (
     JobCancelled,
     JobFailed,
@@ -25,7 +26,7 @@ from kinetic.model.digest import ResultMismatch
 app = typer.Typer(
     no_args_is_help=True,
     help="Single jobs (or one input of a batch, as GROUP-INDEX): list, status, logs, result, "
-    "cancel, cleanup.",
+    "cancel, cleanup, debug.",
 )
 
 NAMESPACE = typer.Option(None, "--namespace", "-n", help="Namespace (default: the kubeconfig's).")
@@ -174,3 +175,30 @@ def cleanup(
     h = _handle(job_id, namespace, context)
     h.cleanup(k8s=k8s, gcs=gcs)
     console.print(f"{job_id}: cleaned up")
+
+
+@app.command()
+def debug(
+    job_id: str,
+    port: int = typer.Option(5678, "--port", "-p", help="Local port to forward to debugpy."),
+    working_dir: str | None = typer.Option(
+        None, "--working-dir", help="Local folder of the function's source (default: here)."
+    ),
+    timeout: float = typer.Option(600, help="Seconds to wait for the job's debugpy to listen."),
+    namespace: str | None = NAMESPACE,
+    context: str | None = CONTEXT,
+) -> None:
+    """Forward a local port to a debug job's debugpy and print the VS Code configuration;
+    the forward lasts until the job ends or Ctrl-C."""
+    h = _handle(job_id, namespace, context)
+    try:
+        forward = h.debug_attach(local_port=port, working_dir=working_dir, timeout=timeout)
+    except (DebugAttachError, TimeoutError) as e:
+        raise fail(str(e)) from None
+    try:
+        final = h.wait()
+        console.print(f"{job_id}: {final.value}; the forward is closed")
+    except KeyboardInterrupt:
+        console.print("the forward is closed; the job carries on")
+    finally:
+        cleanup_port_forward(forward)

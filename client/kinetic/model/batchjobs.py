@@ -28,7 +28,13 @@ from kinetic.model import layout
 from kinetic.model.inputcount import input_count
 from kinetic.model.names import ENV_INDEX
 from kinetic.model.ranges import IndexSet
-from kinetic.model.resources import BatchJobSpec, EnvVar, KineticBatchSpec, KineticJobSpec
+from kinetic.model.resources import (
+    BatchJobSpec,
+    EnvVar,
+    KineticBatchSpec,
+    KineticJobSpec,
+    debug_problem,
+)
 
 __all__ = [
     "batch_total",
@@ -122,6 +128,8 @@ def validate_jobs(spec: KineticBatchSpec) -> list[str]:
         where = f"spec.jobs[{i}]"
         if (job.function is None) == (job.container is None):
             problems.append(f"{where} needs exactly one of function or container")
+        if (debug := debug_problem(job, where)) is not None:
+            problems.append(debug)
         if job.cancel:
             problems.append(
                 f"{where}.cancel must be false; add {i} to spec.cancelIndexes to cancel this "

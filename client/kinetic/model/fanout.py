@@ -68,6 +68,7 @@ from kinetic.model.resources import (
     EnvVar,
     KineticBatchSpec,
     KineticJobSpec,
+    debug_problem,
 )
 
 __all__ = [
@@ -359,7 +360,8 @@ def _shape_problems(inputs: BatchInputs, template: KineticJobSpec) -> list[str]:
         ]
     if (template.function is None) == (template.container is None):
         return ["spec.template needs exactly one of function or container"]
-    return []
+    debug = debug_problem(template, "spec.template")
+    return [debug] if debug else []
 
 
 def _input_storage_problems(inputs: BatchInputs, template: KineticJobSpec) -> list[str]:

@@ -37,6 +37,13 @@ ENV_JOB_NAMESPACE = "KINETIC_JOB_NAMESPACE"
 ENV_PAYLOAD_URI = "KINETIC_PAYLOAD_URI"  # set when the Pod runs a function
 ENV_RESULT_URI = "KINETIC_RESULT_URI"  # where a function's result goes (one input, or a job)
 ENV_CHUNK = "KINETIC_CHUNK"  # a Pod that runs several inputs of a batch: their list
+ENV_DEBUG_PORT = "KINETIC_DEBUG_PORT"  # a debug job: the port debugpy listens on in the Pod
+
+# A debug job's debugpy listens on the Pod's loopback only: `kubectl port-forward` reaches
+# it there, and nothing else on the cluster network can attach to (and run code in) the job.
+DEBUG_PORT = 5678  # debugpy's own default, as the reference's VS Code configurations use
+DEBUG_READY_LINE = "debugpy is listening; waiting for a debugger to attach"
+"""The runner's log line once debugpy listens: `JobHandle.debug_attach` waits for it."""
 
 MAX_POD_NAME = 63  # Pod names become hostnames and label values
 

@@ -247,6 +247,12 @@ class KineticJobSpec(Wire):
         default_factory=list, max_length=L.MAX_ENV, description="Extra environment variables."
     )
     spot: bool = Field(False, description="Schedule on spot (preemptible) capacity.")
+    debug: bool = Field(
+        False,
+        description="Function jobs only: the runner starts debugpy on the Pod's loopback "
+        "(port 5678) and waits for a debugger to attach before calling the function "
+        "(kinetic jobs debug, JobHandle.debug_attach).",
+    )
     output_dir: str | None = Field(
         None,
         pattern=STORAGE_URI_PATTERN,
@@ -271,6 +277,17 @@ class KineticJobSpec(Wire):
         max_length=L.MAX_VOLUMES,
         description="Data present at each mountPath before the job starts.",
     )
+
+
+def debug_problem(spec: KineticJobSpec, path: str) -> str | None:
+    """Why `debug` cannot be set on this spec, or None: a debugger attaches to the kinetic
+    runner, which only function jobs run."""
+    if spec.debug and spec.container is not None:
+        return (
+            f"{path}.debug: a debugger attaches to the kinetic runner, and a container job runs "
+            "its own command; set debug only on function jobs (or start debugpy in your own image)"
+        )
+    return None
 
 
 class BatchJobSpec(KineticJobSpec):

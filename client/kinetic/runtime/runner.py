@@ -112,6 +112,7 @@ from kinetic import storage
 from kinetic.model import digest, payload
 from kinetic.model.payload import INPUT_MODES, CallPayload, Phase, Result
 from kinetic.model.ranges import format_ranges
+from kinetic.runtime import debugger
 from kinetic.runtime.outcome import user_failure
 from kinetic.runtime.termination import (
     MAX_TERMINATION_MESSAGE,
@@ -199,6 +200,7 @@ class RunnerConfig:
     input_mode: str = "auto"
     termination_log: str | None = None
     report_uri: str | None = None
+    debug_port: int | None = None  # a debug job: wait for a debugger on this port first
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> RunnerConfig:
@@ -251,6 +253,8 @@ class RunnerConfig:
             spec, single_problems = _single_input(environ, get)
             problems += single_problems
             inputs = (spec,) if spec is not None else ()
+        port, port_problem = debugger.debug_port(environ)
+        problems += [port_problem] if port_problem else []
         if problems:
             raise ConfigError("; ".join(problems))
         return cls(
@@ -261,6 +265,7 @@ class RunnerConfig:
             input_mode=mode,
             termination_log=termination_log_path(environ),
             report_uri=get("KINETIC_REPORT_URI"),
+            debug_port=port,
         )
 
 
@@ -807,6 +812,10 @@ def _write_report(uri: str | None, hashes: dict[int, str]) -> str | None:
 
 def run(cfg: RunnerConfig) -> int:
     """Do the whole job for ``cfg`` (one input or a chunk) and return the exit code."""
+    if cfg.debug_port is not None:
+        problem = debugger.wait_for_debugger(cfg.debug_port, log)
+        if problem is not None:
+            return _setup_failure(problem, os.environ)
     function = _Function(cfg.payload_uri, cfg.payload_sha256)
     if not cfg.chunked:
         outcome = _run_one(cfg, cfg.inputs[0], function)

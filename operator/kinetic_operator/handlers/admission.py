@@ -31,7 +31,13 @@ from typing import Any
 import kopf
 from kinetic.model import limits
 from kinetic.model.rerun import from_batch_problems
-from kinetic.model.resources import GROUP, VERSION, KineticBatchSpec
+from kinetic.model.resources import (
+    GROUP,
+    VERSION,
+    KineticBatchSpec,
+    KineticJobSpec,
+    debug_problem,
+)
 from pydantic import ValidationError
 
 from kinetic_operator.batch_logic import immutable_change
@@ -44,7 +50,38 @@ from kinetic_operator.webhook import BATCH_HOOK, JOB_HOOK, Hook
 
 def job_problems(body: dict[str, Any] | None) -> list[str]:
     """Why a KineticJob must be refused at admission (empty: admit it)."""
-    return limits.check_job_spec((body or {}).get("spec"))
+    spec = (body or {}).get("spec")
+    return limits.check_job_spec(spec) or debug_problems({"spec": spec})
+
+
+def debug_problems(specs: dict[str, Any]) -> list[str]:
+    """`debug` set where no runner waits for a debugger (a container job), by field path.
+
+    Refused at admission, so `kubectl apply` says so at once; a spec that does
+    not parse is left to the reconciler, which reports every problem with it.
+    """
+    problems: list[str] = []
+    for path, raw in specs.items():
+        if not isinstance(raw, dict) or not raw.get("debug"):
+            continue
+        try:
+            spec = KineticJobSpec.model_validate(raw)
+        except ValidationError:
+            continue
+        if (problem := debug_problem(spec, path)) is not None:
+            problems.append(problem)
+    return problems
+
+
+def _batch_job_specs(spec: Any) -> dict[str, Any]:
+    """A batch's job specs by field path: its template, or each of its jobs."""
+    if not isinstance(spec, dict):
+        return {}
+    jobs = spec.get("jobs")
+    jobs = jobs if isinstance(jobs, list) else []
+    return {"spec.template": spec.get("template")} | {
+        f"spec.jobs[{i}]": job for i, job in enumerate(jobs)
+    }
 
 
 def batch_problems(
@@ -56,6 +93,7 @@ def batch_problems(
         storage_root=settings.storage_root,
         max_inputs=settings.max_inputs,
     ) + from_batch_problems((new or {}).get("spec"))
+    problems = problems or debug_problems(_batch_job_specs((new or {}).get("spec")))
     if problems or old is None:
         return problems
     change = immutable_change_of(old, new)

@@ -11,7 +11,9 @@ from kinetic.model import layout
 from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
 from kinetic_operator.handlers import batch_accept
 from kinetic_operator.handlers.admission import (
+    _batch_job_specs,
     check_spec_update,
+    debug_problems,
     register_validators,
     validate_batch,
     validate_job,
@@ -199,3 +201,36 @@ def test_the_reconcile_still_refuses_what_bypasses_the_webhook(tmp_path):
     cond = next(c for c in status.conditions if c.type == "SpecAccepted")
     assert cond.status == "False" and "create a new batch" in cond.message
     assert [(e.type, e.reason) for e in events] == [("Warning", "SpecChangeRefused")]
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        (
+            {"template": {"container": {"command": ["true"]}, "debug": True}},
+            ["spec.template.debug"],
+        ),
+        (
+            {
+                "template": {
+                    "function": {"payloadURI": "gs://b/p", "sha256": "ab" * 32},
+                    "debug": True,
+                }
+            },
+            [],
+        ),
+        (
+            {
+                "jobs": [
+                    {"container": {"command": ["true"]}},
+                    {"container": {"command": ["x"]}, "debug": True},
+                ]
+            },
+            ["spec.jobs[1].debug"],
+        ),
+        ({"jobs": "not a list", "template": None}, []),
+    ],
+)
+def test_debug_on_a_container_in_a_batch_is_refused_naming_the_field(spec, expected):
+    problems = debug_problems(_batch_job_specs(spec))
+    assert [p.split(":")[0] for p in problems] == expected

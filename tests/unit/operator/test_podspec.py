@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kinetic.model.catalog import default_catalog
 from kinetic.model.names import job_pod_name
-from kinetic.model.resources import KineticJobSpec
+from kinetic.model.resources import EnvVar, KineticJobSpec
 from kinetic_operator.job_logic import InvalidSpec, validate_spec
 from kinetic_operator.podspec import (
     CONTAINER_SECURITY_CONTEXT,
@@ -347,3 +347,38 @@ def test_another_service_account_comes_only_from_the_operator():
     other = SETTINGS.model_copy(update={"runner_service_account": "sa-from-helm"})
     m = build_job_pod(OWNER, container_spec(), other, 1)
     assert_restricted(m, other)
+
+
+def test_a_debug_job_tells_its_runner_the_port_and_a_user_cannot():
+    spec = function_spec()
+    assert "KINETIC_DEBUG_PORT" not in env_of(build_job_pod(OWNER, spec, SETTINGS, 1))
+    spec.debug = True
+    spec.env = [EnvVar(name="KINETIC_DEBUG_PORT", value="1")]
+    env = env_of(build_job_pod(OWNER, spec, SETTINGS, 1))
+    assert env["KINETIC_DEBUG_PORT"] == "5678"
+    # No port is opened to the network: debugpy listens on the Pod's loopback.
+    assert "ports" not in main_container(build_job_pod(OWNER, spec, SETTINGS, 1))
+
+
+@pytest.mark.parametrize(
+    "spec, refused",
+    [
+        ({"container": {"image": "busybox", "command": ["true"]}, "debug": True}, True),
+        ({"container": {"image": "busybox", "command": ["true"]}, "debug": False}, False),
+        ({"function": {"payloadURI": PAYLOAD, "sha256": SHA}, "debug": True}, False),
+    ],
+)
+def test_debug_is_for_function_jobs(spec, refused):
+    got = validate_spec(
+        "kj",
+        spec,
+        default_catalog(),
+        storage_root="gs://kinetic/root",
+        max_disruptions=3,
+        namespace="ns",
+    )
+    if refused:
+        assert isinstance(got, InvalidSpec) and got.message.startswith("spec.debug: ")
+        assert "function jobs" in got.message
+    else:
+        assert not isinstance(got, InvalidSpec), got

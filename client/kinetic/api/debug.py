@@ -1,0 +1,146 @@
+"""Attaching a debugger to a debug job: the port-forward and the editor's configuration.
+
+`@kinetic.run(debug=True)` makes the Pod's runner start debugpy on the Pod's
+loopback and wait (`kinetic.runtime.debugger`). `JobHandle.debug_attach` waits
+for the runner's ready line, then calls `start_port_forward` here: a
+``kubectl port-forward`` process, returned to the caller as the reference API
+returns it, which `cleanup_port_forward` ends.
+
+Path mappings: a function shipped by value keeps the file names it had on the
+submitting machine (its code objects carry them), so the Pod's paths *are* the
+local ones and the mapping is the identity on the working directory. Breakpoints
+set in the editor on the local files match the frames in the Pod as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import threading
+import time
+from typing import Any
+
+from kinetic.model.names import DEBUG_PORT
+
+__all__ = [
+    "DEBUG_PORT",
+    "DebugAttachError",
+    "cleanup_port_forward",
+    "print_attach_instructions",
+    "start_port_forward",
+    "vscode_configuration",
+]
+
+FORWARD_READY_TIMEOUT = 30.0
+
+
+class DebugAttachError(RuntimeError):
+    """The debugger could not be connected to the job (no kubectl, no Pod, a failed forward)."""
+
+
+def vscode_configuration(local_port: int, working_dir: str | None = None) -> dict[str, Any]:
+    """A VS Code ``launch.json`` entry that attaches to the forwarded port.
+
+    ``working_dir`` is the local folder of the function's source (default: this
+    process's current directory); see the module docstring for why the remote
+    root is the same path.
+    """
+    root = os.path.abspath(working_dir) if working_dir else os.getcwd()
+    return {
+        "name": "Attach to Kinetic job",
+        "type": "debugpy",
+        "request": "attach",
+        "connect": {"host": "localhost", "port": local_port},
+        "pathMappings": [{"localRoot": root, "remoteRoot": root}],
+        "justMyCode": True,
+    }
+
+
+def print_attach_instructions(local_port: int, working_dir: str | None = None) -> None:
+    """Print what to paste into ``.vscode/launch.json`` (or any DAP client's settings)."""
+    config = json.dumps(vscode_configuration(local_port, working_dir), indent=2)
+    print(
+        f"debugpy is forwarded to localhost:{local_port}. Attach your debugger; for VS Code, "
+        f"add this to .vscode/launch.json under configurations and start it:\n{config}",
+        flush=True,
+    )
+
+
+def port_forward_argv(
+    kubectl: str, pod: str, namespace: str, local_port: int, remote_port: int, context: str | None
+) -> list[str]:
+    """The ``kubectl port-forward`` command line (local loopback only)."""
+    argv = [kubectl, "port-forward", "--namespace", namespace, "--address", "127.0.0.1"]
+    if context:
+        argv += ["--context", context]
+    return [*argv, f"pod/{pod}", f"{local_port}:{remote_port}"]
+
+
+def start_port_forward(
+    pod: str,
+    namespace: str,
+    local_port: int = DEBUG_PORT,
+    remote_port: int = DEBUG_PORT,
+    context: str | None = None,
+    ready_timeout: float = FORWARD_READY_TIMEOUT,
+) -> subprocess.Popen[str]:
+    """Start ``kubectl port-forward`` to the Pod and return it once it forwards.
+
+    kubectl says "Forwarding from ..." when the local port is listening; until
+    then a connection would be refused, so this waits for that line. A forward
+    that exits first (port in use, Pod gone, no rights) raises with kubectl's
+    own message.
+    """
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        raise DebugAttachError(
+            "debug_attach starts `kubectl port-forward`, and kubectl is not on PATH: install "
+            "kubectl (the same one your kubeconfig works with) and try again"
+        )
+    argv = port_forward_argv(kubectl, pod, namespace, local_port, remote_port, context)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if line is None:  # kubectl exited before forwarding
+            err = proc.stderr.read() if proc.stderr else ""
+            raise DebugAttachError(
+                f"kubectl port-forward to pod {pod} exited ({proc.wait()}): {err.strip()}"
+            )
+        if line.startswith("Forwarding from"):
+            return proc
+    cleanup_port_forward(proc)
+    raise DebugAttachError(
+        f"kubectl port-forward to pod {pod} did not start forwarding within {ready_timeout:.0f} s"
+    )
+
+
+def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+    """Hand kubectl's stdout lines over until it closes (None), draining it meanwhile so the
+    forward never blocks on a full pipe."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.put(line)
+    lines.put(None)
+
+
+def cleanup_port_forward(proc: subprocess.Popen[Any], timeout: float = 5.0) -> None:
+    """End a forward from `start_port_forward` (or `JobHandle.debug_attach`): terminate,
+    and kill it if it has not ended within `timeout` seconds. Safe to call twice."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
