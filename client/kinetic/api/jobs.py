@@ -15,14 +15,17 @@ importing it makes every kind of saved handle rebuildable by
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 import secrets
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from kinetic import storage
 from kinetic.api import kube, reference
-from kinetic.api.batches import attach_input
+from kinetic.api.batches import BatchHandle, attach_input
 from kinetic.api.config import ClientConfig, resolve
 from kinetic.api.handle import JobCancelled as JobCancelled  # kinetic.api.jobs.*, as before
 from kinetic.api.handle import JobFailed as JobFailed
@@ -136,21 +139,33 @@ def attach(
     )
 
 
+T = TypeVar("T")
+
+DEFAULT_LIST_LIMIT = 1000
+"""How many handles `list_jobs` returns unless told: one batch may hold millions of inputs."""
+
+
 def list_jobs(
     namespace: str | None = None,
     context: str | None = None,
     *,
+    include_batches: bool = True,
+    limit: int | None = DEFAULT_LIST_LIMIT,
+    offset: int = 0,
     project: str | None = None,
     zone: str | None = None,
     cluster: str | None = None,
     backend: str | None = None,
     base_image_repo: str | None = None,
 ) -> list[JobHandle]:
-    """Handles for every KineticJob in the namespace, newest first.
+    """Handles for the jobs in the namespace, newest first, as the reference lists them.
 
-    The inputs of a batch are not KineticJobs: `kinetic.attach_batch(group).jobs`
-    (or `kinetic batches status GROUP --inputs`) lists them. The reference
-    API's arguments are taken as by `attach`.
+    Every KineticJob, and (``include_batches``, the default) every input of
+    every batch, whose handle has ``group_id``, ``group_kind`` ("map") and
+    ``group_index`` set; a batch's inputs follow each other in index order.
+    At most ``limit`` handles (None: all) from position ``offset``: a page.
+    `iter_jobs` walks them all lazily. The reference API's arguments are taken
+    as by `attach`.
     """
     reference.accept(
         "kinetic.list_jobs",
@@ -160,17 +175,76 @@ def list_jobs(
         base_image_repo=base_image_repo,
     )
     context = reference.context_for("kinetic.list_jobs", cluster, context)
-    return [h for h, _ in list_jobs_with_status(namespace, context)]
+    rows = iter_jobs_with_status(namespace, context, include_batches=include_batches)
+    return [h for h, _ in page_of(rows, limit, offset)]
+
+
+def iter_jobs(
+    namespace: str | None = None, context: str | None = None, *, include_batches: bool = True
+) -> Iterator[JobHandle]:
+    """`list_jobs` without a bound: every handle, newest first, built as it is reached."""
+    rows = iter_jobs_with_status(namespace, context, include_batches=include_batches)
+    return (h for h, _ in rows)
+
+
+def page_of(rows: Iterable[T], limit: int | None, offset: int = 0) -> list[T]:
+    """Rows `offset` to `offset + limit` (all from `offset` when `limit` is None)."""
+    if offset < 0 or (limit is not None and limit < 0):
+        raise ValueError(f"limit and offset must be 0 or more; got limit={limit}, offset={offset}")
+    stop = None if limit is None else offset + limit
+    return list(itertools.islice(rows, offset, stop))
+
+
+StatusOf = Callable[[], dict[str, Any]]
+
+
+def iter_jobs_with_status(
+    namespace: str | None = None, context: str | None = None, *, include_batches: bool = True
+) -> Iterator[tuple[JobHandle, StatusOf]]:
+    """Each handle, newest first, with how to read its status: a job's came with the LIST;
+    a batch input's is read (once per batch, for all its inputs) only when asked for."""
+    ns = namespace or kube.current_namespace(context)
+    owners: list[tuple[str, str, JobHandle | BatchHandle]] = []
+    jobs: dict[str, dict[str, Any]] = {}
+    for obj in kube.iter_list(r.JOB_PLURAL, ns, context):
+        h = JobHandle.from_resource(obj, context)
+        jobs[h.job_id] = obj.get("status", {})
+        owners.append((h.created_at, h.job_id, h))
+    if include_batches:
+        root: str | None = None  # resolved at the first batch: a namespace may have none
+        for obj in kube.iter_list(r.BATCH_PLURAL, ns, context):
+            root = root or resolve(namespace=ns, context=context).storage_root
+            b = BatchHandle.from_resource(obj, root, context)
+            owners.append((b.created_at, b.group_id, b))
+    # Creation times are RFC 3339 in UTC, so they sort as text.
+    for _, name, owner in sorted(owners, key=lambda o: (o[0], o[1]), reverse=True):
+        if isinstance(owner, BatchHandle):
+            yield from _inputs_with_status(owner)
+        else:
+            yield owner, functools.partial(dict, jobs[name])
+
+
+def _inputs_with_status(batch: BatchHandle) -> Iterator[tuple[JobHandle, StatusOf]]:
+    """A batch's inputs in index order (not those that failed at submission)."""
+    read: dict[int, JobStatus] = {}
+
+    def status_of(index: int) -> dict[str, Any]:
+        if not read:
+            read.update(batch.statuses())
+            read.setdefault(-1, JobStatus.PENDING)  # read once, even when nothing launched
+        return {"phase": read.get(index, JobStatus.PENDING).value}
+
+    failed = batch.submission_failures
+    for i in range(batch.total):
+        if i not in failed:
+            yield batch.child(i), functools.partial(status_of, i)
 
 
 def list_jobs_with_status(
     namespace: str | None = None, context: str | None = None
 ) -> list[tuple[JobHandle, dict[str, Any]]]:
-    """Each job's handle and the status the same LIST returned (no read per job)."""
-    ns = namespace or kube.current_namespace(context)
-    pairs = [
-        (JobHandle.from_resource(o, context), o.get("status", {}))
-        for o in kube.list_(r.JOB_PLURAL, ns, context)
+    """Each KineticJob's handle and the status the same LIST returned (no read per job)."""
+    return [
+        (h, status())
+        for h, status in iter_jobs_with_status(namespace, context, include_batches=False)
     ]
-    # Newest first, as the reference lists jobs; creation times are RFC 3339 in UTC (sortable).
-    return sorted(pairs, key=lambda pair: (pair[0].created_at, pair[0].job_id), reverse=True)

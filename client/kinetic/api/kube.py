@@ -109,9 +109,35 @@ def create(plural: str, namespace: str, body: dict, context: str | None = None) 
 
 
 def list_(plural: str, namespace: str, context: str | None = None, selector: str = "") -> list:
-    return custom(context).list_namespaced_custom_object(
-        r.GROUP, r.VERSION, namespace, plural, label_selector=selector
-    )["items"]
+    return list(iter_list(plural, namespace, context, selector))
+
+
+LIST_PAGE = 250  # objects per LIST response: a namespace of many large batches stays bounded
+
+
+def iter_list(
+    plural: str,
+    namespace: str,
+    context: str | None = None,
+    selector: str = "",
+    page: int = LIST_PAGE,
+) -> Iterator[dict[str, Any]]:
+    """Every object of `plural` in the namespace, fetched `page` at a time (limit/continue)."""
+    token: str | None = None
+    while True:
+        got = custom(context).list_namespaced_custom_object(
+            r.GROUP,
+            r.VERSION,
+            namespace,
+            plural,
+            label_selector=selector,
+            limit=page,
+            **({"_continue": token} if token else {}),
+        )
+        yield from got["items"]
+        token = (got.get("metadata") or {}).get("continue")
+        if not token:
+            return
 
 
 def patch_spec(

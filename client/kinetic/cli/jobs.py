@@ -18,7 +18,8 @@ from kinetic.api.jobs import (
     JobHandle,
     JobStatus,
     attach,
-    list_jobs_with_status,
+    iter_jobs_with_status,
+    page_of,
 )
 from kinetic.cli.output import OUTPUT_OPTION, Format, console, emit, fail
 from kinetic.model.digest import ResultMismatch
@@ -43,6 +44,8 @@ def _handle(job_id: str, namespace: str | None, context: str | None) -> JobHandl
 def _row(h: JobHandle, status: dict[str, Any]) -> dict[str, Any]:
     return {
         "job_id": h.job_id,
+        "group": h.group_id or "",
+        "index": "" if h.group_index is None else h.group_index,
         "function": h.func_name,
         "phase": status.get("phase", JobStatus.NOT_FOUND.value if not status else "PENDING"),
         "attempt": status.get("attempt", 0),
@@ -56,14 +59,24 @@ def _row(h: JobHandle, status: dict[str, Any]) -> dict[str, Any]:
 def list_(
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,
+    batches: bool = typer.Option(
+        True, "--batches/--no-batches", help="Also list every input of every batch."
+    ),
+    limit: int = typer.Option(100, "--limit", min=1, help="Rows per page."),
+    page: int = typer.Option(1, "--page", min=1, help="Which page (newest first)."),
     output: Format = OUTPUT_OPTION,
 ) -> None:
-    """List the jobs in a namespace (a batch's inputs: `kinetic batches status GROUP --inputs`)."""
+    """List the jobs in a namespace, newest first: KineticJobs and the inputs of batches
+    (their GROUP-INDEX ids), a page at a time."""
     try:
-        listed = list_jobs_with_status(namespace, context)
+        rows = iter_jobs_with_status(namespace, context, include_batches=batches)
+        listed = page_of(rows, limit + 1, (page - 1) * limit)
+        shown = [_row(h, status()) for h, status in listed[:limit]]
     except kube.ClusterUnreachable as e:
         raise fail(str(e)) from None
-    emit([_row(h, status) for h, status in listed], output, title="jobs")
+    emit(shown, output, title=f"jobs (page {page})" if page > 1 else "jobs")
+    if len(listed) > limit and output is Format.table:
+        console.print(f"[dim]more: --page {page + 1}[/dim]")
 
 
 @app.command()

@@ -150,7 +150,7 @@ def test_attach_and_list_jobs_warn_for_project_and_zone(
     assert "kinetic.attach(): project=, zone= are accepted" in one_warning(caught)
 
     monkeypatch.setattr(kube, "current_namespace", lambda context=None: "team-a")
-    monkeypatch.setattr(kube, "list_", lambda plural, ns, context=None, selector="": [])
+    monkeypatch.setattr(kube, "iter_list", lambda plural, ns, context=None, selector="": iter([]))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert kinetic.list_jobs(zone="z") == []
@@ -204,10 +204,12 @@ def test_list_jobs_lists_in_the_selected_context(
     asked: list[str | None] = []
     monkeypatch.setattr(kube, "current_namespace", lambda context=None: "team-a")
     monkeypatch.setattr(
-        kube, "list_", lambda plural, ns, context=None, selector="": asked.append(context) or []
+        kube,
+        "iter_list",
+        lambda plural, ns, context=None, selector="": iter(asked.append(context) or []),
     )
     assert kinetic.list_jobs(cluster="eval") == []
-    assert asked == ["gke_proj_europe-west4-a_eval"]
+    assert asked == ["gke_proj_europe-west4-a_eval"] * 2  # its jobs, then its batches
 
 
 def test_an_unknown_cluster_is_an_error_listing_the_contexts(contexts: Path) -> None:
