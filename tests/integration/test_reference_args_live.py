@@ -1,0 +1,137 @@
+"""The reference API's arguments and names on the real cluster (issue 20, items 3 and 4).
+
+``cluster=`` picks a kubeconfig context for real (the kubeconfig's current
+context here points nowhere, so only the named one can work); a name that
+selects nothing is refused before anything is uploaded; ``cleanup_timeout``
+bounds real deletions; and code inside real Pods builds its own handle
+(`JobHandle.from_job_context`) and imports `kinetic.job_status`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import kinetic
+import pytest
+import yaml
+from kinetic import storage
+from kinetic.api.config import ConfigError, resolve
+from kinetic.api.jobs import JobStatus
+from kinetic.model import layout
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 240
+
+
+@pytest.fixture
+def ns(client_env: dict[str, str], namespace: str) -> str:
+    return namespace
+
+
+@pytest.fixture
+def two_contexts(
+    ns: str, client_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> str:
+    """A kubeconfig whose current context points at a closed port, and a second context,
+    named like a GKE one, for the real cluster: the name `cluster="train"` selects."""
+    config = yaml.safe_load(Path(client_env["KUBECONFIG"]).read_text())
+    real_ctx = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+    real_cluster = next(
+        c for c in config["clusters"] if c["name"] == real_ctx["context"]["cluster"]
+    )
+    broken = {**real_cluster["cluster"], "server": "https://10.244.0.1:1"}
+    config["clusters"].append({"name": "nowhere", "cluster": broken})
+    config["contexts"] = [
+        {"name": "nowhere", "context": {**real_ctx["context"], "cluster": "nowhere"}},
+        {"name": "gke_proj_europe-west4-a_train", "context": dict(real_ctx["context"])},
+    ]
+    config["current-context"] = "nowhere"
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    monkeypatch.delenv("KINETIC_CONTEXT", raising=False)
+    return "train"
+
+
+def test_cluster_selects_the_context_for_run_attach_and_list(ns: str, two_contexts: str) -> None:
+    @kinetic.run(namespace=ns, cluster=two_contexts)
+    def double(x: int) -> int:
+        return 2 * x
+
+    job = double.run_async(21)
+    assert job.context == "gke_proj_europe-west4-a_train"
+    again = kinetic.attach(job.job_id, namespace=ns, cluster=two_contexts)
+    assert again.result(timeout=TIMEOUT, cleanup=False) == 42
+    assert [h.job_id for h in kinetic.list_jobs(namespace=ns, cluster=two_contexts)] == [job.job_id]
+
+    batch = double.run_async_map([1, 2])
+    same = kinetic.attach_batch(batch.group_id, namespace=ns, cluster=two_contexts)
+    assert same.results(timeout=TIMEOUT) == [2, 4]
+    job.cleanup(cleanup_timeout=120)
+    assert job.status() is JobStatus.NOT_FOUND
+
+
+def test_an_unknown_cluster_is_refused_before_anything_is_uploaded(
+    ns: str, two_contexts: str
+) -> None:
+    @kinetic.run(namespace=ns, cluster="prod")
+    def one() -> int:
+        return 1
+
+    with pytest.raises(ConfigError) as refused:
+        one.run_async()
+    assert "prod" in str(refused.value) and "gke_proj_europe-west4-a_train" in str(refused.value)
+    root = resolve(namespace=ns, context="gke_proj_europe-west4-a_train").storage_root
+    assert storage.list_prefix(layout.namespace_prefix(root, ns)) == []
+
+
+def test_cleanup_timeout_bounds_real_deletions_and_the_poll_interval_warns(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def nap(seconds: float) -> str:
+        import time
+
+        time.sleep(seconds)
+        return "woke"
+
+    done = nap.run_async(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert done.result(timeout=TIMEOUT, cleanup_timeout=120, cleanup_poll_interval=2) == "woke"
+    assert done.status() is JobStatus.NOT_FOUND  # deleted, and the deletion was waited for
+    [warning] = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert "cleanup_poll_interval=2" in str(warning.message)
+
+    sleeping = nap.run_async(600)
+    assert sleeping.cancel(cleanup_timeout=120) is JobStatus.CANCELLED
+
+
+def test_code_in_the_pod_builds_its_own_handle_and_imports_job_status(ns: str) -> None:
+    @kinetic.run(namespace=ns)
+    def whoami(_: Any = None) -> dict[str, Any]:
+        from kinetic.api.jobs import JobHandle
+        from kinetic.job_status import JobStatus as Status
+
+        me = JobHandle.from_job_context()
+        return {
+            "job_id": me.job_id,
+            "namespace": me.namespace,
+            "group": [me.group_id, me.group_kind, me.group_index],
+            "status_names": [s.value for s in Status],
+        }
+
+    job = whoami.run_async()
+    mine = job.result(timeout=TIMEOUT)
+    assert mine["job_id"] == job.job_id and mine["namespace"] == ns
+    assert mine["group"] == [None, None, None]
+    assert mine["status_names"] == [s.value for s in JobStatus]
+
+    # In a batch whose Pods run two inputs each, each input's code gets the handle of the
+    # input its Pod ran first.
+    batch = whoami.run_async_map([0, 1, 2], chunk_size=2)
+    got = batch.results(timeout=TIMEOUT)
+    first_of_unit = [0, 0, 2]
+    assert [g["group"] for g in got] == [[batch.group_id, "map", i] for i in first_of_unit]
+    assert [g["job_id"] for g in got] == [f"{batch.group_id}-{i}" for i in first_of_unit]
