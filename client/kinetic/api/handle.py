@@ -169,6 +169,44 @@ class JobHandle:
         own, ``"map"`` for an input of a batch."""
         return None
 
+    # The reference handle's other fields, with what each is on Kubernetes (read-only).
+
+    @property
+    def backend(self) -> str:
+        """``"gke"``: the reference's name for how every job runs here (one Pod per attempt)."""
+        return "gke"
+
+    @property
+    def project(self) -> None:
+        """None: the kubeconfig context, not a cloud project, picks the cluster."""
+        return None
+
+    @property
+    def zone(self) -> None:
+        """None: the kubeconfig context, not a zone, picks the cluster."""
+        return None
+
+    @property
+    def cluster_name(self) -> str | None:
+        """The kubeconfig context the handle talks through (None: the current one)."""
+        return self.context
+
+    @property
+    def k8s_name(self) -> str:
+        """The Kubernetes object that holds the job: its KineticJob, or an input's KineticBatch."""
+        return self.group_id or self.job_id
+
+    @property
+    def display_name(self) -> str:
+        """The function's name, or a container job's command."""
+        return self.func_name
+
+    @property
+    def bucket_name(self) -> str | None:
+        """The bucket of the storage root (None until resolved, or for a file:// root)."""
+        root = self.storage_root or ""
+        return root.removeprefix("gs://").split("/", 1)[0] if root.startswith("gs://") else None
+
     def to_dict(self) -> dict[str, Any]:
         saved = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
         if self.group_kind is not None:  # for readers of the reference's saved handles

@@ -58,3 +58,11 @@ def test_a_debug_handle_round_trips_through_its_saved_form():
     assert JobHandle.from_resource(
         {"metadata": {"name": "j", "namespace": "n"}, "spec": {"debug": True, "function": {}}}
     ).debug
+
+
+def test_the_reference_handles_other_fields_say_what_they_are_here():
+    job = JobHandle(job_id="j", namespace="n", func_name="train", storage_root="gs://bkt/root")
+    assert (job.backend, job.project, job.zone, job.cluster_name) == ("gke", None, None, None)
+    assert (job.k8s_name, job.display_name, job.bucket_name) == ("j", "train", "bkt")
+    assert JobHandle(job_id="g-3", namespace="n", group_id="g", group_index=3).k8s_name == "g"
+    assert JobHandle(job_id="j", namespace="n", storage_root="file:///tmp/x").bucket_name is None
