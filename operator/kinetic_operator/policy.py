@@ -4,8 +4,12 @@ A platform team caps what one user may ask for: how many inputs one batch
 may have (``maxBatchSize``), how many accelerator chips one job's Pod may
 request (``maxAcceleratorsPerJob``, counted through the operator's
 accelerator catalog), which namespaces may run Kinetic work at all
-(``allowedNamespaces``) and which images jobs may run (``allowedImages``,
-prefixes). Every key is optional; absent or empty means unlimited.
+(``allowedNamespaces``; ``"*"`` is any namespace) and which images jobs may
+run (``allowedImages``, prefixes). Every key is optional; absent or empty
+means unlimited. Two more keys, ``dryRunDefault`` and
+``requireConfirmation``, say how ``kinetic batches submit`` behaves: the
+client reads them (`kinetic.model.policy_keys`); they are parsed here so
+that a policy setting them is valid, and never refuse an object.
 
 The ConfigMap lives in the operator's namespace and is read live (see
 `handlers/policy.py`), so an administrator's ``kubectl edit`` holds within
@@ -36,9 +40,10 @@ from typing import Any, Literal
 import yaml
 from kinetic.model.catalog import Catalog, UnknownAccelerator, resolve
 from kinetic.model.limits import spec_total
+from kinetic.model.policy_keys import DRY_RUN_DEFAULT, POLICY_CONFIG_MAP, REQUIRE_CONFIRMATION
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-POLICY_CONFIG_MAP = "kinetic-policy"
+ANY_NAMESPACE = "*"
 
 Kind = Literal["KineticJob", "KineticBatch"]
 
@@ -62,10 +67,23 @@ class Policy(BaseModel):
         description="Most GPUs or TPU chips one job's Pod may request.",
     )
     allowed_namespaces: tuple[str, ...] = Field(
-        (), alias="allowedNamespaces", description="Namespaces that may run Kinetic work."
+        (),
+        alias="allowedNamespaces",
+        description='Namespaces that may run Kinetic work; "*" is any namespace.',
     )
     allowed_images: tuple[str, ...] = Field(
         (), alias="allowedImages", description="Image prefixes jobs may run."
+    )
+    # The client's keys (kinetic.model.policy_keys): valid here, never judged by the webhook.
+    dry_run_default: bool = Field(
+        False,
+        alias=DRY_RUN_DEFAULT,
+        description="kinetic batches submit only previews unless told to submit.",
+    )
+    require_confirmation: bool = Field(
+        False,
+        alias=REQUIRE_CONFIRMATION,
+        description="kinetic batches submit needs a person's yes at a terminal.",
     )
     source: str = Field(
         f"{POLICY_CONFIG_MAP} in kinetic-system",
@@ -88,17 +106,42 @@ class Policy(BaseModel):
             return tuple(v for v in value.replace(",", " ").split() if v)
         return value
 
+    @field_validator("dry_run_default", "require_confirmation", mode="before")
+    @classmethod
+    def _blank_is_false(cls, value: Any) -> Any:
+        return False if value in ("", None) else value
+
+    @field_validator("allowed_namespaces")
+    @classmethod
+    def _only_a_lone_star(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """A lone "*" is any namespace; "team-*" would silently match none, so it is refused."""
+        for name in value:
+            if "*" in name and name != ANY_NAMESPACE:
+                raise ValueError(
+                    f'{name!r} is not a namespace: "*" alone allows every namespace; '
+                    "other names are matched exactly"
+                )
+        return value
+
+    def allows_namespace(self, namespace: str) -> bool:
+        """Whether work may run in ``namespace``: no list, a listed name, or "*"."""
+        allowed = self.allowed_namespaces
+        return not allowed or ANY_NAMESPACE in allowed or namespace in allowed
+
 
 def parse_policy(data: dict[str, str] | None, source: str) -> Policy:
     """The policy in a ConfigMap's ``data`` (each value YAML); raises PolicyError.
 
     Unknown keys are errors, not ignored: a misspelt ``maxBatchSzie`` would
-    otherwise lift the limit the administrator meant to set.
+    otherwise lift the limit the administrator meant to set. A lone ``*``
+    (``allowedNamespaces: "*"`` in `kubectl edit`) is that string, not the
+    YAML alias it would otherwise start.
     """
     values: dict[str, Any] = {}
     for key, text in (data or {}).items():
+        text = text.strip()
         try:
-            values[key] = yaml.safe_load(text) if text.strip() else None
+            values[key] = text if text in ("", ANY_NAMESPACE) else yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise PolicyError(f"{source}: data.{key} is not valid YAML: {exc}") from exc
     try:
@@ -194,7 +237,7 @@ def policy_violations(
         return []
     at = f"({policy.source})"
     problems: list[str] = []
-    if policy.allowed_namespaces and namespace not in policy.allowed_namespaces:
+    if not policy.allows_namespace(namespace):
         problems.append(
             f"namespace {namespace!r} may not run Kinetic jobs; allowed namespaces: "
             f"{', '.join(policy.allowed_namespaces)} {at}"

@@ -54,6 +54,13 @@ def job(**spec: Any) -> dict[str, Any]:
             policy(allowedImages=["ghcr.io/acme/", "busybox"]),
         ),
         ({"allowedImages": "[]"}, policy()),
+        ({"allowedNamespaces": '["*"]'}, policy(allowedNamespaces=["*"])),
+        ({"allowedNamespaces": "*"}, policy(allowedNamespaces=["*"])),
+        ({"allowedNamespaces": "team-a, *"}, policy(allowedNamespaces=["team-a", "*"])),
+        # The client's keys: valid in the policy, never judged (see the cases below).
+        ({"dryRunDefault": "true"}, policy(dryRunDefault=True)),
+        ({"requireConfirmation": "true"}, policy(requireConfirmation=True)),
+        ({"dryRunDefault": "false", "requireConfirmation": ""}, policy()),
     ],
 )
 def test_the_config_map_parses(data: dict[str, str], expected: Policy) -> None:
@@ -67,6 +74,13 @@ def test_the_config_map_parses(data: dict[str, str], expected: Policy) -> None:
         ({"maxBatchSize": "ten"}, "data.maxBatchSize: Input should be a valid integer"),
         ({"maxBatchSize": "-1"}, "data.maxBatchSize: Input should be greater than or equal to 0"),
         ({"allowedImages": "[unclosed"}, "data.allowedImages is not valid YAML"),
+        (
+            {"allowedNamespaces": "team-*"},
+            """data.allowedNamespaces: Value error, 'team-*' is not a namespace: "*" alone """
+            "allows every namespace; other names are matched exactly",
+        ),
+        ({"dryRunDefault": "maybe"}, "data.dryRunDefault: Input should be a valid boolean"),
+        ({"requireConfirmaton": "true"}, "known keys: maxBatchSize, maxAcceleratorsPerJob, "),
     ],
 )
 def test_a_bad_config_map_is_refused_naming_the_key(data: dict[str, str], says: str) -> None:
@@ -91,6 +105,18 @@ def test_a_bad_read_keeps_the_policy_held(
     got, why = policy_after_read(config_map, policy(maxBatchSize=10), SOURCE)
     assert got == expected
     assert (why is None) if error is None else (why is not None and error in why)
+
+
+def test_the_operator_knows_every_key_the_client_reads() -> None:
+    """The client's reader and the operator's parser name the same two keys."""
+    from kinetic.model.policy_keys import SubmissionPolicy, submission_policy
+
+    data = {"dryRunDefault": "true", "requireConfirmation": "true"}
+    client, notes = submission_policy(data)
+    assert client == SubmissionPolicy(dry_run_default=True, require_confirmation=True)
+    assert notes == []
+    parsed = parse_policy(data, SOURCE)
+    assert (parsed.dry_run_default, parsed.require_confirmation) == (True, True)
 
 
 # ----------------------------------------------------------------------- judging
@@ -250,6 +276,31 @@ CASES: list[tuple[str, str, str, dict[str, Any], Policy, list[str]]] = [
         ],
     ),
     ("not a spec", "KineticBatch", "a", "garbage", policy(maxBatchSize=1), []),  # type: ignore[list-item]
+    ('"*" is any namespace', "KineticJob", "other", job(), policy(allowedNamespaces=["*"]), []),
+    (
+        '"*" among names is any namespace too',
+        "KineticBatch",
+        "other",
+        batch(1),
+        policy(allowedNamespaces=["team-a", "*"]),
+        [],
+    ),
+    (
+        '"*" lifts only the namespace limit',
+        "KineticBatch",
+        "other",
+        batch(3),
+        policy(allowedNamespaces=["*"], maxBatchSize=2),
+        [f"batch size 3 exceeds maxBatchSize 2 ({SOURCE}): split the work into several batches"],
+    ),
+    (
+        "the client's keys refuse nothing",
+        "KineticBatch",
+        "a",
+        batch(1000, accelerator="gpu-a100x16", image="x:1"),
+        policy(dryRunDefault=True, requireConfirmation=True),
+        [],
+    ),
 ]
 
 

@@ -1,0 +1,43 @@
+"""The administrator's policy as the client reads it: only the keys about submitting.
+
+`kinetic.model.policy_keys` says what ``dryRunDefault`` and
+``requireConfirmation`` mean. This module reads them from the ConfigMap
+``kinetic-policy`` in the operator's namespace (``KINETIC_OPERATOR_NAMESPACE``,
+else kinetic-system: where the client finds the operator's published
+settings too). The chart lets every authenticated user get that one
+ConfigMap; when the read fails anyway (an older chart, another cluster's
+RBAC) the client submits as with no policy and returns a note saying so.
+"""
+
+from __future__ import annotations
+
+from kubernetes.client import ApiException
+
+from kinetic.api import kube
+from kinetic.api.config import _operator_namespace
+from kinetic.model.policy_keys import POLICY_CONFIG_MAP, SubmissionPolicy, submission_policy
+
+
+def policy_source() -> str:
+    """The policy's ConfigMap as messages name it: ``kinetic-policy in kinetic-system``."""
+    return f"{POLICY_CONFIG_MAP} in {_operator_namespace()}"
+
+
+def read_submission_policy(context: str | None = None) -> tuple[SubmissionPolicy, str | None]:
+    """The policy's submission keys, and a one-line note when it is not followed as written.
+
+    No ConfigMap (404) is no policy, silently, as for the operator; any other
+    failure to read it is no policy with a note naming why.
+    """
+    source = policy_source()
+    try:
+        cm = kube.core(context).read_namespaced_config_map(POLICY_CONFIG_MAP, _operator_namespace())
+    except ApiException as exc:
+        if exc.status == 404:
+            return SubmissionPolicy(), None
+        why = f"{exc.status} {exc.reason}".strip()
+        return SubmissionPolicy(), f"{source} could not be read ({why}): following no policy"
+    except Exception as exc:  # noqa: BLE001 — unreachable or a broken connection: no policy
+        return SubmissionPolicy(), f"{source} could not be read ({exc}): following no policy"
+    policy, notes = submission_policy(cm.data)
+    return policy, (f"{source}: {'; '.join(notes)}" if notes else None)
