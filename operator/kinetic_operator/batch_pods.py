@@ -52,8 +52,12 @@ def build_unit_pod(
     attempt: int,
     hashes: Sequence[str | None] | None,
     known: Mapping[int, str] | None = None,
+    fuse_driver: bool | None = None,
 ) -> dict[str, Any]:
     """The Pod of attempt ``attempt`` of the unit starting at input ``unit``.
+
+    ``fuse_driver``: whether the cluster has the GCS FUSE CSI driver (see
+    `datavolumes.apply`), asked by the caller only for a batch with fuse volumes.
 
     ``known``: result hashes of inputs an earlier attempt of the unit recorded,
     as its checked report said. A chunk's entry carries its input's
@@ -100,6 +104,8 @@ def build_unit_pod(
         name=input_pod_name(batch, unit, attempt),
         labels=labels,
         env=env,
+        fuse_driver=fuse_driver,
+        volumes_at="spec.template" if spec.template is not None else f"spec.jobs[{unit}]",
     )
 
 

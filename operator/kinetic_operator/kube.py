@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +33,7 @@ T = TypeVar("T")
 COMPONENT = "kinetic-operator"
 MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT = 30  # seconds; a hung call must not hold a KineticJob's lock forever
+CSI_DRIVER_TTL = 10.0  # seconds a CSIDriver seen present is believed without reading it again
 
 
 class Conflict(Exception):
@@ -111,6 +113,7 @@ class Kube:
         self.instance = os.environ.get("HOSTNAME") or socket.gethostname()
         self.log_limit = LOG_ARCHIVE_BYTES
         self.accounts: set[tuple[str, str]] = set()  # runner ServiceAccounts known to exist
+        self.csi_seen: dict[str, float] = {}  # CSIDriver name -> when last read present
 
     # ------------------------------------------------------------------ KineticJobs
 
@@ -212,6 +215,35 @@ class Kube:
                 self.accounts = {a for a in self.accounts if a[0] != meta["namespace"]}
             raise
         log.debug("Created Pod %s/%s", meta["namespace"], meta["name"])
+        return True
+
+    def csi_driver_installed(self, name: str) -> bool | None:
+        """Whether the cluster has the CSIDriver ``name``; None when this operator may not
+        read CSIDrivers (its chart grants get on them).
+
+        Asked only for specs that need the driver. A driver seen present is
+        believed for CSI_DRIVER_TTL seconds (a batch's Pods do not read it each);
+        an absent one is read again next time, so installing the driver takes
+        effect at once.
+        """
+        seen = self.csi_seen.get(name)
+        if seen is not None and time.monotonic() - seen < CSI_DRIVER_TTL:
+            return True
+        try:
+            _drain(
+                client.StorageV1Api(self.api).read_csi_driver(
+                    name, _request_timeout=REQUEST_TIMEOUT, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            self.csi_seen.pop(name, None)
+            if exc.status == 404:
+                return False
+            if exc.status in (401, 403):
+                log.warning("Cannot read CSIDriver %s: %s", name, _api_message(exc))
+                return None
+            raise
+        self.csi_seen[name] = time.monotonic()
         return True
 
     def ensure_service_account(self, namespace: str, name: str) -> None:

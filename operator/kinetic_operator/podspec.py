@@ -165,13 +165,17 @@ def build_pod(
     name: str,
     labels: Mapping[str, str],
     env: Mapping[str, str],
+    fuse_driver: bool | None = None,
+    volumes_at: str = "spec",
 ) -> dict[str, Any]:
     """One attempt as a Pod, owned by `owner`.
 
     `restartPolicy: Never` because retries are the operator's decision (so
     that a disruption does not spend one); `activeDeadlineSeconds` enforces
     `spec.deadlineSeconds` per attempt. `env` are the operator's variables,
-    which always win over the spec's.
+    which always win over the spec's. `fuse_driver` and `volumes_at`: see
+    `datavolumes.apply` (a fuse volume the cluster cannot mount raises
+    `datavolumes.FuseUnavailable`, a `Rejected`).
     """
     placement = resolve(settings.accelerator_catalog, spec.accelerator, spec.spot)
     pod_spec: dict[str, Any] = {
@@ -189,24 +193,27 @@ def build_pod(
         pod_spec["tolerations"] = placement.tolerations
     if spec.deadline_seconds is not None:
         pod_spec["activeDeadlineSeconds"] = spec.deadline_seconds
-    datavolumes.apply(pod_spec, spec, settings)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": owner.namespace,
-            "labels": {LABEL_MANAGED_BY: MANAGED_BY, **labels},
-            "ownerReferences": [owner.reference()],
-        },
-        "spec": pod_spec,
+    annotations = datavolumes.apply(pod_spec, spec, settings, fuse_driver, volumes_at)
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": {LABEL_MANAGED_BY: MANAGED_BY, **labels},
+        "ownerReferences": [owner.reference()],
     }
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 
 def build_job_pod(
-    owner: Owner, spec: KineticJobSpec, settings: OperatorSettings, attempt: int
+    owner: Owner,
+    spec: KineticJobSpec,
+    settings: OperatorSettings,
+    attempt: int,
+    fuse_driver: bool | None = None,
 ) -> dict[str, Any]:
-    """The Pod of attempt `attempt` of the KineticJob `owner`."""
+    """The Pod of attempt `attempt` of the KineticJob `owner` (`fuse_driver`: whether the
+    cluster has the GCS FUSE CSI driver, asked only when the spec has a fuse volume)."""
     return build_pod(
         owner,
         spec,
@@ -214,6 +221,7 @@ def build_job_pod(
         name=job_pod_name(owner.name, attempt),
         labels={LABEL_JOB: owner.name, LABEL_ATTEMPT: str(attempt)},
         env=job_env(owner, spec, settings, attempt),
+        fuse_driver=fuse_driver,
     )
 
 

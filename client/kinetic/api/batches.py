@@ -63,6 +63,7 @@ from kinetic.api.submission import (
 from kinetic.api.vouched import VouchedManifest
 from kinetic.model import layout, limits, names, payload
 from kinetic.model import resources as r
+from kinetic.model.data import inputs_data
 from kinetic.model.digest import Unverifiable
 from kinetic.model.manifest import InputRecord, ManifestHeader
 from kinetic.model.ranges import IndexSet
@@ -821,6 +822,13 @@ def submit_map(
     group_id = new_group_id()
     root = cfg.storage_root
 
+    # kinetic.Data: uploaded once, referenced per input; fuse=True refused before any upload
+    # when the cluster cannot mount it, and mounted (volumes, after the inputs) when it can.
+    stager = Stager(root, cfg.namespace, cfg.context)
+    stager.check(fn.options["volumes"], inputs_data(items))
+    items = [stager.value(item) for item in items]
+    volumes = stager.volumes(fn.options["volumes"])
+
     # Uploaded before the batch exists: a fresh folder of the namespace's uploads.
     upload = layout.new_upload_dir(root, cfg.namespace, group_id)
     function_bytes = payload.build_function_payload(
@@ -828,10 +836,6 @@ def submit_map(
     )
     function_uri = layout.batch_function_uri(upload)
     storage.write_bytes(function_uri, function_bytes)
-
-    stager = Stager(root, cfg.namespace)  # kinetic.Data: uploaded once, referenced per input
-    volumes = stager.volumes(fn.options["volumes"])
-    items = [stager.value(item) for item in items]
     inline = (
         payload.inline_inputs(items) if 0 < len(items) <= limits.MAX_ITEMS and not refused else None
     )

@@ -24,7 +24,7 @@ from kinetic.api.mixed import Call
 from kinetic.api.staging import Stager
 from kinetic.model import catalog, layout, limits, payload
 from kinetic.model import resources as r
-from kinetic.model.data import Data, check_volumes
+from kinetic.model.data import Data, call_data, check_volumes
 
 
 class RemoteFunction:
@@ -50,9 +50,10 @@ class RemoteFunction:
         job_id = new_job_id(self.func_name)
         # kinetic.Data (arguments and volumes) goes to the namespace's upload cache first;
         # the payload carries only references, the spec only volume URIs.
-        stager = Stager(cfg.storage_root, cfg.namespace)
+        stager = Stager(cfg.storage_root, cfg.namespace, cfg.context)
+        stager.check(self.options["volumes"], call_data(args, kwargs))  # fuse=True: mountable?
         args, kwargs = stager.call(args, kwargs)
-        volumes = stager.volumes(self.options["volumes"])
+        volumes = stager.volumes(self.options["volumes"])  # after the arguments: fuse mounts
         data = payload.build_job_payload(
             self.fn, args, kwargs, env=self.captured_env(), project=self.ship_project(cfg)
         )

@@ -4,22 +4,31 @@ Client side only (the pod never uploads data): every `Data` of a submission
 becomes a `kinetic.model.data.DataRef` here before anything is pickled or any
 resource is created. An entry is keyed by its content hash, so the same bytes
 submitted twice cost one existence check and no upload.
+
+``fuse=True`` data is mounted by the operator rather than downloaded by the
+pod, so the operator must see it: a fuse argument becomes a ``spec.volumes``
+entry at ``FUSE_ARGUMENTS_ROOT/<n>`` and the function receives that path
+(the file inside it for a single object). `Stager.check` refuses, before
+the first upload, fuse data this cluster cannot mount (`kinetic.api.fuse`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from kinetic import storage
+from kinetic.api import fuse
 from kinetic.model import layout
 from kinetic.model.data import (
+    FUSE_ARGUMENTS_ROOT,
     Data,
     DataRef,
     LocalFile,
     content_hash_of,
+    fuse_source,
     manifest_bytes,
     substitute,
     volume_spec,
@@ -69,22 +78,66 @@ def stage(data: Data, root: str, namespace: str) -> DataRef:
     )
 
 
-class Stager:
-    """Stages each distinct `Data` of one submission once (a batch may repeat it per input)."""
+def fuse_path(mount_path: str, ref: DataRef) -> str:
+    """Where a mounted `Data` is in the pod: the mount, or the single file inside it."""
+    name = ref.name if ref.manifest_uri else fuse_source(ref.uri).file_name
+    return f"{mount_path}/{name}" if name else mount_path
 
-    def __init__(self, root: str, namespace: str) -> None:
+
+class Stager:
+    """Stages each distinct `Data` of one submission once (a batch may repeat it per input).
+
+    ``driver`` tells whether the cluster has the GCS FUSE CSI driver (None:
+    cannot tell); it is asked only by `check`, and only for fuse data.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        namespace: str,
+        context: str | None = None,
+        driver: Callable[[str | None], bool | None] | None = None,
+    ) -> None:
         self.root = root
         self.namespace = namespace
+        self.context = context
+        self._driver = driver
         self._cache: dict[Data, DataRef] = {}
+        self._mounted: dict[Data, tuple[r.DataVolume, str]] = {}  # fuse arguments
+
+    def check(self, volumes: Mapping[str, Data], arguments: Sequence[tuple[str, Data]]) -> None:
+        """Refuse, before anything is uploaded, fuse data this cluster cannot mount.
+
+        ``arguments`` are the call's (or the batch inputs') `Data`, each with
+        where it is (`kinetic.model.data.call_data`, `inputs_data`). Raises
+        `kinetic.api.fuse.FuseUnavailable`.
+        """
+        if not any(d.fuse for d in (*volumes.values(), *(d for _w, d in arguments))):
+            return
+        driver = (self._driver or fuse.driver_present)(self.context)
+        problem = fuse.refusal(volumes, arguments, self.root, driver)
+        if problem is not None:
+            raise fuse.FuseUnavailable(problem)
 
     def __call__(self, d: Data) -> DataRef:
         if d not in self._cache:
             self._cache[d] = stage(d, self.root, self.namespace)
         return self._cache[d]
 
+    def argument(self, d: Data) -> DataRef | str:
+        """An argument's `Data` as the pod gets it: a ref to fetch, or a fuse mount's path."""
+        ref = self(d)
+        if not d.fuse:
+            return ref
+        if d not in self._mounted:
+            mount_path = f"{FUSE_ARGUMENTS_ROOT}/{len(self._mounted)}"
+            self._mounted[d] = (volume_spec(mount_path, ref), fuse_path(mount_path, ref))
+        return self._mounted[d][1]
+
     def value(self, value: Any) -> Any:
-        """``value`` with each `Data` inside (lists, tuples, dicts) replaced by its ref."""
-        return substitute(value, self, Data)
+        """``value`` with each `Data` inside (lists, tuples, dicts) replaced by its ref
+        (or, for fuse data, by the path the operator mounts it at)."""
+        return substitute(value, self.argument, Data)
 
     def call(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
@@ -93,7 +146,8 @@ class Stager:
         return self.value(tuple(args)), self.value(dict(kwargs))
 
     def volumes(self, volumes: Mapping[str, Data]) -> list[r.DataVolume] | None:
-        """``spec.volumes`` for checked ``volumes=`` (see `check_volumes`); None when empty."""
-        if not volumes:
-            return None
-        return [volume_spec(path, self(d)) for path, d in volumes.items()]
+        """``spec.volumes`` for checked ``volumes=`` (see `check_volumes`), then one per fuse
+        argument staged so far (call it after the arguments); None when empty."""
+        specs = [volume_spec(path, self(d)) for path, d in volumes.items()]
+        specs += [spec for spec, _path in self._mounted.values()]
+        return specs or None

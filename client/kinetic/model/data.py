@@ -25,6 +25,16 @@ Pod side, `kinetic.runtime.datafetch` turns each `DataRef` (and each volume of
 ``spec.volumes``) into files. This module imports only the standard
 library at load, so the runner can unpickle a `DataRef` cheaply.
 
+``fuse=True`` (GCS FUSE) is not downloaded: the operator mounts the data read-only
+with the GCS FUSE CSI driver (`GCSFUSE_DRIVER`) where a download would have
+put it. Only Cloud Storage can be mounted: a ``gs://`` URI, or local data when
+the storage root it is uploaded to is ``gs://``. A fuse argument becomes a
+``spec.volumes`` entry under `FUSE_ARGUMENTS_ROOT` (the operator sees every
+mount) and the function receives that path. Where the cluster has no driver,
+the client refuses the submission before uploading anything, and the
+operator's webhook (or, for what got in without it, the operator) refuses a
+spec that asks for one, naming ``spec.volumes[i].fuse`` (`fuse_driver_missing`).
+
 Nothing here is imported by the runner unless a job has data.
 """
 
@@ -45,12 +55,26 @@ __all__ = [
     "Data",
     "DataRef",
     "DataError",
+    "FuseSource",
+    "GCSFUSE_DRIVER",
     "volume_problems",
     "check_volumes",
+    "fuse_source",
+    "fuse_driver_missing",
 ]
 
 GCS = "gs://"
 HF = "hf://"
+# The GKE Cloud Storage FUSE CSI driver: its CSIDriver object's name and the driver a
+# Pod's csi volume names. Its presence is what decides between mounting and refusing.
+GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+GCSFUSE_ENABLE = (
+    "on GKE, enable the Cloud Storage FUSE CSI driver add-on: gcloud container clusters "
+    "update CLUSTER --update-addons GcsFuseCsiDriver=ENABLED"
+)
+# A fuse=True argument is mounted at <this>/<n> (n: its order among the call's or the
+# batch's fuse arguments); the function receives that folder, or the file inside it.
+FUSE_ARGUMENTS_ROOT = "/mnt/kinetic-fuse"
 _MAX_WALK_DEPTH = 32  # containers searched for Data inside a call's arguments
 _HASH_WORKERS = 8
 
@@ -66,10 +90,10 @@ class Data:
     """A reference to data that must be on the pod: local path, ``gs://`` URI or ``hf://``.
 
     ``gs://bucket/prefix/`` (trailing slash) is a directory, ``gs://bucket/obj``
-    one object. ``fuse=True`` asks for a lazy GCS FUSE mount instead of a
-    download; ``hf_trust_remote_code`` lets a Hugging Face dataset run its
-    loading script. Both are carried to the pod, which says plainly when the
-    cluster cannot honour them.
+    one object. ``fuse=True`` asks for a lazy, read-only GCS FUSE mount instead
+    of a download (Cloud Storage only: refused here for ``hf://``; local data
+    needs a ``gs://`` storage root, checked at submission with the driver);
+    ``hf_trust_remote_code`` lets a Hugging Face dataset run its loading script.
     """
 
     def __init__(self, path: str, fuse: bool = False, hf_trust_remote_code: bool = False) -> None:
@@ -85,10 +109,17 @@ class Data:
             bucket, _, _key = path[len(GCS) :].partition("/")
             if not bucket:
                 raise DataError(f"Data({path!r}): a gs:// URI needs a bucket, gs://BUCKET/path")
+            if fuse and (why := fuse_problem(path)) is not None:
+                raise DataError(f"Data({path!r}, fuse=True): {why}")
             self._path = path
         elif path.startswith(HF):
             if not path[len(HF) :].split("?", 1)[0].strip("/"):
                 raise DataError(f"Data({path!r}): name the dataset, e.g. hf://imdb?split=train")
+            if fuse:
+                raise DataError(
+                    f"Data({path!r}, fuse=True): a Hugging Face dataset is always downloaded "
+                    "into the pod; fuse=True mounts Cloud Storage (gs://) only. Drop fuse=True."
+                )
             self._path = path
         elif "://" in path:
             scheme = path.split("://", 1)[0]
@@ -275,6 +306,94 @@ def substitute(value: Any, convert: Callable[[Any], Any], kind: type, depth: int
     return value
 
 
+def walk_data(value: Any, label: str, depth: int = 0) -> Iterator[tuple[str, Data]]:
+    """Each `Data` inside ``value`` (plain lists, tuples and dicts, as `substitute` sees
+    them), with where it is: ``label``, then ``[i]`` or ``[key]`` per level."""
+    if isinstance(value, Data):
+        yield label, value
+        return
+    if depth >= _MAX_WALK_DEPTH:
+        return
+    t = type(value)
+    if t is list or t is tuple:
+        for i, v in enumerate(value):
+            yield from walk_data(v, f"{label}[{i}]", depth + 1)
+    elif t is dict:
+        for k, v in value.items():
+            yield from walk_data(v, f"{label}[{k!r}]", depth + 1)
+
+
+def call_data(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[str, Data]]:
+    """The `Data` among a call's arguments, each named: ``argument 0``, ``argument 'ds'``."""
+    found = [d for i, a in enumerate(args) for d in walk_data(a, f"argument {i}")]
+    return found + [d for k, a in kwargs.items() for d in walk_data(a, f"argument {k!r}")]
+
+
+def inputs_data(items: Sequence[Any]) -> list[tuple[str, Data]]:
+    """The `Data` among a batch's inputs, each named: ``input 3``, ``input 3['ds']``."""
+    return [d for i, item in enumerate(items) for d in walk_data(item, f"input {i}")]
+
+
+# --------------------------------------------------------------------------- GCS FUSE
+
+
+@dataclass(frozen=True)
+class FuseSource:
+    """What a GCS FUSE mount of a ``gs://`` URI shows.
+
+    A prefix (``gs://b/a/b/``) is mounted as the folder itself (``only-dir`` =
+    ``a/b``); a single object (``gs://b/a/f.bin``) by its folder, the file then
+    being ``<mount>/f.bin`` (where a download puts it too). ``folder`` is ``""``
+    for the bucket's root.
+    """
+
+    bucket: str
+    folder: str
+    file_name: str | None
+
+
+def fuse_source(uri: str) -> FuseSource:
+    """The mount of ``uri``; `DataError` when GCS FUSE cannot show it (see `fuse_problem`)."""
+    if not uri.startswith(GCS):
+        raise DataError(
+            "only Cloud Storage (gs://) data can be mounted through GCS FUSE; drop fuse "
+            "to have it downloaded into the pod"
+        )
+    bucket, _, key = uri[len(GCS) :].partition("/")
+    folder, _, name = key.rpartition("/")
+    parts = folder.split("/") if folder else []
+    if not bucket or any(p in ("", ".", "..") for p in parts) or name in (".", ".."):
+        raise DataError(
+            f"{uri} has an empty, '.' or '..' path segment, which a mounted folder cannot show"
+        )
+    if "," in folder:
+        raise DataError(
+            f"{uri}: the folder {folder!r} has a ',' and cannot be mounted (the driver's mount "
+            "options are comma-separated); drop fuse to have it downloaded"
+        )
+    return FuseSource(bucket=bucket, folder=folder, file_name=name or None)
+
+
+def fuse_problem(uri: str) -> str | None:
+    """Why ``uri`` cannot be mounted through GCS FUSE whatever the cluster has, or None."""
+    try:
+        fuse_source(uri)
+    except DataError as e:
+        return str(e)
+    return None
+
+
+def fuse_driver_missing(what: str, drop: str = "drop fuse=True") -> str:
+    """The refusal of a fuse mount on a cluster without the driver: what asked, the driver
+    it needs and the two fixes. ``what`` names the Data (client) or the field (operator)."""
+    return (
+        f"{what} asks for a GCS FUSE mount, which needs the GCS FUSE CSI driver "
+        f"(CSIDriver {GCSFUSE_DRIVER}), and this cluster does not have it. Install or "
+        f"enable the driver ({GCSFUSE_ENABLE}), or {drop} to have the data downloaded "
+        "into the pod instead."
+    )
+
+
 # --------------------------------------------------------------------------- volumes
 
 
@@ -347,12 +466,16 @@ def volume_problems(
     Storage under the root belongs to namespaces: a URI there, and any
     manifest or file:// URI (a shared filesystem has no per-tenant
     permissions), must be in this namespace's prefix. A gs:// URI outside
-    the root is read with the pod's own credentials.
+    the root is read with the pod's own credentials. A ``fuse`` volume must
+    be one GCS FUSE can show (`fuse_problem`); whether the cluster has the
+    driver is the operator's to judge when it builds the Pod.
     """
     from kinetic.model import layout  # at use: layout loads pydantic, which the runner skips
 
     problems: list[str] = []
     for i, v in enumerate(volumes):
+        if v.fuse and (why := fuse_problem(v.uri)) is not None:
+            problems.append(f"{at}.volumes[{i}].fuse: {why}")
         for key, uri in (("uri", v.uri), ("manifestURI", v.manifest_uri)):
             if not uri or uri.startswith(HF):
                 continue

@@ -29,3 +29,11 @@ when it watches all of them, by a Role in each when watchNamespaces is set.
     resources: [serviceaccounts]
     verbs: [get, create]
 {{- end }}
+{{- define "kinetic.clusterRules" }}
+  # Whether the cluster has the GCS FUSE CSI driver (CSIDriver gcsfuse.csi.storage.gke.io):
+  # read, only for specs with a fuse data volume, to mount them or refuse them by name.
+  # Cluster-scoped, so the ClusterRole grants it whatever watchNamespaces says.
+  - apiGroups: [storage.k8s.io]
+    resources: [csidrivers]
+    verbs: [get, list]
+{{- end }}

@@ -19,17 +19,25 @@ changes anything but ``spec.cancel`` is judged whole, as the operator
 judges every changed generation (`job_logic.changed_after_acceptance`); a
 cancel alone is never refused.
 
+A ``fuse`` data volume (``spec.volumes[i].fuse``, and a batch's
+``spec.template.volumes[i].fuse`` or ``spec.jobs[j].volumes[i].fuse``) is
+refused where the cluster has no GCS FUSE CSI driver: the CSIDriver object is
+read only for a spec that has one (`data_problems`). The operator judges it
+again when it builds each Pod, for what got in while the webhook was down.
+
 Every refusal is a 422 whose message names the field, the limit and the fix;
 `kubectl` prints it after ``admission webhook "…" denied the request:``.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import kopf
 from kinetic.model import limits
+from kinetic.model.data import GCSFUSE_DRIVER
 from kinetic.model.rerun import from_batch_problems
 from kinetic.model.resources import (
     GROUP,
@@ -41,11 +49,14 @@ from kinetic.model.resources import (
 from pydantic import ValidationError
 
 from kinetic_operator.batch_logic import immutable_change
+from kinetic_operator.datavolumes import fuse_refusals, spec_volume_groups, uses_fuse
 from kinetic_operator.handlers.policy import current_policy
 from kinetic_operator.policy import Kind, Policy, policy_violations
 from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.state import operator_state
 from kinetic_operator.webhook import BATCH_HOOK, JOB_HOOK, Hook
+
+log = logging.getLogger("kinetic.operator")
 
 
 def job_problems(body: dict[str, Any] | None) -> list[str]:
@@ -153,6 +164,37 @@ def policy_problems(
     return [p for p in found if p not in before]
 
 
+def data_problems(
+    kind: Kind,
+    old: dict[str, Any] | None,
+    new: dict[str, Any] | None,
+    driver: Callable[[], bool | None],
+) -> list[str]:
+    """The fuse volumes of a create (``old`` None) that this cluster cannot mount.
+
+    An update is judged only when it changes a job's spec beyond ``cancel``
+    (a batch's jobs cannot change). ``driver`` reads whether the GCS FUSE CSI
+    driver is installed (None: cannot tell); it is called only for a spec
+    with a fuse volume. If reading it fails, nothing is refused here: the
+    operator judges the spec again when it builds the Pod.
+    """
+    if old is not None and (kind == "KineticBatch" or _but_cancel(old) == _but_cancel(new)):
+        return []
+    groups = spec_volume_groups(kind, (new or {}).get("spec"))
+    if not any(uses_fuse(volumes) for _at, volumes in groups):
+        return []
+    try:
+        present = driver()
+    except Exception as exc:  # noqa: BLE001  # the operator's own check still applies
+        log.warning("Cannot read CSIDriver %s at admission: %s", GCSFUSE_DRIVER, exc)
+        return []
+    return [why for at, volumes in groups for why in fuse_refusals(volumes, at, present)]
+
+
+def _fuse_driver(memo: Any) -> Callable[[], bool | None]:
+    return lambda: operator_state(memo).kube.csi_driver_installed(GCSFUSE_DRIVER)
+
+
 def _but_cancel(body: dict[str, Any] | None) -> Any:
     spec = (body or {}).get("spec")
     return {k: v for k, v in spec.items() if k != "cancel"} if isinstance(spec, dict) else spec
@@ -179,8 +221,12 @@ def validate_job(
     new = dict(body)
     before = dict(old) if operation == "UPDATE" and old is not None else None
     settings = operator_state(memo).settings
-    problems = job_problems(new) or policy_problems(
-        "KineticJob", before, new, _namespace(new, namespace), current_policy(memo), settings
+    problems = (
+        job_problems(new)
+        or data_problems("KineticJob", before, new, _fuse_driver(memo))
+        or policy_problems(
+            "KineticJob", before, new, _namespace(new, namespace), current_policy(memo), settings
+        )
     )
     _refuse(problems)
 
@@ -197,8 +243,12 @@ def validate_batch(
     new = dict(body)
     before = dict(old) if operation == "UPDATE" and old is not None else None
     settings = operator_state(memo).settings
-    problems = batch_problems(before, new, settings) or policy_problems(
-        "KineticBatch", before, new, _namespace(new, namespace), current_policy(memo), settings
+    problems = (
+        batch_problems(before, new, settings)
+        or data_problems("KineticBatch", before, new, _fuse_driver(memo))
+        or policy_problems(
+            "KineticBatch", before, new, _namespace(new, namespace), current_policy(memo), settings
+        )
     )
     _refuse(problems)
 

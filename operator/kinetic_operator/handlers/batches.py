@@ -45,6 +45,7 @@ import kopf
 from kinetic import storage
 from kinetic.model import digest, layout
 from kinetic.model.batchjobs import batch_total, is_container, retries_of
+from kinetic.model.data import GCSFUSE_DRIVER
 from kinetic.model.manifest import Anchor
 from kinetic.model.names import LABEL_BATCH, input_pod_name
 from kinetic.model.resources import (
@@ -71,6 +72,7 @@ from kinetic_operator.batch_logic import (
     with_condition,
 )
 from kinetic_operator.batch_pods import UnitRefused, build_unit_pod, log_uri
+from kinetic_operator.datavolumes import batch_uses_fuse
 from kinetic_operator.failures import reconcile_rounds
 from kinetic_operator.handlers.batch_accept import (
     accept,
@@ -784,6 +786,7 @@ def _create(
                 attempt,
                 mem.accepted.hashes,
                 known,
+                fuse_driver=fuse,
             )
             pods.creating[unit] = attempt
             try:
@@ -809,6 +812,8 @@ def _create(
     pairs = list(todo)
     if pairs:
         kube.ensure_service_account(batch.namespace, settings.runner_service_account)
+    # Read once for the round, and only when a Pod would mount a fuse volume.
+    fuse = kube.csi_driver_installed(GCSFUSE_DRIVER) if pairs and batch_uses_fuse(spec) else None
     _each(one, pairs)
 
 

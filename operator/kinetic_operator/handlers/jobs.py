@@ -20,6 +20,7 @@ from typing import Any
 import kopf
 from kinetic import storage
 from kinetic.model import layout
+from kinetic.model.data import GCSFUSE_DRIVER
 from kinetic.model.names import LABEL_JOB
 from kinetic.model.resources import (
     GROUP,
@@ -33,6 +34,7 @@ from kinetic.model.resources import (
 
 from kinetic_operator import job_logic, metrics, podspec
 from kinetic_operator.attempts import AttemptCause
+from kinetic_operator.datavolumes import uses_fuse
 from kinetic_operator.failures import reconcile_rounds
 from kinetic_operator.handlers.events import Key, Kind, ObjectMemory
 from kinetic_operator.job_logic import CreatePod, Decision, DeletePod, Event, InvalidSpec
@@ -332,7 +334,8 @@ def _create(
     kube.ensure_service_account(job.namespace, job.settings.runner_service_account)
     mem.creating.add(attempt)
     try:
-        if kube.create_pod(podspec.build_job_pod(job.owner, spec, job.settings, attempt)):
+        fuse = kube.csi_driver_installed(GCSFUSE_DRIVER) if uses_fuse(spec.volumes) else None
+        if kube.create_pod(podspec.build_job_pod(job.owner, spec, job.settings, attempt, fuse)):
             metrics.attempt_created(metrics.KIND_JOB, cause)
     except Rejected as exc:
         mem.creating.discard(attempt)
