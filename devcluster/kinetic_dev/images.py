@@ -421,10 +421,16 @@ class Images:
         pins = "\n".join(
             line for line in freeze.splitlines() if "==" in line and not line.startswith("-e")
         )
+        wanted = [
+            f"{self.repo / 'client'}[debug]",  # the runner image installs the debug extra
+            str(self.repo / "operator"),
+            "setuptools>=77",
+            "wheel",
+        ]
         key = digest_files(
             [self.repo / "client" / "pyproject.toml", self.repo / "operator" / "pyproject.toml"],
             self.repo,
-            pins,
+            pins + "\n" + "\n".join(w.removeprefix(str(self.repo)) for w in wanted),
             self.python,
         )
         stamp = wheels / ".key"
@@ -447,10 +453,7 @@ class Images:
                 str(wheels),
                 "-c",
                 str(constraints),
-                f"{self.repo / 'client'}[debug]",  # the runner image installs the debug extra
-                str(self.repo / "operator"),
-                "setuptools>=77",
-                "wheel",
+                *wanted,
             ]
             with open(self.log, "ab") as log:
                 proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT)

@@ -100,8 +100,9 @@ def test_a_local_error_names_the_document_and_field(
     bad = documents(namespace).replace("accelerator: cpu", "accelerator: cpu, retries: -1")
     out = submit(tmp_path, client_env, bad, "--yes")
     assert out.returncode == 1
-    assert "document 2 (KineticJob/single): spec.retries" in out.stderr
-    assert stored(kube, namespace) == []
+    assert "document 2 (KineticJob/single): spec.retries" in out.stdout + out.stderr
+    # The guide's continue_on_error (true by default): the valid batch was still created.
+    assert stored(kube, namespace) == ["kineticbatch.kinetic.dev/sweep"]
 
 
 def test_the_server_dry_run_applies_the_policy(
@@ -115,11 +116,12 @@ def test_the_server_dry_run_applies_the_policy(
     wait_for(
         lambda: refused(kube, batch_json("b", namespace, 3)), timeout=EFFECT_SECONDS, what="edit"
     )
-    out = submit(tmp_path, client_env, documents(namespace), "--yes")
+    out = submit(tmp_path, client_env, documents(namespace), "--yes", "--stop-on-error")
     assert out.returncode == 1
-    assert f"KineticBatch/sweep in {namespace}" in out.stderr
-    assert "batch size 3 exceeds maxBatchSize 2 (kinetic-policy in kinetic-system)" in out.stderr
-    assert stored(kube, namespace) == []
+    said = out.stdout + out.stderr
+    assert f"KineticBatch/sweep in {namespace}" in said
+    assert "batch size 3 exceeds maxBatchSize 2 (kinetic-policy in kinetic-system)" in said
+    assert stored(kube, namespace) == []  # the batch is first: nothing before it to create
 
 
 @pytest.mark.parametrize("fail_index,code", [(None, 0), (1, 1)])

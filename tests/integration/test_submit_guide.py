@@ -68,13 +68,14 @@ def line_of(out: str, *parts: str) -> str:
 # ----------------------------------------------------------------------- on a refusal
 
 
-@pytest.mark.parametrize("how", ["flag", "file"])
+@pytest.mark.parametrize("how", ["default", "flag", "file"])
 def test_continue_on_error_creates_the_others_and_names_each_refusal(
     kube: Kube, namespace: str, client_env: dict[str, str], tmp_path: Path, how: str
 ) -> None:
-    if how == "flag":
+    """The guide's default (continue_on_error true), the flag, and the file's key."""
+    if how in ("default", "flag"):
         text = documents(job("good", namespace), job(BAD_NAME, namespace), job("after", namespace))
-        args: tuple[str, ...] = ("--yes", "--continue-on-error")
+        args: tuple[str, ...] = ("--yes",) + (("--continue-on-error",) if how == "flag" else ())
     else:
         jobs = (train("good", namespace), train(BAD_NAME, namespace), train("after", namespace))
         text, args = request(*jobs, continue_on_error=True, confirmed=True), ()
@@ -110,16 +111,6 @@ def test_stop_on_error_creates_nothing_after_the_refusal(
     assert BAD_NAME_REASON in line_of(out.stdout, "failed", BAD_NAME)
     skipped = line_of(out.stdout, "not attempted", f"KineticJob/after in {namespace}")
     assert f"stopped at the failure of KineticJob/{BAD_NAME}" in skipped
-
-
-def test_by_default_a_refused_object_creates_nothing_and_says_how_to_go_on(
-    kube: Kube, namespace: str, client_env: dict[str, str], tmp_path: Path
-) -> None:
-    text = documents(job("good", namespace), job(BAD_NAME, namespace))
-    out = submit(tmp_path, client_env, text, "--yes")
-    assert out.returncode == 1
-    assert BAD_NAME_REASON in out.stderr and "--continue-on-error" in out.stderr
-    assert names(kube, namespace) == []
 
 
 @pytest.mark.parametrize("stop", [False, True])
@@ -254,7 +245,7 @@ def test_gpus_with_a_type_request_the_catalogs_accelerator(
     assert (
         "jobs[0] (three-l4): gpus: 3 l4 GPUs per job is not offered; l4 comes in 1, 2, 4, 8 "
         "GPUs per job: set gpus to one of those"
-    ) in " ".join(out.stderr.split())
+    ) in " ".join((out.stdout + out.stderr).split())
     assert "three-l4" not in names(kube, namespace)
 
 

@@ -22,18 +22,14 @@ A file may also be one request in the batch-submission guide's format
 ``confirmed`` and ``continue_on_error`` act as the flags do (a flag given
 wins over the file).
 
-**When an object is refused** (``continue_on_error``). By default a file
-in which the checks or the server-side dry run refuse any object creates
-nothing, so a mistake is fixed before anything runs; the refusals are
-listed. Saying what to do with the rest changes that:
-``--continue-on-error`` (``continue_on_error: true``) creates every object
-that was accepted and reports the refused ones as failures;
-``--stop-on-error`` (``continue_on_error: false``) creates the objects before
-the first refused one and stops there, reporting the rest as not attempted.
-An object refused at creation although its dry run passed (something
-changed in between: the policy, a quota, a name now taken) is a failure too;
-creation goes on past it (the guide's default, ``continue_on_error: true``)
-unless ``--stop-on-error`` says to stop.
+**When an object is refused** (``continue_on_error``, true by default as in
+the guide). Creation goes on past a refused object — refused by the local
+checks, by the server-side dry run, or at creation although its dry run
+passed (the policy, a quota or a name changed in between) — and the summary
+reports each refusal with its reason; the exit status is 1 when any object
+was not created. ``--stop-on-error`` (``continue_on_error: false``) creates
+the objects before the first refused one and stops there, reporting the rest
+as not attempted. The preview shows what will be created before anything is.
 
 **The administrator's policy** (`kinetic.model.policy_keys`, read with
 `kinetic.api.policy`): with ``dryRunDefault`` the command only previews
@@ -597,9 +593,8 @@ def submit(
     continue_on_error: bool | None = typer.Option(
         None,
         "--continue-on-error/--stop-on-error",
-        help="When an object is refused: create the others, or stop at the first refusal "
-        "(objects before it are created). Unset: a refusal by the checks creates nothing; "
-        "one at creation does not stop the rest.",
+        help="When an object is refused: create the others (the default, or the file's "
+        "continue_on_error), or stop at the first refusal (objects before it are created).",
     ),
     wait: bool = typer.Option(
         False,
@@ -615,8 +610,11 @@ def submit(
     """Check, preview and submit the KineticBatches and KineticJobs in FILE."""
     contents = _contents(file, namespace, context)
     settings = contents.settings
-    on_error = continue_on_error if continue_on_error is not None else settings.continue_on_error
-    entries = _preflight(file, contents, on_error, context)
+    on_error = next(
+        (said for said in (continue_on_error, settings.continue_on_error) if said is not None),
+        True,  # the guide's default: go on past a refused object
+    )
+    entries = _preflight(contents, on_error, context)
     decision = _decision(dry_run, yes, settings, context)
     planned = to_create(entries, stop_on_error=on_error is False)
     if decision.dry_run:
@@ -660,17 +658,9 @@ def _contents(file: Path, namespace: str | None, context: str | None) -> Content
         raise fail(f"{file}: {escape(str(exc))}") from None
 
 
-def _preflight(
-    file: Path, contents: Contents, on_error: bool | None, context: str | None
-) -> list[Entry]:
-    """The local checks' refusals, then the server-side dry run's, then the preview.
-
-    ``on_error`` None (not said): any refusal ends the command, nothing created.
-    """
-    if on_error is None and contents.refusals:
-        found = "\n".join(f"{file}: {r.label}: {r.reason}" for r in contents.refusals)
-        raise fail(escape(found) + NOTHING_CREATED)
-    entries = _server_dry_run(contents.entries, context, all_or_nothing=on_error is None)
+def _preflight(contents: Contents, on_error: bool, context: str | None) -> list[Entry]:
+    """The local checks' refusals, then the server-side dry run's, then the preview."""
+    entries = _server_dry_run(contents.entries, context)
     _preview(entries, stop=on_error is False)
     return entries
 
@@ -684,12 +674,6 @@ def _decision(
     if note:
         errors.print(f"[dim]{escape(note)}[/dim]", soft_wrap=True)
     return decide(dry_run, yes, settings, policy)
-
-
-NOTHING_CREATED = (
-    "\nNothing was created. Fix the file, or say what to do with the other objects: "
-    "--continue-on-error creates them, --stop-on-error those before the first refusal."
-)
 
 
 def _read(file: Path) -> str:
@@ -708,13 +692,11 @@ def _accelerators(context: str | None) -> Sequence[str]:
     return published or default_catalog().names()
 
 
-def _server_dry_run(
-    entries: list[Entry], context: str | None, *, all_or_nothing: bool
-) -> list[Entry]:
+def _server_dry_run(entries: list[Entry], context: str | None) -> list[Entry]:
     """Every document through the API server (schema, webhook, policy), nothing stored.
 
     Returns the entries with each document the server refused replaced by its
-    Refusal; ``all_or_nothing``: any refusal ends the command instead.
+    Refusal.
     """
     checked: list[Entry] = []
     for entry in entries:
@@ -734,13 +716,6 @@ def _server_dry_run(
             except kube.ClusterUnreachable as exc:
                 raise fail(str(exc)) from None
         checked.append(entry)
-    refused = [f"{e.label}: {e.reason}" for e in checked if isinstance(e, Refusal)]
-    if refused and all_or_nothing:
-        raise fail(
-            "the API server refused (nothing was created):\n  "
-            + escape("\n  ".join(refused))
-            + NOTHING_CREATED
-        )
     return checked
 
 
