@@ -17,7 +17,6 @@ template names the code the rerun would run).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -169,15 +168,9 @@ def create_rerun(
                 f"A batch named {body['metadata']['name']} already exists in namespace "
                 f"{cfg.namespace}: choose another --name (or leave it out for a fresh one)."
             ) from None
-        raise ValueError(f"The API server refused the rerun batch: {kube_reason(exc)}") from None
-
-
-def kube_reason(exc: ApiException) -> str:
-    """The API server's own message (a webhook's or the schema's), else the HTTP reason."""
-    try:
-        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
-    except ValueError:
-        return str(exc.reason)
+        raise ValueError(
+            f"The API server refused the rerun batch: {kube.kube_reason(exc)}"
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def resolve(
         raise ConfigError(
             "No storage root for payloads and results. Pass storage_root='gs://bucket/prefix', "
             "set KINETIC_STORAGE_ROOT, or install the Kinetic operator, which publishes it in "
-            f"ConfigMap {_operator_namespace()}/{CONFIGMAP_NAME}."
+            f"ConfigMap {operator_namespace()}/{CONFIGMAP_NAME}."
         )
     ns = namespace or os.environ.get("KINETIC_NAMESPACE") or _kubeconfig_namespace(context)
     image = os.environ.get("KINETIC_IMAGE") or published.get("defaultImage")
@@ -80,7 +80,7 @@ def _int(value: str | None, default: int) -> int:
         return default
 
 
-def _operator_namespace() -> str:
+def operator_namespace() -> str:
     return os.environ.get("KINETIC_OPERATOR_NAMESPACE", DEFAULT_OPERATOR_NAMESPACE)
 
 
@@ -92,7 +92,7 @@ def _published(context: str | None) -> dict[str, str]:
     from kinetic.api import kube
 
     try:
-        cm = kube.core(context).read_namespaced_config_map(CONFIGMAP_NAME, _operator_namespace())
+        cm = kube.core(context).read_namespaced_config_map(CONFIGMAP_NAME, operator_namespace())
     except ApiException:
         return {}
     except kube.ClusterUnreachable:

@@ -44,7 +44,6 @@ from urllib3.exceptions import HTTPError, MaxRetryError, SSLError
 
 from kinetic import __version__, storage
 from kinetic.api import config, kube
-from kinetic.api.batch_rerun import kube_reason
 from kinetic.model import crdgen, layout
 from kinetic.model import resources as r
 from kinetic.storage.base import parse_uri
@@ -191,7 +190,7 @@ def api_failure(exc: BaseException) -> tuple[ApiFailure, str]:
         return "config", str(exc.__cause__ or exc)
     if isinstance(exc, ApiException):
         kind: ApiFailure = "unauthorized" if exc.status == 401 else "error"
-        return kind, f"{exc.status}: {kube_reason(exc)}"
+        return kind, f"{exc.status}: {kube.kube_reason(exc)}"
     reason = exc.reason if isinstance(exc, MaxRetryError) and exc.reason else exc
     if isinstance(reason, SSLError):
         return "tls", _first_line(reason)
@@ -512,7 +511,7 @@ class Target:
 
     def forbidden(self, e: ApiException) -> None:
         """Note who was refused, from a 403's message."""
-        self.identity = self.identity or identity_in(kube_reason(e))
+        self.identity = self.identity or identity_in(kube.kube_reason(e))
 
     @cached_property
     def api(self) -> client.ApiClient:
@@ -538,7 +537,7 @@ class Target:
 
     @property
     def operator_namespace(self) -> str:
-        return config._operator_namespace()
+        return config.operator_namespace()
 
 
 def check_context(t: Target) -> CheckResult:
@@ -613,7 +612,7 @@ def check_webhook(t: Target) -> CheckResult:
     except ApiException as e:
         if e.status == 403:
             t.forbidden(e)
-        seen = WebhookSeen(t.namespace, False, e.status, kube_reason(e))
+        seen = WebhookSeen(t.namespace, False, e.status, kube.kube_reason(e))
     else:
         seen = WebhookSeen(t.namespace, True)
     return judge_webhook(seen, t.operator_namespace)

@@ -7,6 +7,7 @@ resourceVersion, re-listed on 410 Gone), never a fixed-interval poll.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -301,3 +302,11 @@ def watch_one(
                 raise
             finally:
                 w.stop()
+
+
+def kube_reason(exc: ApiException) -> str:
+    """The API server's own message (a webhook's or the schema's), else the HTTP reason."""
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        return str(exc.reason)

@@ -14,13 +14,13 @@ from __future__ import annotations
 from kubernetes.client import ApiException
 
 from kinetic.api import kube
-from kinetic.api.config import _operator_namespace
+from kinetic.api.config import operator_namespace
 from kinetic.model.policy_keys import POLICY_CONFIG_MAP, SubmissionPolicy, submission_policy
 
 
 def policy_source() -> str:
     """The policy's ConfigMap as messages name it: ``kinetic-policy in kinetic-system``."""
-    return f"{POLICY_CONFIG_MAP} in {_operator_namespace()}"
+    return f"{POLICY_CONFIG_MAP} in {operator_namespace()}"
 
 
 def read_submission_policy(context: str | None = None) -> tuple[SubmissionPolicy, str | None]:
@@ -31,7 +31,7 @@ def read_submission_policy(context: str | None = None) -> tuple[SubmissionPolicy
     """
     source = policy_source()
     try:
-        cm = kube.core(context).read_namespaced_config_map(POLICY_CONFIG_MAP, _operator_namespace())
+        cm = kube.core(context).read_namespaced_config_map(POLICY_CONFIG_MAP, operator_namespace())
     except ApiException as exc:
         if exc.status == 404:
             return SubmissionPolicy(), None

@@ -141,7 +141,7 @@ def gpu_offers(accelerators: Sequence[str]) -> dict[str, list[int]]:
     """GPU type -> the counts one job may request, from a catalog's accelerator names."""
     offers: dict[str, list[int]] = {}
     for name in accelerators:
-        if m := catalog._GPU_NAME.match(name):
+        if m := catalog.GPU_NAME.match(name):
             offers.setdefault(m["type"], []).append(int(m["count"] or 1))
     return {kind: sorted(counts) for kind, counts in sorted(offers.items())}
 

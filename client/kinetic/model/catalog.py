@@ -32,7 +32,7 @@ TPU_NODE_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 SPOT_NODE_LABEL = "cloud.google.com/gke-spot"
 
-_GPU_NAME = re.compile(r"^gpu-(?P<type>[a-z0-9]+?)(?:x(?P<count>[0-9]+))?$")
+GPU_NAME = re.compile(r"^gpu-(?P<type>[a-z0-9]+?)(?:x(?P<count>[0-9]+))?$")
 
 
 class GpuType(BaseModel):
@@ -209,7 +209,7 @@ def _accelerator(catalog: Catalog, given: str) -> Placement:
             },
             tolerations=[_toleration(catalog.tpu_resource)],
         )
-    if (m := _GPU_NAME.match(accelerator)) and (gpu := catalog.gpus.get(m["type"])):
+    if (m := GPU_NAME.match(accelerator)) and (gpu := catalog.gpus.get(m["type"])):
         count = int(m["count"] or 1)
         if count in gpu.counts:
             return Placement(
