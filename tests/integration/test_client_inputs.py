@@ -274,8 +274,14 @@ def test_cli_jobs_commands_for_one_input(ns: str, client_env: dict) -> None:
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"result": "hi bob"}
 
+    # The inputs are listed among the jobs, with their batch and index (the reference's
+    # group fields); --no-batches lists KineticJobs only, and there are none here.
     listed = _cli(client_env, "list", "-n", ns, "-o", "json")
-    assert listed.returncode == 0 and json.loads(listed.stdout) == []  # inputs are not jobs
+    assert listed.returncode == 0, listed.stderr
+    rows = [(r["job_id"], r["group"], r["index"], r["phase"]) for r in json.loads(listed.stdout)]
+    assert rows == [(f"{batch.group_id}-{i}", batch.group_id, i, "SUCCEEDED") for i in (0, 1)]
+    only_jobs = _cli(client_env, "list", "-n", ns, "--no-batches", "-o", "json")
+    assert only_jobs.returncode == 0 and json.loads(only_jobs.stdout) == []
     missing = _cli(client_env, "status", f"{batch.group_id}-7", "-n", ns)
     assert missing.returncode == 1 and "there is no input 7" in missing.stderr
 

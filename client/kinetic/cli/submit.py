@@ -44,19 +44,15 @@ and prints.
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from queue import Queue
 from threading import Thread
-from typing import Any, Literal
+from typing import Any
 
 import typer
-import yaml
 from kubernetes.client import ApiException
-from pydantic import ValidationError
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
@@ -68,496 +64,26 @@ from kinetic.api.policy import policy_source, read_submission_policy
 from kinetic.cli import guide
 from kinetic.cli.jobs import CONTEXT, NAMESPACE
 from kinetic.cli.output import console, errors, fail
-from kinetic.model import layout, limits
+from kinetic.cli.submit_file import Contents, Document, DocumentError, Entry, Refusal, read_file
+from kinetic.cli.submit_plan import (
+    Decision,
+    Outcome,
+    accelerator_totals,
+    all_succeeded,
+    batch_report,
+    create_all,
+    decide,
+    format_accelerators,
+    job_report,
+    preview_rows,
+    preview_table,
+    summary_lines,
+    to_create,
+)
+from kinetic.model import layout
 from kinetic.model import resources as r
 from kinetic.model.catalog import default_catalog
-from kinetic.model.fanout import grid_point
 from kinetic.model.policy_keys import DRY_RUN_DEFAULT, REQUIRE_CONFIRMATION, SubmissionPolicy
-from kinetic.model.ranges import parse_ranges
-
-KINDS = {"KineticJob": r.JOB_PLURAL, "KineticBatch": r.BATCH_PLURAL}
-API_VERSION = f"{r.GROUP}/{r.VERSION}"
-DEFAULT_IMAGE = "(operator default)"
-INPUT_WIDTH = 60
-
-
-class DocumentError(ValueError):
-    """A document cannot be submitted; the message names the document and the field.
-
-    ``where`` is the document ("document 2 (KineticJob/x)"), empty for the
-    whole file; ``problem`` the rest of the message.
-    """
-
-    def __init__(self, problem: str, where: str = "") -> None:
-        super().__init__(f"{where}: {problem}" if where else problem)
-        self.where = where
-        self.problem = problem
-
-
-@dataclass(frozen=True)
-class Document:
-    """One object of the file, checked locally."""
-
-    number: int  # 1-based position in the file, for messages
-    kind: str
-    name: str
-    namespace: str
-    body: dict[str, Any]
-
-    @property
-    def plural(self) -> str:
-        return KINDS[self.kind]
-
-    @property
-    def label(self) -> str:
-        return f"{self.kind}/{self.name} in {self.namespace}"
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """An object of the file that will not be created: where it is, and why."""
-
-    label: str
-    reason: str
-
-
-Entry = Document | Refusal
-
-
-@dataclass(frozen=True)
-class Contents:
-    """A file's objects in order (each checked, or refused) and its own settings."""
-
-    entries: list[Entry]
-    settings: guide.RequestSettings = field(default_factory=guide.RequestSettings)
-
-    @property
-    def refusals(self) -> list[Refusal]:
-        return [e for e in self.entries if isinstance(e, Refusal)]
-
-
-# --------------------------------------------------------------------------- reading
-
-
-def read_file(
-    text: str,
-    default_namespace: str,
-    *,
-    forced: bool = False,
-    accelerators: Callable[[], Sequence[str]] = lambda: default_catalog().names(),
-) -> Contents:
-    """Every object of the file, in order, each checked or refused with its reason.
-
-    Raises DocumentError only for the file as a whole (not YAML, empty, a
-    guide request that is not one). ``forced`` (``-n`` given): an object
-    naming another namespace is refused, as with kubectl, rather than
-    silently going elsewhere. ``accelerators``: the names the cluster's
-    catalog offers, asked for only when a guide request counts GPUs.
-    """
-    raw = _parse(text)
-    if not any(guide.is_request(d) for d in raw):
-        checked = [_checked(i, d, default_namespace, forced) for i, d in enumerate(raw, 1)]
-        return Contents(_once_each(checked))
-    if len(raw) != 1:
-        raise DocumentError(
-            "a request in the batch-submission guide's format (jobs: [...]) must be the "
-            "file's only document"
-        )
-    try:
-        settings = guide.request_settings(raw[0])
-    except guide.GuideError as exc:
-        raise DocumentError(str(exc)) from None
-    entries: list[Entry] = []
-    for i, job in enumerate(raw[0]["jobs"]):
-        try:
-            where, body = guide.job_object(i, job, accelerators() if _counts_gpus(job) else ())
-            entries.append(check_document(i + 1, body, default_namespace, forced, where=where))
-        except (guide.GuideError, DocumentError) as exc:
-            entries.append(Refusal(exc.where, exc.problem))
-    return Contents(_once_each(entries), settings)
-
-
-def load_documents(text: str, default_namespace: str, *, forced: bool = False) -> list[Document]:
-    """Every object of the file, checked; raises DocumentError at the first one refused."""
-    contents = read_file(text, default_namespace, forced=forced)
-    if contents.refusals:
-        first = contents.refusals[0]
-        raise DocumentError(first.reason, first.label)
-    return [e for e in contents.entries if isinstance(e, Document)]
-
-
-def _parse(text: str) -> list[Any]:
-    try:
-        raw = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        if text.lstrip().startswith("{"):  # JSON that YAML cannot read (tabs, say)
-            try:
-                return [json.loads(text)]
-            except ValueError:
-                pass
-        raise DocumentError(f"the file is not valid YAML: {exc}") from exc
-    if not raw:
-        raise DocumentError("the file holds no documents")
-    return raw
-
-
-def _once_each(entries: list[Entry]) -> list[Entry]:
-    """A second object of the same kind, namespace and name is refused: it cannot be created."""
-    seen = set()
-    kept: list[Entry] = []
-    for entry in entries:
-        if isinstance(entry, Document):
-            key = (entry.kind, entry.namespace, entry.name)
-            if key in seen:
-                entry = Refusal(
-                    entry.label,
-                    f"the file holds {entry.kind}/{entry.name} more than once; "
-                    "give each object its own name",
-                )
-            seen.add(key)
-        kept.append(entry)
-    return kept
-
-
-def _counts_gpus(job: Any) -> bool:
-    return isinstance(job, dict) and (job.get("gpus") is not None or "gpu_type" in job)
-
-
-def _checked(number: int, doc: Any, default_namespace: str, forced: bool) -> Entry:
-    try:
-        return check_document(number, doc, default_namespace, forced)
-    except DocumentError as exc:
-        return Refusal(exc.where, exc.problem)
-
-
-def check_document(
-    number: int,
-    doc: Any,
-    default_namespace: str,
-    forced: bool = False,
-    where: str | None = None,
-) -> Document:
-    """One document: its kind, name and spec checked as the operator would.
-
-    ``where`` names it in messages (a guide request's ``jobs[1] (name)``);
-    by default ``document N (Kind/name)``.
-    """
-    named = where is not None
-    where = where or f"document {number}"
-    if not isinstance(doc, dict):
-        raise DocumentError(f"expected a mapping, got {type(doc).__name__}", where)
-    kind = doc.get("kind")
-    if kind not in KINDS:
-        raise DocumentError(
-            f"kind {kind!r} cannot be submitted here; expected KineticJob or KineticBatch", where
-        )
-    if doc.get("apiVersion") != API_VERSION:
-        raise DocumentError(
-            f"apiVersion must be {API_VERSION} (got {doc.get('apiVersion')!r})", where
-        )
-    meta = doc.get("metadata") or {}
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise DocumentError("metadata.name is required", where if named else f"{where} ({kind})")
-    if not named:
-        where = f"{where} ({kind}/{name})"
-    namespace = meta.get("namespace") or default_namespace
-    if forced and namespace != default_namespace:
-        raise DocumentError(
-            f"metadata.namespace {namespace!r} does not match --namespace "
-            f"{default_namespace!r}; remove one of them",
-            where,
-        )
-    spec = doc.get("spec")
-    problems = (
-        limits.check_job_spec(spec)
-        if kind == "KineticJob"
-        else limits.check_batch_spec(spec, storage_root=None)
-    )
-    if problems:
-        raise DocumentError("; ".join(problems), where)
-    model = r.KineticJobSpec if kind == "KineticJob" else r.KineticBatchSpec
-    try:
-        model.model_validate(spec or {})
-    except ValidationError as exc:
-        found = "; ".join(
-            f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        raise DocumentError(found, where) from None
-    body = {**doc, "metadata": {**meta, "namespace": namespace}}
-    return Document(number, kind, name, namespace, body)
-
-
-# --------------------------------------------------------------------------- preview
-
-
-def job_specs(doc: Document) -> Iterator[dict[str, Any]]:
-    """Each job spec a document runs (a batch's template stands for all its inputs)."""
-    spec = doc.body.get("spec") or {}
-    if doc.kind == "KineticJob":
-        yield spec
-        return
-    if isinstance(spec.get("template"), dict):
-        yield spec["template"]
-    for job in spec.get("jobs") or []:
-        if isinstance(job, dict):
-            yield job
-
-
-def job_count(doc: Document) -> int:
-    """How many jobs (Pods' worth of work) a document runs."""
-    spec = doc.body.get("spec") or {}
-    if doc.kind == "KineticJob":
-        return 1
-    if isinstance(spec.get("jobs"), list):
-        return len(spec["jobs"])
-    return limits.input_total(spec.get("inputs") or {}, limits.MAX_INPUTS_CEILING)
-
-
-def image_of(job: dict[str, Any]) -> str:
-    container = job.get("container") or {}
-    return container.get("image") or job.get("image") or DEFAULT_IMAGE
-
-
-def preview_rows(docs: list[Document]) -> list[dict[str, Any]]:
-    """One row per document: kind, name, namespace, jobs, images and accelerators.
-
-    Accelerators are counted per job: a batch of 10 inputs on gpu-l4 needs
-    ``10 x gpu-l4`` over its life (at most maxConcurrent at once).
-    """
-    rows = []
-    for doc in docs:
-        n = job_count(doc)
-        specs = list(job_specs(doc))
-        per_job = n if doc.kind == "KineticJob" or len(specs) <= 1 else 1
-        accelerators: dict[str, int] = {}
-        for job in specs:
-            name = job.get("accelerator") or "cpu"
-            accelerators[name] = accelerators.get(name, 0) + per_job
-        rows.append(
-            {
-                "kind": doc.kind,
-                "name": doc.name,
-                "namespace": doc.namespace,
-                "jobs": n,
-                "images": sorted({image_of(j) for j in specs}),
-                "accelerators": accelerators,
-            }
-        )
-    return rows
-
-
-def accelerator_totals(rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Jobs per accelerator over every document."""
-    total: dict[str, int] = {}
-    for row in rows:
-        for name, n in row["accelerators"].items():
-            total[name] = total.get(name, 0) + n
-    return dict(sorted(total.items()))
-
-
-def _fmt_accelerators(counts: dict[str, int]) -> str:
-    return ", ".join(f"{n} x {name}" for name, n in sorted(counts.items())) or "-"
-
-
-def preview_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title="Submission preview")
-    for col in ("kind", "name", "namespace", "jobs", "images", "accelerators"):
-        table.add_column(col.upper(), justify="right" if col == "jobs" else "left")
-    for row in rows:
-        table.add_row(
-            row["kind"],
-            row["name"],
-            row["namespace"],
-            f"{row['jobs']:,}",
-            ", ".join(row["images"]),
-            _fmt_accelerators(row["accelerators"]),
-        )
-    return table
-
-
-# --------------------------------------------------------------------------- the report
-
-
-def input_label(spec: dict[str, Any], index: int) -> str:
-    """What input ``index`` of a batch is, short enough for one table cell."""
-    inputs = spec.get("inputs") or {}
-    jobs = spec.get("jobs")
-    if isinstance(jobs, list) and index < len(jobs):
-        return f"jobs[{index}]"
-    if isinstance(inputs.get("items"), list) and index < len(inputs["items"]):
-        text = json.dumps(inputs["items"][index], default=str)
-    elif isinstance(inputs.get("grid"), dict):
-        text = json.dumps(grid_point(inputs["grid"], index), default=str)
-    else:
-        text = f"input {index} (uploaded)"
-    return text if len(text) <= INPUT_WIDTH else text[: INPUT_WIDTH - 1] + "…"
-
-
-def batch_report(
-    spec: dict[str, Any],
-    status: dict[str, Any],
-    records: dict[int, dict[str, Any]],
-) -> list[dict[str, Any]]:
-    """One row per input: index, input, outcome, attempts, message.
-
-    ``records`` are the manifest's per-input records (outcome, attempts,
-    message); the status's index ranges fill in what the manifest does not
-    have yet, and inputs never launched are NOT_STARTED.
-    """
-    total = status.get("total") or 0
-    by_range = {}
-    for outcome, key in (
-        ("SUCCEEDED", "succeededIndexes"),
-        ("FAILED", "failedIndexes"),
-        ("CANCELLED", "cancelledIndexes"),
-    ):
-        for i in parse_ranges(status.get(key) or ""):
-            by_range[i] = outcome
-    rows = []
-    for i in range(total):
-        rec = records.get(i) or {}
-        lines = (rec.get("message") or "").strip().splitlines()
-        rows.append(
-            {
-                "index": i,
-                "input": input_label(spec, i),
-                "outcome": by_range.get(i) or rec.get("outcome") or "NOT_STARTED",
-                "attempts": len(rec.get("attempts") or []),
-                "message": lines[-1] if lines else "",  # the last line says what went wrong
-            }
-        )
-    return rows
-
-
-def job_report(status: dict[str, Any]) -> list[dict[str, Any]]:
-    """The one row of a KineticJob."""
-    return [
-        {
-            "index": "-",
-            "input": "-",
-            "outcome": status.get("phase") or "PENDING",
-            "attempts": status.get("attempt") or 0,
-            "message": status.get("message") or "",
-        }
-    ]
-
-
-def all_succeeded(reports: list[list[dict[str, Any]]]) -> bool:
-    return all(row["outcome"] == "SUCCEEDED" for rows in reports for row in rows) and bool(reports)
-
-
-# --------------------------------------------------------------------------- decisions
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What the command does after the preview."""
-
-    dry_run: bool  # preview only: create nothing
-    by_policy: bool  # ... because the policy's dryRunDefault says so
-    ask: bool  # a person answers at a terminal before anything is created
-    person_required: bool  # requireConfirmation: only that answer counts, never a yes
-    yes_ignored: bool  # a yes was given, and does not count
-
-
-def decide(
-    dry_run: bool | None,
-    yes: bool,
-    settings: guide.RequestSettings,
-    policy: SubmissionPolicy,
-) -> Decision:
-    """Preview or submit, and whether to ask: the flags, then the file, then the policy.
-
-    ``--dry-run``/``--no-dry-run`` (else the file's ``dry_run``) decides when
-    given; otherwise the policy's dryRunDefault previews unless a yes
-    (``--yes``, the file's ``confirmed: true``) says to submit. A person is
-    asked unless there is a yes, and always under requireConfirmation.
-    """
-    approved = yes or settings.confirmed is True
-    explicit = dry_run if dry_run is not None else settings.dry_run
-    by_policy = explicit is None and policy.dry_run_default and not approved
-    return Decision(
-        dry_run=bool(explicit) or by_policy,
-        by_policy=by_policy,
-        ask=policy.require_confirmation or not approved,
-        person_required=policy.require_confirmation,
-        yes_ignored=policy.require_confirmation and approved,
-    )
-
-
-def to_create(entries: list[Entry], stop_on_error: bool) -> list[Document]:
-    """The objects creation will try: every accepted one, or those before the first refusal."""
-    docs = []
-    for entry in entries:
-        if isinstance(entry, Document):
-            docs.append(entry)
-        elif stop_on_error:
-            break
-    return docs
-
-
-Result = Literal["created", "failed", "not attempted"]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What became of one object of the file."""
-
-    label: str
-    result: Result
-    detail: str = ""
-    doc: Document | None = None  # the object, when it was created
-
-
-def create_all(
-    entries: list[Entry], create: Callable[[Document], object], stop_on_error: bool
-) -> list[Outcome]:
-    """Create the accepted objects in file order; one Outcome per entry.
-
-    A refusal (by the checks, or the API server's answer to the create) is a
-    failure with its reason, and with ``stop_on_error`` everything after the
-    first failure is not attempted. An error that is no answer (the API
-    server cannot be reached) stops creation whatever the setting: every
-    later create would fail the same way.
-    """
-    outcomes: list[Outcome] = []
-    stopped_at: str | None = None
-    for entry in entries:
-        if stopped_at is not None:
-            outcomes.append(Outcome(entry.label, "not attempted", f"stopped at {stopped_at}"))
-            continue
-        if isinstance(entry, Refusal):
-            reason, stop = entry.reason, stop_on_error
-        else:
-            try:
-                create(entry)
-            except ApiException as exc:
-                reason, stop = _api_message(exc), stop_on_error
-            except Exception as exc:  # noqa: BLE001 — no answer at all: stop here
-                reason, stop = f"the API server could not be reached: {exc}", True
-            else:
-                outcomes.append(Outcome(entry.label, "created", doc=entry))
-                continue
-        outcomes.append(Outcome(entry.label, "failed", reason))
-        if stop:
-            stopped_at = f"the failure of {entry.label}"
-    return outcomes
-
-
-def summary_lines(outcomes: list[Outcome]) -> list[str]:
-    """The submission's summary: the counts, then each object with its result and reason."""
-    counts = {
-        result: sum(o.result == result for o in outcomes)
-        for result in ("created", "failed", "not attempted")
-    }
-    n = len(outcomes)
-    said = ", ".join(f"{k} {result}" for result, k in counts.items() if k)
-    lines = [f"Submitted {n} object{'s' * (n != 1)}: {said}"]
-    for o in outcomes:
-        lines.append(f"  {o.result:<13}  {o.label}" + (f": {o.detail}" if o.detail else ""))
-    return lines
-
 
 # --------------------------------------------------------------------------- the command
 
@@ -712,18 +238,11 @@ def _server_dry_run(entries: list[Entry], context: str | None) -> list[Entry]:
                     _content_type="application/json",
                 )
             except ApiException as exc:
-                entry = Refusal(entry.label, _api_message(exc))
+                entry = Refusal(entry.label, kube.kube_reason(exc))
             except kube.ClusterUnreachable as exc:
                 raise fail(str(exc)) from None
         checked.append(entry)
     return checked
-
-
-def _api_message(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
-    except ValueError:
-        return str(exc.reason)
 
 
 def _preview(entries: list[Entry], stop: bool) -> None:
@@ -732,7 +251,7 @@ def _preview(entries: list[Entry], stop: bool) -> None:
     if planned:
         rows = preview_rows(planned)
         console.print(preview_table(rows))
-        console.print(f"Total: {_fmt_accelerators(accelerator_totals(rows))}")
+        console.print(f"Total: {format_accelerators(accelerator_totals(rows))}")
     refused = [e for e in entries if isinstance(e, Refusal)]
     if refused:
         console.print(f"[red]Refused[/red], will not be created ({len(refused)}):")

@@ -9,16 +9,12 @@ from typing import Any
 import pytest
 import yaml
 from kinetic.cli.guide import GuideError, RequestSettings, gpu_accelerator, gpu_offers
-from kinetic.cli.submit import (
+from kinetic.cli.submit_file import Document, DocumentError, Refusal, load_documents, read_file
+from kinetic.cli.submit_plan import (
     Decision,
-    Document,
-    DocumentError,
     Outcome,
-    Refusal,
     create_all,
     decide,
-    load_documents,
-    read_file,
     summary_lines,
     to_create,
 )

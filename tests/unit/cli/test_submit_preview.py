@@ -6,14 +6,12 @@ from typing import Any
 
 import pytest
 import yaml
-from kinetic.cli.submit import (
-    Document,
-    DocumentError,
+from kinetic.cli.submit_file import Document, DocumentError, load_documents
+from kinetic.cli.submit_plan import (
     accelerator_totals,
     all_succeeded,
     batch_report,
     job_report,
-    load_documents,
     preview_rows,
 )
 
