@@ -45,6 +45,7 @@ and prints.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from queue import Queue
@@ -79,6 +80,7 @@ from kinetic.cli.submit_plan import (
     preview_table,
     summary_lines,
     to_create,
+    unrecorded_endings,
 )
 from kinetic.model import layout
 from kinetic.model import resources as r
@@ -387,20 +389,38 @@ def _wait(
     return reports
 
 
+MANIFEST_CATCH_UP = 30.0  # seconds a report waits for the manifest to record every ending
+
+
 def _batch_rows(doc: Document, status: dict[str, Any], context: str | None) -> list[dict[str, Any]]:
-    """The report of a batch, from its status and its manifest's per-input records."""
+    """The report of a batch, from its status and its manifest's per-input records.
+
+    The status says an input ended before the manifest (written a few times
+    a second at most) records its attempts; the report waits for the
+    manifest to catch up, a bounded while, rather than show an ended input
+    with no attempt.
+    """
     obj = kube.get(doc.plural, doc.namespace, doc.name, context) or {}
-    records: dict[int, dict[str, Any]] = {}
     root = _storage_root(context)
     uid = (obj.get("metadata") or {}).get("uid")
-    if root and uid:
-        home = layout.batch_home(root, doc.namespace, doc.name, uid)
-        total = status.get("total") or 0
-        for shard in range(layout.shard_of(total - 1) + 1 if total else 0):
-            found = read_shard(home, shard)
-            for key, rec in (found.inputs if found else {}).items():
-                records[int(key)] = rec.model_dump(mode="json")
+    records: dict[int, dict[str, Any]] = {}
+    deadline = time.monotonic() + MANIFEST_CATCH_UP
+    while root and uid:
+        records = _manifest_records(layout.batch_home(root, doc.namespace, doc.name, uid), status)
+        if not unrecorded_endings(status, records) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     return batch_report(doc.body.get("spec") or {}, status, records)
+
+
+def _manifest_records(home: layout.Home, status: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    records: dict[int, dict[str, Any]] = {}
+    total = status.get("total") or 0
+    for shard in range(layout.shard_of(total - 1) + 1 if total else 0):
+        found = read_shard(home, shard)
+        for key, rec in (found.inputs if found else {}).items():
+            records[int(key)] = rec.model_dump(mode="json")
+    return records
 
 
 def _storage_root(context: str | None) -> str | None:

@@ -166,6 +166,14 @@ def batch_report(
     return rows
 
 
+def unrecorded_endings(status: dict[str, Any], records: dict[int, dict[str, Any]]) -> list[int]:
+    """Inputs the status says succeeded whose manifest record has no attempt yet: the
+    manifest is written after the status, a few times a second at most. (Only successes:
+    every one ran at least once, while a failed or cancelled input may never have.)"""
+    succeeded = parse_ranges(status.get("succeededIndexes") or "")
+    return sorted(i for i in succeeded if not (records.get(i) or {}).get("attempts"))
+
+
 def job_report(status: dict[str, Any]) -> list[dict[str, Any]]:
     """The one row of a KineticJob."""
     return [

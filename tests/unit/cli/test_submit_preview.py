@@ -13,6 +13,7 @@ from kinetic.cli.submit_plan import (
     batch_report,
     job_report,
     preview_rows,
+    unrecorded_endings,
 )
 
 API = "apiVersion: kinetic.dev/v1alpha1"
@@ -192,3 +193,16 @@ def test_exit_status_is_success_only_if_every_job_succeeded(
     reports: list[list[dict[str, Any]]], ok: bool
 ) -> None:
     assert all_succeeded(reports) is ok
+
+
+@pytest.mark.parametrize(
+    "status, records, missing",
+    [
+        ({"succeededIndexes": "0-2"}, {0: {"attempts": [{}]}, 2: {"attempts": []}}, [1, 2]),
+        ({"succeededIndexes": "0", "failedIndexes": "1"}, {0: {"attempts": [{}]}}, []),
+        ({"cancelledIndexes": "0-9"}, {}, []),  # may never have run: nothing to wait for
+        ({}, {}, []),
+    ],
+)
+def test_a_report_waits_only_for_successes_the_manifest_has_not_recorded(status, records, missing):
+    assert unrecorded_endings(status, records) == missing
