@@ -103,6 +103,16 @@ def fmt_time(t: datetime) -> str:
     return t.astimezone(UTC).strftime(TIME_FORMAT)
 
 
+MICRO_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def fmt_micro_time(t: datetime) -> str:
+    """RFC 3339 in UTC to the microsecond: Kubernetes' MicroTime (a Lease's renewTime)."""
+    if t.tzinfo is None:
+        raise ValueError("times must be timezone-aware (UTC)")
+    return t.astimezone(UTC).strftime(MICRO_TIME_FORMAT)
+
+
 def parse_time(text: str) -> datetime:
     """The inverse of `fmt_time` (also takes fractional seconds and offsets)."""
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
