@@ -171,3 +171,38 @@ def test_a_released_lease_is_taken_at_the_next_look():
     simulate(10, [a, b], server)
     assert server.record.holder == "b"
     assert min(b.acted_as_leader) <= 4.0 + T.retry_period + 0.5
+
+
+# ----------------------------------------------------------------------- the elector
+
+
+@dataclass
+class GuardedStore:
+    """A Lease store that refuses a write naming a stale version, as the API server does
+    (a fault-injection fake: the real one is exercised on the local cluster)."""
+
+    server: Server = field(default_factory=Server)
+    now: float = 0.0
+
+    def read(self):
+        return self.server.record, None if self.server.record is None else str(self.server.version)
+
+    def write(self, record, version):
+        return self.server.write(version, record, self.now)
+
+
+def test_two_electors_on_one_store_take_turns_only_through_expiry_or_release():
+    from kinetic_operator.election import Elector
+
+    clock = {"t": 0.0}
+    store = GuardedStore()
+    a = Elector(store, "a", clock=lambda: clock["t"])
+    b = Elector(store, "b", clock=lambda: clock["t"])
+    assert a.step() is True and b.step() is False
+    for t in range(2, 30, 2):  # a keeps renewing: b never leads
+        clock["t"] = store.now = float(t)
+        assert a.step() and not b.step()
+    a.release()
+    clock["t"] = store.now = 31.0
+    assert b.step() is True and a.leading is False
+    assert store.server.record is not None and store.server.record.transitions == 1
