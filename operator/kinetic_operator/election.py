@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from kinetic.model.names import fmt_micro_time
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -103,7 +104,7 @@ def _stamp(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return fmt_micro_time(value)
     return str(value)
 
 
