@@ -1,21 +1,23 @@
 """Leader election's thin layer: the Lease's reads and guarded writes, and the loop.
 
 The decisions are `kinetic_operator.leader`'s; this module only talks to the
-API server (`LeaseStore`) and keeps the clock (`Elector`). Work in progress:
-the start-up that runs Kopf's reconciliation only while `Elector.leading` is
-the next step (see the branch's plan).
+API server (`LeaseStore`) and keeps the clock (`Elector`). `kinetic_operator.elected`
+runs Kopf's reconciliation only while `Elector.leading`, and fences every
+write the reconciler makes with `Elector.require`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
-from kinetic.model.names import fmt_micro_time
+from kinetic.model.names import LEADER_LEASE, fmt_micro_time
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -24,6 +26,7 @@ from kinetic_operator.leader import (
     Move,
     Observation,
     Timings,
+    next_look,
     next_move,
     observe,
     record_after,
@@ -32,8 +35,6 @@ from kinetic_operator.leader import (
 )
 
 log = logging.getLogger("kinetic.operator")
-
-LEASE_NAME = "kinetic-operator-leader"
 
 
 class Store(Protocol):
@@ -51,7 +52,7 @@ class LeaseStore:
 
     api: client.ApiClient
     namespace: str
-    name: str = LEASE_NAME
+    name: str = LEADER_LEASE
 
     def _coordination(self) -> client.CoordinationV1Api:
         return client.CoordinationV1Api(self.api)
@@ -108,32 +109,106 @@ def _stamp(value: Any) -> str | None:
     return str(value)
 
 
+class Resigned(Exception):
+    """A write refused because this replica is handing the Lease over (a clean shutdown)."""
+
+
+# The exit status of a replica that lost the Lease: the kubelet restarts it as a standby.
+LOST_EXIT = 3
+
+
+def lose(why: str) -> NoReturn:
+    """Stop at once, as controller-runtime's managers do: no cleanup, no further write.
+
+    Everything a reconcile had in flight is redone by the next leader from the
+    resources (the truth is in them, not in this process), so exiting costs
+    nothing but the restart; acting on could put two writers on one object.
+    """
+    log.critical("Lost the leader Lease (%s): exiting so that only one replica acts.", why)
+    logging.shutdown()
+    os._exit(LOST_EXIT)
+
+
+ELECTED_FLAG = "--leader-election"
+OPERATOR_SELECTOR = "app.kubernetes.io/name=kinetic"  # the chart's label on the operator's Pods
+
+
+def unelected_operators(pods: list[dict[str, Any]]) -> list[str]:
+    """The operator Pods among ``pods`` that reconcile without leader election and may
+    still act: an older chart's, rolled out beside the new replicas on an upgrade."""
+    found = []
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        if status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        commands = [
+            [*(c.get("command") or []), *(c.get("args") or [])]
+            for c in (pod.get("spec") or {}).get("containers") or []
+        ]
+        if commands and not any(ELECTED_FLAG in command for command in commands):
+            found.append(str(meta.get("name")))
+    return found
+
+
+@dataclass
+class PeerCheck:
+    """Whether an unelected operator (an older chart's) still runs in the namespace."""
+
+    api: client.ApiClient
+    namespace: str
+
+    def blocking(self) -> list[str]:
+        pods = client.CoreV1Api(self.api).list_namespaced_pod(
+            self.namespace, label_selector=OPERATOR_SELECTOR, _preload_content=False
+        )
+        return unelected_operators(json.loads(pods.data).get("items") or [])
+
+
 @dataclass
 class Elector:
-    """One replica's side of the election: `step` every ``retry_period``."""
+    """One replica's side of the election: `step` every `pause` seconds."""
 
     store: Store
     me: str
+    # Pods that must be gone before this replica may take the lead (see `PeerCheck`).
+    blockers: Callable[[], list[str]] = lambda: []
     timings: Timings = Timings()
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime] = lambda: datetime.now(UTC)
     seen: Observation | None = None
     last_renewed: float | None = None
+    resigned: bool = False
 
     @property
     def leading(self) -> bool:
         """Whether this replica may act as the leader now (within its renew deadline)."""
-        return self.last_renewed is not None and still_leading(
-            self.last_renewed, self.clock(), self.timings
+        return (
+            not self.resigned
+            and self.last_renewed is not None
+            and still_leading(self.last_renewed, self.clock(), self.timings)
         )
 
+    @property
+    def has_led(self) -> bool:
+        return self.last_renewed is not None
+
     def step(self) -> bool:
-        """Read the Lease, make the next move, and say whether this replica leads."""
-        record, version = self.store.read()
+        """Read the Lease, make the next move, and say whether this replica leads.
+
+        The time of a successful write is taken *before* the read: the renew
+        deadline then runs from no later than the moment the API server could
+        have seen the write, never from after it.
+        """
         now = self.clock()
+        record, version = self.store.read()
         self.seen = observe(self.seen, record, version, now)
+        if record is None or record.holder != self.me:
+            self.last_renewed = None  # someone else holds it (or nobody): not ours to act on
         move = next_move(self.seen, self.me, now, self.timings)
-        if move is not Move.WAIT:
+        if move in (Move.CREATE, Move.TAKE) and (waiting := self.blockers()):
+            log.info("Not leading while %s reconciles without leader election.", ", ".join(waiting))
+            move = Move.WAIT
+        if move is not Move.WAIT and not self.resigned:
             new = record_after(move, record, self.me, self.wall(), self.timings)
             if self.store.write(new, version):
                 self.last_renewed = now
@@ -141,9 +216,34 @@ class Elector:
                     log.info("Leading (Lease %s, transition %d).", move.value, new.transitions)
         return self.leading
 
+    def pause(self) -> float:
+        """Seconds until the next `step`."""
+        if self.seen is None:
+            return 0.0
+        return next_look(self.seen, self.me, self.clock(), self.timings)
+
+    def require(self) -> None:
+        """Called before every write the reconciler makes: only the leader writes.
+
+        Past the renew deadline this replica may already have been replaced
+        (a stall, a partition): it exits rather than write. While it hands the
+        Lease over on a clean shutdown, writes are refused instead, so the
+        shutdown can finish.
+        """
+        if self.resigned:
+            raise Resigned("this replica is shutting down; the next leader redoes this")
+        if not self.leading:
+            lose("no renewal within the renew deadline before a write")
+
+    def resign(self) -> None:
+        """Stop acting as the leader from now on (a clean shutdown begins)."""
+        self.resigned = True
+
     def release(self) -> None:
-        """On a clean shutdown: hand the Lease over at once (only if it is still ours)."""
+        """Hand the Lease over at once (only if it is still ours), after `resign`."""
+        self.resign()
         record, version = self.store.read()
         if record is not None and record.holder == self.me:
             self.store.write(released(record, self.wall()), version)
+            log.info("Released the leader Lease.")
         self.last_renewed = None

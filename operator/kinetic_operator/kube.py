@@ -67,15 +67,39 @@ def until_settled(attempt: Callable[[int], T], what: str, tries: int = CONFLICT_
 CONNECTION_POOL_SIZE = 64
 
 
-def load_config() -> client.ApiClient:
-    """In a pod, the service account; elsewhere, KUBECONFIG or ~/.kube/config."""
+def load_config(fence: Callable[[], None] | None = None) -> client.ApiClient:
+    """In a pod, the service account; elsewhere, KUBECONFIG or ~/.kube/config.
+
+    ``fence`` is called before every write (see `fenced`)."""
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)
     except ConfigException:
         config.load_kube_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
-    return count_errors(client.ApiClient(configuration))
+    api = count_errors(client.ApiClient(configuration))
+    return api if fence is None else fenced(api, fence)
+
+
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def fenced(api: client.ApiClient, fence: Callable[[], None]) -> client.ApiClient:
+    """Call ``fence`` before every write ``api`` makes; it raises (or exits) to stop one.
+
+    The elected operator's reconciler writes only while its replica holds
+    the leader Lease (`election.Elector.require`). Wrapped at the REST layer,
+    under every call, so no reconcile path can write around the fence.
+    """
+    request = api.rest_client.request
+
+    def guarded(method: str, *args: Any, **kwargs: Any) -> Any:
+        if method.upper() in WRITES:
+            fence()
+        return request(method, *args, **kwargs)
+
+    api.rest_client.request = guarded
+    return api
 
 
 def count_errors(api: client.ApiClient) -> client.ApiClient:
@@ -106,8 +130,10 @@ def count_errors(api: client.ApiClient) -> client.ApiClient:
 class Kube:
     """The operator's API calls."""
 
-    def __init__(self, api: client.ApiClient | None = None) -> None:
-        self.api = api or load_config()
+    def __init__(
+        self, api: client.ApiClient | None = None, fence: Callable[[], None] | None = None
+    ) -> None:
+        self.api = api or load_config(fence)
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.instance = os.environ.get("HOSTNAME") or socket.gethostname()

@@ -18,7 +18,12 @@ The rules, with client-go's defaults (`Timings`):
   when it last saw the record change. Comparing the record's ``renewTime``
   with the local wall clock would trust two machines' clocks to agree; the
   local monotonic clock needs no such trust.
-* Otherwise it waits (`Move.WAIT`) and looks again after ``retry_period``.
+* A replica also takes the Lease at once when its holder was an earlier
+  process of the same Pod (``"<pod>_<process>"``, `holder_pod`): the kubelet
+  restarts a container only after the old one has exited, so that holder can
+  no longer act, and waiting out its lease would only delay the restart.
+* Otherwise it waits (`Move.WAIT`) and looks again after ``retry_period``, or
+  sooner when the holder's lease would run out before then (`next_look`).
 
 Every write is guarded by the ``resourceVersion`` that was read, so two
 replicas racing for an expired Lease cannot both win: the loser's write is a
@@ -31,13 +36,14 @@ import enum
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from kinetic.model.names import fmt_micro_time
+from kinetic.model.names import fmt_micro_time, holder_pod
 
 __all__ = [
     "LeaseRecord",
     "Move",
     "Observation",
     "Timings",
+    "next_look",
     "next_move",
     "observe",
     "record_after",
@@ -114,12 +120,26 @@ def next_move(seen: Observation, me: str, now: float, timings: Timings) -> Move:
         return Move.CREATE
     if record.holder == me:
         return Move.RENEW
-    if record.released:
+    if record.released or holder_pod(record.holder) == holder_pod(me):
         return Move.TAKE
-    duration = record.lease_duration_seconds or timings.lease_duration
-    if now - seen.changed_at >= duration:
+    if now - seen.changed_at >= _duration(record, timings):
         return Move.TAKE
     return Move.WAIT
+
+
+def next_look(seen: Observation, me: str, now: float, timings: Timings) -> float:
+    """Seconds until this replica reads the Lease again: every ``retry_period``, but a
+    standby looks again the moment the holder's lease would run out, not up to a whole
+    period later."""
+    record = seen.record
+    if record is None or record.holder == me or record.released:
+        return timings.retry_period
+    expires_in = seen.changed_at + _duration(record, timings) - now
+    return max(0.0, min(timings.retry_period, expires_in))
+
+
+def _duration(record: LeaseRecord, timings: Timings) -> float:
+    return record.lease_duration_seconds or timings.lease_duration
 
 
 def record_after(

@@ -9,6 +9,7 @@ handlers of every resource share it without module globals.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,8 @@ class OperatorState:
     serializer: Serializer = field(default_factory=Serializer)
     reaper: Reaper = field(default_factory=Reaper)
     settings: OperatorSettings = field(default_factory=OperatorSettings)
+    # Called before each write (the elected reconciler's: only the leader writes).
+    fence: Callable[[], None] | None = None
     _kube: Kube | None = None
 
     @property
@@ -69,7 +72,7 @@ class OperatorState:
         `python -m kinetic_operator` makes the state before Kopf runs, and a state made
         for a direct caller (``memo`` None) may never call the API."""
         if self._kube is None:
-            self._kube = Kube()
+            self._kube = Kube(fence=self.fence)
             self._kube.log_limit = self.settings.log_archive_bytes
         return self._kube
 

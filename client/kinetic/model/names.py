@@ -25,6 +25,22 @@ LABEL_CHUNK = "kinetic.dev/chunk"  # how many inputs the Pod runs, when more tha
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kinetic"
 
+# The coordination.k8s.io/v1 Lease in the operator's namespace whose holder is the one
+# replica that reconciles; its holderIdentity is "<Pod name>_<process id>" (`holder_identity`).
+LEADER_LEASE = "kinetic-operator-leader"
+
+
+def holder_identity(pod: str, process: str) -> str:
+    """A leader Lease holder's name: its Pod, and its process there (a restarted container
+    is another process of the same Pod)."""
+    return f"{pod}_{process}"
+
+
+def holder_pod(holder: str) -> str:
+    """The Pod part of a holder's name (all of it for a name without a process part)."""
+    return holder.rpartition("_")[0] or holder
+
+
 # Environment variables a batch input's Pod gets from its spec (the user's code reads them).
 ENV_INDEX = "KINETIC_INDEX"  # the input's original index
 ENV_INPUT = "KINETIC_INPUT"  # a container input's value

@@ -7,11 +7,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from kinetic.model.names import holder_identity, holder_pod
 from kinetic_operator.leader import (
     LeaseRecord,
     Move,
     Observation,
     Timings,
+    next_look,
     next_move,
     observe,
     record_after,
@@ -41,6 +43,36 @@ def held_by(holder: str, transitions: int = 0) -> LeaseRecord:
 def test_the_next_move(record, changed_at, now, move):
     seen = Observation(record=record, version="1", changed_at=changed_at)
     assert next_move(seen, "a", now, T) is move
+
+
+@pytest.mark.parametrize(
+    "holder, move",
+    [
+        ("op-7d9-x2_1f3a", Move.TAKE),  # this Pod's earlier process: it has exited
+        ("op-7d9-y5_77aa", Move.WAIT),  # the other Pod's: alive until its lease runs out
+        ("op-7d9-x2", Move.TAKE),  # a holder without a process part is still this Pod
+    ],
+)
+def test_a_restarted_container_takes_its_own_pods_lease_at_once(holder, move):
+    seen = Observation(record=held_by(holder), version="1", changed_at=0.0)
+    me = holder_identity("op-7d9-x2", "c0ffee")
+    assert holder_pod(me) == "op-7d9-x2"
+    assert next_move(seen, me, 1.0, T) is move
+
+
+@pytest.mark.parametrize(
+    "holder, changed_at, now, pause",
+    [
+        ("a", 0.0, 5.0, 2.0),  # leading: renew every retry period
+        ("", 0.0, 5.0, 2.0),  # released: taken at this look; then renewing
+        ("b", 0.0, 5.0, 2.0),  # ten seconds to go: a whole period
+        ("b", 0.0, 14.5, 0.5),  # half a second to go: look then, not 1.5 s late
+        ("b", 0.0, 16.0, 0.0),  # already out: at once
+    ],
+)
+def test_when_to_look_again(holder, changed_at, now, pause):
+    seen = Observation(record=held_by(holder), version="1", changed_at=changed_at)
+    assert next_look(seen, "a", now, T) == pytest.approx(pause)
 
 
 def test_a_lease_is_alive_while_its_record_changes_not_while_its_version_does():
@@ -206,3 +238,100 @@ def test_two_electors_on_one_store_take_turns_only_through_expiry_or_release():
     clock["t"] = store.now = 31.0
     assert b.step() is True and a.leading is False
     assert store.server.record is not None and store.server.record.transitions == 1
+
+
+def test_a_leader_that_sees_another_holder_stops_leading_at_once():
+    """A stalled leader wakes within its deadline on the clock it had, but the Lease is
+    someone else's now: what it read wins over the clock."""
+    from kinetic_operator.election import Elector
+
+    clock = {"t": 0.0}
+    store = GuardedStore()
+    a = Elector(store, "a", clock=lambda: clock["t"])
+    assert a.step()
+    store.server.write(str(store.server.version), held_by("b", transitions=1), 1.0)
+    clock["t"] = 1.0
+    assert a.step() is False and a.leading is False
+
+
+def test_writes_are_refused_while_handing_over_and_end_the_process_past_the_deadline(
+    monkeypatch,
+):
+    from kinetic_operator import election
+    from kinetic_operator.election import Elector, Resigned
+
+    exits: list[int] = []
+
+    def exit_(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(election.os, "_exit", exit_)
+    clock = {"t": 0.0}
+    a = Elector(GuardedStore(), "a", clock=lambda: clock["t"])
+    assert a.step()
+    a.require()  # leading: the write goes on
+    clock["t"] = T.renew_deadline  # no renewal since 0
+    with pytest.raises(SystemExit):
+        a.require()
+    assert exits == [election.LOST_EXIT]
+    a.resign()
+    with pytest.raises(Resigned, match="shutting down"):
+        a.require()
+
+
+def test_the_fence_stops_a_write_before_it_leaves_the_process():
+    """A real API client towards a closed port: a read reaches the network (and fails
+    there), a write is stopped by the fence before any connection is tried."""
+    from kinetic_operator.election import Resigned
+    from kinetic_operator.kube import fenced
+    from kubernetes import client
+    from urllib3.exceptions import MaxRetryError
+
+    def refuse() -> None:
+        raise Resigned("not the leader")
+
+    conf = client.Configuration(host="http://127.0.0.1:9")
+    conf.retries = 0
+    core = client.CoreV1Api(fenced(client.ApiClient(conf), refuse))
+    with pytest.raises(MaxRetryError):
+        core.read_namespace("default", _request_timeout=2)
+    with pytest.raises(Resigned):
+        core.create_namespace({"metadata": {"name": "x"}}, _request_timeout=2)
+
+
+def _pod(name: str, command: list[str], phase: str = "Running") -> dict:
+    return {
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "operator", "command": command}]},
+        "status": {"phase": phase},
+    }
+
+
+ELECTED = ["python", "-m", "kinetic_operator", "--leader-election", "--all-namespaces"]
+OLDER = ["kopf", "run", "--standalone", "--all-namespaces", "-m", "kinetic_operator.main"]
+
+
+@pytest.mark.parametrize(
+    "pods, blocking",
+    [
+        ([_pod("new-a", ELECTED), _pod("new-b", ELECTED)], []),
+        ([_pod("new-a", ELECTED), _pod("old", OLDER)], ["old"]),  # an upgrade mid-rollout
+        ([_pod("new-a", ELECTED), _pod("old", OLDER, "Succeeded")], []),  # it has ended
+        ([_pod("old", ["python", "-m", "kinetic_operator"])], ["old"]),  # one replica alone
+    ],
+)
+def test_an_operator_without_election_keeps_the_replicas_from_leading(pods, blocking):
+    from kinetic_operator.election import unelected_operators
+
+    assert unelected_operators(pods) == blocking
+
+
+def test_a_replica_waits_while_an_older_operator_runs_and_leads_once_it_is_gone():
+    from kinetic_operator.election import Elector
+
+    running = ["old-7f9"]
+    a = Elector(GuardedStore(), "a", clock=lambda: 0.0, blockers=lambda: list(running))
+    assert a.step() is False and a.store.server.record is None  # nothing created yet
+    running.clear()
+    assert a.step() is True
