@@ -20,4 +20,4 @@ RUN useradd --uid 65532 --create-home --shell /usr/sbin/nologin kinetic
 USER 65532
 WORKDIR /home/kinetic
 # The chart passes the full command (kopf run ... -m kinetic_operator.main).
-CMD ["kopf", "run", "--standalone", "--all-namespaces", "-m", "kinetic_operator.main"]
+CMD ["python", "-m", "kinetic_operator", "--all-namespaces"]

@@ -8,5 +8,6 @@ Layout — decisions are pure, the API layer is thin:
 * `serial`: one reconcile at a time per object, with retry and backoff.
 * `handlers/`: Kopf handlers, one module per resource (`jobs`; `batches` joins later)
   plus `setup` (Kopf settings, the published ConfigMap).
-* `main`: what `kopf run` loads.
+* `main`: what `kopf run` loads; `__main__` (`python -m kinetic_operator`) runs it alone or,
+  with ``--leader-election``, as one of several replicas (`elected`, `election`, `leader`).
 """

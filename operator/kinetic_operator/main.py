@@ -1,12 +1,12 @@
-"""What `kopf run` loads. Importing it registers every handler.
+"""What `kopf run` loads. Importing it registers every handler (in Kopf's default registry).
 
-Start the operator (one replica; namespaces come from kopf's own flags):
+Start one operator by hand (namespaces come from kopf's own flags):
 
     kopf run --standalone --all-namespaces -m kinetic_operator.main
     kopf run --standalone --namespace team-a --namespace team-b -m kinetic_operator.main
 
-or `python -m kinetic_operator`, which takes the namespaces from
-KINETIC_NAMESPACES (comma-separated; empty means all).
+or `python -m kinetic_operator`, which also runs as one of several replicas with
+``--leader-election`` (the chart's command; see `kinetic_operator.elected`).
 
 The admission webhooks are not registered here but by a start-up handler
 (`handlers.admission.register_webhooks`), once the settings say whether

@@ -77,6 +77,15 @@ QUEUE_DEPTH = Gauge(
     "kinetic_work_queue_depth",
     "Jobs and batches with a reconcile running, queued or waiting to retry.",
 )
+LEADER = Gauge(
+    "kinetic_leader",
+    "1 while this replica holds the leader Lease and reconciles; 0 while it stands by "
+    "(serving admission only).",
+)
+LEADER_TRANSITIONS = Counter(
+    "kinetic_leader_transitions_total",
+    "Times this replica became the leader (the Lease's own count is leaseTransitions).",
+)
 
 _CAUSE_COUNTERS = {"retry": INPUTS_RETRIED, "disruption": INPUTS_DISRUPTED}
 
@@ -95,6 +104,13 @@ def inputs_ended(kind: str, *, succeeded: int = 0, failed: int = 0) -> None:
         INPUTS_SUCCEEDED.labels(kind).inc(succeeded)
     if failed > 0:
         INPUTS_FAILED.labels(kind).inc(failed)
+
+
+def leading(now: bool) -> None:
+    """This replica began (True) or stopped (False) leading."""
+    if now:
+        LEADER_TRANSITIONS.inc()
+    LEADER.set(1 if now else 0)
 
 
 def api_error(code: int | None) -> None:
