@@ -1,6 +1,6 @@
 """`kinetic doctor`: can this identity use Kinetic here, and if not, what to do about it.
 
-Six checks, in order, each as the client itself would meet the cluster:
+Seven checks, in order, each as the client itself would meet the cluster:
 
 1. ``context``: the kubeconfig context's API server answers (its name and address);
 2. ``crds``: both CRDs are installed, serve ``v1alpha1`` and have this client's schema.
@@ -9,13 +9,15 @@ Six checks, in order, each as the client itself would meet the cluster:
    generates here: equal, or "different from this client's";
 3. ``operator``: a Deployment labelled ``app.kubernetes.io/name=kinetic`` in the operator
    namespace (``KINETIC_OPERATOR_NAMESPACE``, default kinetic-system) has ready replicas;
-4. ``webhook``: a server-side dry run of a deliberately invalid KineticJob is denied by
+4. ``leader``: one replica holds the leader Lease (``LEADER_LEASE``) in the operator
+   namespace and renewed it recently: only that replica reconciles;
+5. ``webhook``: a server-side dry run of a deliberately invalid KineticJob is denied by
    Kinetic's validating webhook. The webhook fails open, so an invalid object that is
    accepted means it is absent or not answering;
-5. ``storage``: a probe object is written, read back and deleted under the namespace's
+6. ``storage``: a probe object is written, read back and deleted under the namespace's
    prefix of the storage root the client resolves (`kinetic.api.config`), in a fresh
    upload folder, where the client's own uploads go;
-6. ``permissions``: a SelfSubjectAccessReview says this identity may create KineticJobs
+7. ``permissions``: a SelfSubjectAccessReview says this identity may create KineticJobs
    in the namespace.
 
 Each check is one function: it observes (the API calls) and hands what it saw to a
@@ -34,6 +36,7 @@ import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Literal
 
@@ -46,6 +49,7 @@ from kinetic import __version__, storage
 from kinetic.api import config, kube
 from kinetic.model import crdgen, layout
 from kinetic.model import resources as r
+from kinetic.model.names import LEADER_LEASE, holder_pod, parse_time
 from kinetic.storage.base import parse_uri
 
 OPERATOR_SELECTOR = "app.kubernetes.io/name=kinetic"  # the chart's label on its Deployment
@@ -54,6 +58,13 @@ PROBE_NAME = "kinetic-doctor"
 # The API server's address is reached in seconds or not at all.
 CONNECT_TIMEOUT = (3, 10)
 PROBE_READ_LIMIT = 1024  # the probe holds a few dozen bytes; never read more back
+# client-go's lease duration, for a Lease that does not say its own.
+LEASE_DURATION_SECONDS = 15
+# A Lease's renewTime is the leader's clock and is compared here with this machine's.
+# The replicas never do that (a standby times the holder on its own monotonic clock),
+# so this judgement is an estimate: it forgives this much disagreement between the two
+# clocks before it calls a holder gone.
+CLOCK_SKEW_SECONDS = 5
 
 
 class Status(enum.StrEnum):
@@ -310,7 +321,75 @@ def judge_operator(seen: OperatorSeen) -> CheckResult:
     return failed(name, f"no ready replica: {found}", fix)
 
 
-# --------------------------------------------------------------------------- 4. webhook
+# --------------------------------------------------------------------------- 4. leader
+
+
+@dataclass(frozen=True)
+class LeaseSeen:
+    """The leader Lease as read, and this machine's UTC clock when it was read."""
+
+    namespace: str
+    now: datetime
+    found: Literal["yes", "missing", "forbidden"] = "yes"
+    holder: str = ""  # "<Pod name>_<process>"; empty once released on a clean shutdown
+    renewed: datetime | None = None
+    duration: int = LEASE_DURATION_SECONDS
+    transitions: int = 0
+    # Whether the operator's Deployment runs with --leader-election (None: unknown).
+    elected: bool | None = None
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def judge_leader(seen: LeaseSeen) -> CheckResult:
+    name, ns = "leader", seen.namespace
+    pods = f"`kubectl -n {ns} get pods -l {OPERATOR_SELECTOR}`"
+    if seen.found == "forbidden":
+        return failed(
+            name,
+            f"this identity may not read Leases in {ns}: cannot tell which operator replica leads",
+            f"have an administrator run `kubectl -n {ns} get lease {LEADER_LEASE}` "
+            "(or `kinetic doctor`)",
+        )
+    if seen.found == "missing" and seen.elected is False:
+        return ok(name, "no leader election: the operator runs without it, as one replica")
+    if seen.found == "missing":
+        return failed(
+            name,
+            f"no replica has led yet: there is no Lease {ns}/{LEADER_LEASE}",
+            "the operator is not running with --leader-election (the chart's "
+            f"operator.leaderElection), or has never started; see {pods}",
+        )
+    # A renewTime ahead of this clock is skew, not the future: count it as just now.
+    age = None if seen.renewed is None else max(0, int((seen.now - seen.renewed).total_seconds()))
+    ago = "at an unknown time" if age is None else f"{age} s ago"
+    logs = f"`kubectl -n {ns} logs -l {OPERATOR_SELECTOR}`"
+    if not seen.holder:
+        return failed(
+            name,
+            f"no leader: the last holder released the Lease {ago} (a clean shutdown) and no "
+            "standby has taken it",
+            "a running standby takes a released Lease within 2 s, so if this persists none "
+            f"runs: see {pods} and {logs}",
+        )
+    pod = holder_pod(seen.holder)
+    if age is None or age > seen.duration + CLOCK_SKEW_SECONDS:
+        return failed(
+            name,
+            f"no leader: the last holder {pod} stopped renewing {ago}; a running standby "
+            f"takes over within {seen.duration} s of that",
+            f"check {logs}; if a replica there says it leads, this machine's clock is off: "
+            "compare `date -u` with the cluster's",
+        )
+    return ok(
+        name,
+        f"held by {pod} (renewed {ago}, {_plural(seen.transitions, 'transition')})",
+    )
+
+
+# --------------------------------------------------------------------------- 5. webhook
 
 
 @dataclass(frozen=True)
@@ -388,7 +467,7 @@ def judge_webhook(seen: WebhookSeen, operator_namespace: str) -> CheckResult:
     )
 
 
-# --------------------------------------------------------------------------- 5. storage
+# --------------------------------------------------------------------------- 6. storage
 
 StorageFailure = Literal[
     "config", "namespace", "permission", "bucket", "unavailable", "mismatch", "error"
@@ -466,7 +545,7 @@ def storage_failure(exc: Exception) -> StorageFailure:
     return "error"
 
 
-# --------------------------------------------------------------------------- 6. permissions
+# --------------------------------------------------------------------------- 7. permissions
 
 
 @dataclass(frozen=True)
@@ -598,6 +677,50 @@ def check_operator(t: Target) -> CheckResult:
     return judge_operator(OperatorSeen(ns, found))
 
 
+def check_leader(t: Target) -> CheckResult:
+    ns, now = t.operator_namespace, datetime.now(UTC)
+    try:
+        # Raw JSON: renewTime as the API server wrote it (a MicroTime), parsed here.
+        raw = client.CoordinationV1Api(t.api).read_namespaced_lease(
+            LEADER_LEASE, ns, _preload_content=False
+        )
+    except ApiException as e:
+        if e.status == 404:
+            return judge_leader(LeaseSeen(ns, now, "missing", elected=_elected(t)))
+        if e.status != 403:
+            raise
+        t.forbidden(e)
+        return judge_leader(LeaseSeen(ns, now, "forbidden"))
+    spec = json.loads(raw.data).get("spec") or {}
+    renew_time = spec.get("renewTime")
+    return judge_leader(
+        LeaseSeen(
+            ns,
+            now,
+            holder=spec.get("holderIdentity") or "",
+            renewed=parse_time(renew_time) if renew_time else None,
+            duration=spec.get("leaseDurationSeconds") or LEASE_DURATION_SECONDS,
+            transitions=spec.get("leaseTransitions") or 0,
+        )
+    )
+
+
+def _elected(t: Target) -> bool | None:
+    """Whether the operator's Deployment passes --leader-election (None: cannot tell)."""
+    try:
+        listed = client.AppsV1Api(t.api).list_namespaced_deployment(
+            t.operator_namespace, label_selector=OPERATOR_SELECTOR
+        )
+    except ApiException:
+        return None
+    commands = [
+        [*(c.command or []), *(c.args or [])]
+        for d in listed.items
+        for c in d.spec.template.spec.containers
+    ]
+    return any("--leader-election" in command for command in commands) if commands else None
+
+
 def check_webhook(t: Target) -> CheckResult:
     try:
         kube.custom(t.context).create_namespaced_custom_object(
@@ -695,6 +818,7 @@ CHECKS: tuple[Check, ...] = (
     Check("context", check_context, needs=()),
     Check("crds", check_crds),
     Check("operator", check_operator),
+    Check("leader", check_leader),
     Check("webhook", check_webhook, needs=("context", "crds")),
     Check("storage", check_storage),
     Check("permissions", check_permissions),

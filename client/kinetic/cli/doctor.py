@@ -35,7 +35,7 @@ def doctor(
     context: str | None = CONTEXT,
     output: Format = OUTPUT_OPTION,
 ) -> None:
-    """Check the cluster, the CRDs, the operator, its webhook, storage and your permissions."""
+    """Check the cluster, CRDs, operator, its leader and webhook, storage and your permissions."""
     os.environ.setdefault(RETRY_TIMEOUT_ENV, STORAGE_RETRY_SECONDS)
     results = []
     for result in run(namespace, context):

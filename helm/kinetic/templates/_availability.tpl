@@ -1,10 +1,10 @@
 {{- /*
-How many operator Pods the Deployment runs: one today (two Kopf peers of equal
-priority would freeze). The PodDisruptionBudget reads the same number, so the
-two cannot disagree when leader election lets it grow (operator.replicas).
+How many operator Pods the Deployment runs (operator.replicas): two by default,
+one leading by the Lease and one on standby. The PodDisruptionBudget reads the
+same number, so the two cannot disagree.
 */ -}}
 {{- define "kinetic.operatorReplicas" -}}
-{{- .Values.operator.replicas | default 1 | int -}}
+{{- .Values.operator.replicas | default 2 | int -}}
 {{- end -}}
 
 {{- /* The operator's Pods: what the Deployment, its Services and its policies select. */ -}}

@@ -7,18 +7,22 @@ the shared cluster's webhook unreachable would break every other test running on
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 from kinetic.api import kube
 from kinetic.api.doctor import (
+    CHECKS,
+    CLOCK_SKEW_SECONDS,
     AccessSeen,
     Check,
     CheckResult,
     ContextSeen,
     CrdSeen,
     DeploymentSeen,
+    LeaseSeen,
     OperatorSeen,
     Status,
     StorageSeen,
@@ -30,6 +34,7 @@ from kinetic.api.doctor import (
     invalid_job,
     judge_context,
     judge_crds,
+    judge_leader,
     judge_operator,
     judge_permissions,
     judge_storage,
@@ -39,6 +44,7 @@ from kinetic.api.doctor import (
     storage_failure,
 )
 from kinetic.model import limits
+from kinetic.model.names import LEADER_LEASE, fmt_micro_time, holder_pod, parse_time
 from kinetic.model.resources import KineticJobSpec
 from kinetic.storage import (
     BucketNotFound,
@@ -280,6 +286,118 @@ def test_operator(
     assert judged(result) == (status, False)
     assert said in result.detail
     assert_fix(result, fix)
+
+
+# --------------------------------------------------------------------------- leader
+
+NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+HOLDER = "kinetic-operator-7d9f8b6c5-x2k4q_3f9a1c0e"
+LOGS = "`kubectl -n kinetic-system logs -l app.kubernetes.io/name=kinetic`"
+PODS = "`kubectl -n kinetic-system get pods -l app.kubernetes.io/name=kinetic`"
+
+
+def _lease(
+    holder: str = HOLDER, ago: float | None = 1.0, transitions: int = 0, duration: int = 15
+) -> LeaseSeen:
+    renewed = None if ago is None else NOW - timedelta(seconds=ago)
+    return LeaseSeen(OPERATOR_NS, NOW, "yes", holder, renewed, duration, transitions)
+
+
+@pytest.mark.parametrize(
+    "seen, status, said, fix",
+    [
+        (
+            _lease(ago=1.4, transitions=3),
+            Status.ok,
+            "held by kinetic-operator-7d9f8b6c5-x2k4q (renewed 1 s ago, 3 transitions)",
+            None,
+        ),
+        (_lease(ago=0, transitions=1), Status.ok, "(renewed 0 s ago, 1 transition)", None),
+        # The leader's clock a little ahead of this one: a renewal "in the future" is now.
+        (_lease(ago=-3), Status.ok, "renewed 0 s ago, 0 transitions", None),
+        # Within the lease plus the clock skew forgiven: still held.
+        (_lease(ago=15 + CLOCK_SKEW_SECONDS), Status.ok, "held by kinetic-operator-", None),
+        (
+            _lease(ago=15 + CLOCK_SKEW_SECONDS + 1),
+            Status.failed,
+            "no leader: the last holder kinetic-operator-7d9f8b6c5-x2k4q stopped renewing "
+            f"{16 + CLOCK_SKEW_SECONDS} s ago; a running standby takes over within 15 s",
+            LOGS,
+        ),
+        (_lease(ago=600), Status.failed, "stopped renewing 600 s ago", "compare `date -u`"),
+        (_lease(ago=None), Status.failed, "stopped renewing at an unknown time", LOGS),
+        # A holder without a process part is a Pod name as it is.
+        (_lease(holder="operator-0"), Status.ok, "held by operator-0 (", None),
+        (
+            _lease(holder="", ago=4, duration=1),
+            Status.failed,
+            "no leader: the last holder released the Lease 4 s ago (a clean shutdown)",
+            PODS,
+        ),
+        (
+            LeaseSeen(OPERATOR_NS, NOW, "missing", elected=True),
+            Status.failed,
+            f"no replica has led yet: there is no Lease kinetic-system/{LEADER_LEASE}",
+            "not running with --leader-election",
+        ),
+        (  # the Deployment cannot be read: no Lease is still a failure
+            LeaseSeen(OPERATOR_NS, NOW, "missing"),
+            Status.failed,
+            "no replica has led yet",
+            "not running with --leader-election",
+        ),
+        (  # one replica without election (operator.leaderElection false): nothing to lead
+            LeaseSeen(OPERATOR_NS, NOW, "missing", elected=False),
+            Status.ok,
+            "no leader election",
+            None,
+        ),
+        (
+            LeaseSeen(OPERATOR_NS, NOW, "forbidden"),
+            Status.failed,
+            "this identity may not read Leases in kinetic-system: cannot tell which operator "
+            "replica leads",
+            f"`kubectl -n kinetic-system get lease {LEADER_LEASE}`",
+        ),
+    ],
+)
+def test_leader(seen: LeaseSeen, status: Status, said: str, fix: str | None) -> None:
+    result = judge_leader(seen)
+    assert judged(result) == (status, False)  # nothing later needs a leader to run
+    assert said in result.detail, result.detail
+    assert_fix(result, fix)
+
+
+@pytest.mark.parametrize(
+    "holder, pod",
+    [
+        ("kinetic-operator-7d9f8b6c5-x2k4q_3f9a1c0e", "kinetic-operator-7d9f8b6c5-x2k4q"),
+        ("pod_with_underscores_ab12", "pod_with_underscores"),
+        ("operator-0", "operator-0"),
+    ],
+)
+def test_the_pod_is_the_holder_before_its_last_underscore(holder: str, pod: str) -> None:
+    assert holder_pod(holder) == pod
+
+
+def test_a_renew_time_as_the_api_server_writes_it_is_read_to_the_microsecond() -> None:
+    renewed = parse_time("2025-03-01T11:59:58.250000Z")
+    assert fmt_micro_time(renewed) == "2025-03-01T11:59:58.250000Z"
+    result = judge_leader(LeaseSeen(OPERATOR_NS, NOW, "yes", HOLDER, renewed))
+    assert "renewed 1 s ago" in result.detail
+
+
+def test_the_leader_is_checked_right_after_the_operator() -> None:
+    names = [c.name for c in CHECKS]
+    assert names == [
+        "context",
+        "crds",
+        "operator",
+        "leader",
+        "webhook",
+        "storage",
+        "permissions",
+    ]
 
 
 # --------------------------------------------------------------------------- webhook

@@ -85,7 +85,7 @@ def test_the_shipped_webhooks_are_the_ones_the_operator_serves() -> None:
 
 def test_watch_namespaces_sets_the_operator_flags_and_roles() -> None:
     deployment = (CHART / "templates" / "deployment.yaml").read_text()
-    command = deployment[deployment.index("command:") : deployment.index("kinetic_operator.main")]
+    command = deployment[deployment.index("command:") : deployment.index("ports:")]
     # --all-namespaces only in the else branch of the watchNamespaces loop.
     assert (
         command.index("{{- range .Values.watchNamespaces }}")

@@ -50,14 +50,14 @@ def _container_ports(objects: list[dict[str, Any]]) -> dict[str, int]:
 # --- PodDisruptionBudget -------------------------------------------------------------
 
 
-def test_default_budget_lets_a_drain_move_the_single_operator_pod() -> None:
-    """One replica: maxUnavailable 1 (minAvailable 1 would hold every drain of its node)."""
+def test_default_budget_keeps_one_of_the_two_operator_pods() -> None:
+    """Two replicas: minAvailable 1, so a drain moves one while the other serves the webhook."""
     objects = install(BASE, kube_minor=30)
     pdb = _one(objects, "PodDisruptionBudget")
     assert pdb["apiVersion"] == "policy/v1"
-    assert _one(objects, "Deployment")["spec"]["replicas"] == 1
-    assert pdb["spec"]["maxUnavailable"] == 1
-    assert "minAvailable" not in pdb["spec"]
+    assert _one(objects, "Deployment")["spec"]["replicas"] == 2
+    assert pdb["spec"]["minAvailable"] == 1
+    assert "maxUnavailable" not in pdb["spec"]
     # A Pod that is not Ready never holds a drain either.
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     assert _selects_operator(pdb["spec"]["selector"], objects)
@@ -68,7 +68,7 @@ def test_budget_uses_the_api_each_kubernetes_version_serves() -> None:
     """policy/v1beta1 on 1.20 (the local cluster), without the 1.27 field; policy/v1 from 1.21."""
     old = _one(install(BASE, kube_minor=20), "PodDisruptionBudget")
     assert old["apiVersion"] == "policy/v1beta1"
-    assert old["spec"]["maxUnavailable"] == 1
+    assert old["spec"]["minAvailable"] == 1
     assert "unhealthyPodEvictionPolicy" not in old["spec"]
     mid = _one(install(BASE, kube_minor=24), "PodDisruptionBudget")
     assert mid["apiVersion"] == "policy/v1"
@@ -86,6 +86,16 @@ def test_budget_numbers_can_be_set_or_the_budget_turned_off() -> None:
         of_kind(install({**BASE, "podDisruptionBudget": {"enabled": False}}), "PodDisruptionBudget")
         == []
     )
+
+
+def test_single_replica_budget_lets_a_drain_move_the_operator_pod() -> None:
+    """One replica: maxUnavailable 1 (minAvailable 1 would hold every drain of its node)."""
+    for election in (True, False):
+        values = {**BASE, "operator": {"replicas": 1, "leaderElection": election}}
+        objects = install(values)
+        pdb = _one(objects, "PodDisruptionBudget")
+        assert _one(objects, "Deployment")["spec"]["replicas"] == 1
+        assert pdb["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb["spec"]
 
 
 def test_budget_with_both_numbers_is_refused() -> None:

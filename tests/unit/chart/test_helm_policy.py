@@ -74,7 +74,7 @@ def test_a_mistyped_policy_value_is_refused_by_the_schema(
     assert where in str(refused.value)
 
 
-def test_every_authenticated_user_may_get_the_policy_and_nothing_more() -> None:
+def test_every_authenticated_user_may_get_the_policy_and_the_leader_and_nothing_more() -> None:
     objects = install(BASE)
     role = _named(objects, "Role", "kinetic-config-reader")
     assert role["metadata"]["namespace"] == NAMESPACE
@@ -84,7 +84,13 @@ def test_every_authenticated_user_may_get_the_policy_and_nothing_more() -> None:
             "resources": ["configmaps"],
             "resourceNames": ["kinetic-config", "kinetic-policy"],
             "verbs": ["get"],
-        }
+        },
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["kinetic-operator-leader"],
+            "verbs": ["get"],
+        },
     ]
     binding = _named(objects, "RoleBinding", "kinetic-config-reader")
     assert binding["metadata"]["namespace"] == NAMESPACE
