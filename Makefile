@@ -169,6 +169,10 @@ SCALE_BASELINE_N ?= 1000
 bench: cluster-up ## Benchmark N tasks, P at once: plain Job vs container, function, chunked batches
 	$(PY) bench/run.py --tasks $(N) --parallel $(P) --chunk-size $(CHUNK)
 
+.PHONY: bench-failover
+bench-failover: cluster-up ## Operator failover: one replica vs two with leader election (SIGKILL, force-delete, rollout)
+	$(PY) bench/failover.py
+
 .PHONY: bench-scale
 bench-scale: cluster-up ## A SCALE_N-input batch: operator RSS, status size, a probe job's start latency (first beside a plain Job)
 	$(PY) bench/scale.py --plain-job --inputs $(SCALE_BASELINE_N) --parallel $(SCALE_P)

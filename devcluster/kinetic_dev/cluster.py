@@ -42,6 +42,23 @@ KCM_CONTROLLERS = (
     "statefulset,daemonset,csrapproving,csrsigning,root-ca-cert-publisher,nodelifecycle"
 )
 FEATURE_GATES = "TTLAfterFinished=true"
+# What the API server audits: who created or deleted which Pod, and who wrote the
+# operator's leader Lease, with the caller's address (`sourceIPs`: the operator
+# replica's Pod IP). Fault tests read it to show that a replica that lost the Lease
+# wrote nothing after; everything else goes unrecorded, to keep the log small.
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    resources: [{group: "", resources: [pods]}]
+    verbs: [create, delete]
+  - level: Metadata
+    resources: [{group: coordination.k8s.io, resources: [leases]}]
+    namespaces: [kinetic-system]
+    verbs: [create, update, patch]
+  - level: None
+"""
 API_QPS = ("--kube-api-qps=200", "--kube-api-burst=300")
 
 
@@ -163,6 +180,10 @@ class Cluster:
                 "--max-requests-inflight=800",
                 "--max-mutating-requests-inflight=400",
                 "--profiling=false",
+                f"--audit-policy-file={c.run_dir / 'audit-policy.yaml'}",
+                f"--audit-log-path={c.audit_log}",
+                "--audit-log-maxsize=200",
+                "--audit-log-maxbackup=1",
                 "--v=1",
             ]
 
@@ -428,6 +449,7 @@ class Cluster:
                     stop_pid(pid)
         self.write_kubeconfigs()
         self.write_env()
+        (c.run_dir / "audit-policy.yaml").write_text(AUDIT_POLICY)
 
         started: list[str] = []
         # The pod network and its guard exist before any pod can start.

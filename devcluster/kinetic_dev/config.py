@@ -141,6 +141,11 @@ class LocalConfig:
         return self.state_dir / "logs"
 
     @property
+    def audit_log(self) -> Path:
+        """The API server's audit of Pod and Lease writes (`cluster.AUDIT_POLICY`)."""
+        return self.logs_dir / "audit.log"
+
+    @property
     def run_dir(self) -> Path:
         return self.state_dir / "run"
 

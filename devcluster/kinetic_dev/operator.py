@@ -133,8 +133,11 @@ def installed_values(cfg: LocalConfig) -> dict:
     return json.loads((cfg.run_dir / "chart-values.json").read_text())
 
 
-def operator_pod(cfg: LocalConfig) -> dict | None:
-    """The Deployment's current Pod (not one being deleted or already finished), if any."""
+LEADER_LEASE = "kinetic-operator-leader"  # kinetic.model.names.LEADER_LEASE (no client here)
+
+
+def operator_pods(cfg: LocalConfig) -> list[dict]:
+    """The Deployment's live Pods (not being deleted, not finished), newest first."""
     pods = _get_json(cfg, "get", "pods", "-n", NAMESPACE, "-l", POD_SELECTOR).get("items") or []
     live = [
         p
@@ -143,7 +146,33 @@ def operator_pod(cfg: LocalConfig) -> dict | None:
         and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
     ]
     live.sort(key=lambda p: p["metadata"]["creationTimestamp"], reverse=True)
-    return live[0] if live else None
+    return live
+
+
+def leader_holder(cfg: LocalConfig) -> str:
+    """The leader Lease's holderIdentity ("<pod>_<process>"; empty when released or absent)."""
+    got = _kubectl(cfg, "get", "lease", LEADER_LEASE, "-n", NAMESPACE, "-o", "json", check=False)
+    if not got.strip():
+        return ""
+    return (json.loads(got).get("spec") or {}).get("holderIdentity") or ""
+
+
+def operator_pod(cfg: LocalConfig) -> dict | None:
+    """The operator Pod that reconciles: the leader Lease's holder's, else the newest."""
+    live = operator_pods(cfg)
+    pod_name = leader_holder(cfg).rpartition("_")[0]
+    leaders = [p for p in live if p["metadata"]["name"] == pod_name]
+    found = leaders or live
+    return found[0] if found else None
+
+
+def elected(cfg: LocalConfig) -> bool:
+    """Whether the installed Deployment runs the operator with leader election."""
+    got = _get_json(cfg, "get", "deployment", DEPLOYMENT, "-n", NAMESPACE)
+    containers = (((got.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+        "containers"
+    ) or []
+    return any("--leader-election" in (c.get("command") or []) for c in containers)
 
 
 def pod_ready(pod: dict | None) -> bool:
@@ -179,15 +208,36 @@ def task_pids(cfg: LocalConfig) -> dict[str, int]:
 
 
 def ready(cfg: LocalConfig) -> bool:
-    """The operator's Pod is Ready (Kopf's /healthz answers) and, with the admission
-    webhook on, the cluster's webhook configuration trusts the certificate that very
-    Pod serves: before that, `kubectl apply` would skip the webhook (it fails open)."""
-    pod = operator_pod(cfg)
-    if not pod_ready(pod):
+    """The Deployment's rollout is complete (every replica it asks for is of its current
+    template and Ready: Kopf's /healthz answers; no Pod of an older template is left)
+    and, with the admission webhook on, each serves a certificate the cluster's webhook
+    configuration trusts (before that, `kubectl apply` would skip the webhook: it fails
+    open); with leader election, one of them holds the Lease."""
+    if not rolled_out(_get_json(cfg, "get", "deployment", DEPLOYMENT, "-n", NAMESPACE)):
         return False
-    if not webhook_enabled(_settings_data(cfg)):
+    live = [p for p in operator_pods(cfg) if pod_ready(p)]
+    if webhook_enabled(_settings_data(cfg)) and not all(
+        webhook_ready(cfg, p["status"]["podIP"]) for p in live
+    ):
+        return False
+    if not elected(cfg):
         return True
-    return webhook_ready(cfg, pod["status"]["podIP"])  # type: ignore[index]
+    holder = leader_holder(cfg).rpartition("_")[0]
+    return any(p["metadata"]["name"] == holder for p in live)
+
+
+def rolled_out(deployment: dict) -> bool:
+    """What `kubectl rollout status` waits for: the controller saw the latest spec, and
+    all of its replicas, and only they, are updated and ready."""
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    wanted = int(spec.get("replicas", 1))
+    meta = deployment.get("metadata") or {}
+    return (
+        int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
+        and int(status.get("updatedReplicas") or 0) == wanted
+        and int(status.get("replicas") or 0) == wanted
+        and int(status.get("readyReplicas") or 0) == wanted
+    )
 
 
 def stuck(cfg: LocalConfig) -> bool:

@@ -140,3 +140,16 @@ def client_env(kube: Kube, kube_env: dict[str, str], operator: None) -> Iterator
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.fixture
+def runs(client_env: dict[str, str]) -> Iterator[str]:
+    """Where this test's Pods record their runs (a fresh storage folder; `witness_command`)."""
+    import uuid
+
+    from kinetic import storage
+    from kinetic.api.config import resolve
+
+    prefix = storage.join(resolve().storage_root, "test-runs", uuid.uuid4().hex)
+    yield prefix
+    storage.delete_prefix(prefix + "/")

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from kinetic.model.names import LEADER_LEASE
 from kubernetes import client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,7 +109,8 @@ OPERATOR_SELECTOR = "app.kubernetes.io/name=kinetic"
 
 
 def operator_pod(kube: Kube) -> dict | None:
-    """The chart's operator Pod that is running (not being deleted), if any."""
+    """The chart's operator Pod that reconciles: the one whose replica holds the leader
+    Lease (any running one while none does)."""
     got = kube.kubectl(
         "get", "pods", "-n", OPERATOR_NAMESPACE, "-l", OPERATOR_SELECTOR, "-o", "json"
     )
@@ -118,7 +120,22 @@ def operator_pod(kube: Kube) -> dict | None:
         if not p["metadata"].get("deletionTimestamp")
         and p.get("status", {}).get("phase") == "Running"
     ]
+    leader = leader_pod_name(kube)
+    live.sort(key=lambda p: p["metadata"]["name"] != leader)
     return live[0] if live else None
+
+
+def leader_lease(kube: Kube) -> dict:
+    """The leader Lease's spec (empty when there is none)."""
+    got = kube.kubectl(
+        "get", "lease", LEADER_LEASE, "-n", OPERATOR_NAMESPACE, "-o", "json", check=False
+    )
+    return (json.loads(got.stdout).get("spec") or {}) if got.returncode == 0 else {}
+
+
+def leader_pod_name(kube: Kube) -> str:
+    """The Pod of the replica that holds the leader Lease ("" when none does)."""
+    return (leader_lease(kube).get("holderIdentity") or "").rpartition("_")[0]
 
 
 def kill_operator(kube: Kube) -> None:
@@ -233,3 +250,51 @@ def _needs_sa_secret(kube: Kube) -> bool:
         minor = client.VersionApi(kube.api).get_code().minor
         _sa_secret_cache["v"] = int("".join(ch for ch in minor if ch.isdigit()) or 99) < 24
     return _sa_secret_cache["v"]
+
+
+def witness_batch(
+    kube: Kube, ns: str, name: str, runs: str, *, total: int, concurrent: int, seconds: int = 1
+) -> None:
+    """`kubectl apply` a busybox batch of ``total`` inputs, ``concurrent`` at a time, each
+    recording its run under ``runs`` (`witness_command`) and then sleeping ``seconds``."""
+    kube.apply(
+        ns,
+        {
+            "apiVersion": "kinetic.dev/v1alpha1",
+            "kind": "KineticBatch",
+            "metadata": {"name": name},
+            "spec": {
+                "template": {
+                    "container": {
+                        "image": "busybox:1.36",
+                        "command": ["sh", "-c", f"{witness_command(runs)} && sleep {seconds}"],
+                    }
+                },
+                "inputs": {"items": list(range(total))},
+                "maxConcurrent": concurrent,
+            },
+        },
+    )
+
+
+def ended_status(kube: Kube, kind: str, ns: str, name: str, timeout: float) -> dict:
+    """The status of a job (``kj``) or batch (``kb``) once it has ended, read with kubectl."""
+
+    def ended() -> dict | None:
+        got = kube.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
+        if got.returncode != 0:
+            return None
+        status = json.loads(got.stdout).get("status") or {}
+        return status if status.get("phase") in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+
+    return wait_for(ended, timeout, interval=0.5, what=f"{kind} {ns}/{name} to end")  # type: ignore[return-value]
+
+
+def assert_each_ran_once(runs: str, status: dict, total: int) -> None:
+    """The batch succeeded and each of its ``total`` inputs ran exactly once."""
+    from collections import Counter
+
+    assert status["phase"] == "SUCCEEDED", status.get("message")
+    assert status["counts"]["succeeded"] == total
+    time.sleep(2)  # a duplicate launch would have run by now
+    assert Counter(runs_in(runs)) == {i: 1 for i in range(total)}

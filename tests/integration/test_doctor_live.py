@@ -1,6 +1,6 @@
 """`kinetic doctor` on the real cluster, run as a user runs it: the installed command, in a shell.
 
-(a) Everything in place: six ✓ lines in order and exit 0; ``-o json`` says the same,
+(a) Everything in place: seven ✓ lines in order and exit 0; ``-o json`` says the same,
     the webhook probe stored nothing and the storage probe is gone.
 (b) A context whose API server does not answer (a closed port on its address): ✗ on the
     first line with the fix, every later check skipped, exit 1.
@@ -27,13 +27,13 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
-from kube_helpers import Kube, wait_for, wait_operator_ready
+from kube_helpers import Kube, leader_pod_name, wait_for, wait_operator_ready
 from kubernetes import client
 
 pytestmark = pytest.mark.integration
 
 KINETIC = str(Path(sys.executable).with_name("kinetic"))
-CHECKS = ["context", "crds", "operator", "webhook", "storage", "permissions"]
+CHECKS = ["context", "crds", "operator", "leader", "webhook", "storage", "permissions"]
 
 
 def doctor(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -71,6 +71,8 @@ def test_everything_in_place_passes(kube: Kube, namespace: str, client_env: dict
     assert {r["status"] for r in found.values()} == {"ok"}
     assert {r["fix"] for r in found.values()} == {None}
     assert kube.api.configuration.host in found["context"]["detail"]
+    # The leader line names the Pod whose replica holds the Lease.
+    assert found["leader"]["detail"].startswith(f"held by {leader_pod_name(kube)} ("), found
     assert (
         'admission webhook "kinetic-job-spec.kinetic.dev" denied the request'
         in (found["webhook"]["detail"])

@@ -23,19 +23,23 @@ import json
 import os
 import signal
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 
 import kinetic
 import pytest
-from kinetic import storage
-from kinetic.api.config import resolve
-from kinetic.model import resources as r
 from kinetic_dev import operator as local_operator
 from kinetic_dev.cluster import Cluster
 from kinetic_dev.procs import read_live_pid
-from kube_helpers import Kube, local_up, runs_in, wait_for, witness_command
+from kube_helpers import (
+    Kube,
+    assert_each_ran_once,
+    ended_status,
+    local_up,
+    runs_in,
+    wait_for,
+    witness_batch,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -102,31 +106,8 @@ def _fresh_operator(local: Cluster) -> None:
     )
 
 
-@pytest.fixture
-def runs(client_env: dict[str, str]) -> Iterator[str]:
-    """Where this test's Pods record their runs (a fresh storage folder)."""
-    prefix = storage.join(resolve().storage_root, "test-runs", uuid.uuid4().hex)
-    yield prefix
-    storage.delete_prefix(prefix + "/")
-
-
 def _container_batch(kube: Kube, ns: str, name: str, runs: str) -> None:
-    body = {
-        "apiVersion": r.API_VERSION,
-        "kind": r.BATCH_KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "template": {
-                "container": {
-                    "image": "busybox:1.36",
-                    "command": ["sh", "-c", f"{witness_command(runs)} && sleep 1"],
-                }
-            },
-            "inputs": {"items": list(range(TOTAL))},
-            "maxConcurrent": CONCURRENT,
-        },
-    }
-    kube.apply(ns, body)
+    witness_batch(kube, ns, name, runs, total=TOTAL, concurrent=CONCURRENT)
 
 
 def _lines(runs: str) -> list[int]:
@@ -138,23 +119,11 @@ def _ran(runs: str, at_least: int) -> bool:
 
 
 def _final_status(kube: Kube, ns: str, name: str, timeout: float) -> dict:
-    """The batch's status once it has ended (any terminal phase), read with kubectl."""
-
-    def ended() -> dict | None:
-        got = kube.kubectl("get", "kb", name, "-n", ns, "-o", "json", check=False)
-        if got.returncode != 0:
-            return None
-        status = json.loads(got.stdout).get("status") or {}
-        return status if status.get("phase") in ("SUCCEEDED", "FAILED", "CANCELLED") else None
-
-    return wait_for(ended, timeout, interval=0.5, what=f"batch {ns}/{name} to end")  # type: ignore[return-value]
+    return ended_status(kube, "kb", ns, name, timeout)
 
 
 def _assert_each_ran_once(runs: str, status: dict) -> None:
-    assert status["phase"] == "SUCCEEDED", status.get("message")
-    assert status["counts"]["succeeded"] == TOTAL
-    time.sleep(2)  # a duplicate launch would have run by now
-    assert Counter(_lines(runs)) == {i: 1 for i in range(TOTAL)}
+    assert_each_ran_once(runs, status, TOTAL)
 
 
 # ------------------------------------------------------------------------------ the faults
@@ -185,9 +154,20 @@ def test_api_server_killed_and_restarted_mid_batch(
     kube: Kube, cluster: Cluster, namespace: str, runs: str
 ) -> None:
     """Pods finish while nobody can hear them; once the API server is back, the kubelet
-    reports them and the operator, reconnected on its own, launches the rest."""
-    operator_before = _operator_pid(cluster)
-    assert operator_before is not None, "the operator is not Ready"
+    reports them and the operator launches the rest.
+
+    The outage outlasts the leader's renew deadline (10 s), so the leader exits rather
+    than act on a Lease it could not renew (LOST_EXIT, restarted by the kubelet), while
+    the standby, which holds nothing, reconnects on its own without being replaced."""
+    assert _operator_pid(cluster) is not None, "the operator is not Ready"
+    leader = local_operator.operator_pod(cluster.cfg)
+    assert leader is not None
+    standby = [
+        p
+        for p in local_operator.operator_pods(cluster.cfg)
+        if p["metadata"]["name"] != leader["metadata"]["name"]
+    ]
+    standby_pid = local_operator.container_pid(cluster.cfg, standby[0]) if standby else None
     _container_batch(kube, namespace, "blackout", runs)
     wait_for(lambda: _ran(runs, CONCURRENT), 120, what="some progress")
     _kill(cluster, "kube-apiserver")
@@ -199,11 +179,16 @@ def test_api_server_killed_and_restarted_mid_batch(
     wait_for(
         lambda: _operator_pid(cluster),
         120,
-        what="the operator's Pod to be Ready again after the API server came back",
+        what="the operator's Pods to be Ready (and one to lead) after the API server came back",
     )
     _assert_each_ran_once(runs, _final_status(kube, namespace, "blackout", 120))
-    # Recovered by reconnecting, not by being replaced.
-    assert _operator_pid(cluster) == operator_before
+    got = kube.kubectl(
+        "get", "pod", leader["metadata"]["name"], "-n", "kinetic-system", "-o", "json"
+    )
+    ended = json.loads(got.stdout)["status"]["containerStatuses"][0]["lastState"]
+    assert ended["terminated"]["exitCode"] == 3, ended  # LOST_EXIT: it stopped leading
+    if standby_pid is not None:
+        assert local_operator.container_pid(cluster.cfg, standby[0]) == standby_pid
 
 
 def test_object_storage_down_for_ten_seconds_mid_function_batch(

@@ -9,7 +9,6 @@ each run of an input leaves an object.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,8 +16,15 @@ from pathlib import Path
 import pytest
 from kinetic import storage
 from kinetic.api.config import resolve
-from kinetic.model import resources as r
-from kube_helpers import Kube, runs_in, wait_for, witness_command
+from kinetic.model.names import LEADER_LEASE
+from kube_helpers import (
+    Kube,
+    operator_pod,
+    runs_in,
+    wait_for,
+    wait_operator_ready,
+    witness_batch,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -49,21 +55,20 @@ def _ready(pod: dict) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
 
 
-def _ready_pod(kube: Kube) -> dict | None:
-    return next((p for p in _pods(kube) if _ready(p)), None)
-
-
 def test_the_operator_pod_is_ready_and_serves_through_its_service(
     kube: Kube, installed: None
 ) -> None:
-    pod = wait_for(lambda: _ready_pod(kube), 120, what="a Ready operator Pod")
-    assert pod["spec"]["serviceAccountName"] == DEPLOYMENT
-    # The Service's endpoints are the Pod (how the API server reaches the webhook).
+    wait_operator_ready(kube)
+    pods = [p for p in _pods(kube) if _ready(p)]
+    assert len(pods) == 2  # the chart's default: a leader and a standby, both Ready
+    assert all(p["spec"]["serviceAccountName"] == DEPLOYMENT for p in pods)
+    # The Service's endpoints are both Pods (how the API server reaches the webhook):
+    # a standby answers admission as the leader does.
     ep = json.loads(
         kube.kubectl("get", "endpoints", DEPLOYMENT, "-n", NAMESPACE, "-o", "json").stdout
     )
-    ips = [a["ip"] for s in ep.get("subsets") or [] for a in s.get("addresses") or []]
-    assert ips == [pod["status"]["podIP"]]
+    ips = {a["ip"] for s in ep.get("subsets") or [] for a in s.get("addresses") or []}
+    assert ips == {p["status"]["podIP"] for p in pods}
     hooks = json.loads(
         kube.kubectl("get", "validatingwebhookconfiguration", "kinetic.dev", "-o", "json").stdout
     )["webhooks"]
@@ -93,6 +98,8 @@ def test_the_operator_pod_is_ready_and_serves_through_its_service(
         ("list", "secrets", NAMESPACE, False),
         ("create", "kineticjobs.kinetic.dev", "default", False),
         ("create", "clusterrolebindings", "", False),
+        ("update", f"leases/{LEADER_LEASE}", NAMESPACE, True),
+        ("update", "leases", "default", False),
     ],
 )
 def test_the_operators_identity_has_what_the_chart_grants(
@@ -107,33 +114,12 @@ def test_the_operators_identity_has_what_the_chart_grants(
 def test_deleting_the_operator_pod_mid_batch_loses_nothing(
     kube: Kube, installed: None, namespace: str, client_env: dict[str, str]
 ) -> None:
-    """The Deployment brings a new Pod; every input still runs exactly once."""
+    """Deleting the leader's Pod: it hands the Lease over, the Deployment brings a new
+    Pod; every input still runs exactly once."""
     runs = storage.join(resolve().storage_root, "test-runs", namespace)
     total = 20
-    body = {
-        "apiVersion": r.API_VERSION,
-        "kind": r.BATCH_KIND,
-        "metadata": {"name": "survivor"},
-        "spec": {
-            "template": {
-                "container": {
-                    "image": "busybox:1.36",
-                    "command": ["sh", "-c", f"{witness_command(runs)} && sleep 2"],
-                }
-            },
-            "inputs": {"items": list(range(total))},
-            "maxConcurrent": 3,
-        },
-    }
-    applied = subprocess.run(
-        ["kubectl", "--kubeconfig", kube.kubeconfig, "apply", "-n", namespace, "-f", "-"],
-        input=json.dumps(body),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert applied.returncode == 0, applied.stderr
-    old = wait_for(lambda: _ready_pod(kube), 60, what="the operator Pod")
+    witness_batch(kube, namespace, "survivor", runs, total=total, concurrent=3, seconds=2)
+    old = wait_for(lambda: operator_pod(kube), 60, what="the leader's operator Pod")
     wait_for(lambda: len(runs_in(runs)) >= 4, 120, what="some progress")
     kube.kubectl("delete", "pod", "-n", NAMESPACE, old["metadata"]["name"], "--wait=false")
     new = wait_for(

@@ -29,9 +29,9 @@ from kinetic.api.config import resolve
 from kinetic.api.jobs import JobStatus
 from kinetic.model import digest, layout
 from kinetic.model import resources as r
-from kube_helpers import Kube, fresh_namespace, local_up, wait_for
+from kube_helpers import Kube, fresh_namespace, leader_pod_name, local_up, operator_pod, wait_for
 from test_admission import kubectl_in, webhook_off
-from test_operator_in_cluster import _pods, _ready_pod, installed  # noqa: F401 - a fixture
+from test_operator_in_cluster import installed  # noqa: F401 - a fixture
 from test_operator_metrics import scrape
 from test_policy_live import job, policy  # noqa: F401 - policy is a fixture
 
@@ -97,21 +97,16 @@ def final_status(ns: str, group: str) -> dict[str, Any]:
 
 
 def restart_operator(kube: Kube) -> None:
-    """Delete the operator's Pod, as a node drain would; the Deployment makes a new one."""
-    old = wait_for(lambda: _ready_pod(kube), 60, what="the operator Pod")
+    """Delete the leader's Pod, as a node drain would: another replica leads, and the
+    Deployment makes a new Pod."""
+    old = wait_for(lambda: operator_pod(kube), 60, what="the leader's operator Pod")
     kube.kubectl("delete", "pod", "-n", OPERATOR_NS, old["metadata"]["name"], "--wait=false")
     wait_for(
-        lambda: (
-            next(
-                (p for p in _pods(kube) if p["metadata"]["uid"] != old["metadata"]["uid"]),
-                None,
-            )
-            and _ready_pod(kube)
-        ),
+        lambda: leader_pod_name(kube) not in ("", old["metadata"]["name"]),
         120,
-        what="a new operator Pod to be Ready",
+        what="another replica to lead",
     )
-    local_up()  # `kinetic local up` keeps a pid file that other tests use
+    local_up()  # both replicas Ready again; `kinetic local up` keeps a pid file others use
 
 
 # --------------------------------------------------------------------------- policy

@@ -7,7 +7,6 @@ flags), checked, and upgraded back to the local defaults, even when the test fai
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Iterator
 
@@ -31,20 +30,18 @@ def _upgrade(kube: Kube, values: dict) -> None:
 
 
 def _operator_args(kube: Kube) -> list[str] | None:
-    """The command of the Ready operator Pod, or None while it is being replaced."""
-    from kinetic_dev.operator import NAMESPACE, POD_SELECTOR
+    """The command of the operator's Pods once the rollout is complete and one of them
+    leads, or None while they are being replaced."""
+    from kinetic_dev import operator as local_operator
+    from kinetic_dev.config import LocalConfig
 
-    out = kube.kubectl("get", "pods", "-n", NAMESPACE, "-l", POD_SELECTOR, "-o", "json").stdout
-    pods = [p for p in json.loads(out)["items"] if not p["metadata"].get("deletionTimestamp")]
-    ready = [
-        p
-        for p in pods
-        if any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in p.get("status", {}).get("conditions") or []
-        )
-    ]
-    return ready[0]["spec"]["containers"][0]["command"] if len(ready) == 1 else None
+    cfg = LocalConfig()
+    if not local_operator.ready(cfg):
+        return None
+    commands = {
+        tuple(p["spec"]["containers"][0]["command"]) for p in local_operator.operator_pods(cfg)
+    }
+    return list(commands.pop()) if len(commands) == 1 else None
 
 
 @pytest.fixture
