@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -79,13 +80,21 @@ class Admission:
                 )
                 self.admitted += 1
             except client.ApiException as e:
-                if WEBHOOK_SUFFIX in str(e.body or ""):
+                if WEBHOOK_SUFFIX in _message(e):
                     self.denied += 1
                 else:
                     self.errors += 1
             except Exception:  # noqa: BLE001 - a timeout or a refused connection
                 self.errors += 1
             self.stop.wait(PROBE_EVERY)
+
+
+def _message(e: client.ApiException) -> str:
+    """The API server's message (its body is a Status, the quotes in it escaped)."""
+    try:
+        return str(json.loads(e.body or "{}").get("message") or "")
+    except ValueError:
+        return str(e.body or "")
 
 
 @dataclass

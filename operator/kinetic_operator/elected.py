@@ -21,7 +21,8 @@ Leaving the lead has two ways, as in controller-runtime:
   running when the process stalled.
 * **Clean shutdown** (SIGTERM: a rollout, a drain, `helm upgrade`): writes
   are refused from that moment, the Lease is released so a standby takes it
-  at its next look, and then both operators stop.
+  at its next look, the reconciler stops, and admission goes on answering for
+  `DRAIN_SECONDS` while the webhook Service forgets this Pod.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from kinetic_operator.state import OperatorState
 log = logging.getLogger("kinetic.operator")
 
 WATCHDOG_SECONDS = 0.5  # how often the watchdog thread checks the renew deadline
+DRAIN_SECONDS = 5.0  # admission served after SIGTERM, while the Service forgets this Pod
 
 
 @dataclass(frozen=True)
@@ -119,10 +121,24 @@ async def run_elected(settings: OperatorSettings, scope: Scope) -> None:
     try:
         if await _until_leading(elector, pool, stopping, admission_run):
             await _lead(elector, pool, settings, scope, stopping, admission_run)
+        if stopping.is_set():
+            await _drain(admission_run)
     finally:
         admission_stop.set()
         await admission_run
         pool.shutdown(wait=False)
+
+
+async def _drain(admission: asyncio.Task) -> None:
+    """Keep answering reviews for a moment after SIGTERM.
+
+    The Pod leaves the webhook Service's endpoints when it starts terminating,
+    but every node's proxy learns that a little later; a review routed here
+    meanwhile would meet a closed port, and the webhook fails open.
+    """
+    log.info("Stopping: answering admission reviews for %.0f s more.", DRAIN_SECONDS)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(admission), timeout=DRAIN_SECONDS)
 
 
 async def _until_leading(
