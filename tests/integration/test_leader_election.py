@@ -53,6 +53,7 @@ from kube_helpers import (
     witness_batch,
 )
 from kubernetes import client, watch
+from urllib3.exceptions import ProtocolError
 
 pytestmark = pytest.mark.integration
 
@@ -184,25 +185,30 @@ class LeaseWatch:
 
     def _watch(self) -> None:
         leases = client.CoordinationV1Api(self.kube.api)
-        while True:
-            for event in self.stream.stream(
-                leases.list_namespaced_lease,
-                OPERATOR_NAMESPACE,
-                field_selector=f"metadata.name={LEADER_LEASE}",
-                timeout_seconds=60,
-            ):
-                spec = event["object"].spec
-                holder = spec.holder_identity or ""
-                if not self.seen or holder != self.seen[-1]["holderIdentity"]:
-                    self.seen.append(
-                        {
-                            "holderIdentity": holder,
-                            "acquireTime": spec.acquire_time,
-                            "renewTime": spec.renew_time,
-                        }
-                    )
-            if self.stopped:  # not merely ended by the server's timeout
-                return
+        while not self.stopped:
+            try:
+                for event in self.stream.stream(
+                    leases.list_namespaced_lease,
+                    OPERATOR_NAMESPACE,
+                    field_selector=f"metadata.name={LEADER_LEASE}",
+                    timeout_seconds=60,
+                ):
+                    self._saw(event["object"].spec)
+            except (ProtocolError, client.ApiException):
+                if self.stopped:  # the stream closed under it on purpose
+                    return
+                self.stream = watch.Watch()  # a connection cut: watch again from a fresh list
+
+    def _saw(self, spec: client.V1LeaseSpec) -> None:
+        holder = spec.holder_identity or ""
+        if not self.seen or holder != self.seen[-1]["holderIdentity"]:
+            self.seen.append(
+                {
+                    "holderIdentity": holder,
+                    "acquireTime": spec.acquire_time,
+                    "renewTime": spec.renew_time,
+                }
+            )
 
     def handovers(self) -> list[float]:
         """Seconds from each release (an empty holder) to the next holder's acquisition."""
