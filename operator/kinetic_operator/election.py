@@ -158,9 +158,18 @@ class PeerCheck:
     namespace: str
 
     def blocking(self) -> list[str]:
-        pods = client.CoreV1Api(self.api).list_namespaced_pod(
-            self.namespace, label_selector=OPERATOR_SELECTOR, _preload_content=False
-        )
+        """The unelected operator Pods still running; none when they cannot be listed
+        (a chart without the Pod rule): an operator that could never lead would be worse
+        than the few seconds of overlap this guards an upgrade against."""
+        try:
+            pods = client.CoreV1Api(self.api).list_namespaced_pod(
+                self.namespace, label_selector=OPERATOR_SELECTOR, _preload_content=False
+            )
+        except ApiException as exc:
+            log.warning(
+                "Cannot list the operator's Pods (%s): not waiting for older ones.", exc.reason
+            )
+            return []
         return unelected_operators(json.loads(pods.data).get("items") or [])
 
 
