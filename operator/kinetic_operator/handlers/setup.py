@@ -44,7 +44,7 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """Tune Kopf for one replica, small bookkeeping and few events.
+    """Tune Kopf for small bookkeeping and few events, with no peering of its own.
 
     The operator's state (its settings, API wrapper and caches) is the one in
     Kopf's memo, shared by every handler: put there by `python -m
@@ -68,7 +68,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # The probes hit /healthz every few seconds; an access line each would
     # bury the operator's own lines in `kubectl logs`. Errors still show.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    # One replica: no peering objects, no freeze between equal-priority peers.
+    # No Kopf peering objects, no freeze between equal-priority peers: replicas agree
+    # through the leader Lease instead (`kinetic_operator.elected`).
     settings.peering.standalone = True
     # Ask the server to end every watch after a few minutes and reconnect, so
     # a silently dropped connection is noticed; inactivity catches the rest.
