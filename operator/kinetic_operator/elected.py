@@ -74,7 +74,7 @@ def admission_registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
     # Kopf's default registry logs in with the kubernetes client by itself; a fresh one
     # has no login until it is given one.
     kopf.on.login(registry=registry)(kopf.login_via_client)
-    for startup in (setup.configure, setup.serve_metrics, policy.load_policy):
+    for startup in (setup.configure, setup.wait_for_kinds, setup.serve_metrics, policy.load_policy):
         kopf.on.startup(registry=registry)(startup)
     kopf.on.cleanup(registry=registry)(policy.stop_policy)
     if settings.webhook_enabled:

@@ -141,6 +141,16 @@ class Kube:
         self.accounts: set[tuple[str, str]] = set()  # runner ServiceAccounts known to exist
         self.csi_seen: dict[str, float] = {}  # CSIDriver name -> when last read present
 
+    def serves_kinds(self) -> bool:
+        """Whether the API server's discovery lists both of our kinds (False while it
+        cannot be asked): just after an API server starts, CRDs can be missing there."""
+        try:
+            listed = self.custom.get_api_resources(GROUP, VERSION)
+        except Exception:  # noqa: BLE001 - not yet: the caller asks again
+            return False
+        names = {res.name for res in (listed.resources if listed else None) or []}
+        return {JOB_PLURAL, BATCH_PLURAL} <= names
+
     # ------------------------------------------------------------------ KineticJobs
 
     def get_kinetic_job(self, namespace: str, name: str) -> dict[str, Any] | None:

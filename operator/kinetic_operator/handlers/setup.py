@@ -107,6 +107,24 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 
 
 @kopf.on.startup()
+async def wait_for_kinds(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """Start Kopf only once the API server's discovery serves both kinds.
+
+    Kopf looks its resources up once, after the start-up handlers, and again
+    only when a CRD changes. An operator started the moment an API server
+    came back (a replica taking the lead after an outage) could look before
+    discovery lists the CRDs, and then would never watch them.
+    """
+    state = operator_state(memo)
+    waited = 0.0
+    while not await asyncio.to_thread(state.kube.serves_kinds):
+        if waited == 0.0 or waited % 30 < 0.5:
+            logger.warning("Waiting for the API server to serve the kinetic.dev kinds")
+        await asyncio.sleep(0.5)
+        waited += 0.5
+
+
+@kopf.on.startup()
 async def serve_metrics(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """Serve Prometheus metrics; gauges read the operator's memory at each scrape."""
     state = operator_state(memo)
