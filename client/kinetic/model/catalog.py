@@ -11,8 +11,11 @@ before anything is uploaded. Both sides import this one module.
 
 The built-in default follows GKE's conventions (`cloud.google.com/gke-accelerator`,
 `cloud.google.com/gke-tpu-accelerator`, `cloud.google.com/gke-tpu-topology`,
-`cloud.google.com/gke-spot`). TPU entries are single-host slices: one pod
-gets all the chips of one TPU VM.
+`cloud.google.com/gke-spot`). A TPU entry is a slice of one or more hosts
+(TPU VMs): one pod per host gets all the chips of its host, so a multi-host
+slice such as `tpu-v5e-16` (4 hosts x 4 chips) runs as a gang of pods
+(`kinetic.model.gang`). GKE's size suffix counts chips for v5e and v6e, and
+TensorCores (two per chip) for v3, v4 and v5p: `tpu-v4-8` is 4 chips.
 """
 
 from __future__ import annotations
@@ -45,13 +48,19 @@ class GpuType(BaseModel):
 
 
 class TpuSlice(BaseModel):
-    """One single-host TPU slice: its node labels and how many chips the pod gets."""
+    """One TPU slice: its node labels, its hosts, and how many chips each host's pod gets.
+
+    `chips` is per pod, not per slice, because that is what one pod asks the
+    node for; the slice's chips are `chips * hosts`. `hosts` defaults to 1 so
+    that catalogs written before multi-host slices existed keep their meaning.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     node_label: str = Field(description="Value of the node's TPU accelerator label.")
     topology: str = Field(description="Value of the node's TPU topology label, e.g. 2x2.")
-    chips: int = Field(ge=1, description="google.com/tpu chips requested by the pod.")
+    chips: int = Field(ge=1, description="google.com/tpu chips requested by each host's pod.")
+    hosts: int = Field(default=1, ge=1, description="TPU VMs in the slice: one pod on each.")
 
 
 class Catalog(BaseModel):
@@ -86,7 +95,12 @@ def _natural(name: str) -> list[Any]:
 
 
 def default_catalog() -> Catalog:
-    """GKE's GPU and single-host TPU offerings, as of 2025."""
+    """GKE's GPU offerings and TPU slices, as of 2025.
+
+    The multi-host slices are the smallest few of each generation: enough for
+    the gang to be used and tested; a cluster admin adds larger ones through
+    the operator's catalog setting, with the same fields.
+    """
     return Catalog(
         gpus={
             "l4": GpuType(node_label="nvidia-l4", counts=[1, 2, 4, 8]),
@@ -97,16 +111,27 @@ def default_catalog() -> Catalog:
         tpus={
             "tpu-v3-8": TpuSlice(node_label="tpu-v3-device", topology="2x2", chips=4),
             "tpu-v4-8": TpuSlice(node_label="tpu-v4-podslice", topology="2x2x1", chips=4),
+            "tpu-v4-16": _multi("tpu-v4-podslice", "2x2x2", hosts=2),
+            "tpu-v4-32": _multi("tpu-v4-podslice", "2x2x4", hosts=4),
             "tpu-v5e-1": TpuSlice(node_label="tpu-v5-lite-podslice", topology="1x1", chips=1),
             "tpu-v5e-4": TpuSlice(node_label="tpu-v5-lite-podslice", topology="2x2", chips=4),
             "tpu-v5e-8": TpuSlice(node_label="tpu-v5-lite-podslice", topology="2x4", chips=8),
+            "tpu-v5e-16": _multi("tpu-v5-lite-podslice", "4x4", hosts=4),
+            "tpu-v5e-32": _multi("tpu-v5-lite-podslice", "4x8", hosts=8),
             "tpu-v6e-1": TpuSlice(node_label="tpu-v6e-slice", topology="1x1", chips=1),
             "tpu-v6e-4": TpuSlice(node_label="tpu-v6e-slice", topology="2x2", chips=4),
             "tpu-v6e-8": TpuSlice(node_label="tpu-v6e-slice", topology="2x4", chips=8),
+            "tpu-v6e-16": _multi("tpu-v6e-slice", "4x4", hosts=4),
             # v5p names count TensorCores: v5p-8 is one host with 4 chips.
             "tpu-v5p-8": TpuSlice(node_label="tpu-v5p-slice", topology="2x2x1", chips=4),
+            "tpu-v5p-16": _multi("tpu-v5p-slice", "2x2x2", hosts=2),
         },
     )
+
+
+def _multi(node_label: str, topology: str, hosts: int) -> TpuSlice:
+    """A multi-host slice: GKE's multi-host node pools give each TPU VM 4 chips."""
+    return TpuSlice(node_label=node_label, topology=topology, chips=4, hosts=hosts)
 
 
 class UnknownAccelerator(ValueError):
@@ -171,6 +196,24 @@ def device_count(catalog: Catalog, accelerator: str) -> int:
     """GPUs or TPU chips one pod of `accelerator` gets (0 for cpu); UnknownAccelerator if none."""
     placement = _accelerator(catalog, accelerator)
     return sum(int(v) for v in placement.limits.values())
+
+
+def hosts_of(catalog: Catalog, accelerator: str) -> int:
+    """Hosts (pods) one job of `accelerator` needs: a TPU slice's hosts, else 1.
+
+    A GPU or cpu job may still ask for several hosts (`spec.hosts`); this is
+    the count the accelerator itself imposes. UnknownAccelerator if unknown.
+    """
+    name = canonical_name(accelerator)
+    if (tpu := catalog.tpus.get(name)) is not None:
+        return tpu.hosts
+    _accelerator(catalog, accelerator)  # refuses an unknown name, naming the field
+    return 1
+
+
+def is_tpu(catalog: Catalog, accelerator: str) -> bool:
+    """Whether `accelerator` is one of the catalog's TPU slices (in any spelling)."""
+    return canonical_name(accelerator) in catalog.tpus
 
 
 @dataclass(frozen=True)

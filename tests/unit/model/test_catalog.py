@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from kinetic.model.catalog import (
@@ -13,6 +14,8 @@ from kinetic.model.catalog import (
     check_name,
     default_catalog,
     device_count,
+    hosts_of,
+    is_tpu,
     resolve,
 )
 from kinetic_operator.settings import OperatorSettings
@@ -187,10 +190,10 @@ def test_reference_spellings_resolve_through_the_catalog(typed, canonical):
 @pytest.mark.parametrize(
     "typed, suggested",
     [
-        ("v5litepod-3", ["tpu-v5e-1", "tpu-v5e-4", "tpu-v5e-8"]),
+        ("v5litepod-3", ["tpu-v5e-4", "tpu-v5e-8"]),
         ("a100x3", ["gpu-a100x2", "gpu-a100x4"]),
         ("gpu-l40", ["gpu-l4"]),
-        ("tpu-v5e-16", ["tpu-v5e-1"]),
+        ("tpu-v5e-64", ["tpu-v5e-16"]),
     ],
 )
 def test_unknown_names_list_the_close_matches(typed, suggested):
@@ -223,3 +226,59 @@ def test_a_cluster_list_decides_what_exists():
 )
 def test_device_count(name, count):
     assert device_count(CATALOG, name) == count
+
+
+# --------------------------------------------------------------------------- multi-host slices
+
+
+@pytest.mark.parametrize(
+    "name, label, topology, chips, hosts",
+    [
+        ("tpu-v5e-16", "tpu-v5-lite-podslice", "4x4", "4", 4),
+        ("v5litepod-32", "tpu-v5-lite-podslice", "4x8", "4", 8),
+        ("tpu-v4-16", "tpu-v4-podslice", "2x2x2", "4", 2),
+        ("tpu-v4-32", "tpu-v4-podslice", "2x2x4", "4", 4),
+        ("tpu-v6e-16", "tpu-v6e-slice", "4x4", "4", 4),
+        ("v5p-16", "tpu-v5p-slice", "2x2x2", "4", 2),
+    ],
+)
+def test_multi_host_slices_place_each_host_pod(name, label, topology, chips, hosts):
+    p = resolve(CATALOG, name)
+    assert p.limits == {"google.com/tpu": chips}  # per Pod: one Pod per host
+    assert p.node_selector == {
+        "cloud.google.com/gke-tpu-accelerator": label,
+        "cloud.google.com/gke-tpu-topology": topology,
+    }
+    assert hosts_of(CATALOG, name) == hosts
+    assert is_tpu(CATALOG, name)
+
+
+@pytest.mark.parametrize("name", sorted(CATALOG.tpus))
+def test_every_slice_agrees_with_its_name_and_topology(name):
+    """The suffix counts chips on v5e/v6e and TensorCores (2 a chip) elsewhere; the topology's
+    product is the slice's chips: a typo in a new entry fails here."""
+    tpu = CATALOG.tpus[name]
+    total = tpu.chips * tpu.hosts
+    dims = [int(d) for d in tpu.topology.split("x")]
+    assert total == math.prod(dims)
+    per_chip = 1 if name.startswith(("tpu-v5e-", "tpu-v6e-")) else 2
+    assert int(name.rsplit("-", 1)[1]) == total * per_chip
+
+
+@pytest.mark.parametrize(
+    "name, hosts", [("cpu", 1), ("l4", 1), ("gpu-a100x8", 1), ("tpu-v5e-8", 1), ("v4-32", 4)]
+)
+def test_hosts_of(name, hosts):
+    assert hosts_of(CATALOG, name) == hosts
+
+
+def test_hosts_of_refuses_an_unknown_name():
+    with pytest.raises(UnknownAccelerator, match=r"^spec\.accelerator:"):
+        hosts_of(CATALOG, "tpu-v5e-3")
+
+
+def test_a_catalog_setting_without_hosts_means_single_host_slices():
+    custom = Catalog.model_validate(
+        {"tpus": {"tpu-v9-4": {"node_label": "tpu-v9", "topology": "2x2", "chips": 4}}}
+    )
+    assert hosts_of(custom, "tpu-v9-4") == 1
