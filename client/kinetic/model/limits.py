@@ -59,6 +59,11 @@ MAX_INPUTS_CEILING = 100_000_000  # schema maximum of inputs.count; the setting 
 MAX_VOLUMES = 16  # data volumes (spec.volumes) per job: one emptyDir and one download each
 MAX_MOUNT_PATH_LENGTH = 1024
 RESERVED_MOUNT_ROOTS = ("/dev", "/proc", "/sys")  # the container runtime owns these
+# Hosts (Pods) of one multi-host job. Every member's TPU_WORKER_HOSTNAMES lists all of them
+# (<= 127 characters and a comma each): 512 keeps that one value at 64 KiB, half of what
+# Linux lets one environment string hold (128 KiB), and the schema's bound on the policy's
+# maxHostsPerJob.
+MAX_HOSTS = 512
 
 # --------------------------------------------------------------------------- admission bounds
 # (beyond what a structural schema can say; checked by the webhook, the operator, the client)
@@ -495,6 +500,9 @@ def nested_mount_paths(paths: list[str]) -> str | None:
 
 DEFAULT_MAX_CONCURRENT = 64  # `run_async_map` and `kinetic.batch`: Pods of one batch at once
 DEFAULT_MAX_DISRUPTIONS = 3  # disruptions retried per job without using its retries
+# How long a gang member may wait for a node before the whole gang is torn down: the
+# members already placed hold accelerators that nobody else can use meanwhile.
+DEFAULT_GANG_SCHEDULING_SECONDS = 300
 
 
 def check_max_concurrent(value: object) -> None:

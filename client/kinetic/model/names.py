@@ -10,10 +10,18 @@ that creating it twice is a no-op and any process can find it again:
 
 A batch input's own id, for `kinetic.attach` and `kinetic jobs ...`, is
 ``<grp>-<i>``.
+
+A multi-host job's attempt is a gang of Pods, one per rank, each named after
+the attempt's Pod with its rank appended: ``<job>-<a>-<r>`` (or
+``<grp>-<i>-<a>-<r>`` in a batch). A single-host attempt keeps its name as
+above, so nothing changes for jobs that do not ask for hosts. The members
+find each other through one headless Service per owning object
+(`gang_service_name`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import UTC, datetime
 
@@ -22,6 +30,7 @@ LABEL_BATCH = "kinetic.dev/batch"
 LABEL_INDEX = "kinetic.dev/index"
 LABEL_ATTEMPT = "kinetic.dev/attempt"
 LABEL_CHUNK = "kinetic.dev/chunk"  # how many inputs the Pod runs, when more than one
+LABEL_RANK = "kinetic.dev/rank"  # a gang member's rank (0 .. hosts - 1); absent on one host
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kinetic"
 
@@ -55,6 +64,19 @@ ENV_RESULT_URI = "KINETIC_RESULT_URI"  # where a function's result goes (one inp
 ENV_CHUNK = "KINETIC_CHUNK"  # a Pod that runs several inputs of a batch: their list
 ENV_DEBUG_PORT = "KINETIC_DEBUG_PORT"  # a debug job: the port debugpy listens on in the Pod
 
+# Environment variables every member of a gang gets (`kinetic.model.gang.rendezvous_env`):
+# the names frameworks read, so that user code needs no Kinetic-specific setup.
+ENV_MASTER_ADDR = "MASTER_ADDR"  # torch.distributed: where rank 0 listens
+ENV_MASTER_PORT = "MASTER_PORT"
+ENV_RANK = "RANK"
+ENV_WORLD_SIZE = "WORLD_SIZE"
+ENV_LOCAL_RANK = "LOCAL_RANK"  # always 0: one process per Pod
+ENV_PROCESS_ID = "KINETIC_PROCESS_ID"  # jax.distributed.initialize(process_id=...)
+ENV_NUM_PROCESSES = "KINETIC_NUM_PROCESSES"  # ... num_processes=...
+ENV_COORDINATOR_ADDRESS = "KINETIC_COORDINATOR_ADDRESS"  # ... coordinator_address="host:port"
+ENV_TPU_WORKER_ID = "TPU_WORKER_ID"  # libtpu: this host's place in the slice
+ENV_TPU_WORKER_HOSTNAMES = "TPU_WORKER_HOSTNAMES"  # libtpu: every host, comma-separated, by rank
+
 # A debug job's debugpy listens on the Pod's loopback only: `kubectl port-forward` reaches
 # it there, and nothing else on the cluster network can attach to (and run code in) the job.
 DEBUG_PORT = 5678  # debugpy's own default, as the reference's VS Code configurations use
@@ -72,6 +94,55 @@ def job_pod_name(job: str, attempt: int) -> str:
 def input_pod_name(batch: str, index: int, attempt: int) -> str:
     """Attempt ``attempt`` of the unit starting at input ``index`` of batch ``batch``."""
     return f"{batch}-{index}-{attempt}"
+
+
+def gang_pod_name(attempt_pod: str, rank: int) -> str:
+    """Rank ``rank`` of a multi-host attempt whose single-host Pod would be ``attempt_pod``
+    (`job_pod_name` or `input_pod_name`): ``<job>-<a>-<r>``.
+
+    Every rank, 0 included, carries the suffix: the members of one gang sort
+    and select alike, and no member's name is another attempt's Pod name of
+    the same job.
+    """
+    return f"{attempt_pod}-{rank}"
+
+
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # DNS-1035: Service names
+_HOST_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # DNS-1123: hostnames
+GANG_SERVICE_SUFFIX = "-gang"
+
+
+def gang_service_name(owner: str) -> str:
+    """The headless Service that gives the gangs of KineticJob or KineticBatch ``owner`` DNS
+    names: ``<owner>-gang``, or ``gang-<hash>`` when that is no DNS label.
+
+    One Service per owner, not per attempt: it selects the owner's Pods by
+    label, lives as long as the owner, and every member's hostname is unique
+    already. A Service name must be a DNS-1035 label (63 characters, starts
+    with a letter, no dots), which an object name need not be; the hashed
+    form is stable, so any process derives the same name without a lookup.
+    """
+    readable = f"{owner}{GANG_SERVICE_SUFFIX}"
+    if _DNS_LABEL.match(readable):
+        return readable
+    return f"gang-{hashlib.sha256(owner.encode()).hexdigest()[:16]}"
+
+
+def gang_hostname(pod: str) -> str:
+    """A gang member's ``spec.hostname`` (its DNS label under the Service): its Pod name
+    when that is a DNS label, else ``m-<hash>`` of it.
+
+    A Pod name may hold dots (it is a DNS subdomain); a hostname may not.
+    """
+    if _HOST_LABEL.match(pod):
+        return pod
+    return f"m-{hashlib.sha256(pod.encode()).hexdigest()[:16]}"
+
+
+def gang_address(hostname: str, service: str) -> str:
+    """The name other members resolve: ``<hostname>.<service>``, found through the Pod's DNS
+    search path within its own namespace (where the cluster has DNS)."""
+    return f"{hostname}.{service}"
 
 
 def input_id(batch: str, index: int) -> str:

@@ -1,0 +1,346 @@
+"""A multi-host job's gang: the pure facts the operator and the client share. No I/O.
+
+One attempt of a job with ``hosts`` N > 1 is N Pods, ranks 0 .. N-1, created
+together (`kinetic.model.names.gang_pod_name`). They find each other through
+rank 0, whose address every member gets in the environment frameworks read
+(`rendezvous_env`), and they live and die as one:
+
+* the job's result is rank 0's (its return value, or its termination message);
+* any member's failure fails the whole attempt, charged once to ``retries``;
+* losing a member to a disruption (eviction, preemption, a deleted Pod or a
+  lost node) is a disruption of the attempt, not a failure of the job;
+* a gang that cannot be placed whole within a deadline is torn down, so the
+  members already placed stop holding accelerators that others could use.
+
+`gang_outcome` turns observations of the members into one of those verdicts,
+and `members_to_delete` says which Pods end with it. The operator maps Pods
+to `Member` observations; nothing here reads a Pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from kinetic.model import names
+from kinetic.model.catalog import Catalog, UnknownAccelerator, hosts_of, is_tpu
+from kinetic.model.limits import DEFAULT_GANG_SCHEDULING_SECONDS, MAX_HOSTS
+
+# torch's own default rendezvous port (torchrun's --master_port, the port its examples use):
+# a script written for torchrun that hard-codes it still meets its peers. JAX is told the
+# port through KINETIC_COORDINATOR_ADDRESS, so the same port serves it; a Pod runs one
+# framework's rendezvous. Below the NodePort range (30000-32767) and unprivileged.
+DEFAULT_RENDEZVOUS_PORT = 29500
+COORDINATOR_RANK = 0  # whose address everyone dials, and whose result is the job's
+DEFAULT_SCHEDULING_DEADLINE = timedelta(seconds=DEFAULT_GANG_SCHEDULING_SECONDS)
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def rendezvous_env(
+    rank: int,
+    world: int,
+    coordinator: str,
+    port: int = DEFAULT_RENDEZVOUS_PORT,
+    *,
+    hostnames: Sequence[str] | None = None,
+    tpu: bool = False,
+) -> dict[str, str]:
+    """The environment of gang member ``rank`` of ``world``, as torch, JAX and libtpu read it.
+
+    ``coordinator`` is rank 0's address: its DNS name under the gang's
+    Service where the cluster has DNS, its Pod IP where it has none.
+    ``LOCAL_RANK`` is always 0 because a member is one process in its own Pod.
+    On TPU, libtpu needs every host by rank (``hostnames``, one per rank), so
+    there they are required.
+    """
+    _check_rendezvous(rank, world, port, hostnames, tpu)
+    env = {
+        names.ENV_MASTER_ADDR: coordinator,
+        names.ENV_MASTER_PORT: str(port),
+        names.ENV_RANK: str(rank),
+        names.ENV_WORLD_SIZE: str(world),
+        names.ENV_LOCAL_RANK: "0",
+        names.ENV_PROCESS_ID: str(rank),
+        names.ENV_NUM_PROCESSES: str(world),
+        names.ENV_COORDINATOR_ADDRESS: host_port(coordinator, port),
+    }
+    if tpu and hostnames is not None:
+        env[names.ENV_TPU_WORKER_ID] = str(rank)
+        env[names.ENV_TPU_WORKER_HOSTNAMES] = ",".join(hostnames)
+    return env
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 address in brackets so the port stays readable."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _check_rendezvous(
+    rank: int, world: int, port: int, hostnames: Sequence[str] | None, tpu: bool
+) -> None:
+    """Refuse arguments that would give the members an environment they cannot agree on."""
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"rank must be in 0 .. world - 1 with world >= 1; got {rank} of {world}")
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port must be in 1 .. 65535; got {port}")
+    if hostnames is not None and len(hostnames) != world:
+        raise ValueError(
+            f"hostnames must list one name per rank: {world} expected, got {len(hostnames)}"
+        )
+    if tpu and hostnames is None:
+        raise ValueError("hostnames are required on TPU: libtpu reads every host by rank")
+
+
+def member_pod_names(attempt_pod: str, hosts: int) -> list[str]:
+    """The Pods of one attempt by rank: the attempt's own Pod on one host (today's name, so
+    single-host jobs do not change), `names.gang_pod_name` for each rank of a gang."""
+    if hosts <= 1:
+        return [attempt_pod]
+    return [names.gang_pod_name(attempt_pod, rank) for rank in range(hosts)]
+
+
+def pod_name_problem(attempt_pod: str, hosts: int, path: str = "metadata.name") -> str | None:
+    """Why the longest member name of an attempt is too long for a Pod, or None.
+
+    Call it with the last attempt's Pod name (the existing check's), so a job
+    whose later attempts or higher ranks could not be named is refused at once.
+    """
+    longest = member_pod_names(attempt_pod, hosts)[-1]
+    if len(longest) <= names.MAX_POD_NAME:
+        return None
+    return (
+        f"{path}: too long for {hosts} hosts; gang Pods are named <name>-<attempt>-<rank> and "
+        f"{longest!r} would exceed {names.MAX_POD_NAME} characters: choose a shorter name"
+    )
+
+
+# --------------------------------------------------------------------------- admission
+
+
+def effective_hosts(hosts: int | None, catalog: Catalog, accelerator: str | None) -> int:
+    """Hosts a job runs on: ``hosts`` if given, else what its accelerator needs.
+
+    Left out, ``hosts`` is 1 for cpu and GPUs (as before gangs existed) and a
+    multi-host TPU slice's own count, so ``accelerator="tpu-v5e-16"`` alone
+    asks for the whole slice; an unknown accelerator is another check's
+    refusal, and counts as 1 here.
+    """
+    if hosts is not None:
+        return hosts
+    try:
+        return hosts_of(catalog, accelerator or "cpu")
+    except UnknownAccelerator:
+        return 1
+
+
+def hosts_problems(
+    hosts: object, accelerator: str | None, catalog: Catalog, max_hosts: int | None, path: str
+) -> list[str]:
+    """What is wrong with ``hosts`` at ``path`` (``spec.hosts``, ``spec.jobs[2].hosts``).
+
+    ``hosts`` left out (None) is always fine (`effective_hosts`). Else it must
+    be an integer of at least 1, at most `MAX_HOSTS` and the policy's
+    ``maxHostsPerJob`` (``max_hosts``, None without a policy), and equal to a
+    multi-host accelerator's hosts. A single-host accelerator allows any
+    count: two hosts of ``gpu-l4x1`` are two Pods of one L4 each.
+    """
+    if hosts is None:
+        return []
+    if isinstance(hosts, bool) or not isinstance(hosts, int):
+        return [
+            f"{path} must be a whole number of hosts, at least 1; got {hosts!r}: give the "
+            "number of Pods the job runs on, or leave it out for its accelerator's own"
+        ]
+    if hosts < 1:
+        return [f"{path} is {hosts}; a job runs on at least 1 host: set it to 1 or more"]
+    return _above_limits(hosts, max_hosts, path) + _slice_mismatch(
+        hosts, accelerator, catalog, path
+    )
+
+
+def _above_limits(hosts: int, max_hosts: int | None, path: str) -> list[str]:
+    if hosts > MAX_HOSTS:
+        return [f"{path} is {hosts}; the limit is {MAX_HOSTS} hosts per job: ask for fewer"]
+    if max_hosts is not None and hosts > max_hosts:
+        return [
+            f"{path} is {hosts}, above the policy's maxHostsPerJob of {max_hosts}: ask for at "
+            f"most {max_hosts} hosts, or ask the cluster administrator to raise maxHostsPerJob"
+        ]
+    return []
+
+
+def _slice_mismatch(hosts: int, accelerator: str | None, catalog: Catalog, path: str) -> list[str]:
+    if accelerator is None or not is_tpu(catalog, accelerator):
+        return []
+    needed = hosts_of(catalog, accelerator)
+    if needed == 1 or hosts == needed:
+        return []
+    where = path.rpartition(".")[0] or "spec"
+    return [
+        f"{path} is {hosts}, but {where}.accelerator {accelerator!r} is a slice of {needed} "
+        f"hosts, one Pod each: set {path} to {needed}, or leave it out"
+    ]
+
+
+# --------------------------------------------------------------------------- membership
+
+
+class Phase(StrEnum):
+    """What the operator saw of one member (it maps Pod phases and conditions to these).
+
+    ``pending`` means not yet placed on a node: a Pod that is placed but still
+    pulling its image is ``running`` here, so a slow pull never counts against
+    the scheduling deadline. ``gone`` is a member lost without failing: its
+    Pod deleted, evicted, preempted, or its node lost; a rank with no
+    observation at all is gone too.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    GONE = "gone"
+
+
+class Outcome(StrEnum):
+    """Where one attempt of a gang stands."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # charged once to retries
+    DISRUPTED = "disrupted"  # re-run without charging retries (bounded by maxDisruptions)
+    UNSCHEDULABLE = "unschedulable"  # torn down and reported
+
+
+@dataclass(frozen=True)
+class Member:
+    """One member as observed: ``since`` is when it became pending (its creation) for a
+    pending one, when it ended for a failed or gone one (None when unknown)."""
+
+    rank: int
+    phase: Phase
+    reason: str = ""
+    since: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An outcome, the ranks that decided it, and a sentence for the job's status."""
+
+    outcome: Outcome
+    ranks: tuple[int, ...] = ()
+    message: str = ""
+
+
+def by_rank(members: Iterable[Member], world: int) -> list[Member]:
+    """One observation per rank 0 .. world-1: the first given for it, else ``gone``.
+
+    Observations of ranks outside the gang are ignored here: such a Pod is a
+    stray for the operator to delete, not a member whose fate moves the gang.
+    """
+    seen: dict[int, Member] = {}
+    for m in members:
+        if 0 <= m.rank < world and m.rank not in seen:
+            seen[m.rank] = m
+    return [
+        seen.get(r, Member(r, Phase.GONE, "no Pod of this rank was found")) for r in range(world)
+    ]
+
+
+def gang_outcome(
+    members: Iterable[Member],
+    world: int,
+    now: datetime,
+    deadline: timedelta = DEFAULT_SCHEDULING_DEADLINE,
+) -> Verdict:
+    """The attempt's verdict; the first rule that applies decides.
+
+    1. SUCCEEDED when rank 0 succeeded: its result is the job's, whatever the
+       other ranks did; those still running are deleted.
+    2. When members failed or were lost: DISRUPTED unless a failure came
+       strictly before every loss, then FAILED. A member whose peer vanished
+       usually crashes next, and that crash is the disruption's doing, not
+       the job's. A loss of unknown time counts as first and a failure of
+       unknown time as last: doubt goes to the user, and maxDisruptions
+       still bounds how often a gang is re-run for free.
+    3. UNSCHEDULABLE when any member has waited for a node for ``deadline``
+       or longer: the gang cannot run without it.
+    4. RUNNING otherwise (ranks other than 0 may finish first, and wait).
+    """
+    ranked = by_rank(members, world)
+    if ranked[COORDINATOR_RANK].phase is Phase.SUCCEEDED:
+        return Verdict(Outcome.SUCCEEDED, (COORDINATOR_RANK,), "rank 0 succeeded")
+    ended = _ending(ranked)
+    if ended is not None:
+        return ended
+    waiting = [m for m in ranked if _waited(m, now, deadline)]
+    if waiting:
+        return _unschedulable(waiting, world, deadline)
+    return Verdict(Outcome.RUNNING)
+
+
+def _ending(ranked: list[Member]) -> Verdict | None:
+    """FAILED or DISRUPTED by rule 2 of `gang_outcome`, or None when nothing ended badly."""
+    failed = [m for m in ranked if m.phase is Phase.FAILED]
+    lost = [m for m in ranked if m.phase is Phase.GONE]
+    if lost and (not failed or _first(lost, early=True) <= _first(failed, early=False)):
+        first = min(lost, key=lambda m: _when(m, early=True))
+        return Verdict(Outcome.DISRUPTED, _ranks(lost), _said(first, "was lost"))
+    if failed:
+        first = min(failed, key=lambda m: _when(m, early=False))
+        return Verdict(Outcome.FAILED, _ranks(failed), _said(first, "failed"))
+    return None
+
+
+def _when(m: Member, early: bool) -> tuple[int] | tuple[int, datetime]:
+    """A sort key for when ``m`` ended: its ``since``, or before (for a loss) or after (for
+    a failure) every known time when unknown."""
+    if m.since is not None:
+        return (1, m.since)
+    return (0,) if early else (2,)
+
+
+def _first(ms: list[Member], early: bool) -> tuple[int] | tuple[int, datetime]:
+    return min(_when(m, early) for m in ms)
+
+
+def _waited(m: Member, now: datetime, deadline: timedelta) -> bool:
+    return m.phase is Phase.PENDING and m.since is not None and now - m.since >= deadline
+
+
+def _unschedulable(waiting: list[Member], world: int, deadline: timedelta) -> Verdict:
+    ranks = _ranks(waiting)
+    listed = ", ".join(map(str, ranks))
+    return Verdict(
+        Outcome.UNSCHEDULABLE,
+        ranks,
+        f"{len(ranks)} of {world} members (rank {listed}) waited for a node for "
+        f"{int(deadline.total_seconds())} s or more; the gang was torn down",
+    )
+
+
+def _ranks(ms: Iterable[Member]) -> tuple[int, ...]:
+    return tuple(sorted(m.rank for m in ms))
+
+
+def _said(m: Member, what: str) -> str:
+    return f"rank {m.rank} {what}" + (f": {m.reason}" if m.reason else "")
+
+
+def members_to_delete(members: Iterable[Member], world: int, verdict: Verdict) -> list[int]:
+    """Ranks whose Pods to delete, at once, now that ``verdict`` is in.
+
+    Nothing while the gang runs. Once it has an outcome, every member still
+    pending or running: on failure or disruption they cannot finish without
+    their peers, after rank 0's success their work is done, and when the gang
+    is unschedulable the placed ones hold accelerators for nothing. Members
+    that ended keep their Pods, for their logs and termination messages.
+    """
+    if verdict.outcome is Outcome.RUNNING:
+        return []
+    live = (Phase.PENDING, Phase.RUNNING)
+    return [m.rank for m in by_rank(members, world) if m.phase in live]
