@@ -247,6 +247,13 @@ class KineticJobSpec(Wire):
         default_factory=list, max_length=L.MAX_ENV, description="Extra environment variables."
     )
     spot: bool = Field(False, description="Schedule on spot (preemptible) capacity.")
+    hosts: int | None = Field(
+        None,
+        ge=1,
+        le=L.MAX_HOSTS,
+        description="Pods per attempt, started together as a gang that finds its rank 0 "
+        "through MASTER_ADDR; unset: the accelerator's own (1, or a multi-host TPU slice's).",
+    )
     debug: bool = Field(
         False,
         description="Function jobs only: the runner starts debugpy on the Pod's loopback "
@@ -518,6 +525,19 @@ class Condition(Wire):
 AttemptKind = Literal["pending", "running", "success", "failure", "disruption", "cancelled"]
 
 
+class MemberRecord(Wire):
+    """One member of a multi-host attempt: its rank, its Pod and how that Pod ended."""
+
+    rank: int = Field(ge=0, description="The member's rank (RANK); rank 0 is the coordinator.")
+    pod: str = Field(description="Name of the member's Pod.")
+    outcome: str = Field(
+        description="pending, running, succeeded, failed, gone (lost to a disruption) or "
+        "stopped (deleted with its gang)."
+    )
+    exit_code: int | None = Field(None, description="Exit code of its main container.")
+    reason: str | None = Field(None, max_length=256, description="Why it ended, briefly.")
+
+
 class AttemptRecord(Wire):
     """One attempt: the Pod that ran it and how it ended."""
 
@@ -534,6 +554,11 @@ class AttemptRecord(Wire):
         "running",
         description="pending, running, success, failure (uses a retry), disruption (does not) "
         "or cancelled.",
+    )
+    members: list[MemberRecord] | None = Field(
+        None,
+        max_length=L.MAX_HOSTS,
+        description="A multi-host attempt's members by rank (pod is then the attempt's name).",
     )
 
 
