@@ -73,6 +73,7 @@ def chart_values(cfg: LocalConfig, built: Built | None = None) -> dict:
         "storageEmulatorHost": cfg.storage_emulator_host,
         "podTTLSeconds": LOCAL_POD_TTL_SECONDS,
         "podGracePeriodSeconds": LOCAL_POD_GRACE_SECONDS,
+        "gangs": {"rendezvous": "podIP"},  # no cluster DNS here: members dial rank 0's IP
         "packageIndex": pipconfig.package_index(),
     }
     if built is not None:

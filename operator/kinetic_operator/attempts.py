@@ -97,7 +97,9 @@ class UnitPlan:
 
 
 @dataclass(frozen=True)
-class _End:
+class End:
+    """How one attempt (or one gang member's Pod) ended."""
+
     outcome: Literal["success", "failure", "disruption"]
     reason: str
     message: str | None
@@ -144,14 +146,14 @@ class _Seen:
     pods: Mapping[int, PodView]
     current: int
     records: tuple[AttemptRecord, ...]
-    ends: Mapping[int, _End]
+    ends: Mapping[int, End]
 
     @property
     def pod(self) -> PodView | None:
         return self.pods.get(self.current)
 
     @property
-    def end(self) -> _End | None:
+    def end(self) -> End | None:
         return self.ends.get(self.current)
 
     @property
@@ -230,7 +232,7 @@ def _see(
 ) -> _Seen:
     """How each attempt up to ``current`` ended (if it did), and its record."""
     records: list[AttemptRecord] = []
-    ends: dict[int, _End] = {}
+    ends: dict[int, End] = {}
     for k in range(1, current + 1):
         end = _ended(pods.get(k), known.get(k), is_current=k == current, now=now)
         if end is not None:
@@ -271,7 +273,7 @@ def _cancelled_unit(seen: _Seen, cancel: bool, limits: Limits, now: datetime) ->
     )
 
 
-def _failed_for_good(seen: _Seen, end: _End | None, limits: Limits) -> bool:
+def _failed_for_good(seen: _Seen, end: End | None, limits: Limits) -> bool:
     """The current attempt failed, and the failures have spent every retry."""
     return end is not None and end.outcome == "failure" and seen.failures > limits.retries
 
@@ -307,7 +309,7 @@ def _to_create(seen: _Seen, creating: bool) -> UnitPlan:
 
 
 def _after_failure(
-    seen: _Seen, end: _End, limits: Limits, pod_name: Callable[[int], str]
+    seen: _Seen, end: End, limits: Limits, pod_name: Callable[[int], str]
 ) -> UnitPlan:
     """A failure spends a retry; with none left the unit fails."""
     current, what = seen.current, _describe(end)
@@ -325,7 +327,7 @@ def _after_failure(
 
 
 def _after_disruption(
-    seen: _Seen, end: _End, limits: Limits, pod_name: Callable[[int], str]
+    seen: _Seen, end: End, limits: Limits, pod_name: Callable[[int], str]
 ) -> UnitPlan:
     """A disruption is retried for free, up to ``max_disruptions`` times."""
     current, what = seen.current, _describe(end)
@@ -360,56 +362,56 @@ def _retry(seen: _Seen, why: str, cause: AttemptCause, pod_name: Callable[[int],
 
 def _ended(
     pod: PodView | None, known: AttemptRecord | None, *, is_current: bool, now: datetime
-) -> _End | None:
+) -> End | None:
     """How an attempt ended, or None while it is still on its way (or not created yet)."""
     recorded = _recorded_end(known) if pod is None or pod.gone else None
     if recorded is not None:
         return recorded
     if pod is None:
         return _unseen_end(known, is_current=is_current)
-    return _pod_end(pod, now)
+    return pod_end(pod, now)
 
 
-def _recorded_end(known: AttemptRecord | None) -> _End | None:
+def _recorded_end(known: AttemptRecord | None) -> End | None:
     """A success or failure already recorded stands once its Pod is gone."""
     if known is not None and known.outcome in ("success", "failure"):
-        return _End(known.outcome, known.reason or "Unknown", known.message, known.exit_code)
+        return End(known.outcome, known.reason or "Unknown", known.message, known.exit_code)
     return None
 
 
-def _unseen_end(known: AttemptRecord | None, *, is_current: bool) -> _End | None:
+def _unseen_end(known: AttemptRecord | None, *, is_current: bool) -> End | None:
     """An attempt with no Pod seen: a disruption its record tells of, else a lost Pod
     (unless it is the current attempt, whose Pod may be on its way)."""
     if known is not None and known.outcome == "disruption":
-        return _End("disruption", known.reason or "Unknown", known.message, known.exit_code)
+        return End("disruption", known.reason or "Unknown", known.message, known.exit_code)
     if is_current:
         return None
-    return _End("disruption", "PodLost", "its Pod was deleted before it was seen to end")
+    return End("disruption", "PodLost", "its Pod was deleted before it was seen to end")
 
 
-def _pod_end(pod: PodView, now: datetime) -> _End | None:
+def pod_end(pod: PodView, now: datetime) -> End | None:
     """How the attempt of a Pod seen ended: it succeeded, failed, was disrupted, or its
     container cannot start; None while it is on its way."""
     if pod.phase == "Succeeded":
-        return _End("success", "Completed", pod.termination_message, pod.exit_code)
+        return End("success", "Completed", pod.termination_message, pod.exit_code)
     disrupted = _disruption(pod)
     if pod.phase == "Failed":
         return _failed_end(pod, disrupted)
     if pod.gone or disrupted is not None:
         reason = disrupted or "PodDeleted"
-        return _End("disruption", reason, pod.message or f"pod {pod.name} was deleted")
+        return End("disruption", reason, pod.message or f"pod {pod.name} was deleted")
     return _cannot_start(pod, now)
 
 
-def _failed_end(pod: PodView, disrupted: str | None) -> _End:
+def _failed_end(pod: PodView, disrupted: str | None) -> End:
     """A Failed Pod: its deadline, a disruption that ended it, or its container's failure."""
     if pod.reason == "DeadlineExceeded":
-        return _End("failure", "DeadlineExceeded", "exceeded its deadline", pod.exit_code)
+        return End("failure", "DeadlineExceeded", "exceeded its deadline", pod.exit_code)
     if disrupted == "PodDeleted" and _ended_before_deletion(pod):
         disrupted = None  # it had failed on its own; the deletion came later
     if disrupted is not None:
-        return _End("disruption", disrupted, pod.message or f"pod {pod.name}: {disrupted}")
-    return _End(
+        return End("disruption", disrupted, pod.message or f"pod {pod.name}: {disrupted}")
+    return End(
         "failure",
         pod.terminated_reason or pod.reason or "Error",
         pod.termination_message or pod.message,
@@ -417,7 +419,7 @@ def _failed_end(pod: PodView, disrupted: str | None) -> _End:
     )
 
 
-def _cannot_start(pod: PodView, now: datetime) -> _End | None:
+def _cannot_start(pod: PodView, now: datetime) -> End | None:
     """A Pod whose container cannot be started: its image or its configuration is wrong."""
     reason = pod.waiting_reason
     if reason is None or pod.phase != "Pending":
@@ -427,7 +429,7 @@ def _cannot_start(pod: PodView, now: datetime) -> _End | None:
     if reason in START_FAILURES_AT_ONCE or (
         reason in START_FAILURES_AFTER_GRACE and waited >= IMAGE_PULL_GRACE
     ):
-        return _End(
+        return End(
             "failure", reason, pod.waiting_message or f"its container could not start ({reason})"
         )
     return None
@@ -460,7 +462,7 @@ def _disruption(pod: PodView) -> str | None:
 def _record(
     k: int,
     pod: PodView | None,
-    end: _End | None,
+    end: End | None,
     known: AttemptRecord | None,
     pod_name: Callable[[int], str],
     now: datetime,
@@ -477,10 +479,11 @@ def _record(
         message=_clip(end.message) if end else None,
         start_time=pod.start_time if pod else (known.start_time if known else None),
         end_time=_end_time(pod, end, known, now),
+        members=list(pod.members) if pod is not None and pod.members is not None else None,
     )
 
 
-def _record_outcome(pod: PodView | None, end: _End | None) -> AttemptKind:
+def _record_outcome(pod: PodView | None, end: End | None) -> AttemptKind:
     """How it ended; until then, running or pending."""
     if end is not None:
         return end.outcome
@@ -488,7 +491,7 @@ def _record_outcome(pod: PodView | None, end: _End | None) -> AttemptKind:
 
 
 def _end_time(
-    pod: PodView | None, end: _End | None, known: AttemptRecord | None, now: datetime
+    pod: PodView | None, end: End | None, known: AttemptRecord | None, now: datetime
 ) -> str | None:
     """When an ended attempt ended: its Pod's finish, else the record's, else now."""
     if end is None:
@@ -522,7 +525,7 @@ def _waiting_message(attempt: int, pod: PodView) -> str:
     return f"Attempt {attempt} is starting in pod {pod.name}."
 
 
-def _describe(end: _End) -> str:
+def _describe(end: End) -> str:
     bits = [end.reason]
     if end.exit_code is not None:
         bits.append(f"exit code {end.exit_code}")

@@ -34,7 +34,7 @@ The rules, in the order they apply:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -42,6 +42,7 @@ from typing import Any, Literal
 from kinetic.model import digest, layout, limits
 from kinetic.model.catalog import Catalog, UnknownAccelerator, resolve
 from kinetic.model.data import volume_problems
+from kinetic.model.gang import effective_hosts, job_hosts_problems, pod_name_problem
 from kinetic.model.limits import DEFAULT_MAX_DISRUPTIONS
 from kinetic.model.names import MAX_POD_NAME, fmt_time, job_pod_name, parse_time
 from kinetic.model.resources import (
@@ -55,6 +56,7 @@ from pydantic import ValidationError
 
 from kinetic_operator.attempts import AttemptCause, Limits, UnitPlan, plan_unit
 from kinetic_operator.conditions import READINESS, readiness
+from kinetic_operator.gangs import Gang
 from kinetic_operator.observed import PodView
 
 __all__ = ["fmt_time", "parse_time"]
@@ -89,10 +91,16 @@ class Bounds:
 
 @dataclass(frozen=True)
 class CreatePod:
-    """Create the Pod of attempt `attempt` (AlreadyExists means done); `cause` says why."""
+    """Create the Pod of attempt `attempt` (AlreadyExists means done); `cause` says why.
+
+    A gang's attempt names its ``ranks`` to create, and where rank 0 is not
+    reached by DNS, rank 0's Pod IP (``coordinator``) once it has one.
+    """
 
     attempt: int
     cause: AttemptCause | None = None
+    ranks: tuple[int, ...] = ()
+    coordinator: str | None = None
 
 
 @dataclass(frozen=True)
@@ -176,13 +184,17 @@ def validate_spec(
         why = layout.outside_own_storage(storage_root, namespace, spec.output_dir, "spec.outputDir")
         if why is not None:
             return InvalidSpec(why)
+    hosts = job_hosts_problems(spec, catalog)
+    if hosts:
+        return InvalidSpec(hosts[0])
     longest = job_pod_name(name, spec.retries + max_disruptions + 1)
     if len(longest) > MAX_POD_NAME:
         return InvalidSpec(
             f"metadata.name: too long; attempt Pods are named <name>-<attempt> and {longest!r} "
             f"would exceed {MAX_POD_NAME} characters"
         )
-    return spec
+    too_long = pod_name_problem(longest, effective_hosts(spec.hosts, catalog, spec.accelerator))
+    return InvalidSpec(too_long) if too_long else spec
 
 
 def spec_sha256(spec: KineticJobSpec) -> str:
@@ -267,9 +279,32 @@ class _Work:
     now: datetime
     actions: list[Action] = field(default_factory=list)
     reason: str | None = None  # the True condition's reason, when not the phase's name
+    gang: Gang | None = None
+    dns: bool = True
 
     def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
         self.actions.append(Event(type_, reason, message))
+
+    def stop(self, pods: Iterable[str]) -> None:
+        """Delete these attempts' Pods: a gang's attempt is all of its live members."""
+        for pod in pods:
+            members = self._members(pod)
+            self.actions.extend(DeletePod(m) for m in members if DeletePod(m) not in self.actions)
+
+    def create(self, attempt: int, cause: AttemptCause | None) -> None:
+        """Create an attempt: its one Pod, or the ranks of its gang that may start now (all
+        with DNS; rank 0 alone without, the others once it has an address)."""
+        if self.gang is None:
+            self.actions.append(CreatePod(attempt, cause))
+        else:
+            ranks = tuple(range(self.gang.hosts)) if self.dns else (0,)
+            self.actions.append(CreatePod(attempt, cause, ranks))
+
+    def _members(self, pod: str) -> tuple[str, ...]:
+        if self.gang is None:
+            return (pod,)
+        attempt = _attempt_of(pod)
+        return self.gang.members_of(attempt) if attempt is not None else (pod,)
 
 
 def decide(
@@ -283,24 +318,29 @@ def decide(
     generation: int | None = None,
     bounds: Bounds = Bounds(),
     result_uri: str | None = None,
+    gang: Gang | None = None,
+    dns: bool = True,
 ) -> Decision:
     """The next step for KineticJob `name`; see the module docstring for the rules.
 
     ``pods`` maps attempt number to the last sight of its Pod; ``creating``
     says this process created the current attempt's Pod and the watch has
-    not shown it yet.
+    not shown it yet. A multi-host job's ``pods`` are one view per attempt
+    and ``gang`` holds the members behind them (`kinetic_operator.gangs`);
+    ``dns`` says whether members reach rank 0 by name (else by its Pod IP,
+    so the other ranks wait for it).
     """
-    w = _Work(status.model_copy(deep=True), name, now)
+    w = _Work(status.model_copy(deep=True), name, now, gang=gang, dns=dns)
     st = w.status
     st.observed_generation = generation
 
     if Phase(st.phase).terminal:
-        w.actions.extend(DeletePod(p.name) for p in pods.values() if p.live)
+        w.stop(p.name for p in pods.values() if p.live)
     elif isinstance(spec, InvalidSpec):
         _finish(w, Phase.FAILED, spec.message)
         w.reason = spec.reason
         w.event("Warning", spec.reason, spec.message)
-        w.actions.extend(DeletePod(p.name) for p in pods.values() if p.live)
+        w.stop(p.name for p in pods.values() if p.live)
         for rec in st.attempts:
             if rec.outcome in ("pending", "running"):
                 rec.outcome, rec.reason = "cancelled", spec.reason
@@ -320,6 +360,7 @@ def decide(
             known={r.attempt: r for r in st.attempts},
         )
         _apply(w, spec, plan, bounds)
+        _complete_gang(w, plan)
 
     _set_conditions(w)
     return Decision(tuple(w.actions), st)
@@ -334,7 +375,7 @@ def _apply(w: _Work, spec: KineticJobSpec, plan: UnitPlan, bounds: Bounds) -> No
     phase = _PHASES[plan.outcome]
     if plan.create is not None:
         _start_attempt(w, plan, plan.create, before)
-    w.actions.extend(DeletePod(p) for p in plan.stop)
+    w.stop(plan.stop)
     if phase.terminal:
         _end_job(w, spec, plan, phase)
     else:
@@ -345,7 +386,7 @@ def _start_attempt(w: _Work, plan: UnitPlan, create: int, before: int) -> None:
     """Create attempt ``create``'s Pod; the first start, or why the last attempt ended, is an
     Event."""
     w.status.start_time = w.status.start_time or fmt_time(w.now)
-    w.actions.append(CreatePod(create, plan.cause))
+    w.create(create, plan.cause)
     pod = job_pod_name(w.name, create)
     if before == 0:
         w.event("Normal", "Started", f"Started attempt 1 as Pod {pod}.")
@@ -353,6 +394,27 @@ def _start_attempt(w: _Work, plan: UnitPlan, create: int, before: int) -> None:
         ended = plan.records[-2] if len(plan.records) > 1 else None
         disrupted = ended is not None and ended.outcome == "disruption"
         w.event("Warning", "AttemptDisrupted" if disrupted else "AttemptFailed", plan.message)
+
+
+def _complete_gang(w: _Work, plan: UnitPlan) -> None:
+    """A gang's own steps: delete the members of attempts that have a verdict, and create
+    the ranks of the current attempt still missing once rank 0 can be reached."""
+    gang = w.gang
+    if gang is None:
+        return
+    w.actions.extend(DeletePod(m) for m in gang.teardown if DeletePod(m) not in w.actions)
+    if plan.terminal or plan.create is not None:
+        return
+    missing = gang.missing(plan.attempt, job_pod_name(w.name, plan.attempt))
+    coordinator = None if w.dns else gang.coordinator_ip(plan.attempt)
+    if missing and (w.dns or coordinator is not None):
+        w.actions.append(CreatePod(plan.attempt, None, missing, coordinator))
+
+
+def _attempt_of(pod: str) -> int | None:
+    """The attempt number at the end of an attempt's name (``<job>-<a>``)."""
+    tail = pod.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else None
 
 
 def _end_job(w: _Work, spec: KineticJobSpec, plan: UnitPlan, phase: Phase) -> None:

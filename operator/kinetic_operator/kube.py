@@ -139,6 +139,7 @@ class Kube:
         self.instance = os.environ.get("HOSTNAME") or socket.gethostname()
         self.log_limit = LOG_ARCHIVE_BYTES
         self.accounts: set[tuple[str, str]] = set()  # runner ServiceAccounts known to exist
+        self.services: set[tuple[str, str, str]] = set()  # gang Services made: ns, name, owner
         self.csi_seen: dict[str, float] = {}  # CSIDriver name -> when last read present
 
     def serves_kinds(self) -> bool:
@@ -281,6 +282,26 @@ class Kube:
             raise
         self.csi_seen[name] = time.monotonic()
         return True
+
+    def ensure_service(self, manifest: dict[str, Any]) -> None:
+        """Create a gang's headless Service unless this process did already (or it exists).
+
+        Its owner deletes it; it never changes, so one that exists is the same.
+        """
+        meta = manifest["metadata"]
+        key = (meta["namespace"], meta["name"], meta["ownerReferences"][0]["uid"])
+        if key in self.services:
+            return
+        try:
+            self.core.create_namespaced_service(
+                meta["namespace"], manifest, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status in (400, 422):
+                raise Rejected(_api_message(exc)) from exc
+            if exc.status != 409:
+                raise
+        self.services.add(key)
 
     def ensure_service_account(self, namespace: str, name: str) -> None:
         """Create the ServiceAccount job Pods run as in ``namespace``, unless it is there.

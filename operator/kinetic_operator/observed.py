@@ -19,9 +19,11 @@ from kinetic.model.names import (
     LABEL_CHUNK,
     LABEL_INDEX,
     LABEL_JOB,
+    LABEL_RANK,
     fmt_time,
     parse_time,
 )
+from kinetic.model.resources import MemberRecord
 
 MAX_MESSAGE = 4096
 
@@ -55,6 +57,9 @@ class PodView:
     unschedulable: str | None = None
     disruption: str | None = None
     owner_uid: str | None = None  # the UID of the KineticJob/KineticBatch that created it
+    rank: int | None = None  # a gang member's rank; None on one host
+    pod_ip: str | None = None  # rank 0's is the gang's coordinator where there is no DNS
+    members: tuple[MemberRecord, ...] | None = None  # a whole gang's view: its members
 
     def belongs_to(self, uid: str | None) -> bool:
         """Whether this Pod is the object's with this UID, not a same-named predecessor's.
@@ -132,6 +137,8 @@ def summarize_pod(body: Mapping[str, Any]) -> PodView | None:
         unschedulable=_unschedulable(status),
         disruption=_disruption(status),
         owner_uid=_controller_uid(meta),
+        rank=_number(labels, LABEL_RANK),
+        pod_ip=status.get("podIP") or None,
     )
 
 

@@ -17,18 +17,28 @@ from typing import Any
 
 from kinetic.model import layout
 from kinetic.model.catalog import resolve
+from kinetic.model.gang import DEFAULT_RENDEZVOUS_PORT, rendezvous_env
 from kinetic.model.names import (
     DEBUG_PORT,
     ENV_CHUNK,
+    ENV_COORDINATOR_ADDRESS,
     ENV_DEBUG_PORT,
     ENV_JOB_NAME,
     ENV_JOB_NAMESPACE,
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
     ENV_PAYLOAD_URI,
     ENV_RESULT_URI,
     LABEL_ATTEMPT,
+    LABEL_BATCH,
     LABEL_JOB,
     LABEL_MANAGED_BY,
+    LABEL_RANK,
     MANAGED_BY,
+    gang_address,
+    gang_hostname,
+    gang_pod_name,
+    gang_service_name,
     job_pod_name,
 )
 from kinetic.model.resources import API_VERSION, JOB_KIND, KineticJobSpec
@@ -223,6 +233,92 @@ def build_job_pod(
         env=job_env(owner, spec, settings, attempt),
         fuse_driver=fuse_driver,
     )
+
+
+def gang_service(owner: Owner) -> dict[str, Any]:
+    """The headless Service that names the owner's gang members in DNS (``<owner>-gang``).
+
+    ``publishNotReadyAddresses``: members must find rank 0 before any of them
+    is ready. It selects every Pod of the owner; only gang members have the
+    hostname and subdomain that give them a name under it.
+    """
+    owner_label = LABEL_JOB if owner.kind == JOB_KIND else LABEL_BATCH
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": gang_service_name(owner.name),
+            "namespace": owner.namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, owner_label: owner.name},
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {owner_label: owner.name},
+            "ports": [{"name": "rendezvous", "port": DEFAULT_RENDEZVOUS_PORT}],
+        },
+    }
+
+
+def gang_member(
+    pod: dict[str, Any],
+    owner: Owner,
+    rank: int,
+    hosts: int,
+    *,
+    dns: bool,
+    coordinator: str | None = None,
+    tpu: bool = False,
+    home: layout.Home | None = None,
+) -> dict[str, Any]:
+    """Rank ``rank`` of a gang of ``hosts``, from the Pod its attempt would have on one host.
+
+    Each member is named ``<attempt pod>-<rank>``, labelled with its rank, and
+    given a hostname under the owner's headless Service (`names.gang_service_name`),
+    so members resolve each other where the cluster has DNS (``dns``). Where
+    it has not, ``coordinator`` is rank 0's Pod IP, which every other rank
+    needs, and rank 0 is told its own through the downward API. Only rank 0
+    writes the job's result: any other rank's function result goes to
+    `layout.Home.member_result_uri`.
+    """
+    member = copy.deepcopy(pod)
+    meta, spec = member["metadata"], member["spec"]
+    attempt_pod = meta["name"]
+    meta["name"] = name = gang_pod_name(attempt_pod, rank)
+    meta["labels"][LABEL_RANK] = str(rank)
+    service = gang_service_name(owner.name)
+    spec["hostname"], spec["subdomain"] = gang_hostname(name), service
+    hostnames = [
+        gang_address(gang_hostname(gang_pod_name(attempt_pod, r)), service) for r in range(hosts)
+    ]
+    if not dns and rank > 0 and not coordinator:
+        raise ValueError("without DNS, ranks above 0 need rank 0's Pod IP (coordinator)")
+    own_ip = not dns and rank == 0
+    address = hostnames[0] if dns else coordinator or "0.0.0.0"  # rank 0: its own IP below
+    env = rendezvous_env(rank, hosts, address, hostnames=hostnames, tpu=tpu)
+    container = spec["containers"][0]
+    container["env"] = _member_env(container["env"], env, own_ip)
+    if rank > 0 and home is not None:
+        for var in container["env"]:
+            if var["name"] == ENV_RESULT_URI:
+                var["value"] = home.member_result_uri(name)
+    return member
+
+
+def _member_env(
+    env: list[dict[str, Any]], rendezvous: Mapping[str, str], own_ip: bool
+) -> list[dict[str, Any]]:
+    """The container's variables with the gang's, which win over any of the user's."""
+    kept = [v for v in env if v["name"] not in rendezvous]
+    added: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in rendezvous.items()]
+    if own_ip:  # rank 0 without DNS: its own address, known only once the Pod has one
+        ip = {"name": ENV_MASTER_ADDR, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        added = [ip if v["name"] == ENV_MASTER_ADDR else v for v in added]
+        port = rendezvous[ENV_MASTER_PORT]
+        own = {"name": ENV_COORDINATOR_ADDRESS, "value": f"$({ENV_MASTER_ADDR}):{port}"}
+        added = [own if v["name"] == ENV_COORDINATOR_ADDRESS else v for v in added]
+    return kept + added
 
 
 def _container(

@@ -39,7 +39,8 @@ from typing import Any, Literal
 
 import yaml
 from kinetic.model.catalog import Catalog, UnknownAccelerator, resolve
-from kinetic.model.limits import spec_total
+from kinetic.model.gang import effective_hosts
+from kinetic.model.limits import MAX_HOSTS, spec_total
 from kinetic.model.policy_keys import DRY_RUN_DEFAULT, POLICY_CONFIG_MAP, REQUIRE_CONFIRMATION
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -64,7 +65,14 @@ class Policy(BaseModel):
         None,
         ge=0,
         alias="maxAcceleratorsPerJob",
-        description="Most GPUs or TPU chips one job's Pod may request.",
+        description="Most GPUs or TPU chips one job may request, over all of its hosts.",
+    )
+    max_hosts_per_job: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_HOSTS,
+        alias="maxHostsPerJob",
+        description="Most Pods one attempt of a multi-host job may run as (its gang).",
     )
     allowed_namespaces: tuple[str, ...] = Field(
         (),
@@ -91,7 +99,9 @@ class Policy(BaseModel):
         description="Where this policy came from, quoted in every refusal.",
     )
 
-    @field_validator("max_batch_size", "max_accelerators_per_job", mode="before")
+    @field_validator(
+        "max_batch_size", "max_accelerators_per_job", "max_hosts_per_job", mode="before"
+    )
     @classmethod
     def _blank_is_none(cls, value: Any) -> Any:
         return None if value in ("", None) else value
@@ -262,15 +272,17 @@ def _job_violations(
     default_image: str | None,
     at: str,
 ) -> list[str]:
-    problems = []
+    problems = _hosts_violations(path, job, policy, catalog, at)
     limit = policy.max_accelerators_per_job
     if limit is not None:
-        count = accelerator_count(catalog, job.get("accelerator"))
+        hosts = job_hosts(catalog, job)
+        count = accelerator_count(catalog, job.get("accelerator")) * hosts
         if count > limit:
+            across = f" across {hosts} hosts" if hosts > 1 else ""
             problems.append(
                 f"{path}.accelerator {job['accelerator']!r} requests {count} accelerators per "
-                f"job, which exceeds maxAcceleratorsPerJob {limit} {at}: choose a smaller "
-                "accelerator"
+                f"job{across}, which exceeds maxAcceleratorsPerJob {limit} {at}: choose a "
+                "smaller accelerator" + (" or fewer hosts" if hosts > 1 else "")
             )
     if policy.allowed_images:
         for field, image in images_of(job):
@@ -280,6 +292,34 @@ def _job_violations(
                     f"{', '.join(policy.allowed_images)} {at}"
                 )
     return problems
+
+
+def job_hosts(catalog: Catalog, job: dict[str, Any]) -> int:
+    """The Pods one attempt of a job spec runs as (a gang's hosts; 1 for a malformed value,
+    which the schema refuses with its own message)."""
+    hosts, accelerator = job.get("hosts"), job.get("accelerator")
+    if hosts is not None and (isinstance(hosts, bool) or not isinstance(hosts, int)):
+        return 1
+    return effective_hosts(hosts, catalog, accelerator if isinstance(accelerator, str) else None)
+
+
+def _hosts_violations(
+    path: str, job: dict[str, Any], policy: Policy, catalog: Catalog, at: str
+) -> list[str]:
+    """More hosts than ``maxHostsPerJob``, asked for or implied by a multi-host accelerator."""
+    limit = policy.max_hosts_per_job
+    hosts = job_hosts(catalog, job)
+    if limit is None or hosts <= limit:
+        return []
+    if job.get("hosts") is not None:
+        return [
+            f"{path}.hosts is {hosts}, above maxHostsPerJob {limit} {at}: ask for at most "
+            f"{limit} hosts"
+        ]
+    return [
+        f"{path}.accelerator {job.get('accelerator')!r} is a slice of {hosts} hosts, above "
+        f"maxHostsPerJob {limit} {at}: choose a slice of at most {limit} hosts"
+    ]
 
 
 def first_acceptance_violations(

@@ -8,11 +8,16 @@ accelerator catalog) accept JSON or YAML, so a chart can pass a block as is.
 from __future__ import annotations
 
 import shlex
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from kinetic.model.catalog import Catalog, default_catalog
-from kinetic.model.limits import DEFAULT_MAX_DISRUPTIONS, DEFAULT_MAX_INPUTS, MAX_INPUTS_CEILING
+from kinetic.model.limits import (
+    DEFAULT_GANG_SCHEDULING_SECONDS,
+    DEFAULT_MAX_DISRUPTIONS,
+    DEFAULT_MAX_INPUTS,
+    MAX_INPUTS_CEILING,
+)
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -110,6 +115,19 @@ class OperatorSettings(BaseSettings):
         description="terminationGracePeriodSeconds of every job Pod: how long a cancelled or "
         "deleted attempt has between SIGTERM and SIGKILL, e.g. to save a checkpoint "
         "(KINETIC_POD_GRACE_SECONDS).",
+    )
+    rendezvous: Literal["dns", "podIP"] = Field(
+        "dns",
+        description="How gang members reach rank 0: dns, its name under the owner's headless "
+        "Service; podIP, its Pod IP, for clusters without DNS (rank 0 is then created first, "
+        "the other ranks once it has an address) (KINETIC_RENDEZVOUS).",
+    )
+    gang_scheduling_seconds: float = Field(
+        DEFAULT_GANG_SCHEDULING_SECONDS,
+        ge=1,
+        description="How long a gang member may wait for a node before the whole gang is "
+        "torn down and its attempt fails as GangUnschedulable "
+        "(KINETIC_GANG_SCHEDULING_SECONDS).",
     )
     pod_ttl_seconds: float = Field(
         120.0,

@@ -27,6 +27,7 @@ from enum import StrEnum
 from kinetic.model import names
 from kinetic.model.catalog import Catalog, UnknownAccelerator, hosts_of, is_tpu
 from kinetic.model.limits import DEFAULT_GANG_SCHEDULING_SECONDS, MAX_HOSTS
+from kinetic.model.resources import KineticBatchSpec, KineticJobSpec
 
 # torch's own default rendezvous port (torchrun's --master_port, the port its examples use):
 # a script written for torchrun that hard-codes it still meets its peers. JAX is told the
@@ -344,3 +345,34 @@ def members_to_delete(members: Iterable[Member], world: int, verdict: Verdict) -
         return []
     live = (Phase.PENDING, Phase.RUNNING)
     return [m.rank for m in by_rank(members, world) if m.phase in live]
+
+
+# --------------------------------------------------------------------------- whole specs
+
+
+def job_hosts_problems(spec: KineticJobSpec, catalog: Catalog, path: str = "spec") -> list[str]:
+    """`hosts_problems` of one parsed job spec at ``path`` (no policy: that is judged apart)."""
+    return hosts_problems(spec.hosts, spec.accelerator, catalog, None, f"{path}.hosts")
+
+
+def batch_hosts_problems(spec: KineticBatchSpec, catalog: Catalog) -> list[str]:
+    """The hosts of a batch's template or of each of its jobs, and chunking with gangs.
+
+    A chunk runs several inputs one after another in one Pod; a gang is
+    several Pods for one input. The two do not combine: a gang batch runs
+    one input per attempt, so ``chunkSize`` must stay 1.
+    """
+    specs: list[tuple[str, KineticJobSpec]] = []
+    if spec.template is not None:
+        specs.append(("spec.template", spec.template))
+    specs += [(f"spec.jobs[{i}]", job) for i, job in enumerate(spec.jobs or [])]
+    problems = [p for path, job in specs for p in job_hosts_problems(job, catalog, path)]
+    multi = [
+        path for path, job in specs if effective_hosts(job.hosts, catalog, job.accelerator) > 1
+    ]
+    if multi and spec.chunk_size != 1:
+        problems.append(
+            f"spec.chunkSize is {spec.chunk_size}, but {multi[0]} runs on several hosts; a gang "
+            "runs one input per attempt: set spec.chunkSize to 1"
+        )
+    return problems

@@ -144,6 +144,11 @@ class Home:
         """A KineticJob's result."""
         return self._file("result.pkl")
 
+    def member_result_uri(self, pod: str) -> str:
+        """Where a gang member other than rank 0 keeps its own return value: the job's
+        result is rank 0's alone, but the others' are kept to look at."""
+        return self._file("members", f"{_segment(pod, 'pod name')}.pkl")
+
     # ---- batches
 
     def input_result_uri(self, index: int) -> str:

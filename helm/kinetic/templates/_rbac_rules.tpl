@@ -28,6 +28,11 @@ when it watches all of them, by a Role in each when watchNamespaces is set.
   - apiGroups: [""]
     resources: [serviceaccounts]
     verbs: [get, create]
+  # A multi-host job's headless Service (<owner>-gang): its members' DNS names. Created
+  # with the first gang and owned by its KineticJob or KineticBatch, which deletes it.
+  - apiGroups: [""]
+    resources: [services]
+    verbs: [create]
 {{- end }}
 {{- define "kinetic.clusterRules" }}
   # Whether the cluster has the GCS FUSE CSI driver (CSIDriver gcsfuse.csi.storage.gke.io):

@@ -37,7 +37,9 @@ from typing import Any
 
 import kopf
 from kinetic.model import limits
+from kinetic.model.catalog import Catalog
 from kinetic.model.data import GCSFUSE_DRIVER
+from kinetic.model.gang import batch_hosts_problems, job_hosts_problems
 from kinetic.model.rerun import from_batch_problems
 from kinetic.model.resources import (
     GROUP,
@@ -59,10 +61,31 @@ from kinetic_operator.webhook import BATCH_HOOK, JOB_HOOK, Hook
 log = logging.getLogger("kinetic.operator")
 
 
-def job_problems(body: dict[str, Any] | None) -> list[str]:
+def job_problems(body: dict[str, Any] | None, catalog: Catalog | None = None) -> list[str]:
     """Why a KineticJob must be refused at admission (empty: admit it)."""
     spec = (body or {}).get("spec")
-    return limits.check_job_spec(spec) or debug_problems({"spec": spec})
+    return (
+        limits.check_job_spec(spec)
+        or debug_problems({"spec": spec})
+        or (hosts_problems_of({"spec": spec}, catalog) if catalog is not None else [])
+    )
+
+
+def hosts_problems_of(specs: dict[str, Any], catalog: Catalog) -> list[str]:
+    """``hosts`` that cannot run with its accelerator (`gang.job_hosts_problems`), by path.
+
+    A spec that does not parse is left to the reconciler, as in `debug_problems`.
+    """
+    problems: list[str] = []
+    for path, raw in specs.items():
+        if not isinstance(raw, dict) or raw.get("hosts") is None:
+            continue
+        try:
+            spec = KineticJobSpec.model_validate(raw)
+        except ValidationError:
+            continue
+        problems += job_hosts_problems(spec, catalog, path)
+    return problems
 
 
 def debug_problems(specs: dict[str, Any]) -> list[str]:
@@ -105,10 +128,20 @@ def batch_problems(
         max_inputs=settings.max_inputs,
     ) + from_batch_problems((new or {}).get("spec"))
     problems = problems or debug_problems(_batch_job_specs((new or {}).get("spec")))
+    problems = problems or _batch_hosts(new, settings.accelerator_catalog)
     if problems or old is None:
         return problems
     change = immutable_change_of(old, new)
     return [change] if change else []
+
+
+def _batch_hosts(body: dict[str, Any] | None, catalog: Catalog) -> list[str]:
+    """A batch's gangs (`gang.batch_hosts_problems`); left to the reconciler if unparsable."""
+    try:
+        spec = KineticBatchSpec.model_validate((body or {}).get("spec") or {})
+    except ValidationError:
+        return []
+    return batch_hosts_problems(spec, catalog)
 
 
 def immutable_change_of(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str | None:
@@ -222,7 +255,7 @@ def validate_job(
     before = dict(old) if operation == "UPDATE" and old is not None else None
     settings = operator_state(memo).settings
     problems = (
-        job_problems(new)
+        job_problems(new, settings.accelerator_catalog)
         or data_problems("KineticJob", before, new, _fuse_driver(memo))
         or policy_problems(
             "KineticJob", before, new, _namespace(new, namespace), current_policy(memo), settings

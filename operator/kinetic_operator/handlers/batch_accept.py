@@ -22,6 +22,7 @@ from kinetic.model.fanout import (
     parse_sha256_list,
     validate_batch_spec,
 )
+from kinetic.model.gang import batch_hosts_problems
 from kinetic.model.limits import hash_list_max_bytes
 from kinetic.model.resources import (
     FromBatch,
@@ -67,7 +68,9 @@ def load_spec(
     except ValidationError as exc:
         return None, [_problem(err) for err in exc.errors()]
     foreign = foreign_batch_uris(settings.storage_root, namespace, spec)
-    return spec, foreign or validate_batch_spec(spec)
+    return spec, foreign or validate_batch_spec(spec) or batch_hosts_problems(
+        spec, settings.accelerator_catalog
+    )
 
 
 def _problem(err: Any) -> str:

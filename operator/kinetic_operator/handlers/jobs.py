@@ -14,12 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
 from kinetic import storage
 from kinetic.model import layout
+from kinetic.model.catalog import is_tpu
 from kinetic.model.data import GCSFUSE_DRIVER
 from kinetic.model.names import LABEL_JOB
 from kinetic.model.resources import (
@@ -32,8 +33,7 @@ from kinetic.model.resources import (
     Phase,
 )
 
-from kinetic_operator import job_logic, metrics, podspec
-from kinetic_operator.attempts import AttemptCause
+from kinetic_operator import gangs, job_logic, metrics, podspec
 from kinetic_operator.datavolumes import uses_fuse
 from kinetic_operator.failures import reconcile_rounds
 from kinetic_operator.handlers.events import Key, Kind, ObjectMemory
@@ -54,19 +54,22 @@ class JobMemory(ObjectMemory):
     """What the operator remembers about one KineticJob between reconciles — a cache only.
 
     ``creating``: attempts whose Pod this process created and the watch has
-    not shown yet (so a lagging index is not mistaken for a lost Pod).
-    ``gone``: tombstones of attempt Pods seen and then deleted.
+    not shown yet (so a lagging index is not mistaken for a lost Pod), and
+    ``creating_pods`` the same for a gang's members by name.
+    ``gone``: tombstones of attempt Pods seen and then deleted, by name.
     """
 
     creating: set[int] = field(default_factory=set)
-    gone: dict[int, PodView] = field(default_factory=dict)
+    creating_pods: set[str] = field(default_factory=set)
+    gone: dict[str, PodView] = field(default_factory=dict)
 
     def saw(self, view: PodView, deleted: bool) -> None:
         """A Pod event: the attempt is no longer being created; a deleted one leaves a
         tombstone."""
         self.creating.discard(view.attempt)
+        self.creating_pods.discard(view.name)
         if deleted:
-            self.gone[view.attempt] = replace(view, gone=True)
+            self.gone[view.name] = replace(view, gone=True)
 
 
 # ----------------------------------------------------------------------- index
@@ -103,10 +106,10 @@ def _attempt_pod(body: Mapping[str, Any]) -> tuple[Key, PodView] | None:
     return (key, view) if key and view else None
 
 
-def by_attempt(pods: Iterable[PodView], gone: Mapping[int, PodView]) -> dict[int, PodView]:
-    """Attempt number -> the Pod's last sight: the index's, else its tombstone."""
-    seen = {p.attempt: p for p in pods}
-    return {**gone, **seen}
+def with_tombstones(pods: Iterable[PodView], gone: Mapping[str, PodView]) -> list[PodView]:
+    """Every attempt Pod's last sight: the index's, else its tombstone."""
+    seen = {p.name: p for p in pods}
+    return list({**gone, **seen}.values())
 
 
 # ----------------------------------------------------------------------- reconcile
@@ -117,7 +120,7 @@ def reconcile_job_sync(
     settings: OperatorSettings,
     namespace: str,
     name: str,
-    pods: Mapping[int, PodView],
+    pods: Iterable[PodView],
     mem: JobMemory,
     now: datetime | None = None,
     policy: Policy | None = None,
@@ -155,21 +158,21 @@ def _reconcile_in_thread(
     mem: JobMemory,
     namespace: str,
     name: str,
-    pods: dict[int, PodView],
+    pods: list[PodView],
     policy: Policy,
 ) -> float | None:
     """A reconcile as the shared plumbing runs it: under the policy in force, now."""
     return reconcile_job_sync(kube, settings, namespace, name, pods, mem, policy=policy)
 
 
-JOBS: Kind[JobMemory, dict[int, PodView]] = Kind(
+JOBS: Kind[JobMemory, list[PodView]] = Kind(
     name="job",
     metric=metrics.KIND_JOB,
     memories=lambda state: state.jobs,
     new_memory=JobMemory,
     pod_of=_attempt_pod,
     saw_pod=lambda mem, view, deleted: mem.saw(view, deleted),
-    observe=lambda pods, mem: by_attempt(pods, mem.gone),
+    observe=lambda pods, mem: with_tombstones(pods, mem.gone),
     reconcile_sync=_reconcile_in_thread,
 )
 
@@ -181,7 +184,7 @@ def _reconcile_once(
     name: str,
     body: dict[str, Any] | None,
     fresh: bool,
-    pods: Mapping[int, PodView],
+    pods: Iterable[PodView],
     mem: JobMemory,
     now: datetime,
     policy: Policy | None = None,
@@ -196,7 +199,7 @@ def _reconcile_once(
     if job is None:
         return None  # deleted (its Pods go with it through ownerReferences), or being deleted
     spec = _accept_spec(job)
-    own = {k: p for k, p in pods.items() if p.belongs_to(job.meta.get("uid"))}
+    own = [p for p in pods if p.belongs_to(job.meta.get("uid"))]
     decision = _decide(job, spec, own)
     written = _record(job, decision)
     if not _act(job, spec, decision, written):
@@ -268,14 +271,23 @@ def _accept_spec(job: _Job) -> KineticJobSpec | InvalidSpec:
     return _judged(spec, job.body, job.old, settings, job.policy)
 
 
-def _decide(job: _Job, spec: KineticJobSpec | InvalidSpec, pods: Mapping[int, PodView]) -> Decision:
-    """Ask `job_logic.decide`."""
+def _decide(job: _Job, spec: KineticJobSpec | InvalidSpec, pods: list[PodView]) -> Decision:
+    """Ask `job_logic.decide`, with a gang's members seen as one view per attempt."""
     settings = job.settings
+    views, gang = gangs.see(
+        pods,
+        gangs.hosts_of_spec(spec, settings.accelerator_catalog, pods),
+        job.now,
+        timedelta(seconds=settings.gang_scheduling_seconds),
+        job.mem.creating_pods,
+    )
     return job_logic.decide(
         name=job.name,
         spec=spec,
         status=job.old,
-        pods=pods,
+        pods=views,
+        gang=gang,
+        dns=settings.rendezvous == "dns",
         now=job.now,
         creating=job.old.attempt in job.mem.creating,
         generation=job.meta.get("generation"),
@@ -311,8 +323,8 @@ def _act(
     """Do what was decided; False when Kubernetes refused a Pod (the job failed then)."""
     for action in decision.actions:
         match action:
-            case CreatePod(attempt=n, cause=cause) if not isinstance(spec, InvalidSpec):
-                if not _create(job, spec, decision, written, n, cause):
+            case CreatePod() if not isinstance(spec, InvalidSpec):
+                if not _create(job, spec, decision, written, action):
                     return False
             case DeletePod(pod=pod):
                 job.kube.delete_pod(job.namespace, pod)
@@ -326,28 +338,61 @@ def _create(
     spec: KineticJobSpec,
     decision: Decision,
     written: dict[str, Any],
-    attempt: int,
-    cause: AttemptCause | None,
+    create: CreatePod,
 ) -> bool:
-    """Create the attempt's Pod; False when Kubernetes refused it and the job failed."""
-    kube, mem = job.kube, job.mem
+    """Create the attempt's Pod (or its gang's ranks); False when Kubernetes refused it and
+    the job failed."""
+    kube, mem, attempt = job.kube, job.mem, create.attempt
     kube.ensure_service_account(job.namespace, job.settings.runner_service_account)
+    pods = _attempt_pods(job, spec, create)
     mem.creating.add(attempt)
+    mem.creating_pods.update(p["metadata"]["name"] for p in pods)
     try:
-        fuse = kube.csi_driver_installed(GCSFUSE_DRIVER) if uses_fuse(spec.volumes) else None
-        if kube.create_pod(podspec.build_job_pod(job.owner, spec, job.settings, attempt, fuse)):
-            metrics.attempt_created(metrics.KIND_JOB, cause)
+        if create.ranks:
+            kube.ensure_service(podspec.gang_service(job.owner))
+        for pod in pods:
+            if kube.create_pod(pod) and pod is pods[0]:
+                metrics.attempt_created(metrics.KIND_JOB, create.cause)
     except Rejected as exc:
-        mem.creating.discard(attempt)
+        _forget(mem, attempt, pods)
         _reject(kube, mem, job.body, decision.status, written, attempt, str(exc), job.now)
         return False
     except Exception:
-        mem.creating.discard(attempt)  # not created: the next reconcile tries again
+        _forget(mem, attempt, pods)  # not created: the next reconcile tries again
         raise
     return True
 
 
-def _reap(job: _Job, decision: Decision, pods: Mapping[int, PodView]) -> float | None:
+def _attempt_pods(job: _Job, spec: KineticJobSpec, create: CreatePod) -> list[dict[str, Any]]:
+    """The Pod of an attempt, or the members of its gang that ``create`` names."""
+    kube, settings = job.kube, job.settings
+    fuse = kube.csi_driver_installed(GCSFUSE_DRIVER) if uses_fuse(spec.volumes) else None
+    pod = podspec.build_job_pod(job.owner, spec, settings, create.attempt, fuse)
+    if not create.ranks:
+        return [pod]
+    hosts = gangs.hosts_of_spec(spec, settings.accelerator_catalog, [])
+    tpu = is_tpu(settings.accelerator_catalog, spec.accelerator)
+    return [
+        podspec.gang_member(
+            pod,
+            job.owner,
+            rank,
+            hosts,
+            dns=settings.rendezvous == "dns",
+            coordinator=create.coordinator,
+            tpu=tpu,
+            home=job.home,
+        )
+        for rank in create.ranks
+    ]
+
+
+def _forget(mem: JobMemory, attempt: int, pods: list[dict[str, Any]]) -> None:
+    mem.creating.discard(attempt)
+    mem.creating_pods.difference_update(p["metadata"]["name"] for p in pods)
+
+
+def _reap(job: _Job, decision: Decision, pods: list[PodView]) -> float | None:
     """Hand the reaper an ended job's finished Pods past their TTL; when to look again.
 
     A running job's failed attempts are its history: kept until it ends.
@@ -356,7 +401,7 @@ def _reap(job: _Job, decision: Decision, pods: Mapping[int, PodView]) -> float |
     mem.due = []
     if not Phase(decision.status.phase).terminal:
         return None
-    due, wait = due_pods(pods.values(), job.now, job.settings.pod_ttl_seconds, mem.reaping)
+    due, wait = due_pods(pods, job.now, job.settings.pod_ttl_seconds, mem.reaping)
     mem.due = [(p.name, home.log_uri(p.name) if home else None) for p in due]
     waits = [w for w in (wait, 30.0 if due else None) if w is not None]
     return min(waits) if waits else None

@@ -24,7 +24,7 @@ from kinetic.model import layout
 from kinetic.model.names import fmt_time
 from kinetic.model.resources import BATCH_PLURAL, JOB_PLURAL
 from kinetic_operator.handlers import setup
-from kinetic_operator.handlers.jobs import JobMemory, by_attempt, reconcile_job_sync
+from kinetic_operator.handlers.jobs import JobMemory, reconcile_job_sync, with_tombstones
 from kinetic_operator.kube import Conflict, Rejected
 from kinetic_operator.observed import PodView, summarize_pod
 from kinetic_operator.policy import Policy
@@ -233,7 +233,7 @@ class Job:
         kube.put(JOB_PLURAL, job_body(spec, **meta))
 
     def reconcile(self, now: datetime = NOW) -> float | None:
-        pods = by_attempt(self.kube.views(), self.mem.gone)
+        pods = with_tombstones(self.kube.views(), self.mem.gone)
         return reconcile_job_sync(
             self.kube, self.settings, "ns", "kj", pods, self.mem, now, policy=self.policy
         )

@@ -1,0 +1,321 @@
+"""A multi-host unit's Pods seen as one attempt each: pure, no API calls.
+
+The attempt planner (`kinetic_operator.attempts`) reasons about one Pod per
+attempt. A gang is N Pods per attempt, so this module stands between the
+two: it groups the member Pods of each attempt, turns them into
+`kinetic.model.gang.Member` observations, asks `gang_outcome` for the
+attempt's verdict, and hands the planner one *view* per attempt that says
+the same thing a single Pod would:
+
+* rank 0 succeeded: a Succeeded view carrying rank 0's termination message
+  (its result);
+* a member failed first: a Failed view with that member's reason and exit
+  code, so the planner charges one retry;
+* a member was lost first (deleted, evicted, preempted, node lost): a view
+  the planner reads as a disruption;
+* a member waited for a node past the deadline: a Failed view with reason
+  ``GangUnschedulable`` (it spends a retry like any failure, so a gang that
+  can never be placed ends instead of holding nodes forever);
+* otherwise a live view, Running once every member runs.
+
+Besides the views, a `Gang` answers the questions the planner cannot: which
+member Pods to delete now (`teardown`, `members_of`), and which ranks of the
+current attempt still need their Pods (`missing`). Members of a single-host
+unit pass through unchanged, so single-host jobs do not change at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from kinetic.model import gang as model
+from kinetic.model.catalog import Catalog
+from kinetic.model.gang import Member, Outcome, Verdict
+from kinetic.model.gang import Phase as MemberPhase
+from kinetic.model.names import gang_pod_name, parse_time
+from kinetic.model.resources import KineticJobSpec, MemberRecord
+
+from kinetic_operator.attempts import End, pod_end
+from kinetic_operator.observed import PodView
+
+UNSCHEDULABLE = "GangUnschedulable"
+MAX_REASON = 256
+
+
+@dataclass(frozen=True)
+class Gang:
+    """The members of every attempt of one multi-host unit, and their verdicts."""
+
+    hosts: int
+    members: Mapping[int, Mapping[int, PodView]]  # attempt -> rank -> last sight
+    observed: Mapping[int, list[Member]]  # attempt -> every rank as the gang model sees it
+    verdicts: Mapping[int, Verdict]
+    creating: frozenset[str] = field(default_factory=frozenset)  # Pods created, not yet seen
+
+    def members_of(self, attempt: int) -> tuple[str, ...]:
+        """The live member Pods of ``attempt``: what stopping that attempt deletes."""
+        return tuple(p.name for _, p in sorted(self.members.get(attempt, {}).items()) if p.live)
+
+    @property
+    def teardown(self) -> tuple[str, ...]:
+        """Live members of attempts that have a verdict: they cannot finish without their
+        peers, or their work is done (rank 0 succeeded), or they hold nodes for nothing."""
+        out: list[str] = []
+        for attempt, verdict in sorted(self.verdicts.items()):
+            ranks = self.members.get(attempt, {})
+            for rank in model.members_to_delete(self.observed[attempt], self.hosts, verdict):
+                pod = ranks.get(rank)
+                if pod is not None and pod.live:
+                    out.append(pod.name)
+        return tuple(out)
+
+    def missing(self, attempt: int, attempt_pod: str) -> tuple[int, ...]:
+        """Ranks of a running ``attempt`` with no Pod yet (never seen, not being created)."""
+        if self.verdicts.get(attempt, Verdict(Outcome.RUNNING)).outcome is not Outcome.RUNNING:
+            return ()
+        ranks = self.members.get(attempt, {})
+        return tuple(
+            r
+            for r in range(self.hosts)
+            if r not in ranks and gang_pod_name(attempt_pod, r) not in self.creating
+        )
+
+    def coordinator_ip(self, attempt: int) -> str | None:
+        """Rank 0's Pod IP in ``attempt``, once the cluster gave it one."""
+        rank0 = self.members.get(attempt, {}).get(model.COORDINATOR_RANK)
+        return rank0.pod_ip if rank0 is not None and rank0.live else None
+
+
+def hosts_of_spec(spec: object, catalog: Catalog, pods: Iterable[PodView]) -> int:
+    """The hosts a unit runs on: its spec's (`gang.effective_hosts`); for a spec that
+    cannot run, as many as its Pods show, so its live members can still be stopped."""
+    if isinstance(spec, KineticJobSpec):
+        return model.effective_hosts(spec.hosts, catalog, spec.accelerator)
+    return max((p.rank + 1 for p in pods if p.rank is not None), default=1)
+
+
+def see(
+    pods: Iterable[PodView],
+    hosts: int,
+    now: datetime,
+    deadline: timedelta = model.DEFAULT_SCHEDULING_DEADLINE,
+    creating: Iterable[str] = (),
+) -> tuple[dict[int, PodView], Gang | None]:
+    """One view per attempt for the planner, and the gang behind them (None on one host).
+
+    ``pods`` are the unit's Pods as last seen, tombstones included; a Pod
+    seen alive wins over an older tombstone of the same name.
+    """
+    latest = _latest(pods)
+    if hosts <= 1:
+        return {p.attempt: p for p in latest.values() if p.rank is None}, None
+    members: dict[int, dict[int, PodView]] = {}
+    for pod in latest.values():
+        if pod.rank is not None and 0 <= pod.rank < hosts:
+            members.setdefault(pod.attempt, {})[pod.rank] = pod
+    observed: dict[int, list[Member]] = {}
+    verdicts: dict[int, Verdict] = {}
+    views: dict[int, PodView] = {}
+    for attempt, ranks in members.items():
+        observed[attempt] = seen = _observed(ranks, hosts, now)
+        verdicts[attempt] = verdict = model.gang_outcome(seen, hosts, now, deadline)
+        views[attempt] = _view(attempt_name(ranks), ranks, seen, verdict, now)
+    return views, Gang(hosts, members, observed, verdicts, frozenset(creating))
+
+
+def attempt_name(ranks: Mapping[int, PodView]) -> str:
+    """The attempt's own name (``<job>-<a>``): a member's name without its rank."""
+    pod = next(iter(ranks.values()))
+    return pod.name.rsplit("-", 1)[0]
+
+
+def _latest(pods: Iterable[PodView]) -> dict[str, PodView]:
+    """By name: the live sight over a tombstone."""
+    out: dict[str, PodView] = {}
+    for pod in pods:
+        if pod.name not in out or out[pod.name].gone:
+            out[pod.name] = pod
+    return out
+
+
+# --------------------------------------------------------------------------- members
+
+
+def _observed(ranks: Mapping[int, PodView], hosts: int, now: datetime) -> list[Member]:
+    """Every rank as a `Member`, by rank. A rank with no Pod yet (rank 0 is created first
+    where there is no DNS) waits since the gang began, so the scheduling deadline covers it;
+    a member seen and then deleted is a tombstone among ``ranks``, so it is lost, not this."""
+    began = _earliest(p.created for p in ranks.values())
+    return [
+        _member(r, ranks[r], now)
+        if r in ranks
+        else Member(r, MemberPhase.PENDING, "its Pod is not created yet", began)
+        for r in range(hosts)
+    ]
+
+
+def _member(rank: int, pod: PodView, now: datetime) -> Member:
+    """One member Pod as the gang model sees it."""
+    end = pod_end(pod, now)
+    if end is not None:
+        when = _time(pod.finished_at or pod.deleted_at)
+        phase = {
+            "success": MemberPhase.SUCCEEDED,
+            "failure": MemberPhase.FAILED,
+            "disruption": MemberPhase.GONE,
+        }[end.outcome]
+        return Member(rank, phase, _said(end), when)
+    if pod.start_time is None:  # not placed on a node yet
+        return Member(rank, MemberPhase.PENDING, pod.unschedulable or "", _time(pod.created))
+    return Member(rank, MemberPhase.RUNNING)
+
+
+def _said(end: End) -> str:
+    lines = (end.message or "").strip().splitlines()
+    detail = f" (exit code {end.exit_code})" if end.exit_code is not None else ""
+    return f"{end.reason}{detail}" + (f": {lines[-1].strip()}" if lines else "")
+
+
+# --------------------------------------------------------------------------- the view
+
+
+def _view(
+    name: str,
+    ranks: Mapping[int, PodView],
+    observed: list[Member],
+    verdict: Verdict,
+    now: datetime,
+) -> PodView:
+    """The attempt as one Pod would show it (see the module docstring)."""
+    by_rank = {m.rank: m for m in observed}
+    first = ranks.get(verdict.ranks[0]) if verdict.ranks else None
+    base = ranks.get(model.COORDINATOR_RANK) or first or next(iter(ranks.values()))
+    whole = _Attempt(name, _records(ranks, by_rank, verdict))
+    match verdict.outcome:
+        case Outcome.SUCCEEDED:
+            return whole.of(base, phase="Succeeded")
+        case Outcome.FAILED:
+            return _failed(whole, first or base, now, verdict.message)
+        case Outcome.DISRUPTED:
+            return _lost(whole, first or base, now, verdict.message)
+        case Outcome.UNSCHEDULABLE:
+            return whole.of(
+                base,
+                phase="Failed",
+                reason=None,
+                disruption=None,
+                terminated_reason=UNSCHEDULABLE,
+                termination_message=verdict.message,
+                exit_code=None,
+                deleted_at=None,
+            )
+    return _live(whole, base, ranks, observed)
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """What every view of a gang's attempt shares: its name and its members' records."""
+
+    name: str
+    members: tuple[MemberRecord, ...]
+
+    def of(self, pod: PodView, **changes: Any) -> PodView:
+        """``pod`` standing for the whole attempt, with ``changes``."""
+        return replace(
+            pod,
+            name=self.name,
+            rank=None,
+            members=self.members,
+            deleting=False,
+            gone=False,
+            **changes,
+        )
+
+
+def _failed(whole: _Attempt, pod: PodView, now: datetime, said: str) -> PodView:
+    """The member that failed first, as a Failed Pod: its reason and exit code."""
+    end = pod_end(pod, now) or End("failure", "Error", None)
+    return whole.of(
+        pod,
+        phase="Failed",
+        reason=None,
+        disruption=None,
+        deleted_at=None,
+        terminated_reason=end.reason,
+        termination_message=said,
+        exit_code=end.exit_code,
+    )
+
+
+def _lost(whole: _Attempt, pod: PodView, now: datetime, said: str) -> PodView:
+    """The member lost first, as a Pod the planner reads as disrupted."""
+    end = pod_end(pod, now)
+    reason = end.reason if end is not None and end.outcome == "disruption" else "PodDeleted"
+    return whole.of(
+        pod,
+        phase="Failed",
+        reason=None,
+        disruption=reason,
+        deleted_at=None,
+        finished_at=pod.finished_at or pod.deleted_at,
+        message=said,
+    )
+
+
+def _live(
+    whole: _Attempt, base: PodView, ranks: Mapping[int, PodView], observed: list[Member]
+) -> PodView:
+    """A gang on its way: Running once every member runs, else the first waiting member's
+    reason (so the job's message says which rank waits, and why)."""
+    waiting = [m for m in observed if m.phase is not MemberPhase.RUNNING]
+    if not waiting:
+        return whole.of(base, phase="Running")
+    pod = ranks.get(waiting[0].rank, base)
+    return whole.of(pod, phase="Pending", start_time=base.start_time, created=base.created)
+
+
+def _records(
+    ranks: Mapping[int, PodView], by_rank: Mapping[int, Member], verdict: Verdict
+) -> tuple[MemberRecord, ...]:
+    """Every member's outcome, for the status and the manifest."""
+    stopped = verdict.outcome is not Outcome.RUNNING
+    out = []
+    for rank in sorted(by_rank):
+        pod, member = ranks.get(rank), by_rank[rank]
+        outcome = member.phase.value
+        if stopped and member.phase in (MemberPhase.PENDING, MemberPhase.RUNNING):
+            outcome = "stopped"
+        out.append(
+            MemberRecord(
+                rank=rank,
+                pod=pod.name if pod is not None else "",
+                outcome=outcome,
+                exit_code=pod.exit_code if pod is not None else None,
+                reason=_clip(member.reason),
+            )
+        )
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _time(stamp: str | None) -> datetime | None:
+    try:
+        return parse_time(stamp) if stamp else None
+    except ValueError:
+        return None
+
+
+def _earliest(stamps: Iterable[str | None]) -> datetime | None:
+    times = [t for t in (_time(s) for s in stamps) if t is not None]
+    return min(times) if times else None
+
+
+def _clip(text: str) -> str | None:
+    if not text:
+        return None
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 1] + "…"
