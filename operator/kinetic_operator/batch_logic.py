@@ -67,9 +67,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from kinetic.model.batchjobs import batch_total, retries_of
@@ -84,8 +84,10 @@ from kinetic.model.resources import (
     PhaseCounts,
 )
 
+from kinetic_operator import gangs
 from kinetic_operator.attempts import Limits, UnitPlan, plan_unit
 from kinetic_operator.conditions import READINESS, readiness
+from kinetic_operator.gangs import Gang
 from kinetic_operator.observed import PodView
 
 __all__ = [
@@ -137,11 +139,14 @@ class UnitObservation:
 
     ``pods`` maps attempt number to the Pod's last sight (``gone`` for a
     tombstone). ``creating`` is an attempt this process created whose Pod
-    the watch has not shown yet.
+    the watch has not shown yet. A multi-host unit's Pods come as
+    ``members``; `see_gangs` turns them into one view per attempt.
     """
 
     pods: Mapping[int, PodView] = field(default_factory=dict)
     creating: int | None = None
+    members: tuple[PodView, ...] = ()  # a gang's member Pods, tombstones included
+    gang: Gang | None = None  # set by `see_gangs`: then ``pods`` are one view per attempt
 
 
 @dataclass(frozen=True)
@@ -272,6 +277,8 @@ class _Work:
     newly_failed: IndexSet = field(default_factory=IndexSet)
     fail_messages: list[str] = field(default_factory=list)
     adopted: IndexSet = field(default_factory=IndexSet)
+    members: dict[str, tuple[str, ...]] = field(default_factory=dict)  # gang attempt -> Pods
+    dns: bool = True  # gang members reach rank 0 by name (else by its Pod IP)
 
     @property
     def terminal(self) -> IndexSet:
@@ -295,6 +302,7 @@ def decide_batch(
     max_launches: int | None = None,
     max_disruptions: int = DEFAULT_MAX_DISRUPTIONS,
     extra: Recorded | None = None,
+    dns: bool = True,
 ) -> BatchDecision:
     """Decide what a batch does next; see the module docstring for the rules.
 
@@ -307,8 +315,10 @@ def decide_batch(
     """
     old = status if status is not None else KineticBatchStatus.model_validate({})
     w = _start(spec, old, batch, now, max_disruptions, extra)
+    w.members, w.dns = _gang_members(units), dns
     if Phase(old.phase).terminal:
-        return _settled(old, units, generation, Recorded(w.succeeded, w.failed, w.cancelled))
+        recorded = Recorded(w.succeeded, w.failed, w.cancelled)
+        return _settled(old, units, generation, recorded, w.members)
     old_recorded = Recorded(w.succeeded, w.failed, w.cancelled)
 
     new_submission = _record_submissions(w)
@@ -316,6 +326,7 @@ def decide_batch(
     _follow_units(w, units, cancel_all=_cancel_running(w))
     if _cancel_running(w):  # the first failure was just recorded: cancel the rest too
         _follow_units(w, units, cancel_all=True)
+    _follow_gangs(w, units)
     terminal = w.terminal
     w.creates = [(u, a) for u, a in w.creates if (w.inputs_of(u) - terminal) & w.active]
     _adopt(w, units)
@@ -453,9 +464,62 @@ def _settled_strays(w: _Work, unit: int, obs: UnitObservation) -> list[str]:
 
 
 def _stop(w: _Work, stopping: set[str], pods: Sequence[str]) -> None:
-    """Stop these Pods, each once in a decision."""
+    """Stop these Pods, each once in a decision; a gang's attempt is its live members."""
+    pods = [m for p in pods for m in w.members.get(p, (p,))]
     w.stops.extend(p for p in pods if p not in stopping)
     stopping.update(pods)
+
+
+# --------------------------------------------------------------------------- gangs
+
+
+def see_gangs(
+    units: Mapping[int, UnitObservation],
+    hosts_of: Callable[[int], int],
+    now: datetime,
+    deadline: timedelta,
+    creating: Iterable[str] = (),
+) -> dict[int, UnitObservation]:
+    """Each multi-host unit's members as one view per attempt (`kinetic_operator.gangs`),
+    beside the attempts that could not be created at all; other units as they are."""
+    out: dict[int, UnitObservation] = {}
+    making = frozenset(creating)
+    for unit, obs in units.items():
+        hosts = hosts_of(unit)
+        if hosts <= 1 and not obs.members:
+            out[unit] = obs
+            continue
+        views, gang = gangs.see(obs.members, max(hosts, 2), now, deadline, making)
+        out[unit] = replace(obs, pods={**obs.pods, **views}, gang=gang)
+    return out
+
+
+def _gang_members(units: Mapping[int, UnitObservation]) -> dict[str, tuple[str, ...]]:
+    """Each gang attempt's name -> its live member Pods: what stopping that attempt deletes."""
+    return {
+        view.name: obs.gang.members_of(attempt)
+        for obs in units.values()
+        if obs.gang is not None
+        for attempt, view in obs.pods.items()
+    }
+
+
+def _follow_gangs(w: _Work, units: Mapping[int, UnitObservation]) -> None:
+    """A gang's own steps: stop the members of attempts that have a verdict, and create the
+    ranks still missing from a running attempt once rank 0 can be reached."""
+    stopping = set(w.stops)
+    for unit, obs in units.items():
+        gang, plan = obs.gang, w.plans.get(unit)
+        if gang is None:
+            continue
+        w.stops.extend(p for p in gang.teardown if p not in stopping)
+        stopping.update(gang.teardown)
+        if plan is None or plan.terminal or plan.create is not None:
+            continue
+        if plan.attempt in gang.members and (unit, plan.attempt) not in w.creates:
+            pod = input_pod_name(w.batch, unit, plan.attempt)
+            if gangs.ranks_to_create(gang, plan.attempt, pod, gang.hosts, dns=w.dns):
+                w.creates.append((unit, plan.attempt))
 
 
 def _plan(w: _Work, unit: int, obs: UnitObservation, *, cancel_all: bool) -> UnitPlan:
@@ -728,12 +792,14 @@ def _settled(
     units: Mapping[int, UnitObservation],
     generation: int | None,
     recorded: Recorded | None = None,
+    members: Mapping[str, tuple[str, ...]] | None = None,
 ) -> BatchDecision:
     """A finished batch changes no more; it only stops Pods still live."""
     new = old
     if generation is not None and generation != old.observed_generation:
         new = old.model_copy(update={"observed_generation": generation})
-    strays = tuple(p.name for obs in units.values() for p in obs.pods.values() if p.live)
+    live = (p.name for obs in units.values() for p in obs.pods.values() if p.live)
+    strays = tuple(m for name in live for m in (members or {}).get(name, (name,)))
     actions: tuple[Action, ...] = (StopPods(strays),) if strays else ()
     return BatchDecision(
         status=new, actions=actions, write_status=new is not old, recorded=recorded or Recorded()

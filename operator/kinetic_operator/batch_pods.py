@@ -10,12 +10,14 @@ function once.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kinetic.model import layout
 from kinetic.model.batchjobs import batch_total
+from kinetic.model.catalog import Catalog
 from kinetic.model.fanout import child_spec, job_template
+from kinetic.model.gang import effective_hosts
 from kinetic.model.names import (
     ENV_CHUNK,
     ENV_INDEX,
@@ -31,7 +33,7 @@ from kinetic.model.names import (
     input_pod_name,
 )
 from kinetic.model.rerun import original_index
-from kinetic.model.resources import BATCH_KIND, KineticBatchSpec
+from kinetic.model.resources import BATCH_KIND, KineticBatchSpec, KineticJobSpec
 
 from kinetic_operator.batch_logic import unit_inputs
 from kinetic_operator.podspec import Owner, build_pod, function_env
@@ -140,6 +142,24 @@ def _hash(hashes: Sequence[str | None] | None, index: int, spec: KineticBatchSpe
     if digest is None:
         raise UnitRefused(f"input {original} has no entry in the input hash list")
     return digest
+
+
+def unit_job(spec: KineticBatchSpec, unit: int) -> KineticJobSpec | None:
+    """The job spec unit ``unit`` runs: the template, or its own entry of ``spec.jobs``."""
+    if spec.template is not None:
+        return spec.template
+    jobs = spec.jobs or []
+    return jobs[unit] if 0 <= unit < len(jobs) else None
+
+
+def unit_hosts(spec: KineticBatchSpec, catalog: Catalog) -> Callable[[int], int]:
+    """Unit -> the Pods each of its attempts runs as (`gang.effective_hosts`)."""
+
+    def hosts(unit: int) -> int:
+        job = unit_job(spec, unit)
+        return effective_hosts(job.hosts, catalog, job.accelerator) if job is not None else 1
+
+    return hosts
 
 
 def log_uri(home: layout.Home, pod: str) -> str:

@@ -89,6 +89,46 @@ class Gang:
         return rank0.pod_ip if rank0 is not None and rank0.live else None
 
 
+@dataclass(frozen=True)
+class Ranks:
+    """Gang members to create now for one attempt; ``coordinator`` is rank 0's Pod IP for
+    the others where there is no DNS (None: by DNS, or rank 0 itself)."""
+
+    ranks: tuple[int, ...]
+    coordinator: str | None = None
+
+
+def ranks_to_create(
+    gang: Gang | None, attempt: int, attempt_pod: str, hosts: int, *, dns: bool
+) -> Ranks | None:
+    """Which members of ``attempt`` to create now; None when there is nothing to create.
+
+    With DNS every missing rank at once. Without, rank 0 first; the others
+    once rank 0 has a Pod IP to give them. A member seen, or being created,
+    is not created again.
+    """
+    if hosts <= 1:
+        return None
+    seen = gang is not None and attempt in gang.members
+    missing = (
+        gang.missing(attempt, attempt_pod)
+        if gang is not None and seen
+        else tuple(
+            r
+            for r in range(hosts)
+            if gang is None or gang_pod_name(attempt_pod, r) not in gang.creating
+        )
+    )
+    if not missing:
+        return None
+    if dns:
+        return Ranks(missing)
+    if 0 in missing:
+        return Ranks((0,))
+    ip = gang.coordinator_ip(attempt) if gang is not None else None
+    return Ranks(missing, ip) if ip else None
+
+
 def hosts_of_spec(spec: object, catalog: Catalog, pods: Iterable[PodView]) -> int:
     """The hosts a unit runs on: its spec's (`gang.effective_hosts`); for a spec that
     cannot run, as many as its Pods show, so its live members can still be stopped."""

@@ -56,7 +56,7 @@ from pydantic import ValidationError
 
 from kinetic_operator.attempts import AttemptCause, Limits, UnitPlan, plan_unit
 from kinetic_operator.conditions import READINESS, readiness
-from kinetic_operator.gangs import Gang
+from kinetic_operator.gangs import Gang, ranks_to_create
 from kinetic_operator.observed import PodView
 
 __all__ = ["fmt_time", "parse_time"]
@@ -292,13 +292,15 @@ class _Work:
             self.actions.extend(DeletePod(m) for m in members if DeletePod(m) not in self.actions)
 
     def create(self, attempt: int, cause: AttemptCause | None) -> None:
-        """Create an attempt: its one Pod, or the ranks of its gang that may start now (all
-        with DNS; rank 0 alone without, the others once it has an address)."""
+        """Create an attempt: its one Pod, or the ranks of its gang that may start now
+        (`gangs.ranks_to_create`)."""
         if self.gang is None:
             self.actions.append(CreatePod(attempt, cause))
-        else:
-            ranks = tuple(range(self.gang.hosts)) if self.dns else (0,)
-            self.actions.append(CreatePod(attempt, cause, ranks))
+            return
+        pod = job_pod_name(self.name, attempt)
+        todo = ranks_to_create(self.gang, attempt, pod, self.gang.hosts, dns=self.dns)
+        if todo is not None:
+            self.actions.append(CreatePod(attempt, cause, todo.ranks, todo.coordinator))
 
     def _members(self, pod: str) -> tuple[str, ...]:
         if self.gang is None:
@@ -403,12 +405,8 @@ def _complete_gang(w: _Work, plan: UnitPlan) -> None:
     if gang is None:
         return
     w.actions.extend(DeletePod(m) for m in gang.teardown if DeletePod(m) not in w.actions)
-    if plan.terminal or plan.create is not None:
-        return
-    missing = gang.missing(plan.attempt, job_pod_name(w.name, plan.attempt))
-    coordinator = None if w.dns else gang.coordinator_ip(plan.attempt)
-    if missing and (w.dns or coordinator is not None):
-        w.actions.append(CreatePod(plan.attempt, None, missing, coordinator))
+    if not plan.terminal and plan.create is None and plan.attempt in gang.members:
+        w.create(plan.attempt, None)
 
 
 def _attempt_of(pod: str) -> int | None:

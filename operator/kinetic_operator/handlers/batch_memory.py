@@ -55,13 +55,18 @@ class UnitPods:
     creating: dict[int, int] = field(default_factory=dict)  # unit -> attempt
     gone: dict[int, dict[int, PodView]] = field(default_factory=dict)
     refused: dict[int, dict[int, PodView]] = field(default_factory=dict)
+    creating_members: set[str] = field(default_factory=set)  # gang members, by Pod name
+    members_gone: dict[int, dict[str, PodView]] = field(default_factory=dict)  # unit -> name
 
     def saw(self, view: PodView, deleted: bool) -> None:
         """A Pod event: a Pod being created is now seen; a deleted one leaves a tombstone."""
         assert view.index is not None  # only a unit's Pods are followed
         if self.creating.get(view.index) == view.attempt:
             del self.creating[view.index]
-        if deleted:
+        self.creating_members.discard(view.name)
+        if deleted and view.rank is not None:
+            self.members_gone.setdefault(view.index, {})[view.name] = replace(view, gone=True)
+        elif deleted:
             self.gone.setdefault(view.index, {})[view.attempt] = replace(view, gone=True)
 
 

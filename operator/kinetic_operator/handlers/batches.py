@@ -38,17 +38,19 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
 from kinetic import storage
 from kinetic.model import digest, layout
 from kinetic.model.batchjobs import batch_total, is_container, retries_of
+from kinetic.model.catalog import is_tpu
 from kinetic.model.data import GCSFUSE_DRIVER
 from kinetic.model.manifest import Anchor
-from kinetic.model.names import LABEL_BATCH, input_pod_name
+from kinetic.model.names import LABEL_BATCH, gang_pod_name, input_pod_name
 from kinetic.model.resources import (
+    BATCH_KIND,
     BATCH_PLURAL,
     GROUP,
     VERSION,
@@ -57,7 +59,7 @@ from kinetic.model.resources import (
     Phase,
 )
 
-from kinetic_operator import batch_logic, metrics
+from kinetic_operator import batch_logic, metrics, podspec
 from kinetic_operator.attempts import AttemptCause, Limits, plan_unit
 from kinetic_operator.batch_logic import (
     BatchDecision,
@@ -71,9 +73,16 @@ from kinetic_operator.batch_logic import (
     unit_inputs,
     with_condition,
 )
-from kinetic_operator.batch_pods import UnitRefused, build_unit_pod, log_uri
+from kinetic_operator.batch_pods import (
+    UnitRefused,
+    build_unit_pod,
+    log_uri,
+    unit_hosts,
+    unit_job,
+)
 from kinetic_operator.datavolumes import batch_uses_fuse
 from kinetic_operator.failures import reconcile_rounds
+from kinetic_operator.gangs import Gang, ranks_to_create
 from kinetic_operator.handlers.batch_accept import (
     accept,
     check_stored,
@@ -153,15 +162,25 @@ def _unit_pod(body: Mapping[str, Any]) -> tuple[Key, PodView] | None:
 def observe_units(pods: Iterable[PodView], mem: BatchMemory) -> dict[int, UnitObservation]:
     """The Pods of each unit (index first, then tombstones and refusals), and creations."""
     grouped: dict[int, dict[int, PodView]] = {}
+    members: dict[int, dict[str, PodView]] = {}
     for source in (mem.pods.refused, mem.pods.gone):
         for unit, views in source.items():
             grouped.setdefault(unit, {}).update(views)
+    for unit, named in mem.pods.members_gone.items():
+        members.setdefault(unit, {}).update(named)
     for pod in pods:
-        if pod.index is not None:
+        if pod.index is not None and pod.rank is not None:
+            members.setdefault(pod.index, {})[pod.name] = pod
+        elif pod.index is not None:
             grouped.setdefault(pod.index, {})[pod.attempt] = pod
-    units = {unit: UnitObservation(views) for unit, views in grouped.items()}
-    for unit, attempt in mem.pods.creating.items():
-        units[unit] = UnitObservation(grouped.get(unit, {}), creating=attempt)
+    units = {
+        unit: UnitObservation(
+            grouped.get(unit, {}),
+            creating=mem.pods.creating.get(unit),
+            members=tuple(members.get(unit, {}).values()),
+        )
+        for unit in grouped.keys() | members.keys() | mem.pods.creating.keys()
+    }
     return units
 
 
@@ -290,6 +309,10 @@ class _Batch:
     @property
     def uid(self) -> str | None:
         return self.meta.get("uid")
+
+    @property
+    def owner(self) -> podspec.Owner:
+        return podspec.Owner(self.name, self.namespace, self.uid or "", BATCH_KIND)
 
     @property
     def generation(self) -> int | None:
@@ -445,6 +468,13 @@ def _observe(
         return None
     mem.timers.debouncer.interval = batch.settings.manifest_interval
     mem.timers.recheck = None
+    units = batch_logic.see_gangs(
+        units,
+        unit_hosts(spec, batch.settings.accelerator_catalog),
+        batch.now,
+        timedelta(seconds=batch.settings.gang_scheduling_seconds),
+        mem.pods.creating_members,
+    )
     return _checked_reports(mem, batch.home, spec, units)
 
 
@@ -461,6 +491,7 @@ def _decide(batch: _Batch, accepted: _Accepted, units: dict[int, UnitObservation
         max_launches=MAX_LAUNCHES,
         max_disruptions=settings.max_disruptions,
         extra=mem.outcomes.extra,
+        dns=settings.rendezvous == "dns",
     )
     status, spec_events = spec_condition(decision.status, accepted.refused, batch.now)
     status = _vouching(compact_status(status), mem)
@@ -534,7 +565,7 @@ def _do(batch: _Batch, decided: _Decided, action: Any) -> None:
             _write_manifest(batch, decided, urgent=urgent, blocking=blocking)
         case CreatePods(units=todo):
             causes = {u: p.cause for u, p in decided.decision.plans.items()}
-            _create(batch, decided.spec, todo, causes)
+            _create(batch, decided.spec, todo, causes, decided.units)
         case StopPods(pods=pods):
             _each(lambda pod: batch.kube.delete_pod(batch.namespace, pod), pods)
         case Event(type=type_, reason=reason, message=message):
@@ -605,8 +636,9 @@ def _own_units(units: dict[int, UnitObservation], uid: str | None) -> dict[int, 
     own: dict[int, UnitObservation] = {}
     for unit, obs in units.items():
         pods = {k: p for k, p in obs.pods.items() if p.belongs_to(uid)}
-        if pods or obs.creating is not None:
-            own[unit] = UnitObservation(pods, creating=obs.creating)
+        members = tuple(m for m in obs.members if m.belongs_to(uid))
+        if pods or members or obs.creating is not None:
+            own[unit] = replace(obs, pods=pods, members=members)
     return own
 
 
@@ -725,7 +757,7 @@ class _Reports:
             seen = self.checked_pod(unit, inputs, pod, expected)
             if seen is not None:
                 views[attempt] = seen
-        return UnitObservation(views, creating=obs.creating)
+        return replace(obs, pods=views)
 
     def checked_pod(
         self, unit: int, inputs: Iterable[int], pod: PodView, expected: str
@@ -761,8 +793,11 @@ def _create(
     spec: KineticBatchSpec,
     todo: Iterable[tuple[int, int]],
     causes: Mapping[int, AttemptCause | None] | None = None,
+    units: Mapping[int, UnitObservation] | None = None,
 ) -> None:
     """Create the Pods for ``(unit, attempt)`` pairs, a few at a time; AlreadyExists is fine.
+
+    A multi-host unit's pair creates the members `gangs.ranks_to_create` names.
 
     A Pod that cannot be built or that the API server refuses becomes a
     failed attempt in memory, so the next decision spends a retry on it
@@ -772,6 +807,8 @@ def _create(
     book, pods = mem.outcomes.book, mem.pods
     known = dict(book.hashes) if book is not None else {}
     uid = batch.meta.get("uid", "")
+
+    hosts_of = unit_hosts(spec, settings.accelerator_catalog)
 
     def one(pair: tuple[int, int]) -> None:
         unit, attempt = pair
@@ -788,14 +825,23 @@ def _create(
                 known,
                 fuse_driver=fuse,
             )
+            gang = (units or {}).get(unit, UnitObservation()).gang
+            todo = _unit_pods(batch, spec, pod, gang, unit, attempt, hosts_of(unit))
+            names = {m["metadata"]["name"] for m in todo}
             pods.creating[unit] = attempt
+            if hosts_of(unit) > 1:
+                pods.creating_members.update(names)
             try:
-                if kube.create_pod(pod):
+                made = {m["metadata"]["name"]: kube.create_pod(m) for m in todo}
+                if made.get(pod["metadata"]["name"]) or made.get(
+                    gang_pod_name(pod["metadata"]["name"], 0)
+                ):
                     inputs = len(unit_inputs(unit, spec.chunk_size, batch_total(spec)))
                     cause = "first" if attempt == 1 else (causes or {}).get(unit)
                     metrics.attempt_created(metrics.KIND_BATCH, cause, inputs)
             except Exception:
                 pods.creating.pop(unit, None)  # not created: the next reconcile tries again
+                pods.creating_members.difference_update(names)
                 raise
         except (UnitRefused, Rejected) as exc:
             pods.creating.pop(unit, None)
@@ -817,6 +863,41 @@ def _create(
     _each(one, pairs)
 
 
+def _unit_pods(
+    batch: _Batch,
+    spec: KineticBatchSpec,
+    pod: dict[str, Any],
+    gang: Gang | None,
+    unit: int,
+    attempt: int,
+    hosts: int,
+) -> list[dict[str, Any]]:
+    """The Pod of a unit's attempt, or the members of its gang to create now."""
+    if hosts <= 1:
+        return [pod]
+    settings = batch.settings
+    dns = settings.rendezvous == "dns"
+    todo = ranks_to_create(gang, attempt, pod["metadata"]["name"], hosts, dns=dns)
+    if todo is None:
+        return []
+    batch.kube.ensure_service(podspec.gang_service(batch.owner))
+    job = unit_job(spec, unit)
+    tpu = job is not None and is_tpu(settings.accelerator_catalog, job.accelerator)
+    return [
+        podspec.gang_member(
+            pod,
+            batch.owner,
+            rank,
+            hosts,
+            dns=dns,
+            coordinator=todo.coordinator,
+            tpu=tpu,
+            home=batch.home,
+        )
+        for rank in todo.ranks
+    ]
+
+
 def _each(fn: Any, items: Any) -> None:
     items = list(items)
     if len(items) <= 1:
@@ -835,7 +916,7 @@ def _prune(mem: BatchMemory, chunk: int, total: int) -> None:
     raised "dictionary changed size during iteration" mid-reconcile.
     """
     terminal = mem.outcomes.recorded.terminal
-    for source in (mem.pods.gone, mem.pods.refused):
+    for source in (mem.pods.gone, mem.pods.refused, mem.pods.members_gone):
         for unit in [u for u in list(source) if not unit_inputs(u, chunk, total) - terminal]:
             source.pop(unit, None)
 
@@ -871,7 +952,7 @@ def _recorded_pods(
         pod
         for unit, obs in units.items()
         if unit not in mem.pods.refused and not (unit_inputs(unit, chunk, total) - safe)
-        for pod in obs.pods.values()
+        for pod in (obs.members if obs.gang is not None else obs.pods.values())
     ]
 
 
