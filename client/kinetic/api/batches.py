@@ -61,7 +61,7 @@ from kinetic.api.submission import (
     wrong_typed_inputs,
 )
 from kinetic.api.vouched import VouchedManifest
-from kinetic.model import layout, limits, names, payload
+from kinetic.model import catalog, gang, layout, limits, names, payload
 from kinetic.model import resources as r
 from kinetic.model.data import inputs_data
 from kinetic.model.digest import Unverifiable
@@ -775,6 +775,18 @@ def _check_chunk_size(chunk_size: object) -> int:
     return chunk_size
 
 
+def check_hosts(hosts: object, accelerator: str) -> None:
+    """Refuse a ``hosts=`` the operator would refuse, now rather than after an upload.
+
+    The built-in catalog says how many hosts a multi-host TPU slice has; an
+    accelerator only the cluster's own catalog knows is left to the operator,
+    which checks it again against that catalog (and the policy's maxHostsPerJob).
+    """
+    problems = gang.hosts_problems(hosts, accelerator, catalog.default_catalog(), None, "hosts")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
 def submit_map(
     fn: Submittable,
     inputs: Iterable[Any],
@@ -786,6 +798,7 @@ def submit_map(
     name: str | None = None,
     tags: dict[str, str] | None = None,
     chunk_size: int = 1,
+    hosts: int | None = None,
 ) -> BatchHandle:
     """Package the function once and every input, create one KineticBatch, return its handle.
 
@@ -794,8 +807,11 @@ def submit_map(
     one bad input never loses the others. `chunk_size=k` runs k consecutive
     inputs in each Pod, for very short functions whose Pod start would cost
     more than the call; each input is still recorded, retried and reported
-    on its own.
+    on its own. `hosts=N` runs every input as a gang of N Pods (the batch's
+    ``template.hosts``); unset, the function's own ``kinetic.run(hosts=...)``.
     """
+    if hosts is not None:
+        check_hosts(hosts, fn.options["accelerator"])
     items = list(inputs)
     if input_mode not in payload.INPUT_MODES:
         raise ValueError(
@@ -845,17 +861,11 @@ def submit_map(
     else:
         batch_inputs, failures = _pickled_inputs(upload, items, refused)
 
-    template = fn.job_spec(
-        r.FunctionSpec(
-            payload_uri=function_uri,
-            sha256=payload.sha256(function_bytes),
-            name=fn.func_name,
-        ),
-        retries=0,
-        volumes=volumes,
+    function = r.FunctionSpec(
+        payload_uri=function_uri, sha256=payload.sha256(function_bytes), name=fn.func_name
     )
     spec = r.KineticBatchSpec(
-        template=template,
+        template=batch_template(fn, function, volumes, hosts),
         inputs=batch_inputs,
         input_mode=input_mode,
         max_concurrent=max_concurrent,
@@ -872,6 +882,24 @@ def submit_map(
     # This process still has the exceptions themselves: their type, message and traceback.
     handle._submission_failures = {i: mark_unsubmitted(e, i) for i, e in failures.items()}
     return handle
+
+
+def batch_template(
+    fn: Submittable,
+    function: r.FunctionSpec,
+    volumes: list[r.DataVolume] | None,
+    hosts: int | None,
+) -> r.KineticJobSpec:
+    """What every input runs: the function's job spec, with ``hosts`` when the call gives it.
+
+    Retries are the batch's (``spec.retries``), not the template's. ``hosts``
+    unset keeps the function's own (``kinetic.run(hosts=...)``, itself left
+    out of the spec when not given: the accelerator's own count).
+    """
+    template = fn.job_spec(function, retries=0, volumes=volumes)
+    if hosts is None:
+        return template
+    return template.model_copy(update={"hosts": hosts})
 
 
 def create_batch(cfg: ClientConfig, group_id: str, spec: r.KineticBatchSpec) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from kinetic.api import kube, reference
 from kinetic.api.cleanup import delete_stored
 from kinetic.api.config import resolve
 from kinetic.api.logstream import LogFollower
-from kinetic.model import digest, layout, names, payload
+from kinetic.model import catalog, digest, gang, layout, names, payload
 from kinetic.model import resources as r
 from kinetic.model.job_status import JobStatus as JobStatus  # kinetic.api.handle.JobStatus
 from kinetic.model.limits import MAX_POINTER_BYTES
@@ -416,34 +416,61 @@ class JobHandle:
         """This job's Pods that still exist, oldest attempt first."""
         return sort_by_attempt(kube.list_pods(self.namespace, self._pod_selector(), self.context))
 
-    def _pod(self) -> str | None:
-        """The Pod of the newest attempt while it exists, else None."""
-        pods = self._live_pods()
-        return pods[-1].metadata.name if pods else None
+    def _pod(self, rank: int = 0) -> str | None:
+        """The Pod of rank ``rank`` of the newest attempt while it exists, else None."""
+        pod = pod_of_rank(self._live_pods(), rank)
+        return pod.metadata.name if pod is not None else None
 
-    def _last_recorded_pod(self) -> str | None:
-        """The newest attempt's Pod as the operator recorded it (the Pod may be gone)."""
+    def _spec(self) -> dict[str, Any]:
+        """The job's spec as the API server holds it ({} once the job is gone)."""
+        return (self._get() or {}).get("spec") or {}
+
+    def _last_recorded_attempt(self) -> dict[str, Any] | None:
+        """The newest attempt as the operator recorded it (its Pods may be gone)."""
         attempts = self.describe().get("attempts") or []
         if not attempts:
             return None
-        return max(attempts, key=lambda a: a.get("attempt", 0)).get("pod")
+        return dict(max(attempts, key=lambda a: a.get("attempt", 0)))
+
+    def _hosts(self, attempt: dict[str, Any] | None) -> int:
+        """Pods per attempt: what the spec asks, or more when ``attempt`` recorded more
+        members (an accelerator only the cluster's own catalog knows counts as 1 here)."""
+        spec = self._spec()
+        asked = gang.effective_hosts(
+            spec.get("hosts"), catalog.default_catalog(), spec.get("accelerator")
+        )
+        return max(asked, recorded_hosts(attempt))
 
     def _archived_log_uri(self, pod: str) -> str | None:
         home = self._home()
         return home.log_uri(pod) if home is not None else None
 
-    def _log_text(self, tail: int | None) -> str:
-        """The newest attempt's log: from its Pod while it exists, else from the archive."""
-        pod = self._pod()
+    def _check_rank(self, rank: int) -> None:
+        """Refuse a rank the job has no Pod for, naming its host count. Rank 0 always
+        exists, so asking for it costs no lookup."""
+        if isinstance(rank, int) and not isinstance(rank, bool) and rank == 0:
+            return
+        problem = rank_problem(self.job_id, rank, self._hosts(self._last_recorded_attempt()))
+        if problem is not None:
+            raise ValueError(problem)
+
+    def _log_text(self, tail: int | None, rank: int = 0) -> str:
+        """Rank ``rank``'s log of the newest attempt: from its Pod while it exists, else from
+        the archive."""
+        pod = self._pod(rank)
         if pod is not None:
             text = kube.pod_log(pod, self.namespace, tail, self.context)
             if text is not None:
                 return text
             # Deleted between the LIST and the read; the operator archived it first.
-        else:
-            pod = self._last_recorded_pod()
-            if pod is None:
-                return ""
+            return self._archived_log(pod, tail)
+        attempt = self._last_recorded_attempt()
+        if attempt is None or not attempt.get("pod"):
+            return ""
+        return self._archived_log(member_pod(attempt, rank, self._hosts(attempt)), tail)
+
+    def _archived_log(self, pod: str, tail: int | None) -> str:
+        """The log the operator archived for ``pod`` before deleting it ('' if none)."""
         uri = self._archived_log_uri(pod)
         if uri is None:
             return ""
@@ -453,21 +480,27 @@ class JobHandle:
             return ""
         return last_lines(text, tail)
 
-    def tail(self, n: int = 100) -> str:
-        """The last `n` log lines of the newest attempt ('' before its Pod starts)."""
-        return self._log_text(n)
+    def tail(self, n: int = 100, rank: int = 0) -> str:
+        """The last `n` log lines of the newest attempt ('' before its Pod starts); of a
+        multi-host job, rank ``rank``'s (0, the coordinator, by default)."""
+        self._check_rank(rank)
+        return self._log_text(n, rank)
 
-    def logs(self, follow: bool = False) -> str | None:
+    def logs(self, follow: bool = False, rank: int = 0) -> str | None:
         """The newest attempt's whole log, or with follow=True stream it to stdout until it ends.
 
-        Once the attempt's Pod is gone the log comes from the archive the
-        operator wrote before deleting it.
+        A multi-host job has one log per member: ``rank`` picks whose (0, the
+        coordinator, whose result is the job's, by default); a rank the job
+        does not have raises ValueError naming its host count. Once the
+        attempt's Pods are gone the log comes from the archive the operator
+        wrote, one per member, before deleting them.
         """
+        self._check_rank(rank)
         if not follow:
-            return self._log_text(None)
-        pod = self._pod()
+            return self._log_text(None, rank)
+        pod = self._pod(rank)
         if pod is None:
-            sys.stdout.write(self._log_text(None))
+            sys.stdout.write(self._log_text(None, rank))
         else:
             for line in self.stream_logs(pod):
                 sys.stdout.write(line)
@@ -649,6 +682,59 @@ def sort_by_attempt(pods: list[V1Pod]) -> list[V1Pod]:
             int((p.metadata.labels or {}).get(names.LABEL_ATTEMPT, 0)),
             p.metadata.creation_timestamp or datetime.min.replace(tzinfo=UTC),
         ),
+    )
+
+
+def _label_int(pod: V1Pod, label: str) -> int:
+    """An integer label of ``pod`` (attempt, rank), 0 when absent or not a number."""
+    value = (pod.metadata.labels or {}).get(label, "0")
+    return int(value) if value.isdigit() else 0
+
+
+def pod_of_rank(pods: list[V1Pod], rank: int) -> V1Pod | None:
+    """Rank ``rank``'s Pod of the newest attempt among ``pods`` (`sort_by_attempt` order).
+
+    A single-host Pod has no rank label and is rank 0. None while that rank's
+    Pod does not exist (yet: without cluster DNS rank 0 is created first).
+    """
+    if not pods:
+        return None
+    newest = _label_int(pods[-1], names.LABEL_ATTEMPT)
+    ranked = [
+        p
+        for p in pods
+        if _label_int(p, names.LABEL_ATTEMPT) == newest and _label_int(p, names.LABEL_RANK) == rank
+    ]
+    return ranked[-1] if ranked else None
+
+
+def recorded_hosts(attempt: dict[str, Any] | None) -> int:
+    """Hosts of a recorded attempt: one past its highest member rank, 1 with no members."""
+    members = (attempt or {}).get("members") or []
+    return max((int(m.get("rank", 0)) + 1 for m in members), default=1)
+
+
+def member_pod(attempt: dict[str, Any], rank: int, hosts: int) -> str:
+    """The Pod that ran rank ``rank`` of a recorded attempt (its log is archived under that
+    name): the member's own record, else the gang's naming rule over ``hosts``."""
+    for member in attempt.get("members") or []:
+        if member.get("rank") == rank and member.get("pod"):
+            return str(member["pod"])
+    return gang.member_pod_names(str(attempt["pod"]), max(hosts, rank + 1))[rank]
+
+
+def rank_problem(job_id: str, rank: object, hosts: int) -> str | None:
+    """Why job ``job_id`` (on ``hosts`` hosts) has no log of rank ``rank``, or None."""
+    if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < hosts:
+        return None
+    if hosts == 1:
+        return (
+            f"rank={rank!r}: job {job_id} runs on 1 host, so its only rank is 0: "
+            "leave rank out (or pass 0)"
+        )
+    return (
+        f"rank={rank!r}: job {job_id} runs on {hosts} hosts, ranks 0 to {hosts - 1}: "
+        f"pass a rank in that range (0, the coordinator, is the default)"
     )
 
 

@@ -372,11 +372,19 @@ class InputHandle(JobHandle):
         home = self._home()
         return home.log_uri(pod) if home is not None else None
 
-    def _last_recorded_pod(self) -> str | None:
+    def _last_recorded_attempt(self) -> dict[str, Any] | None:
         record = self._record()
         if record is None or not record.attempts:
             return None
-        return max(record.attempts, key=lambda a: a.attempt).pod
+        return max(record.attempts, key=lambda a: a.attempt).wire()
+
+    def _spec(self) -> dict[str, Any]:
+        """What this input runs: its entry of ``spec.jobs``, else the batch's template."""
+        spec = (self._batch() or {}).get("spec") or {}
+        jobs = spec.get("jobs")
+        if isinstance(jobs, list):
+            return jobs[self.index] if self.index < len(jobs) else {}
+        return spec.get("template") or {}
 
     # ----------------------------------------------------------------- observing
 

@@ -1,7 +1,8 @@
 """`result(stream_logs=True)`: a job's logs on the terminal while the caller waits for it.
 
 A job runs as one Pod per attempt, so following "the job's log" means
-following each attempt's Pod in turn, from its first line, as it appears.
+following each attempt's Pod in turn, from its first line, as it appears
+(of a multi-host attempt, rank 0's Pod: the coordinator, whose result is the job's).
 A thread does that while the caller's thread waits on the job; when the
 job has ended, the thread finishes the Pods it has not printed yet and
 stops. A job whose Pods are already gone (it ended before we looked) has
@@ -16,6 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from kinetic.api import kube
+from kinetic.model import names
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
@@ -87,8 +89,10 @@ class LogFollower:
                 self._write(f"[kinetic] stopped streaming logs: {type(e).__name__}: {e}\n")
 
     def _unprinted(self) -> list[V1Pod]:
+        """Attempt Pods not printed yet; of a multi-host attempt, rank 0's only (whose result
+        is the job's): N logs in turn would not read as one; `logs(rank=i)` has the others."""
         pods = self.handle._live_pods()
-        return [p for p in pods if p.metadata.name not in self._printed]
+        return [p for p in pods if p.metadata.name not in self._printed and _is_rank_0(p)]
 
     @staticmethod
     def _started(pod: V1Pod) -> bool:
@@ -119,3 +123,8 @@ class LogFollower:
         if text:
             self.out.write(text)
             self.out.flush()
+
+
+def _is_rank_0(pod: V1Pod) -> bool:
+    """A single-host attempt's Pod (no rank label), or a gang's rank 0."""
+    return (pod.metadata.labels or {}).get(names.LABEL_RANK, "0") == "0"

@@ -39,7 +39,13 @@ from typing import Any
 
 from kinetic import storage
 from kinetic.api import reference
-from kinetic.api.batches import BatchHandle, Submittable, create_batch, new_group_id
+from kinetic.api.batches import (
+    BatchHandle,
+    Submittable,
+    check_hosts,
+    create_batch,
+    new_group_id,
+)
 from kinetic.api.config import ClientConfig, resolve
 from kinetic.model import layout, limits, payload
 from kinetic.model import resources as r
@@ -69,6 +75,7 @@ class ContainerCall:
     accelerator: str = "cpu"
     retries: int | None = None
     deadline: int | None = None
+    hosts: int | None = None
 
     def job_spec(self) -> r.BatchJobSpec:
         return r.BatchJobSpec(
@@ -78,6 +85,7 @@ class ContainerCall:
             env=[r.EnvVar(name=k, value=str(v)) for k, v in self.env.items()],
             retries=self.retries,
             deadline_seconds=self.deadline,
+            hosts=self.hosts,
         )
 
 
@@ -90,12 +98,17 @@ def container(
     accelerator: str = "cpu",
     retries: int | None = None,
     deadline: int | None = None,
+    hosts: int | None = None,
 ) -> ContainerCall:
     """A container command for `batch`: its termination message (or log tail) is its result.
 
-    ``retries`` unset means the batch's ``retries``. Invalid values (an env
-    name that is not an identifier, a negative retry count, ...) raise here.
+    ``retries`` unset means the batch's ``retries``. ``hosts=N`` runs it as a
+    gang of N Pods (rank 0's termination message is the result); unset, the
+    accelerator's own count. Invalid values (an env name that is not an
+    identifier, a negative retry count, a host count the accelerator cannot
+    have, ...) raise here.
     """
+    check_hosts(hosts, accelerator)
     if isinstance(command, str):
         raise TypeError("command must be a list of strings, e.g. ['sh', '-c', 'echo hi']")
     call = ContainerCall(
@@ -106,6 +119,7 @@ def container(
         accelerator=accelerator,
         retries=retries,
         deadline=deadline,
+        hosts=hosts,
     )
     call.job_spec()  # pydantic says what is wrong, before anything is uploaded
     return call

@@ -10,8 +10,8 @@ takes them, and handled here once:
   selects none, or several, is an error listing the contexts there are: a
   cluster named on purpose is never silently replaced by the current one.
 * ``backend``: ``"gke"`` (the reference's default) or None is how every job
-  runs here. ``"pathways"`` (a multi-host job) is not supported yet and is
-  refused, naming what to use; any other value is refused too (`accept`).
+  runs here. ``"pathways"`` is refused, naming what to use instead (``hosts=``,
+  a gang of Pods); any other value is refused too (`accept`).
 * ``project``, ``zone``, ``base_image_repo``, ``poll_interval``,
   ``poll_timeout`` and ``cleanup_poll_interval`` cannot change what happens
   here. They are accepted with one `DeprecationWarning` per call naming each
@@ -91,9 +91,9 @@ def check_backend(where: str, backend: str | None) -> None:
         return
     if backend == "pathways":
         raise UnsupportedBackend(
-            f"{where}(backend='pathways'): multi-host (Pathways) jobs are not supported yet. "
-            "Leave backend= out (or pass backend='gke'): each job, and each input of a "
-            "batch, then runs in one Pod with the accelerator= you ask for."
+            f"{where}(backend='pathways'): Pathways is not supported; a multi-host job runs "
+            "here as a gang of Pods instead. Leave backend= out (or pass backend='gke') and "
+            "pass hosts=N, or a multi-host accelerator such as 'tpu-v5e-16' (4 hosts)."
         )
     raise UnsupportedBackend(
         f"{where}(backend={backend!r}): there is no such backend. Leave backend= out (or "

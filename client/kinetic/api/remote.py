@@ -17,7 +17,7 @@ from typing import Any
 from kinetic import storage
 from kinetic.api import project as projects  # `project` is also the reference's argument
 from kinetic.api import reference
-from kinetic.api.batches import BatchHandle, submit_map
+from kinetic.api.batches import BatchHandle, check_hosts, submit_map
 from kinetic.api.config import ClientConfig, resolve
 from kinetic.api.jobs import JobHandle, new_job_id, submit_job
 from kinetic.api.mixed import Call
@@ -74,8 +74,9 @@ class RemoteFunction:
         """Fan out over `inputs`; see `kinetic.api.batches.submit_map` for the options.
 
         `input_mode`, `max_concurrent`, `retries`, `fail_fast`,
-        `cancel_running_on_fail`, `name`, `tags`, and `chunk_size` (consecutive
-        inputs per Pod, for very short functions).
+        `cancel_running_on_fail`, `name`, `tags`, `chunk_size` (consecutive
+        inputs per Pod, for very short functions), and `hosts` (Pods per input,
+        a gang; unset, this function's own `kinetic.run(hosts=...)`).
         """
         return submit_map(self, inputs, **kwargs)
 
@@ -160,6 +161,7 @@ class RemoteFunction:
             deadline_seconds=o["deadline"],
             volumes=volumes,
             debug=o.get("debug", False),
+            hosts=o.get("hosts"),
         )
 
 
@@ -200,6 +202,7 @@ def run(
     volumes: Mapping[str, Data] | None = None,
     debug: bool = False,
     *,
+    hosts: int | None = None,
     project: str | None = None,
     zone: str | None = None,
     cluster: str | None = None,
@@ -222,6 +225,13 @@ def run(
     keeps the job and its artifacts (`cleanup=False`) and does not stream logs,
     unless asked.
 
+    `hosts=N` runs each attempt as a gang of N Pods, ranks 0 .. N-1, that find
+    each other through the rendezvous environment (MASTER_ADDR, RANK,
+    WORLD_SIZE, ...; see the README's "Multi-host jobs"). Left out, it is the
+    accelerator's own count: 1, or a multi-host TPU slice's hosts
+    (`tpu-v5e-16` alone runs 4 Pods). It is keyword-only, and per call it is
+    `fn.with_options(hosts=N)`: `run_async`'s keywords are the function's own.
+
     `image` (or `container_image`, the reference's name for it) runs the
     function in that image as is. Without one (or with "bundled" or
     "prebuilt") the default image runs it, and the requirements of the
@@ -232,7 +242,7 @@ def run(
     `cluster` selects the kubeconfig context of that name (or the one context
     for a cluster of that name), at submission; an unknown name is a
     `ConfigError` listing the contexts. `backend` is "gke" (or None); "pathways"
-    is refused until multi-host jobs exist. `project`, `zone` and
+    is refused, naming `hosts=` (a multi-host job here is a gang of Pods). `project`, `zone` and
     `base_image_repo` are kept in `options` but cannot matter here (the
     kubeconfig context picks the cluster; the operator's runner image, or
     `image=`, is the image): giving any of them warns once, naming the equivalent.
@@ -246,6 +256,7 @@ def run(
     # The reference's spellings (v5litepod-4, l4, a100x4, ...) become the catalog's; what
     # the cluster offers is checked at submission, before any upload.
     accelerator_as_given, accelerator = accelerator, _spelled(accelerator)
+    check_hosts(hosts, accelerator)
     options: dict[str, Any] = dict(
         accelerator=accelerator,
         accelerator_as_given=accelerator_as_given,  # for error messages
@@ -259,6 +270,7 @@ def run(
         output_dir=output_dir,
         deadline=deadline,
         debug=bool(debug),
+        hosts=hosts,
         volumes=check_volumes(volumes),  # before anything is uploaded
         # The reference API's: the cluster picks the kubeconfig context at submission;
         # the others are kept as given (see the docstring).

@@ -24,9 +24,22 @@ with the counts it does offer; ``gpus`` without ``gpu_type`` is refused too,
 listing the types, since the catalog has no default GPU and guessing one
 would pick the price of someone's job.
 
-Only ``training`` jobs exist here: a ``distributed`` job needs several Pods
-that start together and a ``workspace`` is interactive, and Kinetic runs one
-Pod per job to completion, so both are refused with that reason.
+A ``distributed`` job is a multi-host job (``spec.hosts``): ``workers: N``
+runs N Pods, ranks 0 .. N-1, each with ``gpus`` GPUs of ``gpu_type``, started
+together and retried together. ``workers`` counts every Pod: there is no
+separate master Pod, since rank 0 is both a worker and the coordinator the
+others reach through ``MASTER_ADDR``; ``workers: 4, gpus: 2`` is 4 Pods and 8
+GPUs. (Run:AI's own distributed CLI adds a master to its workers; a file
+written for that count wants ``workers`` one higher here.) ``framework`` is
+one of the guide's values and changes nothing about the job: every member
+gets the same rendezvous environment (``MASTER_ADDR``, ``MASTER_PORT``,
+``RANK``, ``WORLD_SIZE``, ``KINETIC_COORDINATOR_ADDRESS``, ...), which
+torch.distributed and ``jax.distributed.initialize`` read as they stand and
+from which a TensorFlow, MPI or XGBoost script builds its own cluster
+description. An unknown value is refused, as it is likely a typo.
+
+A ``workspace`` is interactive, and Kinetic runs each job to completion, so
+it is refused with that reason.
 """
 
 from __future__ import annotations
@@ -35,11 +48,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kinetic.model import catalog
+from kinetic.model import catalog, gang
 from kinetic.model.resources import API_VERSION, JOB_KIND
 
 REQUEST_KEYS = ("jobs", "dry_run", "confirmed", "continue_on_error")
 JOB_KEYS = ("type", "name", "project", "image", "command", "gpus", "gpu_type")
+DISTRIBUTED_KEYS = (*JOB_KEYS, "workers", "framework")
+JOB_TYPES = ("training", "distributed")
+# The guide's values; the rendezvous environment serves them all alike (module docstring).
+FRAMEWORKS = ("pytorch", "tensorflow", "mpi", "jax", "xgboost")
 
 
 class GuideError(ValueError):
@@ -97,19 +114,12 @@ def job_object(index: int, job: Any, accelerators: Sequence[str]) -> tuple[str, 
     name = job.get("name")
     if isinstance(name, str) and name:
         where = f"{where} ({name})"
-    kind = job.get("type", "training")
-    if kind != "training":
-        raise GuideError(
-            f"type {kind!r} cannot be submitted: Kinetic runs each job as one Pod to completion "
-            "(a distributed job needs Pods that start together, a workspace is interactive); "
-            "use type: training",
-            where,
-        )
-    unknown = sorted(set(job) - set(JOB_KEYS))
+    kind = _job_type(job.get("type", "training"), where)
+    known = DISTRIBUTED_KEYS if kind == "distributed" else JOB_KEYS
+    unknown = sorted(set(job) - set(known))
     if unknown:
         raise GuideError(
-            f"{', '.join(unknown)}: not a key of a training job "
-            f"(known keys: {', '.join(JOB_KEYS)})",
+            f"{', '.join(unknown)}: not a key of a {kind} job (known keys: {', '.join(known)})",
             where,
         )
     if not isinstance(name, str) or not name:
@@ -121,8 +131,49 @@ def job_object(index: int, job: Any, accelerators: Sequence[str]) -> tuple[str, 
     if job.get("project") is not None:
         metadata["namespace"] = job["project"]
     accelerator = gpu_accelerator(job.get("gpus"), job.get("gpu_type"), accelerators, where)
-    spec = {"accelerator": accelerator, "container": container}
+    spec: dict[str, Any] = {"accelerator": accelerator, "container": container}
+    if kind == "distributed":
+        spec["hosts"] = distributed_hosts(job, accelerator, where)
     return where, {"apiVersion": API_VERSION, "kind": JOB_KIND, "metadata": metadata, "spec": spec}
+
+
+def _job_type(kind: Any, where: str) -> str:
+    if kind in JOB_TYPES:
+        return str(kind)
+    if kind == "workspace":
+        raise GuideError(
+            "type 'workspace' cannot be submitted: a workspace is interactive, and Kinetic "
+            "runs each job to completion; use type: training (or distributed) with a command",
+            where,
+        )
+    raise GuideError(f"type {kind!r} is not a job type; use one of: {', '.join(JOB_TYPES)}", where)
+
+
+def distributed_hosts(job: dict[str, Any], accelerator: str, where: str) -> int:
+    """A distributed job's ``workers``, checked as ``spec.hosts`` is, and its ``framework``.
+
+    ``workers`` is every Pod of the job, rank 0 included (no separate
+    master; see the module docstring), so it is ``spec.hosts`` as it stands.
+    """
+    framework = job.get("framework")
+    if framework is not None and framework not in FRAMEWORKS:
+        raise GuideError(
+            f"framework: {framework!r} is not one of {', '.join(FRAMEWORKS)}; any of them runs "
+            "the same way here (every worker gets MASTER_ADDR, RANK, WORLD_SIZE, ...), so pick "
+            "the closest or leave framework out",
+            where,
+        )
+    workers = job.get("workers")
+    if workers is None:
+        raise GuideError(
+            "workers is required for a distributed job: the number of Pods to run, rank 0 "
+            "included (e.g. workers: 4)",
+            where,
+        )
+    problems = gang.hosts_problems(workers, accelerator, catalog.default_catalog(), None, "workers")
+    if problems:
+        raise GuideError("; ".join(problems), where)
+    return int(workers)
 
 
 def _command(command: Any, where: str) -> list[Any]:

@@ -95,21 +95,41 @@ def status(
     emit(_row(h, st), output)
     attempts = st.get("attempts", [])
     if attempts:
-        emit(
-            [
-                {
-                    "attempt": a.get("attempt"),
-                    "pod": a.get("pod"),
-                    "outcome": a.get("outcome"),
-                    "exit_code": a.get("exitCode"),
-                    "reason": a.get("reason"),
-                    "message": a.get("message"),
-                }
-                for a in attempts
-            ],
-            output,
-            title="attempts",
-        )
+        emit([_attempt_row(a) for a in attempts], output, title="attempts")
+    gangs = [a for a in attempts if a.get("members")]
+    if gangs:
+        newest = gangs[-1]
+        emit(member_rows(newest), output, title=f"members of attempt {newest.get('attempt')}")
+
+
+def _attempt_row(a: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "attempt": a.get("attempt"),
+        "pod": a.get("pod"),
+        "outcome": a.get("outcome"),
+        "exit_code": a.get("exitCode"),
+        "reason": a.get("reason"),
+        "message": a.get("message"),
+    }
+
+
+def member_rows(attempt: dict[str, Any]) -> list[dict[str, Any]]:
+    """A multi-host attempt's members by rank: which Pod, how it ended and why.
+
+    Only the newest such attempt is shown: it is the one a user acts on,
+    and older ones are in ``-o json`` (every attempt with its members).
+    """
+    members = sorted(attempt.get("members") or [], key=lambda m: m.get("rank", 0))
+    return [
+        {
+            "rank": m.get("rank"),
+            "pod": m.get("pod"),
+            "outcome": m.get("outcome"),
+            "exit_code": m.get("exitCode"),
+            "reason": m.get("reason"),
+        }
+        for m in members
+    ]
 
 
 @app.command()
@@ -117,17 +137,24 @@ def logs(
     job_id: str,
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream until the pod ends."),
     tail: int | None = typer.Option(None, "--tail", help="Only the last N lines."),
+    rank: int = typer.Option(
+        0, "--rank", help="A multi-host job's member whose log to print (0: the coordinator)."
+    ),
     namespace: str | None = NAMESPACE,
     context: str | None = CONTEXT,
 ) -> None:
-    """Print a job's logs (its newest attempt; archived once its Pod is gone)."""
+    """Print a job's logs (its newest attempt; archived once its Pod is gone). A multi-host
+    job has one log per member: --rank picks whose."""
     h = _handle(job_id, namespace, context)
-    if follow:
-        h.logs(follow=True)
-    elif tail is not None:
-        print(h.tail(tail), end="")
-    else:
-        print(h.logs() or "", end="")
+    try:
+        if follow:
+            h.logs(follow=True, rank=rank)
+        elif tail is not None:
+            print(h.tail(tail, rank=rank), end="")
+        else:
+            print(h.logs(rank=rank) or "", end="")
+    except ValueError as e:  # a rank the job does not have: the message says which it has
+        raise fail(str(e)) from None
 
 
 @app.command()

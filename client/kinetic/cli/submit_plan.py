@@ -19,7 +19,7 @@ from rich.table import Table
 from kinetic.api import kube
 from kinetic.cli import guide
 from kinetic.cli.submit_file import DEFAULT_IMAGE, INPUT_WIDTH, Document, Entry, Refusal
-from kinetic.model import limits
+from kinetic.model import catalog, limits
 from kinetic.model.fanout import grid_point
 from kinetic.model.policy_keys import SubmissionPolicy
 from kinetic.model.ranges import parse_ranges
@@ -59,7 +59,8 @@ def preview_rows(docs: list[Document]) -> list[dict[str, Any]]:
     """One row per document: kind, name, namespace, jobs, images and accelerators.
 
     Accelerators are counted per job: a batch of 10 inputs on gpu-l4 needs
-    ``10 x gpu-l4`` over its life (at most maxConcurrent at once).
+    ``10 x gpu-l4`` over its life (at most maxConcurrent at once). A
+    multi-host job counts one per Pod (`accelerators_per_job`).
     """
     rows = []
     for doc in docs:
@@ -69,7 +70,7 @@ def preview_rows(docs: list[Document]) -> list[dict[str, Any]]:
         accelerators: dict[str, int] = {}
         for job in specs:
             name = job.get("accelerator") or "cpu"
-            accelerators[name] = accelerators.get(name, 0) + per_job
+            accelerators[name] = accelerators.get(name, 0) + per_job * accelerators_per_job(job)
         rows.append(
             {
                 "kind": doc.kind,
@@ -81,6 +82,20 @@ def preview_rows(docs: list[Document]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def accelerators_per_job(job: dict[str, Any]) -> int:
+    """How many of its accelerator one job holds: one per host, as each Pod gets one
+    (``hosts: 4`` of gpu-l4x2 is 4 x gpu-l4x2), but one for a multi-host TPU slice,
+    whose name already stands for all its hosts (tpu-v5e-16 is one slice of 4)."""
+    hosts = job.get("hosts")
+    if not isinstance(hosts, int) or isinstance(hosts, bool) or hosts < 1:
+        return 1  # left out, or refused by the document's own checks
+    try:
+        spanned = catalog.hosts_of(catalog.default_catalog(), job.get("accelerator") or "cpu")
+    except catalog.UnknownAccelerator:
+        spanned = 1
+    return 1 if spanned > 1 else hosts
 
 
 def accelerator_totals(rows: list[dict[str, Any]]) -> dict[str, int]:

@@ -125,7 +125,7 @@ def test_outside_a_pod_it_says_what_is_missing_and_what_to_use() -> None:
 
 
 def test_pathways_is_refused_there_too() -> None:
-    with pytest.raises(ValueError, match=r"from_job_context\(backend='pathways'\): multi-host"):
+    with pytest.raises(ValueError, match=r"from_job_context\(backend='pathways'\): Pathways is"):
         JobHandle.from_job_context({}, backend_name="pathways")
 
 

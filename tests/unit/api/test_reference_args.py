@@ -122,8 +122,9 @@ def test_pathways_is_refused_naming_the_argument_and_what_to_use() -> None:
     message = str(refused.value)
     assert isinstance(refused.value, reference.UnsupportedBackend)
     assert "kinetic.run(backend='pathways')" in message
-    assert "multi-host" in message and "not supported yet" in message
+    assert "multi-host" in message and "not supported" in message
     assert "Leave backend= out (or pass backend='gke')" in message
+    assert "hosts=N" in message
 
 
 def test_an_unknown_backend_is_refused_too() -> None:

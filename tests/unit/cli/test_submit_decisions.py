@@ -146,10 +146,10 @@ def test_json_that_yaml_cannot_read_is_read_as_json() -> None:
     [
         (
             train("d", type="distributed"),
-            "jobs[0] (d): type 'distributed' cannot be submitted: Kinetic runs each job as one "
-            "Pod to completion",
+            "jobs[0] (d): workers is required for a distributed job",
         ),
         (train("w", type="workspace"), "type 'workspace' cannot be submitted"),
+        (train("n", type="notebook"), "type 'notebook' is not a job type"),
         (
             train("x", workers=4),
             "jobs[0] (x): workers: not a key of a training job (known keys: type, name, "
