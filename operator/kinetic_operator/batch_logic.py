@@ -148,6 +148,12 @@ class UnitObservation:
     members: tuple[PodView, ...] = ()  # a gang's member Pods, tombstones included
     gang: Gang | None = None  # set by `see_gangs`: then ``pods`` are one view per attempt
 
+    @property
+    def live(self) -> bool:
+        """A Pod of the unit runs or is about to: an attempt's, or any member of a gang
+        (one stopped with its gang holds its node until it is gone)."""
+        return any(p.live for p in self.pods.values()) or any(m.live for m in self.members)
+
 
 @dataclass(frozen=True)
 class Recorded:
@@ -448,11 +454,7 @@ def _follow_units(w: _Work, units: Mapping[int, UnitObservation], *, cancel_all:
 
 def _busy_units(units: Mapping[int, UnitObservation]) -> set[int]:
     """Units with a Pod live or being created."""
-    return {
-        u
-        for u, obs in units.items()
-        if obs.creating is not None or any(p.live for p in obs.pods.values())
-    }
+    return {u for u, obs in units.items() if obs.creating is not None or obs.live}
 
 
 def _settled_strays(w: _Work, unit: int, obs: UnitObservation) -> list[str]:
@@ -640,11 +642,7 @@ def _held_units(w: _Work, units: Mapping[int, UnitObservation]) -> set[int]:
     return {w.unit_of(i) for i in w.active} | {
         u
         for u, obs in units.items()
-        if u < w.total
-        and (
-            (obs.creating is not None and obs.creating not in obs.pods)
-            or any(p.live for p in obs.pods.values())
-        )
+        if u < w.total and ((obs.creating is not None and obs.creating not in obs.pods) or obs.live)
     }
 
 

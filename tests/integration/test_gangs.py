@@ -1,0 +1,290 @@
+"""Multi-host jobs on the real cluster: gangs of Pods that find rank 0, and fail together.
+
+The local cluster has no cluster DNS, so its operator runs with
+``rendezvous: podIP``: rank 0 is created first and the other ranks get its
+Pod IP as MASTER_ADDR. Witnesses from inside the Pods come back as results,
+termination messages or objects in the storage emulator the Pods were given.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import textwrap
+from collections import defaultdict
+from typing import Any
+
+import kinetic
+import pytest
+from kinetic import storage
+from kinetic.api.config import resolve
+from kinetic.api.inputs import read_manifest, read_shard
+from kinetic.model import layout
+from kinetic.model.resources import GROUP, VERSION
+from kube_helpers import Kube, ended_status, wait_for
+
+pytestmark = pytest.mark.integration
+
+TERM_LOG = "/dev/termination-log"
+BUSYBOX = "busybox:1.36"
+
+
+@pytest.fixture
+def ns(client_env: dict[str, str], namespace: str) -> str:
+    return namespace
+
+
+def job(kube: Kube, ns: str, name: str, spec: dict[str, Any]) -> None:
+    """`kubectl apply` a KineticJob, as a user would."""
+    kube.apply(
+        ns,
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "KineticJob",
+            "metadata": {"name": name},
+            "spec": spec,
+        },
+    )
+
+
+def sh(script: str, **extra: Any) -> dict[str, Any]:
+    """A busybox container job running a shell script."""
+    command = ["sh", "-c", textwrap.dedent(script).strip()]
+    return {"container": {"image": BUSYBOX, "command": command}, **extra}
+
+
+def pods(kube: Kube, ns: str) -> dict[str, Any]:
+    return {p.metadata.name: p for p in kube.core.list_namespaced_pod(ns).items}
+
+
+def live(kube: Kube, ns: str) -> list[str]:
+    """Pods still running or about to (not ended, not being deleted)."""
+    return sorted(
+        name
+        for name, p in pods(kube, ns).items()
+        if p.status.phase in ("Pending", "Running") and not p.metadata.deletion_timestamp
+    )
+
+
+def env_of(pod: Any) -> dict[str, Any]:
+    return {e.name: e.value for e in pod.spec.containers[0].env}
+
+
+def members(status: dict[str, Any], attempt: int = -1) -> dict[int, tuple[str, str]]:
+    """rank -> (pod, outcome) of one attempt, as the status records it."""
+    record = status["attempts"][attempt]
+    return {m["rank"]: (m["pod"], m["outcome"]) for m in record["members"]}
+
+
+# --------------------------------------------------------------------------- rendezvous
+
+
+def test_two_host_function_ranks_exchange_hostnames_over_tcp(ns: str, kube: Kube) -> None:
+    @kinetic.run(namespace=ns, hosts=2)
+    def meet() -> dict[str, Any]:
+        import os
+        import socket
+        import time
+
+        rank, port = int(os.environ["RANK"]), int(os.environ["MASTER_PORT"])
+        addr, me = os.environ["MASTER_ADDR"], socket.gethostname()
+        if rank == 0:
+            with socket.create_server(("", port)) as server:
+                server.settimeout(180)
+                conn, _ = server.accept()
+                with conn:
+                    peer = conn.recv(256).decode()
+                    conn.sendall(me.encode())
+            return {
+                "me": me,
+                "peer": peer,
+                "addr": addr,
+                "world": os.environ["WORLD_SIZE"],
+                "coordinator": os.environ["KINETIC_COORDINATOR_ADDRESS"],
+            }
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                conn = socket.create_connection((addr, port), timeout=5)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        with conn:
+            conn.sendall(me.encode())
+            return {"me": me, "peer": conn.recv(256).decode()}
+
+    handle = meet.run_async()
+    out = handle.result(timeout=300, cleanup=False)
+    name = handle.job_id
+    assert (out["me"], out["peer"], out["world"]) == (f"{name}-1-0", f"{name}-1-1", "2")
+
+    status = handle.describe()
+    assert status["phase"] == "SUCCEEDED" and status["attempt"] == 1
+    record = status["attempts"][-1]
+    assert record["pod"] == f"{name}-1" and record["outcome"] == "success"
+    ranks = members(status)
+    assert ranks[0] == (f"{name}-1-0", "succeeded")
+    assert ranks[1][0] == f"{name}-1-1" and ranks[1][1] in ("succeeded", "stopped")
+
+    # No cluster DNS here: rank 1 dialled rank 0's Pod IP, which rank 0 was told as its own.
+    rank0, rank1 = (kube.core.read_namespaced_pod(f"{name}-1-{r}", ns) for r in (0, 1))
+    assert out["addr"] == rank0.status.pod_ip == env_of(rank1)["MASTER_ADDR"]
+    assert out["coordinator"] == f"{rank0.status.pod_ip}:29500"
+    assert rank1.metadata.labels["kinetic.dev/rank"] == "1"
+    assert (rank1.spec.hostname, rank1.spec.subdomain) == (f"{name}-1-1", f"{name}-gang")
+    service = kube.core.read_namespaced_service(f"{name}-gang", ns)
+    assert service.spec.cluster_ip == "None" and service.spec.publish_not_ready_addresses
+    assert service.metadata.owner_references[0].name == name
+    handle.cleanup()
+
+
+def test_three_host_container_job_from_kubectl(kube: Kube, ns: str) -> None:
+    script = f"""
+        echo "rank $RANK of $WORLD_SIZE dials $MASTER_ADDR:$MASTER_PORT"
+        printf 'rank=%s world=%s process=%s of %s' "$RANK" "$WORLD_SIZE" \\
+            "$KINETIC_PROCESS_ID" "$KINETIC_NUM_PROCESSES" > {TERM_LOG}
+        [ "$RANK" = 0 ] && sleep 3
+        exit 0
+    """
+    job(kube, ns, "trio", sh(script, hosts=3))
+    status = ended_status(kube, "kj", ns, "trio", timeout=240)
+    assert status["phase"] == "SUCCEEDED", status["message"]
+    assert status["result"] == "rank=0 world=3 process=0 of 3"  # rank 0's is the job's
+    assert [(r, p) for r, (p, _) in sorted(members(status).items())] == [
+        (0, "trio-1-0"),
+        (1, "trio-1-1"),
+        (2, "trio-1-2"),
+    ]
+    assert members(status)[0][1] == "succeeded"
+
+    seen = pods(kube, ns)
+    ip = seen["trio-1-0"].status.pod_ip
+    for rank in (1, 2):
+        env = env_of(seen[f"trio-1-{rank}"])
+        assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"]) == (str(rank), "3", ip)
+        assert env["KINETIC_COORDINATOR_ADDRESS"] == f"{ip}:29500"
+        assert env["LOCAL_RANK"] == "0"
+    logs = kube.core.read_namespaced_pod_log("trio-1-2", ns)
+    assert f"rank 2 of 3 dials {ip}:29500" in logs
+    # kubectl shows the gang by its rank label.
+    table = kube.kubectl("get", "pods", "-n", ns, "-L", "kinetic.dev/rank").stdout
+    assert "RANK" in table.splitlines()[0]
+
+
+# --------------------------------------------------------------------------- failing together
+
+
+def test_rank_one_fails_and_the_whole_gang_stops(kube: Kube, ns: str) -> None:
+    script = f"""
+        if [ "$RANK" = 1 ]; then sleep 2; echo 'shard 7 is corrupt' > {TERM_LOG}; exit 3; fi
+        sleep 600
+    """
+    job(kube, ns, "split", sh(script, hosts=2, retries=1))
+    status = ended_status(kube, "kj", ns, "split", timeout=240)
+    assert status["phase"] == "FAILED"
+    # One retry spent by the whole gang, not one per member.
+    assert (status["attempt"], status["failures"], status["disruptions"]) == (2, 2, 0)
+    for attempt in (0, 1):
+        record = status["attempts"][attempt]
+        assert (record["outcome"], record["exitCode"]) == ("failure", 3)
+        assert "rank 1 failed" in record["message"] and "shard 7 is corrupt" in record["message"]
+        assert {r: o for r, (_, o) in members(status, attempt).items()} == {
+            0: "stopped",
+            1: "failed",
+        }
+    assert "shard 7 is corrupt" in status["message"]
+    # Rank 0 of each attempt was deleted with its gang: nothing is left running.
+    wait_for(lambda: not live(kube, ns), timeout=60, what="no live Pod in the namespace")
+
+
+def test_member_deleted_mid_run_is_a_disruption_and_the_gang_reruns(kube: Kube, ns: str) -> None:
+    script = f"""
+        [ "$KINETIC_ATTEMPT" = 1 ] && sleep 600
+        printf 'attempt %s rank %s' "$KINETIC_ATTEMPT" "$RANK" > {TERM_LOG}
+    """
+    job(kube, ns, "lose", sh(script, hosts=2, retries=0))
+
+    def both_running() -> bool:
+        seen = pods(kube, ns)
+        return all(
+            (p := seen.get(f"lose-1-{r}")) is not None and p.status.phase == "Running"
+            for r in (0, 1)
+        )
+
+    wait_for(both_running, timeout=180, what="both members of attempt 1 running")
+    kube.core.delete_namespaced_pod("lose-1-1", ns)
+    status = ended_status(kube, "kj", ns, "lose", timeout=240)
+    assert status["phase"] == "SUCCEEDED", status["message"]
+    assert status["result"] == "attempt 2 rank 0"
+    # Free: retries was 0, and the gang re-ran whole.
+    assert (status["attempt"], status["failures"], status["disruptions"]) == (2, 0, 1)
+    first = status["attempts"][0]
+    assert first["outcome"] == "disruption"
+    assert {r: o for r, (_, o) in members(status, 0).items()} == {0: "stopped", 1: "gone"}
+    wait_for(lambda: "lose-1-0" not in live(kube, ns), timeout=60, what="rank 0 of attempt 1 gone")
+
+
+# --------------------------------------------------------------------------- batches
+
+
+def test_batch_of_gangs_runs_one_gang_at_a_time(kube: Kube, ns: str, runs: str) -> None:
+    assert runs.startswith("gs://")
+    bucket, _, path = runs[len("gs://") :].partition("/")
+    upload = (
+        f"$STORAGE_EMULATOR_HOST/upload/storage/v1/b/{bucket}/o?uploadType=media"
+        f"&name={path}/$KINETIC_INDEX/$RANK"
+    )
+    # Each member records when it started and ended. Rank 0 outlives rank 1, so both end
+    # on their own; with maxConcurrent 1 the next gang starts only after both ended.
+    script = f"""
+        start=$(date +%s%N)
+        if [ "$RANK" = 0 ]; then sleep 4; else sleep 2; fi
+        wget -q -O /dev/null --post-data "$start $(date +%s%N)" "{upload}"
+    """
+    kube.apply(
+        ns,
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "KineticBatch",
+            "metadata": {"name": "gangs"},
+            "spec": {
+                "template": sh(script, hosts=2),
+                "inputs": {"items": [0, 1, 2]},
+                "maxConcurrent": 1,
+            },
+        },
+    )
+    status = ended_status(kube, "kb", ns, "gangs", timeout=300)
+    assert status["phase"] == "SUCCEEDED", status.get("message")
+    assert status["counts"]["succeeded"] == 3
+
+    spans: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for uri in storage.list_prefix(runs + "/"):
+        index, rank = (int(x) for x in uri[len(runs) + 1 :].split("/"))
+        start, end = (int(x) for x in storage.read_bytes(uri).split())
+        spans[index].append((start, end))
+    assert {i: len(s) for i, s in spans.items()} == {0: 2, 1: 2, 2: 2}  # each rank ran once
+    windows = sorted((min(s for s, _ in v), max(e for _, e in v)) for v in spans.values())
+    for (_, end), (start, _) in itertools.pairwise(windows):
+        assert end <= start, f"two gangs ran at once: {json.dumps(windows)}"
+
+    # The manifest records every member of each input's attempt.
+    uid = kube.kubectl("get", "kb", "gangs", "-n", ns, "-o", "jsonpath={.metadata.uid}").stdout
+    home = layout.batch_home(resolve().storage_root, ns, "gangs", uid)
+    wait_for(
+        lambda: (h := read_manifest(home)) and h.phase == "SUCCEEDED",
+        timeout=30,
+        what="the final manifest",
+    )
+    shard = read_shard(home, 0)
+    assert shard is not None
+    for index in ("0", "1", "2"):
+        (attempt,) = shard.inputs[index].attempts
+        assert attempt.pod == f"gangs-{index}-1" and attempt.outcome == "success"
+        assert [(m.rank, m.pod) for m in attempt.members or []] == [
+            (0, f"gangs-{index}-1-0"),
+            (1, f"gangs-{index}-1-1"),
+        ]
+        assert (attempt.members or [])[0].outcome == "succeeded"
