@@ -77,6 +77,7 @@ from kinetic.model.limits import DEFAULT_MAX_DISRUPTIONS
 from kinetic.model.names import input_pod_name
 from kinetic.model.ranges import IndexSet, RangeError
 from kinetic.model.resources import (
+    AttemptRecord,
     Condition,
     KineticBatchSpec,
     KineticBatchStatus,
@@ -481,9 +482,11 @@ def see_gangs(
     now: datetime,
     deadline: timedelta,
     creating: Iterable[str] = (),
+    settled: Mapping[int, Mapping[int, AttemptRecord]] | None = None,
 ) -> dict[int, UnitObservation]:
     """Each multi-host unit's members as one view per attempt (`kinetic_operator.gangs`),
-    beside the attempts that could not be created at all; other units as they are."""
+    beside the attempts that could not be created at all; other units as they are.
+    ``settled``: unit -> attempt -> its recorded end (`gangs.see`)."""
     out: dict[int, UnitObservation] = {}
     making = frozenset(creating)
     for unit, obs in units.items():
@@ -491,9 +494,25 @@ def see_gangs(
         if hosts <= 1 and not obs.members:
             out[unit] = obs
             continue
-        views, gang = gangs.see(obs.members, max(hosts, 2), now, deadline, making)
+        ended = (settled or {}).get(unit)
+        views, gang = gangs.see(obs.members, max(hosts, 2), now, deadline, making, ended)
         out[unit] = replace(obs, pods={**obs.pods, **views}, gang=gang)
     return out
+
+
+ENDED = ("success", "failure", "disruption")
+
+
+def settled_gangs(
+    units: Mapping[int, UnitObservation], plans: Mapping[int, UnitPlan]
+) -> dict[int, dict[int, AttemptRecord]]:
+    """The ended attempts of each gang unit this decision planned, to be remembered: from
+    then on their verdicts stand (`gangs.see`)."""
+    return {
+        unit: {r.attempt: r for r in plan.records if r.outcome in ENDED}
+        for unit, plan in plans.items()
+        if (obs := units.get(unit)) is not None and obs.gang is not None
+    }
 
 
 def _gang_members(units: Mapping[int, UnitObservation]) -> dict[str, tuple[str, ...]]:

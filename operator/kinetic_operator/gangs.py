@@ -36,7 +36,7 @@ from kinetic.model.catalog import Catalog
 from kinetic.model.gang import Member, Outcome, Verdict
 from kinetic.model.gang import Phase as MemberPhase
 from kinetic.model.names import gang_pod_name, parse_time
-from kinetic.model.resources import KineticJobSpec, MemberRecord
+from kinetic.model.resources import AttemptRecord, KineticJobSpec, MemberRecord
 
 from kinetic_operator.attempts import End, pod_end
 from kinetic_operator.observed import PodView
@@ -143,11 +143,17 @@ def see(
     now: datetime,
     deadline: timedelta = model.DEFAULT_SCHEDULING_DEADLINE,
     creating: Iterable[str] = (),
+    settled: Mapping[int, AttemptRecord] | None = None,
 ) -> tuple[dict[int, PodView], Gang | None]:
     """One view per attempt for the planner, and the gang behind them (None on one host).
 
     ``pods`` are the unit's Pods as last seen, tombstones included; a Pod
-    seen alive wins over an older tombstone of the same name.
+    seen alive wins over an older tombstone of the same name. ``settled``
+    are attempts whose end the owner has recorded: their verdict stands.
+    The operator deletes the rest of a gang the moment it has a verdict, so
+    a member it deleted would otherwise read as lost, often within the same
+    second as the failure it was deleted for, and turn a failure into a
+    free disruption.
     """
     latest = _latest(pods)
     if hosts <= 1:
@@ -161,9 +167,62 @@ def see(
     views: dict[int, PodView] = {}
     for attempt, ranks in members.items():
         observed[attempt] = seen = _observed(ranks, hosts, now)
+        record = (settled or {}).get(attempt)
+        if record is not None and record.outcome in _SETTLED:
+            verdicts[attempt] = verdict = _SETTLED[record.outcome]
+            views[attempt] = _settled_view(attempt_name(ranks), ranks, seen, record)
+            continue
         verdicts[attempt] = verdict = model.gang_outcome(seen, hosts, now, deadline)
         views[attempt] = _view(attempt_name(ranks), ranks, seen, verdict, now)
     return views, Gang(hosts, members, observed, verdicts, frozenset(creating))
+
+
+_SETTLED = {
+    "success": Verdict(Outcome.SUCCEEDED),
+    "failure": Verdict(Outcome.FAILED),
+    "disruption": Verdict(Outcome.DISRUPTED),
+}
+
+
+def _settled_view(
+    name: str, ranks: Mapping[int, PodView], observed: list[Member], record: AttemptRecord
+) -> PodView:
+    """An attempt whose end is recorded, as the record tells it; members live when it ended
+    are shown as stopped."""
+    before = {m.rank: m.outcome for m in record.members or ()}
+    kept = ("succeeded", "failed", "gone")
+    members = tuple(
+        MemberRecord(
+            rank=m.rank,
+            pod=ranks[m.rank].name if m.rank in ranks else gang_pod_name(name, m.rank),
+            outcome=before[m.rank] if before.get(m.rank) in kept else "stopped",
+            exit_code=ranks[m.rank].exit_code if m.rank in ranks else None,
+            reason=_clip(m.reason) if before.get(m.rank) in kept else None,
+        )
+        for m in observed
+    )
+    base = ranks.get(model.COORDINATOR_RANK) or next(iter(ranks.values()))
+    whole = _Attempt(name, members)
+    common: dict[str, Any] = {"reason": None, "deleted_at": None, "exit_code": record.exit_code}
+    if record.outcome == "success":
+        message = base.termination_message or record.message
+        return whole.of(base, phase="Succeeded", termination_message=message, **common)
+    if record.outcome == "failure":
+        return whole.of(
+            base,
+            phase="Failed",
+            disruption=None,
+            terminated_reason=record.reason,
+            termination_message=record.message,
+            **common,
+        )
+    return whole.of(
+        base,
+        phase="Failed",
+        disruption=record.reason or "PodDeleted",
+        message=record.message,
+        **common,
+    )
 
 
 def attempt_name(ranks: Mapping[int, PodView]) -> str:
@@ -233,7 +292,7 @@ def _view(
     by_rank = {m.rank: m for m in observed}
     first = ranks.get(verdict.ranks[0]) if verdict.ranks else None
     base = ranks.get(model.COORDINATOR_RANK) or first or next(iter(ranks.values()))
-    whole = _Attempt(name, _records(ranks, by_rank, verdict))
+    whole = _Attempt(name, _records(name, ranks, by_rank, verdict))
     match verdict.outcome:
         case Outcome.SUCCEEDED:
             return whole.of(base, phase="Succeeded")
@@ -318,7 +377,7 @@ def _live(
 
 
 def _records(
-    ranks: Mapping[int, PodView], by_rank: Mapping[int, Member], verdict: Verdict
+    name: str, ranks: Mapping[int, PodView], by_rank: Mapping[int, Member], verdict: Verdict
 ) -> tuple[MemberRecord, ...]:
     """Every member's outcome, for the status and the manifest."""
     stopped = verdict.outcome is not Outcome.RUNNING
@@ -331,7 +390,7 @@ def _records(
         out.append(
             MemberRecord(
                 rank=rank,
-                pod=pod.name if pod is not None else "",
+                pod=pod.name if pod is not None else gang_pod_name(name, rank),
                 outcome=outcome,
                 exit_code=pod.exit_code if pod is not None else None,
                 reason=_clip(member.reason),

@@ -93,12 +93,13 @@ def test_two_host_function_ranks_exchange_hostnames_over_tcp(ns: str, kube: Kube
                 server.settimeout(180)
                 conn, _ = server.accept()
                 with conn:
-                    peer = conn.recv(256).decode()
+                    peer, dialled = conn.recv(256).decode().split()
                     conn.sendall(me.encode())
             return {
                 "me": me,
                 "peer": peer,
                 "addr": addr,
+                "dialled": dialled,
                 "world": os.environ["WORLD_SIZE"],
                 "coordinator": os.environ["KINETIC_COORDINATOR_ADDRESS"],
             }
@@ -112,7 +113,7 @@ def test_two_host_function_ranks_exchange_hostnames_over_tcp(ns: str, kube: Kube
                     raise
                 time.sleep(0.2)
         with conn:
-            conn.sendall(me.encode())
+            conn.sendall(f"{me} {addr}".encode())
             return {"me": me, "peer": conn.recv(256).decode()}
 
     handle = meet.run_async()
@@ -129,11 +130,11 @@ def test_two_host_function_ranks_exchange_hostnames_over_tcp(ns: str, kube: Kube
     assert ranks[1][0] == f"{name}-1-1" and ranks[1][1] in ("succeeded", "stopped")
 
     # No cluster DNS here: rank 1 dialled rank 0's Pod IP, which rank 0 was told as its own.
-    rank0, rank1 = (kube.core.read_namespaced_pod(f"{name}-1-{r}", ns) for r in (0, 1))
-    assert out["addr"] == rank0.status.pod_ip == env_of(rank1)["MASTER_ADDR"]
+    rank0 = kube.core.read_namespaced_pod(f"{name}-1-0", ns)
+    assert out["dialled"] == out["addr"] == rank0.status.pod_ip
     assert out["coordinator"] == f"{rank0.status.pod_ip}:29500"
-    assert rank1.metadata.labels["kinetic.dev/rank"] == "1"
-    assert (rank1.spec.hostname, rank1.spec.subdomain) == (f"{name}-1-1", f"{name}-gang")
+    assert rank0.metadata.labels["kinetic.dev/rank"] == "0"
+    assert (rank0.spec.hostname, rank0.spec.subdomain) == (f"{name}-1-0", f"{name}-gang")
     service = kube.core.read_namespaced_service(f"{name}-gang", ns)
     assert service.spec.cluster_ip == "None" and service.spec.publish_not_ready_addresses
     assert service.metadata.owner_references[0].name == name
@@ -236,12 +237,13 @@ def test_batch_of_gangs_runs_one_gang_at_a_time(kube: Kube, ns: str, runs: str) 
         f"$STORAGE_EMULATOR_HOST/upload/storage/v1/b/{bucket}/o?uploadType=media"
         f"&name={path}/$KINETIC_INDEX/$RANK"
     )
-    # Each member records when it started and ended. Rank 0 outlives rank 1, so both end
-    # on their own; with maxConcurrent 1 the next gang starts only after both ended.
+    # Each member records when it started and ended, by the node's uptime (one node, one
+    # clock, to the hundredth). Rank 0 outlives rank 1, so both end on their own; with
+    # maxConcurrent 1 the next gang starts only after both ended.
     script = f"""
-        start=$(date +%s%N)
+        start=$(cut -d' ' -f1 /proc/uptime)
         if [ "$RANK" = 0 ]; then sleep 4; else sleep 2; fi
-        wget -q -O /dev/null --post-data "$start $(date +%s%N)" "{upload}"
+        wget -q -O /dev/null --post-data "$start $(cut -d' ' -f1 /proc/uptime)" "{upload}"
     """
     kube.apply(
         ns,
@@ -260,10 +262,10 @@ def test_batch_of_gangs_runs_one_gang_at_a_time(kube: Kube, ns: str, runs: str) 
     assert status["phase"] == "SUCCEEDED", status.get("message")
     assert status["counts"]["succeeded"] == 3
 
-    spans: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    spans: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for uri in storage.list_prefix(runs + "/"):
         index, rank = (int(x) for x in uri[len(runs) + 1 :].split("/"))
-        start, end = (int(x) for x in storage.read_bytes(uri).split())
+        start, end = (float(x) for x in storage.read_bytes(uri).split())
         spans[index].append((start, end))
     assert {i: len(s) for i, s in spans.items()} == {0: 2, 1: 2, 2: 2}  # each rank ran once
     windows = sorted((min(s for s, _ in v), max(e for _, e in v)) for v in spans.values())

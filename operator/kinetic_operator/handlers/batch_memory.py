@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 from kinetic.model import layout
-from kinetic.model.resources import KineticBatchSpec
+from kinetic.model.resources import AttemptRecord, KineticBatchSpec
 
 from kinetic_operator.accepted import Stored
 from kinetic_operator.batch_logic import Recorded
@@ -57,6 +57,7 @@ class UnitPods:
     refused: dict[int, dict[int, PodView]] = field(default_factory=dict)
     creating_members: set[str] = field(default_factory=set)  # gang members, by Pod name
     members_gone: dict[int, dict[str, PodView]] = field(default_factory=dict)  # unit -> name
+    settled: dict[int, dict[int, AttemptRecord]] = field(default_factory=dict)  # gang ends
 
     def saw(self, view: PodView, deleted: bool) -> None:
         """A Pod event: a Pod being created is now seen; a deleted one leaves a tombstone."""

@@ -474,6 +474,7 @@ def _observe(
         batch.now,
         timedelta(seconds=batch.settings.gang_scheduling_seconds),
         mem.pods.creating_members,
+        mem.pods.settled,
     )
     return _checked_reports(mem, batch.home, spec, units)
 
@@ -498,6 +499,8 @@ def _decide(batch: _Batch, accepted: _Accepted, units: dict[int, UnitObservation
     clock = time.monotonic()
     book = mem.outcomes.book_for(batch.home)
     book.observed = units
+    for unit, ended in batch_logic.settled_gangs(units, decision.plans).items():
+        mem.pods.settled.setdefault(unit, {}).update(ended)
     manifest = _ManifestWrite(mem, batch.write, batch.home, spec, batch.meta, batch.now)
     return _Decided(spec, decision, status, spec_events, units, clock, book, manifest)
 
@@ -916,7 +919,7 @@ def _prune(mem: BatchMemory, chunk: int, total: int) -> None:
     raised "dictionary changed size during iteration" mid-reconcile.
     """
     terminal = mem.outcomes.recorded.terminal
-    for source in (mem.pods.gone, mem.pods.refused, mem.pods.members_gone):
+    for source in (mem.pods.gone, mem.pods.refused, mem.pods.members_gone, mem.pods.settled):
         for unit in [u for u in list(source) if not unit_inputs(u, chunk, total) - terminal]:
             source.pop(unit, None)
 

@@ -280,6 +280,7 @@ def _decide(job: _Job, spec: KineticJobSpec | InvalidSpec, pods: list[PodView]) 
         job.now,
         timedelta(seconds=settings.gang_scheduling_seconds),
         job.mem.creating_pods,
+        {r.attempt: r for r in job.old.attempts},
     )
     return job_logic.decide(
         name=job.name,
