@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
 import textwrap
 from collections import defaultdict
 from typing import Any
@@ -290,3 +291,36 @@ def test_batch_of_gangs_runs_one_gang_at_a_time(kube: Kube, ns: str, runs: str) 
             (1, f"gangs-{index}-1-1"),
         ]
         assert (attempt.members or [])[0].outcome == "succeeded"
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def refusal(kube: Kube, ns: str, kind: str, name: str, spec: dict[str, Any]) -> str:
+    """What `kubectl apply` says when the API server refuses the object (asserts it did)."""
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name}}
+    applied = subprocess.run(
+        ["kubectl", "--kubeconfig", kube.kubeconfig, "apply", "-n", ns, "-f", "-"],
+        input=json.dumps({**body, "spec": spec}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert applied.returncode != 0, f"{kind} {name} was admitted"
+    return applied.stderr
+
+
+def test_bad_hosts_are_refused_at_admission_naming_the_field(kube: Kube, ns: str) -> None:
+    said = refusal(kube, ns, "KineticJob", "none", sh("true", hosts=0))
+    assert "spec.hosts" in said and "1" in said
+    # A multi-host slice fixes its own host count (tpu-v5e-16 is 4 hosts of 4 chips).
+    said = refusal(kube, ns, "KineticJob", "slice", sh("true", hosts=2, accelerator="tpu-v5e-16"))
+    assert "spec.hosts is 2" in said and "tpu-v5e-16" in said and "set spec.hosts to 4" in said
+    batch = {
+        "template": {"function": {"payloadURI": "gs://kinetic/x", "sha256": "0" * 64}, "hosts": 2},
+        "inputs": {"count": 4},
+        "chunkSize": 2,
+    }
+    said = refusal(kube, ns, "KineticBatch", "chunks", batch)
+    assert "spec.chunkSize" in said and "set spec.chunkSize to 1" in said
+    assert not kube.kubectl("get", "kj,kb", "-n", ns, "-o", "name").stdout.strip()

@@ -105,10 +105,11 @@ def test_an_edit_holds_within_seconds_and_refuses_on_create_and_dry_run(
 ) -> None:
     oversize = batch("oversize", namespace, 11)
     big_gpu = job("big-gpu", namespace, accelerator="gpu-a100x8")
+    wide = job("wide", namespace, hosts=3)
     assert refused(kube, oversize) is None  # the chart's default: unlimited
 
     edited = time.monotonic()
-    policy({"maxBatchSize": "10", "maxAcceleratorsPerJob": "4"})
+    policy({"maxBatchSize": "10", "maxAcceleratorsPerJob": "4", "maxHostsPerJob": "2"})
     wait_for(
         lambda: refused_for(kube, oversize, "exceeds maxBatchSize 10"),
         timeout=EFFECT_SECONDS,
@@ -121,16 +122,22 @@ def test_an_edit_holds_within_seconds_and_refuses_on_create_and_dry_run(
         oversize: f"batch size 11 exceeds maxBatchSize 10 {SOURCE}",
         big_gpu: "spec.accelerator 'gpu-a100x8' requests 8 accelerators per job, which exceeds "
         f"maxAcceleratorsPerJob 4 {SOURCE}",
+        wide: f"spec.hosts is 3, above maxHostsPerJob 2 {SOURCE}: ask for at most 2 hosts",
     }
     for text, message in expected.items():
         for args in (("create",), ("apply", "--dry-run=server")):
             out = kubectl_in(kube, text, *args)
             assert out.returncode != 0 and "denied the request" in out.stderr, (args, out.stderr)
             assert message in out.stderr, out.stderr
-    for kind, name in (("kineticbatches", "oversize"), ("kineticjobs", "big-gpu")):
+    for kind, name in (
+        ("kineticbatches", "oversize"),
+        ("kineticjobs", "big-gpu"),
+        ("kineticjobs", "wide"),
+    ):
         assert kube.kubectl("get", kind, name, "-n", namespace, check=False).returncode != 0
     # At the limits: admitted.
     assert refused(kube, batch("ten", namespace, 10, accelerator="gpu-l4x4")) is None
+    assert refused(kube, job("pair", namespace, hosts=2, accelerator="gpu-l4x2")) is None
 
 
 def test_namespaces_and_images(

@@ -819,6 +819,13 @@ def submit_map(
         )
     limits.check_max_concurrent(max_concurrent)
     chunk_size = _check_chunk_size(chunk_size)
+    gang_hosts = hosts if hosts is not None else fn.options.get("hosts")
+    if chunk_size > 1 and gang_hosts is not None and gang_hosts > 1:
+        raise ValueError(
+            f"chunk_size={chunk_size} with hosts={gang_hosts}: a chunk runs several inputs in "
+            "one Pod, a gang runs one input on several Pods; use chunk_size=1 for multi-host "
+            "inputs"
+        )
     # A wrong-typed item fails its own slot (never uploaded), not the whole call.
     refused = wrong_typed_inputs(items, input_mode)
     if max_concurrent is None and len(items) > _UNBOUNDED_WARNING_THRESHOLD:

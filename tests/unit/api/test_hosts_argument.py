@@ -97,6 +97,14 @@ def test_a_map_refuses_a_bad_hosts_before_asking_the_cluster_anything() -> None:
         fn.run_async_map([1, 2], hosts=3)
 
 
+@pytest.mark.parametrize("where", ["map", "decorator"])
+def test_a_map_refuses_chunks_of_gangs_before_asking_the_cluster_anything(where: str) -> None:
+    fn = kinetic.run(hosts=2)(train) if where == "decorator" else kinetic.run()(train)
+    extra = {"hosts": 2} if where == "map" else {}
+    with pytest.raises(ValueError, match="chunk_size=4 with hosts=2: .* use chunk_size=1"):
+        fn.run_async_map([1, 2], chunk_size=4, **extra)
+
+
 def test_a_container_entry_refuses_a_bad_hosts() -> None:
     with pytest.raises(ValueError, match="hosts is 0"):
         container(["true"], hosts=0)
