@@ -8,6 +8,8 @@ Five ways to run N short tasks with at most P at once:
   container  a KineticBatch whose template is the same container command
   function   `f.run_async_map(range(N), max_concurrent=P)` of a function sleeping 0.2 s
   chunked    the same with `chunk_size=K` (K consecutive inputs per Pod)
+  gang       the same function with `hosts=2`: every input a gang of two Pods, P/2
+             gangs at once (so P Pods, as in `function`); compare it with `function`
 
 Each mode runs alone, in its own namespace, between two scrapes of the API
 server's request counters; its objects are then deleted and the deletion
@@ -48,7 +50,7 @@ COMMAND = ["sh", "-c", "echo task; sleep 0.2"]
 # 0.2 s task as a plain Job, in a Python that imports cloudpickle (what every
 # function Pod must import to unpickle the function) and nothing of Kinetic.
 PYTHON_COMMAND = ["python", "-c", "import cloudpickle, time; print('task'); time.sleep(0.2)"]
-MODES = ("job", "python-job", "container", "function", "chunked")
+MODES = ("job", "python-job", "container", "function", "chunked", "gang")
 
 # A log file or CI gets a table wide enough to read; a terminal keeps its own width.
 console = Console() if sys.stdout.isatty() else Console(width=120)
@@ -195,7 +197,12 @@ def run_container(ns: str, cfg: Config, tick: Tick, defer: Defer) -> Outcome:
 
 
 def run_function(
-    ns: str, cfg: Config, tick: Tick, defer: Defer, chunk_size: int | None = None
+    ns: str,
+    cfg: Config,
+    tick: Tick,
+    defer: Defer,
+    chunk_size: int | None = None,
+    hosts: int | None = None,
 ) -> Outcome:
     """A Python function over range(N): upload, runner and ordered result download included.
 
@@ -211,8 +218,12 @@ def run_function(
         return i
 
     extra: dict[str, Any] = {} if chunk_size is None else {"chunk_size": chunk_size}
+    concurrent = cfg.parallel
+    if hosts is not None:  # maxConcurrent counts gangs: the same number of Pods at once
+        extra["hosts"] = hosts
+        concurrent = max(1, cfg.parallel // hosts)
     started = time.monotonic()
-    batch = task.run_async_map(range(cfg.tasks), max_concurrent=cfg.parallel, **extra)
+    batch = task.run_async_map(range(cfg.tasks), max_concurrent=concurrent, **extra)
     clock = Milestones(started)
     clock.mark("submitted")  # function and inputs packaged and uploaded, batch created
     defer(batch.cleanup)  # the batch, its Pods and its storage
@@ -393,6 +404,12 @@ def add_ratios(modes: dict[str, dict[str, Any]]) -> None:
         if base and m.get("wall_seconds"):
             m["wall_ratio_to_job"] = round(m["wall_seconds"] / base, 3)
             m["throughput_vs_job"] = round(base / m["wall_seconds"], 3)
+    # A gang is twice the Pods of a `function` input, run half as many at once: 2x the
+    # function batch's wall time is the Pods' own cost, the rest is the gang's (rank 0
+    # first where there is no DNS, a member's Pod per rank, teardown).
+    gang, fn = modes.get("gang", {}), modes.get("function", {})
+    if gang.get("wall_seconds") and fn.get("wall_seconds"):
+        gang["wall_ratio_to_function"] = round(gang["wall_seconds"] / fn["wall_seconds"], 3)
 
 
 def check_targets(modes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -459,6 +476,12 @@ def print_table(result: dict[str, Any]) -> None:
                     f"{foreign['pods_added']} Pods created, {foreign['pods_deleted']} deleted "
                     f"in {', '.join(foreign['namespaces'][:5])}: its writes are inflated"
                 )
+    gang = result["modes"].get("gang", {})
+    if gang.get("wall_ratio_to_function"):
+        console.print(
+            f"  gang      wall vs function (2 hosts per input, same Pods at once): "
+            f"{gang['wall_ratio_to_function']:.2f}x (2x is the Pods alone)"
+        )
     for tg in result["targets"]:
         mark = {True: "[green]met", False: "[red]missed", None: "[yellow]n/a"}[tg["met"]]
         value = "-" if tg["value"] is None else f"{tg['value']:.3g}"
@@ -480,6 +503,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         "container": "#2a9d8f",
         "function": "#264653",
         "chunked": "#e9c46a",
+        "gang": "#e76f51",
     }
     walls = [result["modes"][m].get("wall_seconds") or 0 for m in modes]
     # each bar in three parts: submitting (functions: packaging and upload), running,
@@ -587,6 +611,7 @@ def main(argv: list[str] | None = None) -> int:
         "container": run_container,
         "function": run_function,
         "chunked": lambda ns, c, tick, defer: run_function(ns, c, tick, defer, c.chunk_size),
+        "gang": lambda ns, c, tick, defer: run_function(ns, c, tick, defer, hosts=2),
     }
     chosen = [m for m in MODES if not args.only or m in args.only]
     for mode in chosen:  # before any window: namespace creation is not a mode's cost

@@ -883,7 +883,8 @@ def _unit_pods(
     todo = ranks_to_create(gang, attempt, pod["metadata"]["name"], hosts, dns=dns)
     if todo is None:
         return []
-    batch.kube.ensure_service(podspec.gang_service(batch.owner))
+    if dns:  # without cluster DNS a Service names nobody, and its endpoints cost writes
+        batch.kube.ensure_service(podspec.gang_service(batch.owner))
     job = unit_job(spec, unit)
     tpu = job is not None and is_tpu(settings.accelerator_catalog, job.accelerator)
     return [

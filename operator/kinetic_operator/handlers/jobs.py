@@ -349,7 +349,7 @@ def _create(
     mem.creating.add(attempt)
     mem.creating_pods.update(p["metadata"]["name"] for p in pods)
     try:
-        if create.ranks:
+        if create.ranks and job.settings.rendezvous == "dns":  # no DNS: a Service names nobody
             kube.ensure_service(podspec.gang_service(job.owner))
         for pod in pods:
             if kube.create_pod(pod) and pod is pods[0]:
