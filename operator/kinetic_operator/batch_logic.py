@@ -495,7 +495,8 @@ def see_gangs(
             out[unit] = obs
             continue
         ended = (settled or {}).get(unit)
-        views, gang = gangs.see(obs.members, max(hosts, 2), now, deadline, making, ended)
+        refused = {a: v for a, v in obs.pods.items() if v.terminal}  # a member not created
+        views, gang = gangs.see(obs.members, max(hosts, 2), now, deadline, making, ended, refused)
         out[unit] = replace(obs, pods={**obs.pods, **views}, gang=gang)
     return out
 

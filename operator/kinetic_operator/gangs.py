@@ -66,7 +66,8 @@ class Gang:
         out: list[str] = []
         for attempt, verdict in sorted(self.verdicts.items()):
             ranks = self.members.get(attempt, {})
-            for rank in model.members_to_delete(self.observed[attempt], self.hosts, verdict):
+            seen = self.observed.get(attempt, [])
+            for rank in model.members_to_delete(seen, self.hosts, verdict):
                 pod = ranks.get(rank)
                 if pod is not None and pod.live:
                     out.append(pod.name)
@@ -144,6 +145,7 @@ def see(
     deadline: timedelta = model.DEFAULT_SCHEDULING_DEADLINE,
     creating: Iterable[str] = (),
     settled: Mapping[int, AttemptRecord] | None = None,
+    refused: Mapping[int, PodView] | None = None,
 ) -> tuple[dict[int, PodView], Gang | None]:
     """One view per attempt for the planner, and the gang behind them (None on one host).
 
@@ -153,7 +155,9 @@ def see(
     The operator deletes the rest of a gang the moment it has a verdict, so
     a member it deleted would otherwise read as lost, often within the same
     second as the failure it was deleted for, and turn a failure into a
-    free disruption.
+    free disruption. ``refused`` are attempts a member of which Kubernetes
+    refused to create: they failed as that view says, and their members
+    already created are torn down.
     """
     latest = _latest(pods)
     if hosts <= 1:
@@ -174,6 +178,9 @@ def see(
             continue
         verdicts[attempt] = verdict = model.gang_outcome(seen, hosts, now, deadline)
         views[attempt] = _view(attempt_name(ranks), ranks, seen, verdict, now)
+    for attempt, view in (refused or {}).items():
+        verdicts[attempt] = Verdict(Outcome.FAILED, (), view.termination_message or "")
+        views[attempt] = view
     return views, Gang(hosts, members, observed, verdicts, frozenset(creating))
 
 

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from kinetic.model.names import LABEL_RANK
 from kinetic.model.resources import BATCH_PLURAL, GROUP, JOB_KIND, JOB_PLURAL, VERSION
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -245,6 +246,7 @@ class Kube:
             )
         except ApiException as exc:
             if exc.status == 409:
+                self._same_owner(manifest)
                 return False  # an earlier run made it
             if exc.status in (400, 422):
                 raise Rejected(_api_message(exc)) from exc
@@ -253,6 +255,25 @@ class Kube:
             raise
         log.debug("Created Pod %s/%s", meta["namespace"], meta["name"])
         return True
+
+    def _same_owner(self, manifest: dict[str, Any]) -> None:
+        """A gang member's name can be another object's Pod (job ``x``'s attempt 1 rank 2
+        and job ``x-1``'s attempt 2 are both ``x-1-2``): refuse to take it for ours."""
+        meta = manifest["metadata"]
+        if LABEL_RANK not in (meta.get("labels") or {}):
+            return  # one Pod per attempt: names cannot clash across owners
+        found = self.core.read_namespaced_pod(
+            meta["name"], meta["namespace"], _request_timeout=REQUEST_TIMEOUT
+        )
+        ours = meta["ownerReferences"][0]["uid"]
+        owners = [o.uid for o in found.metadata.owner_references or [] if o.controller]
+        if owners != [ours]:
+            owner = (found.metadata.owner_references or [None])[0]
+            held = f"{owner.kind} {owner.name}" if owner is not None else "nothing of Kinetic's"
+            raise Rejected(
+                f"Pod {meta['name']} already exists and belongs to {held}; gang members are "
+                "named <name>-<attempt>-<rank>, so rename this job (or that one)"
+            )
 
     def csi_driver_installed(self, name: str) -> bool | None:
         """Whether the cluster has the CSIDriver ``name``; None when this operator may not

@@ -324,3 +324,19 @@ def test_bad_hosts_are_refused_at_admission_naming_the_field(kube: Kube, ns: str
     said = refusal(kube, ns, "KineticBatch", "chunks", batch)
     assert "spec.chunkSize" in said and "set spec.chunkSize to 1" in said
     assert not kube.kubectl("get", "kj,kb", "-n", ns, "-o", "name").stdout.strip()
+
+
+def test_a_member_name_taken_by_another_jobs_pod_fails_this_job_not_that_one(
+    kube: Kube, ns: str
+) -> None:
+    # Job "clash" attempt 1 rank 1 and job "clash-1" attempt 1 are both Pod clash-1-1.
+    job(kube, ns, "clash-1", sh(f"sleep 8; printf mine > {TERM_LOG}"))
+    wait_for(lambda: "clash-1-1" in pods(kube, ns), timeout=60, what="clash-1's Pod")
+    job(kube, ns, "clash", sh("sleep 600", hosts=2))
+    status = ended_status(kube, "kj", ns, "clash", timeout=120)
+    assert status["phase"] == "FAILED"
+    assert "Pod clash-1-1 already exists and belongs to KineticJob clash-1" in status["message"]
+    assert "rename" in status["message"]
+    other = ended_status(kube, "kj", ns, "clash-1", timeout=120)
+    assert (other["phase"], other["result"]) == ("SUCCEEDED", "mine")
+    wait_for(lambda: not live(kube, ns), timeout=60, what="no live Pod in the namespace")
