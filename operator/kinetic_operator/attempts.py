@@ -34,7 +34,7 @@ from typing import Literal
 
 from kinetic.model.limits import DEFAULT_MAX_DISRUPTIONS
 from kinetic.model.names import fmt_time, parse_time
-from kinetic.model.resources import AttemptKind, AttemptRecord
+from kinetic.model.resources import AttemptKind, AttemptRecord, MemberRecord
 
 from kinetic_operator.observed import PodView
 
@@ -512,8 +512,20 @@ def _cancelled(rec: AttemptRecord, now: datetime) -> AttemptRecord:
             "outcome": "cancelled",
             "reason": "Cancelled",
             "end_time": rec.end_time or fmt_time(now),
+            "members": stopped_members(rec),
         }
     )
+
+
+def stopped_members(rec: AttemptRecord) -> list[MemberRecord] | None:
+    """A gang attempt's members once it is stopped from outside (cancelled, or its job
+    failed): those still pending or running are stopped with it."""
+    if rec.members is None:
+        return None
+    live = ("pending", "running")
+    return [
+        m.model_copy(update={"outcome": "stopped"}) if m.outcome in live else m for m in rec.members
+    ]
 
 
 def _waiting_message(attempt: int, pod: PodView) -> str:

@@ -209,7 +209,7 @@ def _settled_view(
         for m in observed
     )
     base = ranks.get(model.COORDINATOR_RANK) or next(iter(ranks.values()))
-    whole = _Attempt(name, members)
+    whole = _Attempt(name, members, base)
     common: dict[str, Any] = {"reason": None, "deleted_at": None, "exit_code": record.exit_code}
     if record.outcome == "success":
         message = base.termination_message or record.message
@@ -299,7 +299,7 @@ def _view(
     by_rank = {m.rank: m for m in observed}
     first = ranks.get(verdict.ranks[0]) if verdict.ranks else None
     base = ranks.get(model.COORDINATOR_RANK) or first or next(iter(ranks.values()))
-    whole = _Attempt(name, _records(name, ranks, by_rank, verdict))
+    whole = _Attempt(name, _records(name, ranks, by_rank, verdict), base)
     match verdict.outcome:
         case Outcome.SUCCEEDED:
             return whole.of(base, phase="Succeeded")
@@ -327,17 +327,23 @@ class _Attempt:
 
     name: str
     members: tuple[MemberRecord, ...]
+    start: PodView  # rank 0, or the first member seen: when the attempt began
 
     def of(self, pod: PodView, **changes: Any) -> PodView:
-        """``pod`` standing for the whole attempt, with ``changes``."""
+        """``pod`` standing for the whole attempt, with ``changes``; its start is the
+        attempt's, whichever member's view it is, so a record never moves once written."""
         return replace(
             pod,
-            name=self.name,
-            rank=None,
-            members=self.members,
-            deleting=False,
-            gone=False,
-            **changes,
+            **{
+                "name": self.name,
+                "rank": None,
+                "members": self.members,
+                "deleting": False,
+                "gone": False,
+                "start_time": self.start.start_time,
+                "created": self.start.created,
+                **changes,
+            },
         )
 
 
@@ -380,7 +386,7 @@ def _live(
     if not waiting:
         return whole.of(base, phase="Running")
     pod = ranks.get(waiting[0].rank, base)
-    return whole.of(pod, phase="Pending", start_time=base.start_time, created=base.created)
+    return whole.of(pod, phase="Pending")
 
 
 def _records(

@@ -54,7 +54,7 @@ from kinetic.model.resources import (
 )
 from pydantic import ValidationError
 
-from kinetic_operator.attempts import AttemptCause, Limits, UnitPlan, plan_unit
+from kinetic_operator.attempts import AttemptCause, Limits, UnitPlan, plan_unit, stopped_members
 from kinetic_operator.conditions import READINESS, readiness
 from kinetic_operator.gangs import Gang, ranks_to_create
 from kinetic_operator.observed import PodView
@@ -347,6 +347,7 @@ def decide(
             if rec.outcome in ("pending", "running"):
                 rec.outcome, rec.reason = "cancelled", spec.reason
                 rec.end_time = rec.end_time or fmt_time(now)
+                rec.members = stopped_members(rec)
     else:
         st.accepted_spec_sha256 = spec_sha256(spec)
         if result_uri is not None:
@@ -363,6 +364,8 @@ def decide(
         )
         _apply(w, spec, plan, bounds)
         _complete_gang(w, plan)
+    if gang is not None:  # an ended job still stops what is left of its gangs
+        w.actions.extend(DeletePod(m) for m in gang.teardown if DeletePod(m) not in w.actions)
 
     _set_conditions(w)
     return Decision(tuple(w.actions), st)
@@ -404,7 +407,6 @@ def _complete_gang(w: _Work, plan: UnitPlan) -> None:
     gang = w.gang
     if gang is None:
         return
-    w.actions.extend(DeletePod(m) for m in gang.teardown if DeletePod(m) not in w.actions)
     if not plan.terminal and plan.create is None and plan.attempt in gang.members:
         w.create(plan.attempt, None)
 
@@ -510,6 +512,7 @@ def rejected(status: KineticJobStatus, message: str, now: datetime) -> KineticJo
     for rec in w.status.attempts:
         if rec.attempt == w.status.attempt and rec.outcome in ("pending", "running"):
             rec.outcome, rec.reason, rec.message = "failure", "Rejected", _clip(message)
+            rec.members = stopped_members(rec)
     _finish(w, Phase.FAILED, message)
     _set_conditions(w)
     return w.status

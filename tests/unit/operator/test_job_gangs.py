@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-import pytest
 from gang_pods import T0, stamp
 from kinetic.model.names import fmt_time
 from kinetic.model.resources import KineticJobSpec, KineticJobStatus
@@ -283,11 +282,6 @@ def test_a_terminal_job_deletes_members_whose_attempt_still_looks_live():
     assert c.status.phase == "FAILED"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a terminal job stops only live attempt views, never gang.teardown: a member that "
-    "outlives its ended attempt (its delete lost) runs on",
-)
 def test_a_terminal_job_deletes_a_member_left_running_after_its_attempt_ended():
     c = Cluster(gang_spec(), dns=True)
     c.running(1)
@@ -299,10 +293,6 @@ def test_a_terminal_job_deletes_a_member_left_running_after_its_attempt_ended():
     assert deletes(d) == ["kj-1-1"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a cancelled attempt records its members as running, not stopped",
-)
 def test_a_cancelled_attempt_records_its_members_as_stopped():
     c = Cluster(gang_spec(), dns=True)
     c.running(1)
@@ -311,11 +301,6 @@ def test_a_cancelled_attempt_records_its_members_as_stopped():
     assert members(c.status, 1) == [(0, "kj-1-0", "stopped"), (1, "kj-1-1", "stopped")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a failed attempt's startTime is the failing member's until it is settled, then "
-    "rank 0's: deciding again on the same Pods rewrites an ended attempt",
-)
 def test_an_ended_attempts_record_does_not_change_when_decided_again():
     c = Cluster(gang_spec(retries=1), dns=True)
     c.decide()
