@@ -110,16 +110,7 @@ def ranks_to_create(
     """
     if hosts <= 1:
         return None
-    seen = gang is not None and attempt in gang.members
-    missing = (
-        gang.missing(attempt, attempt_pod)
-        if gang is not None and seen
-        else tuple(
-            r
-            for r in range(hosts)
-            if gang is None or gang_pod_name(attempt_pod, r) not in gang.creating
-        )
-    )
+    missing = gang.missing(attempt, attempt_pod) if gang is not None else tuple(range(hosts))
     if not missing:
         return None
     if dns:
