@@ -299,10 +299,14 @@ def gang_member(
     env = rendezvous_env(rank, hosts, address, hostnames=hostnames, tpu=tpu)
     container = spec["containers"][0]
     container["env"] = _member_env(container["env"], env, own_ip)
-    if rank > 0 and home is not None:
-        for var in container["env"]:
-            if var["name"] == ENV_RESULT_URI:
-                var["value"] = home.member_result_uri(name)
+    if rank > 0:
+        # A debugger attaches to rank 0 (`kinetic jobs debug`): the others run on and meet
+        # it at the rendezvous rather than each wait for a debugger of its own.
+        container["env"] = [v for v in container["env"] if v["name"] != ENV_DEBUG_PORT]
+        if home is not None:
+            for var in container["env"]:
+                if var["name"] == ENV_RESULT_URI:
+                    var["value"] = home.member_result_uri(name)
     return member
 
 

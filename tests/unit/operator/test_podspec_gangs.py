@@ -105,6 +105,13 @@ def test_only_rank_0_writes_the_jobs_result():
     assert rank1["KINETIC_RESULT_URI"] != HOME.result_uri
 
 
+def test_a_debug_job_waits_for_a_debugger_on_rank_0_only():
+    rank0 = env(gang_member(attempt_pod(debug=True), OWNER, 0, 2, dns=True, home=HOME))
+    rank1 = env(gang_member(attempt_pod(debug=True), OWNER, 1, 2, dns=True, home=HOME))
+    assert rank0["KINETIC_DEBUG_PORT"] == "5678"
+    assert "KINETIC_DEBUG_PORT" not in rank1
+
+
 def test_on_tpu_every_member_knows_its_worker_id_and_every_host():
     e = env(gang_member(attempt_pod(), OWNER, 2, 4, dns=True, tpu=True, home=HOME))
     assert e["TPU_WORKER_ID"] == "2"
