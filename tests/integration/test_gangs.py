@@ -11,8 +11,10 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
+import sys
 import textwrap
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import kinetic
@@ -178,8 +180,11 @@ def test_three_host_container_job_from_kubectl(kube: Kube, ns: str) -> None:
 # --------------------------------------------------------------------------- failing together
 
 
-def test_rank_one_fails_and_the_whole_gang_stops(kube: Kube, ns: str) -> None:
+def test_rank_one_fails_and_the_whole_gang_stops(
+    kube: Kube, ns: str, client_env: dict[str, str]
+) -> None:
     script = f"""
+        echo "rank $RANK of attempt $KINETIC_ATTEMPT starts"
         if [ "$RANK" = 1 ]; then sleep 2; echo 'shard 7 is corrupt' > {TERM_LOG}; exit 3; fi
         sleep 600
     """
@@ -199,6 +204,17 @@ def test_rank_one_fails_and_the_whole_gang_stops(kube: Kube, ns: str) -> None:
     assert "shard 7 is corrupt" in status["message"]
     # Rank 0 of each attempt was deleted with its gang: nothing is left running.
     wait_for(lambda: not live(kube, ns), timeout=60, what="no live Pod in the namespace")
+    # The failed member keeps its Pod: its log, by rank, from the CLI.
+    cli = [str(Path(sys.executable).with_name("kinetic")), "jobs", "logs", "split", "-n", ns]
+    logs = subprocess.run(
+        [*cli, "--rank", "1"], env=client_env, capture_output=True, text=True, timeout=120
+    )
+    assert logs.returncode == 0, logs.stderr
+    assert "rank 1 of attempt 2 starts" in logs.stdout
+    wrong = subprocess.run(
+        [*cli, "--rank", "2"], env=client_env, capture_output=True, text=True, timeout=120
+    )
+    assert wrong.returncode != 0 and "2 hosts" in wrong.stdout + wrong.stderr
 
 
 def test_member_deleted_mid_run_is_a_disruption_and_the_gang_reruns(kube: Kube, ns: str) -> None:

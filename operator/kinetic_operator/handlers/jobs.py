@@ -22,7 +22,7 @@ from kinetic import storage
 from kinetic.model import layout
 from kinetic.model.catalog import is_tpu
 from kinetic.model.data import GCSFUSE_DRIVER
-from kinetic.model.names import LABEL_JOB
+from kinetic.model.names import LABEL_JOB, LABEL_RANK
 from kinetic.model.resources import (
     GROUP,
     JOB_KIND,
@@ -345,14 +345,16 @@ def _create(
     the job failed."""
     kube, mem, attempt = job.kube, job.mem, create.attempt
     kube.ensure_service_account(job.namespace, job.settings.runner_service_account)
-    pods = _attempt_pods(job, spec, create)
+    pods: list[dict[str, Any]] = []
     mem.creating.add(attempt)
-    mem.creating_pods.update(p["metadata"]["name"] for p in pods)
     try:
+        pods = _attempt_pods(job, spec, create)  # a fuse volume it cannot mount: Rejected
+        mem.creating_pods.update(p["metadata"]["name"] for p in pods)
         if create.ranks and job.settings.rendezvous == "dns":  # no DNS: a Service names nobody
             kube.ensure_service(podspec.gang_service(job.owner))
         for pod in pods:
-            if kube.create_pod(pod) and pod is pods[0]:
+            first = pod["metadata"]["labels"].get(LABEL_RANK, "0") == "0"  # one per attempt
+            if kube.create_pod(pod) and first:
                 metrics.attempt_created(metrics.KIND_JOB, create.cause)
     except Rejected as exc:
         _forget(mem, attempt, pods)
