@@ -135,6 +135,7 @@ def installed_values(cfg: LocalConfig) -> dict:
 
 
 LEADER_LEASE = "kinetic-operator-leader"  # kinetic.model.names.LEADER_LEASE (no client here)
+LEADER_ELECTION_FLAG = "--leader-election"  # kinetic.model.names.LEADER_ELECTION_FLAG
 
 
 def operator_pods(cfg: LocalConfig) -> list[dict]:
@@ -169,11 +170,14 @@ def operator_pod(cfg: LocalConfig) -> dict | None:
 
 def elected(cfg: LocalConfig) -> bool:
     """Whether the installed Deployment runs the operator with leader election."""
-    got = _get_json(cfg, "get", "deployment", DEPLOYMENT, "-n", NAMESPACE)
-    containers = (((got.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
-        "containers"
-    ) or []
-    return any("--leader-election" in (c.get("command") or []) for c in containers)
+    return runs_elected(_get_json(cfg, "get", "deployment", DEPLOYMENT, "-n", NAMESPACE))
+
+
+def runs_elected(deployment: dict) -> bool:
+    """Whether this Deployment, as read, runs the operator with leader election."""
+    template = (deployment.get("spec") or {}).get("template") or {}
+    containers = (template.get("spec") or {}).get("containers") or []
+    return any(LEADER_ELECTION_FLAG in (c.get("command") or []) for c in containers)
 
 
 def pod_ready(pod: dict | None) -> bool:
@@ -214,14 +218,15 @@ def ready(cfg: LocalConfig) -> bool:
     and, with the admission webhook on, each serves a certificate the cluster's webhook
     configuration trusts (before that, `kubectl apply` would skip the webhook: it fails
     open); with leader election, one of them holds the Lease."""
-    if not rolled_out(_get_json(cfg, "get", "deployment", DEPLOYMENT, "-n", NAMESPACE)):
+    deployment = _get_json(cfg, "get", "deployment", DEPLOYMENT, "-n", NAMESPACE)
+    if not rolled_out(deployment):
         return False
     live = [p for p in operator_pods(cfg) if pod_ready(p)]
     if webhook_enabled(_settings_data(cfg)) and not all(
         webhook_ready(cfg, p["status"]["podIP"]) for p in live
     ):
         return False
-    if not elected(cfg):
+    if not runs_elected(deployment):
         return True
     holder = leader_holder(cfg).rpartition("_")[0]
     return any(p["metadata"]["name"] == holder for p in live)

@@ -19,6 +19,7 @@ import asyncio
 from collections.abc import Sequence
 
 import kopf
+from kinetic.model.names import LEADER_ELECTION_FLAG
 
 import kinetic_operator.main  # noqa: F401 — registers handlers
 from kinetic_operator.elected import Scope, run_elected
@@ -28,7 +29,7 @@ from kinetic_operator.state import OperatorState
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m kinetic_operator", description=__doc__)
     parser.add_argument(
-        "--leader-election",
+        LEADER_ELECTION_FLAG,
         action="store_true",
         help="run as one of several replicas: reconcile only while holding the leader Lease",
     )

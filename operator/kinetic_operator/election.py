@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn, Protocol
 
-from kinetic.model.names import LEADER_LEASE, fmt_micro_time
+from kinetic.model.names import LEADER_ELECTION_FLAG, LEADER_LEASE, fmt_micro_time
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -129,7 +129,7 @@ def lose(why: str) -> NoReturn:
     os._exit(LOST_EXIT)
 
 
-ELECTED_FLAG = "--leader-election"
+ELECTED_FLAG = LEADER_ELECTION_FLAG
 OPERATOR_SELECTOR = "app.kubernetes.io/name=kinetic"  # the chart's label on the operator's Pods
 
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kinetic.model.names import LEADER_LEASE
+from kinetic.model.names import LEADER_LEASE, holder_pod
 from kubernetes import client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,7 +135,8 @@ def leader_lease(kube: Kube) -> dict:
 
 def leader_pod_name(kube: Kube) -> str:
     """The Pod of the replica that holds the leader Lease ("" when none does)."""
-    return (leader_lease(kube).get("holderIdentity") or "").rpartition("_")[0]
+    holder = leader_lease(kube).get("holderIdentity") or ""
+    return holder_pod(holder) if holder else ""
 
 
 def kill_operator(kube: Kube) -> None:

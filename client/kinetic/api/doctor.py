@@ -49,7 +49,7 @@ from kinetic import __version__, storage
 from kinetic.api import config, kube
 from kinetic.model import crdgen, layout
 from kinetic.model import resources as r
-from kinetic.model.names import LEADER_LEASE, holder_pod, parse_time
+from kinetic.model.names import LEADER_ELECTION_FLAG, LEADER_LEASE, holder_pod, parse_time
 from kinetic.storage.base import parse_uri
 
 OPERATOR_SELECTOR = "app.kubernetes.io/name=kinetic"  # the chart's label on its Deployment
@@ -718,7 +718,7 @@ def _elected(t: Target) -> bool | None:
         for d in listed.items
         for c in d.spec.template.spec.containers
     ]
-    return any("--leader-election" in command for command in commands) if commands else None
+    return any(LEADER_ELECTION_FLAG in command for command in commands) if commands else None
 
 
 def check_webhook(t: Target) -> CheckResult:

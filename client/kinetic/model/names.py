@@ -37,6 +37,9 @@ MANAGED_BY = "kinetic"
 # The coordination.k8s.io/v1 Lease in the operator's namespace whose holder is the one
 # replica that reconciles; its holderIdentity is "<Pod name>_<process id>" (`holder_identity`).
 LEADER_LEASE = "kinetic-operator-leader"
+# The operator's flag for running as one of several replicas under that Lease: its parser
+# takes it, and the upgrade guard and `kinetic doctor` look for it in a Pod's command.
+LEADER_ELECTION_FLAG = "--leader-election"
 
 
 def holder_identity(pod: str, process: str) -> str:
