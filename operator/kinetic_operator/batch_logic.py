@@ -483,12 +483,13 @@ def see_gangs(
     deadline: timedelta,
     creating: Iterable[str] = (),
     settled: Mapping[int, Mapping[int, AttemptRecord]] | None = None,
+    stopping: Iterable[str] = (),
 ) -> dict[int, UnitObservation]:
     """Each multi-host unit's members as one view per attempt (`kinetic_operator.gangs`),
     beside the attempts that could not be created at all; other units as they are.
     ``settled``: unit -> attempt -> its recorded end (`gangs.see`)."""
     out: dict[int, UnitObservation] = {}
-    making = frozenset(creating)
+    making, deleted = frozenset(creating), frozenset(stopping)
     for unit, obs in units.items():
         hosts = hosts_of(unit)
         if hosts <= 1 and not obs.members:
@@ -496,7 +497,9 @@ def see_gangs(
             continue
         ended = (settled or {}).get(unit)
         refused = {a: v for a, v in obs.pods.items() if v.terminal}  # a member not created
-        views, gang = gangs.see(obs.members, max(hosts, 2), now, deadline, making, ended, refused)
+        views, gang = gangs.see(
+            obs.members, max(hosts, 2), now, deadline, making, ended, refused, deleted
+        )
         out[unit] = replace(obs, pods={**obs.pods, **views}, gang=gang)
     return out
 

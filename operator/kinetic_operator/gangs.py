@@ -54,10 +54,16 @@ class Gang:
     observed: Mapping[int, list[Member]]  # attempt -> every rank as the gang model sees it
     verdicts: Mapping[int, Verdict]
     creating: frozenset[str] = field(default_factory=frozenset)  # Pods created, not yet seen
+    stopping: frozenset[str] = field(default_factory=frozenset)  # deleted, not yet seen so
+
+    def _stoppable(self, pod: PodView) -> bool:
+        """Live, and not deleted already by this process (the watch has yet to say so)."""
+        return pod.live and pod.name not in self.stopping
 
     def members_of(self, attempt: int) -> tuple[str, ...]:
         """The live member Pods of ``attempt``: what stopping that attempt deletes."""
-        return tuple(p.name for _, p in sorted(self.members.get(attempt, {}).items()) if p.live)
+        ranks = self.members.get(attempt, {})
+        return tuple(p.name for _, p in sorted(ranks.items()) if self._stoppable(p))
 
     @property
     def teardown(self) -> tuple[str, ...]:
@@ -69,7 +75,7 @@ class Gang:
             seen = self.observed.get(attempt, [])
             for rank in model.members_to_delete(seen, self.hosts, verdict):
                 pod = ranks.get(rank)
-                if pod is not None and pod.live:
+                if pod is not None and self._stoppable(pod):
                     out.append(pod.name)
         return tuple(out)
 
@@ -137,6 +143,7 @@ def see(
     creating: Iterable[str] = (),
     settled: Mapping[int, AttemptRecord] | None = None,
     refused: Mapping[int, PodView] | None = None,
+    stopping: Iterable[str] = (),
 ) -> tuple[dict[int, PodView], Gang | None]:
     """One view per attempt for the planner, and the gang behind them (None on one host).
 
@@ -148,7 +155,8 @@ def see(
     second as the failure it was deleted for, and turn a failure into a
     free disruption. ``refused`` are attempts a member of which Kubernetes
     refused to create: they failed as that view says, and their members
-    already created are torn down.
+    already created are torn down. ``stopping`` are members this process
+    has deleted and the watch has not shown so yet: not deleted again.
     """
     latest = _latest(pods)
     if hosts <= 1:
@@ -172,7 +180,8 @@ def see(
     for attempt, view in (refused or {}).items():
         verdicts[attempt] = Verdict(Outcome.FAILED, (), view.termination_message or "")
         views[attempt] = view
-    return views, Gang(hosts, members, observed, verdicts, frozenset(creating))
+    gang = Gang(hosts, members, observed, verdicts, frozenset(creating), frozenset(stopping))
+    return views, gang
 
 
 _SETTLED = {

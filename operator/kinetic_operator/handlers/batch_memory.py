@@ -58,6 +58,7 @@ class UnitPods:
     creating_members: set[str] = field(default_factory=set)  # gang members, by Pod name
     members_gone: dict[int, dict[str, PodView]] = field(default_factory=dict)  # unit -> name
     settled: dict[int, dict[int, AttemptRecord]] = field(default_factory=dict)  # gang ends
+    stopping: set[str] = field(default_factory=set)  # deleted here, not yet seen deleting
 
     def saw(self, view: PodView, deleted: bool) -> None:
         """A Pod event: a Pod being created is now seen; a deleted one leaves a tombstone."""
@@ -65,6 +66,8 @@ class UnitPods:
         if self.creating.get(view.index) == view.attempt:
             del self.creating[view.index]
         self.creating_members.discard(view.name)
+        if deleted or view.deleting or view.terminal:
+            self.stopping.discard(view.name)
         if deleted and view.rank is not None:
             self.members_gone.setdefault(view.index, {})[view.name] = replace(view, gone=True)
         elif deleted:

@@ -475,6 +475,7 @@ def _observe(
         timedelta(seconds=batch.settings.gang_scheduling_seconds),
         mem.pods.creating_members,
         mem.pods.settled,
+        mem.pods.stopping,
     )
     return _checked_reports(mem, batch.home, spec, units)
 
@@ -570,9 +571,16 @@ def _do(batch: _Batch, decided: _Decided, action: Any) -> None:
             causes = {u: p.cause for u, p in decided.decision.plans.items()}
             _create(batch, decided.spec, todo, causes, decided.units)
         case StopPods(pods=pods):
-            _each(lambda pod: batch.kube.delete_pod(batch.namespace, pod), pods)
+            _each(functools.partial(_delete, batch), pods)
         case Event(type=type_, reason=reason, message=message):
             batch.kube.post_event(batch.body, type_, reason, message)
+
+
+def _delete(batch: _Batch, pod: str) -> None:
+    """Delete a Pod, and remember it until the watch shows it going: a gang's member is not
+    deleted again by the next decision meanwhile."""
+    batch.kube.delete_pod(batch.namespace, pod)
+    batch.mem.pods.stopping.add(pod)
 
 
 def _write_manifest(batch: _Batch, decided: _Decided, *, urgent: bool, blocking: bool) -> None:

@@ -61,6 +61,7 @@ class JobMemory(ObjectMemory):
 
     creating: set[int] = field(default_factory=set)
     creating_pods: set[str] = field(default_factory=set)
+    stopping: set[str] = field(default_factory=set)  # deleted here, not yet seen deleting
     gone: dict[str, PodView] = field(default_factory=dict)
 
     def saw(self, view: PodView, deleted: bool) -> None:
@@ -68,6 +69,8 @@ class JobMemory(ObjectMemory):
         tombstone."""
         self.creating.discard(view.attempt)
         self.creating_pods.discard(view.name)
+        if deleted or view.deleting or view.terminal:
+            self.stopping.discard(view.name)
         if deleted:
             self.gone[view.name] = replace(view, gone=True)
 
@@ -281,6 +284,7 @@ def _decide(job: _Job, spec: KineticJobSpec | InvalidSpec, pods: list[PodView]) 
         timedelta(seconds=settings.gang_scheduling_seconds),
         job.mem.creating_pods,
         {r.attempt: r for r in job.old.attempts},
+        stopping=job.mem.stopping,
     )
     return job_logic.decide(
         name=job.name,
@@ -329,6 +333,7 @@ def _act(
                     return False
             case DeletePod(pod=pod):
                 job.kube.delete_pod(job.namespace, pod)
+                job.mem.stopping.add(pod)
             case Event(type=type_, reason=reason, message=message):
                 job.kube.post_event(job.body, type_, reason, message)
     return True

@@ -284,3 +284,15 @@ def test_hosts_of_a_spec_that_cannot_run_are_what_its_pods_show():
     pods = [member(0), member(2), PodView(name="kj-1", attempt=1)]
     assert hosts_of_spec(object(), CATALOG, pods) == 3
     assert hosts_of_spec(object(), CATALOG, []) == 1
+
+
+def test_a_member_this_process_just_deleted_is_not_deleted_again():
+    """Between the delete and the watch showing it, the member still looks live: the next
+    decision must not send a second delete for it."""
+    pods = [member(0, "Succeeded"), member(1)]
+    _, gang = see(pods, 2, at(10))
+    assert gang is not None and gang.teardown == ("kj-1-1",)
+    _, gang = see(pods, 2, at(10), stopping={"kj-1-1"})
+    assert gang is not None and gang.teardown == ()
+    _, running = see([member(0), member(1)], 2, at(10), stopping={"kj-1-0"})
+    assert running is not None and running.members_of(1) == ("kj-1-1",)
