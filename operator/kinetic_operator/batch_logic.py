@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -148,6 +148,11 @@ class UnitObservation:
     creating: int | None = None
     members: tuple[PodView, ...] = ()  # a gang's member Pods, tombstones included
     gang: Gang | None = None  # set by `see_gangs`: then ``pods`` are one view per attempt
+    # Members this process is creating or deleting and the watch has not shown so yet,
+    # read with the Pods (the same moment): a later read could miss one the watch just
+    # showed, while the Pods read here still lack it, and create or delete it twice.
+    making: frozenset[str] = frozenset()
+    stopping: frozenset[str] = frozenset()
 
     @property
     def live(self) -> bool:
@@ -481,15 +486,12 @@ def see_gangs(
     hosts_of: Callable[[int], int],
     now: datetime,
     deadline: timedelta,
-    creating: Iterable[str] = (),
     settled: Mapping[int, Mapping[int, AttemptRecord]] | None = None,
-    stopping: Iterable[str] = (),
 ) -> dict[int, UnitObservation]:
     """Each multi-host unit's members as one view per attempt (`kinetic_operator.gangs`),
     beside the attempts that could not be created at all; other units as they are.
     ``settled``: unit -> attempt -> its recorded end (`gangs.see`)."""
     out: dict[int, UnitObservation] = {}
-    making, deleted = frozenset(creating), frozenset(stopping)
     for unit, obs in units.items():
         hosts = hosts_of(unit)
         if hosts <= 1 and not obs.members:
@@ -498,7 +500,7 @@ def see_gangs(
         ended = (settled or {}).get(unit)
         refused = {a: v for a, v in obs.pods.items() if v.terminal}  # a member not created
         views, gang = gangs.see(
-            obs.members, max(hosts, 2), now, deadline, making, ended, refused, deleted
+            obs.members, max(hosts, 2), now, deadline, obs.making, ended, refused, obs.stopping
         )
         out[unit] = replace(obs, pods={**obs.pods, **views}, gang=gang)
     return out

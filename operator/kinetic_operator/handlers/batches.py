@@ -173,11 +173,14 @@ def observe_units(pods: Iterable[PodView], mem: BatchMemory) -> dict[int, UnitOb
             members.setdefault(pod.index, {})[pod.name] = pod
         elif pod.index is not None:
             grouped.setdefault(pod.index, {})[pod.attempt] = pod
+    making, stopping = frozenset(mem.pods.creating_members), frozenset(mem.pods.stopping)
     units = {
         unit: UnitObservation(
             grouped.get(unit, {}),
             creating=mem.pods.creating.get(unit),
             members=tuple(members.get(unit, {}).values()),
+            making=making,
+            stopping=stopping,
         )
         for unit in grouped.keys() | members.keys() | mem.pods.creating.keys()
     }
@@ -473,9 +476,7 @@ def _observe(
         unit_hosts(spec, batch.settings.accelerator_catalog),
         batch.now,
         timedelta(seconds=batch.settings.gang_scheduling_seconds),
-        mem.pods.creating_members,
         mem.pods.settled,
-        mem.pods.stopping,
     )
     return _checked_reports(mem, batch.home, spec, units)
 

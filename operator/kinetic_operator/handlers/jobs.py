@@ -115,6 +115,24 @@ def with_tombstones(pods: Iterable[PodView], gone: Mapping[str, PodView]) -> lis
     return list({**gone, **seen}.values())
 
 
+@dataclass(frozen=True)
+class JobPods:
+    """What a reconcile sees of a job's Pods, all read at one moment: the Pods, and the gang
+    members this process is creating or deleting that the watch has not shown so yet (a
+    later read could miss one the watch just showed, while these Pods still lack it)."""
+
+    pods: list[PodView]
+    making: frozenset[str] = frozenset()
+    stopping: frozenset[str] = frozenset()
+
+
+def observe_job(pods: Iterable[PodView], mem: JobMemory) -> JobPods:
+    """The job's Pods as a reconcile sees them, with its memory of the same moment."""
+    return JobPods(
+        with_tombstones(pods, mem.gone), frozenset(mem.creating_pods), frozenset(mem.stopping)
+    )
+
+
 # ----------------------------------------------------------------------- reconcile
 
 
@@ -123,7 +141,7 @@ def reconcile_job_sync(
     settings: OperatorSettings,
     namespace: str,
     name: str,
-    pods: Iterable[PodView],
+    pods: JobPods | Iterable[PodView],
     mem: JobMemory,
     now: datetime | None = None,
     policy: Policy | None = None,
@@ -133,6 +151,7 @@ def reconcile_job_sync(
     Returns in how many seconds to look again (finished Pods waiting out
     their TTL), or None.
     """
+    seen = pods if isinstance(pods, JobPods) else observe_job(pods, mem)
 
     return reconcile_rounds(
         kube,
@@ -147,7 +166,7 @@ def reconcile_job_sync(
             name,
             body,
             fresh,
-            pods,
+            seen,
             mem,
             now or datetime.now(UTC),
             policy,
@@ -161,21 +180,21 @@ def _reconcile_in_thread(
     mem: JobMemory,
     namespace: str,
     name: str,
-    pods: list[PodView],
+    seen: JobPods,
     policy: Policy,
 ) -> float | None:
     """A reconcile as the shared plumbing runs it: under the policy in force, now."""
-    return reconcile_job_sync(kube, settings, namespace, name, pods, mem, policy=policy)
+    return reconcile_job_sync(kube, settings, namespace, name, seen, mem, policy=policy)
 
 
-JOBS: Kind[JobMemory, list[PodView]] = Kind(
+JOBS: Kind[JobMemory, JobPods] = Kind(
     name="job",
     metric=metrics.KIND_JOB,
     memories=lambda state: state.jobs,
     new_memory=JobMemory,
     pod_of=_attempt_pod,
     saw_pod=lambda mem, view, deleted: mem.saw(view, deleted),
-    observe=lambda pods, mem: with_tombstones(pods, mem.gone),
+    observe=observe_job,
     reconcile_sync=_reconcile_in_thread,
 )
 
@@ -187,7 +206,7 @@ def _reconcile_once(
     name: str,
     body: dict[str, Any] | None,
     fresh: bool,
-    pods: Iterable[PodView],
+    seen: JobPods,
     mem: JobMemory,
     now: datetime,
     policy: Policy | None = None,
@@ -202,8 +221,8 @@ def _reconcile_once(
     if job is None:
         return None  # deleted (its Pods go with it through ownerReferences), or being deleted
     spec = _accept_spec(job)
-    own = [p for p in pods if p.belongs_to(job.meta.get("uid"))]
-    decision = _decide(job, spec, own)
+    own = [p for p in seen.pods if p.belongs_to(job.meta.get("uid"))]
+    decision = _decide(job, spec, replace(seen, pods=own))
     written = _record(job, decision)
     if not _act(job, spec, decision, written):
         return None  # Kubernetes refused a Pod: the job has failed
@@ -274,17 +293,17 @@ def _accept_spec(job: _Job) -> KineticJobSpec | InvalidSpec:
     return _judged(spec, job.body, job.old, settings, job.policy)
 
 
-def _decide(job: _Job, spec: KineticJobSpec | InvalidSpec, pods: list[PodView]) -> Decision:
+def _decide(job: _Job, spec: KineticJobSpec | InvalidSpec, seen: JobPods) -> Decision:
     """Ask `job_logic.decide`, with a gang's members seen as one view per attempt."""
     settings = job.settings
     views, gang = gangs.see(
-        pods,
-        gangs.hosts_of_spec(spec, settings.accelerator_catalog, pods),
+        seen.pods,
+        gangs.hosts_of_spec(spec, settings.accelerator_catalog, seen.pods),
         job.now,
         timedelta(seconds=settings.gang_scheduling_seconds),
-        job.mem.creating_pods,
+        seen.making,
         {r.attempt: r for r in job.old.attempts},
-        stopping=job.mem.stopping,
+        stopping=seen.stopping,
     )
     return job_logic.decide(
         name=job.name,

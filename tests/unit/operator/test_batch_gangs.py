@@ -56,7 +56,7 @@ class Batch:
         for pod in self.pods.values():
             grouped.setdefault(pod.index or 0, []).append(pod)
         seen = {u: UnitObservation(members=tuple(ms)) for u, ms in grouped.items()}
-        return see_gangs(seen, lambda _: 2, self.now, DEFAULT_SCHEDULING_DEADLINE, (), self.settled)
+        return see_gangs(seen, lambda _: 2, self.now, DEFAULT_SCHEDULING_DEADLINE, self.settled)
 
     def decide(self) -> BatchDecision:
         units = self.units()
