@@ -87,6 +87,7 @@ class Bounds:
 
     max_disruptions: int = DEFAULT_MAX_DISRUPTIONS
     history: int = 10
+    unschedulable_seconds: float | None = None  # see `attempts.Limits`
 
 
 @dataclass(frozen=True)
@@ -356,7 +357,7 @@ def decide(
             pods,
             reserved=st.attempt,
             creating=creating,
-            limits=Limits(spec.retries, bounds.max_disruptions),
+            limits=Limits(spec.retries, bounds.max_disruptions, bounds.unschedulable_seconds),
             cancel=spec.cancel,
             pod_name=lambda k: job_pod_name(name, k),
             now=now,

@@ -16,6 +16,7 @@ from kinetic.model.limits import (
     DEFAULT_GANG_SCHEDULING_SECONDS,
     DEFAULT_MAX_DISRUPTIONS,
     DEFAULT_MAX_INPUTS,
+    DEFAULT_UNSCHEDULABLE_SECONDS,
     MAX_INPUTS_CEILING,
 )
 from pydantic import Field, field_validator
@@ -129,6 +130,14 @@ class OperatorSettings(BaseSettings):
         "torn down and its attempt fails as GangUnschedulable "
         "(KINETIC_GANG_SCHEDULING_SECONDS).",
     )
+    unschedulable_seconds: float | None = Field(
+        DEFAULT_UNSCHEDULABLE_SECONDS,
+        ge=0,
+        description="How long a single-host attempt's Pod may wait for a node before the "
+        "attempt fails as Unschedulable (it spends a retry); 0: no bound. A request no "
+        "node can ever meet (an accelerator the cluster lacks) ends instead of waiting for "
+        "ever; a cluster autoscaler adding nodes has this long (KINETIC_UNSCHEDULABLE_SECONDS).",
+    )
     pod_ttl_seconds: float = Field(
         120.0,
         ge=0,
@@ -241,6 +250,11 @@ class OperatorSettings(BaseSettings):
         description="With tracing on, also write a heap snapshot every this many seconds; "
         "0 writes them only on SIGUSR1 (KINETIC_TRACEMALLOC_SECONDS).",
     )
+
+    @field_validator("unschedulable_seconds")
+    @classmethod
+    def _zero_is_no_bound(cls, value: float | None) -> float | None:
+        return value or None
 
     @field_validator("runner_service_account")
     @classmethod

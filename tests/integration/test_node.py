@@ -275,9 +275,13 @@ def test_a_job_over_its_memory_limit_is_oom_killed_and_charged_to_retries(
     assert "OOMKilled" in shown.stdout, shown.stdout + shown.stderr
 
 
-def test_an_image_that_exists_nowhere_fails_the_input_and_says_so(
+def test_an_image_that_exists_nowhere_fails_after_its_retries_and_says_so(
     kube: Kube, namespace: str, client_env: dict[str, str]
 ) -> None:
+    """A pull that can never work is a failure of the attempt, charged to ``retries``, in a
+    batch input and in a KineticJob alike (it was once turned into free disruptions, so a
+    job with ``retries: 1`` never ended), and its Pods do not linger Terminating."""
+    nowhere = "kinetic.invalid/nowhere:1"
     batch = {
         "apiVersion": "kinetic.dev/v1alpha1",
         "kind": "KineticBatch",
@@ -285,18 +289,26 @@ def test_an_image_that_exists_nowhere_fails_the_input_and_says_so(
         "spec": {
             "jobs": [
                 {"container": {"image": BUSYBOX, "command": ["true"]}},
-                {"container": {"image": "kinetic.invalid/nowhere:1", "command": ["true"]}},
+                {"container": {"image": nowhere, "command": ["true"]}, "retries": 1},
             ],
         },
     }
+    job = {
+        "apiVersion": "kinetic.dev/v1alpha1",
+        "kind": "KineticJob",
+        "metadata": {"name": "noimg"},
+        "spec": {"container": {"image": nowhere, "command": ["true"]}, "retries": 1},
+    }
     kube.apply(namespace, batch)
+    kube.apply(namespace, job)
     t0 = time.monotonic()
     status = ended(kube, "kb", namespace, "grp-0badbeef")
     assert status["phase"] == "FAILED" and status["counts"]["succeeded"] == 1
     assert time.monotonic() - t0 < 150
     events = kube.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
     assert "ErrImagePull" in events or "ImagePullBackOff" in events
-    # The input's own status (its handle: the manifest's record) names the kubelet's reason.
+    # The input's own status (its handle: the manifest's record) names the kubelet's reason
+    # and shows both attempts.
     report = subprocess.run(
         [KINETIC, "jobs", "status", "grp-0badbeef-1", "-n", namespace],
         capture_output=True,
@@ -305,3 +317,15 @@ def test_an_image_that_exists_nowhere_fails_the_input_and_says_so(
         env=client_env,
     )
     assert re.search("ErrImagePull|ImagePullBackOff", report.stdout), report.stdout
+    pulls = ("ErrImagePull", "ImagePullBackOff")
+    job_status = ended(kube, "kj", namespace, "noimg")
+    assert job_status["phase"] == "FAILED" and job_status["attempt"] == 2, job_status
+    assert (job_status.get("failures"), job_status.get("disruptions", 0)) == (2, 0), job_status
+    assert [a["outcome"] for a in job_status["attempts"]] == ["failure", "failure"]
+    assert all(a["reason"] in pulls for a in job_status["attempts"]), job_status["attempts"]
+    assert "after 1 retries" in job_status["message"], job_status["message"]
+    # Pods whose container never started are deleted at once, not left Terminating.
+    pods = kube.core.list_namespaced_pod(namespace).items
+    lingering = [p.metadata.name for p in pods if p.metadata.deletion_timestamp]
+    assert lingering == [], lingering
+    assert not [p for p in pods if p.metadata.name.startswith(("noimg-", "grp-0badbeef-1-"))]

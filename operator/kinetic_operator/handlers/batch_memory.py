@@ -50,6 +50,7 @@ class UnitPods:
     is not a lost Pod). ``gone``: tombstones of Pods deleted before their
     outcome was recorded. ``refused``: Pods that could not be created, kept
     as failed attempts so the next decision spends a retry on them.
+    ``settled``: the attempts a decision recorded as ended, by unit: their verdicts stand.
     """
 
     creating: dict[int, int] = field(default_factory=dict)  # unit -> attempt
@@ -57,7 +58,7 @@ class UnitPods:
     refused: dict[int, dict[int, PodView]] = field(default_factory=dict)
     creating_members: set[str] = field(default_factory=set)  # gang members, by Pod name
     members_gone: dict[int, dict[str, PodView]] = field(default_factory=dict)  # unit -> name
-    settled: dict[int, dict[int, AttemptRecord]] = field(default_factory=dict)  # gang ends
+    settled: dict[int, dict[int, AttemptRecord]] = field(default_factory=dict)  # verdicts
     stopping: set[str] = field(default_factory=set)  # deleted here, not yet seen deleting
 
     def saw(self, view: PodView, deleted: bool) -> None:

@@ -1,7 +1,7 @@
 """A batch whose template runs on 2 hosts: each input's attempt is a gang of 2 Pods.
 
 `Batch` plays the handler's round: the members grouped by input, `see_gangs`
-(with the verdicts `settled_gangs` remembered), `decide_batch`, then the
+(with the verdicts `settled_units` remembered), `decide_batch`, then the
 status is written and each `(input, attempt)` created as the ranks
 `ranks_to_create` names. Stops are not applied at once: the watch shows
 a deleted Pod only later, which is when a stopped member still holds its
@@ -24,7 +24,7 @@ from kinetic_operator.batch_logic import (
     UnitObservation,
     decide_batch,
     see_gangs,
-    settled_gangs,
+    settled_units,
 )
 from kinetic_operator.observed import PodView
 
@@ -61,7 +61,7 @@ class Batch:
     def decide(self) -> BatchDecision:
         units = self.units()
         d = decide_batch(self.spec, self.status, units, self.now, batch="g", dns=self.dns)
-        for unit, ended in settled_gangs(units, d.plans).items():
+        for unit, ended in settled_units(d.plans).items():
             self.settled.setdefault(unit, {}).update(ended)
         self.status = d.status.model_copy(update={"manifest_uri": "gs://b/g/manifest.json"})
         for unit, attempt in d.creates:
