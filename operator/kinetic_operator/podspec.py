@@ -25,6 +25,8 @@ from kinetic.model.names import (
     ENV_DEBUG_PORT,
     ENV_JOB_NAME,
     ENV_JOB_NAMESPACE,
+    ENV_LOG_LIMIT,
+    ENV_LOG_URI,
     ENV_MASTER_ADDR,
     ENV_MASTER_PORT,
     ENV_PAYLOAD_URI,
@@ -68,6 +70,8 @@ RESERVED_ENV = frozenset(
         "KINETIC_REPORT_URI",
         "KINETIC_VOLUMES",
         ENV_DEBUG_PORT,
+        ENV_LOG_URI,
+        ENV_LOG_LIMIT,
     }
 )
 
@@ -177,6 +181,7 @@ def build_pod(
     env: Mapping[str, str],
     fuse_driver: bool | None = None,
     volumes_at: str = "spec",
+    home: layout.Home | None = None,
 ) -> dict[str, Any]:
     """One attempt as a Pod, owned by `owner`.
 
@@ -185,8 +190,10 @@ def build_pod(
     `spec.deadlineSeconds` per attempt. `env` are the operator's variables,
     which always win over the spec's. `fuse_driver` and `volumes_at`: see
     `datavolumes.apply` (a fuse volume the cluster cannot mount raises
-    `datavolumes.FuseUnavailable`, a `Rejected`).
+    `datavolumes.FuseUnavailable`, a `Rejected`). ``home``: the owner's storage, where a
+    function Pod's runner archives the end of its own log (`runner_log_env`).
     """
+    env = {**env, **runner_log_env(spec, settings, home, name)}
     placement = resolve(settings.accelerator_catalog, spec.accelerator, spec.spot)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -215,6 +222,16 @@ def build_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 
+def runner_log_env(
+    spec: KineticJobSpec, settings: OperatorSettings, home: layout.Home | None, pod: str
+) -> dict[str, str]:
+    """Where a function Pod's runner archives the end of its log, and how much of it: it
+    saw every byte, where the kubelet's rotated log may have lost the end."""
+    if spec.function is None or home is None:
+        return {}
+    return {ENV_LOG_URI: home.log_uri(pod), ENV_LOG_LIMIT: str(settings.log_archive_bytes)}
+
+
 def build_job_pod(
     owner: Owner,
     spec: KineticJobSpec,
@@ -232,6 +249,7 @@ def build_job_pod(
         labels={LABEL_JOB: owner.name, LABEL_ATTEMPT: str(attempt)},
         env=job_env(owner, spec, settings, attempt),
         fuse_driver=fuse_driver,
+        home=job_home(owner, settings),
     )
 
 
@@ -299,6 +317,9 @@ def gang_member(
     env = rendezvous_env(rank, hosts, address, hostnames=hostnames, tpu=tpu)
     container = spec["containers"][0]
     container["env"] = _member_env(container["env"], env, own_ip)
+    for var in container["env"]:
+        if var["name"] == ENV_LOG_URI and home is not None:
+            var["value"] = home.log_uri(name)  # each member archives its own log
     if rank > 0:
         # A debugger attaches to rank 0 (`kinetic jobs debug`): the others run on and meet
         # it at the rendezvous rather than each wait for a debugger of its own.

@@ -55,16 +55,38 @@ def archive_log(kube: Kube, namespace: str, pod: str, uri: str) -> bool:
     """Copy a finished Pod's log to storage, so handles can read it after the Pod is gone.
 
     A log longer than the archive keeps (KINETIC_LOG_ARCHIVE_BYTES) keeps its
-    end, after a line saying it was cut (`Kube.pod_log`).
+    end, after a line saying it was cut (`Kube.pod_log`). A function Pod's
+    runner archives its own log (it saw all of it, where the kubelet serves
+    only the current file of a rotated log): an archive already there is
+    kept, and its Pod's log is not even read.
     """
     try:
+        if storage.exists(uri):
+            return True
         data = kube.pod_log(namespace, pod)
         if data is not None:
-            storage.write_bytes(uri, data)
+            storage.write_if_generation(uri, data, 0)
+    except storage.PreconditionFailed:
+        return True  # the runner's archive landed meanwhile: it holds more than ours
     except Exception as exc:  # noqa: BLE001 — storage or the node down: keep the Pod, retry
         log.warning("Could not archive the log of %s/%s to %s: %s", namespace, pod, uri, exc)
         return False
     return True
+
+
+def stop_pod(kube: Kube, namespace: str, name: str, view: PodView | None, uri: str | None) -> None:
+    """Stop a live attempt Pod (a cancel, a gang torn down, a stray).
+
+    One that is running gets its log archived first (when there is a URI),
+    so an attempt stopped mid-way, or a gang member stopped once rank 0
+    finished, keeps its log: deleted, a Pod's log is gone. One whose
+    container never started goes at once (grace period 0): nothing runs in
+    it, and a graceful delete waited on the kubelet's image pulls, which
+    kept a Pod in ImagePullBackOff Terminating for a minute or more.
+    """
+    if view is not None and view.phase == "Running" and uri is not None:
+        archive_log(kube, namespace, name, uri)
+    kube.delete_pod(namespace, name, now=view is not None and view.phase == "Pending")
 
 
 def reap_one(kube: Kube, namespace: str, pod: str, uri: str | None) -> None:

@@ -211,6 +211,12 @@ def test_rank_one_fails_and_the_whole_gang_stops(
     )
     assert logs.returncode == 0, logs.stderr
     assert "rank 1 of attempt 2 starts" in logs.stdout
+    # Rank 0 ran until it was stopped with its gang: its log was archived before that.
+    uid = json.loads(kube.kubectl("get", "kj", "split", "-n", ns, "-o", "json").stdout)
+    home = layout.job_home(resolve().storage_root, ns, "split", uid["metadata"]["uid"])
+    for attempt in (1, 2):
+        archived = storage.read_bytes(home.log_uri(f"split-{attempt}-0")).decode()
+        assert f"rank 0 of attempt {attempt} starts" in archived, archived
     wrong = subprocess.run(
         [*cli, "--rank", "2"], env=client_env, capture_output=True, text=True, timeout=120
     )

@@ -66,6 +66,8 @@ ENV_PAYLOAD_URI = "KINETIC_PAYLOAD_URI"  # set when the Pod runs a function
 ENV_RESULT_URI = "KINETIC_RESULT_URI"  # where a function's result goes (one input, or a job)
 ENV_CHUNK = "KINETIC_CHUNK"  # a Pod that runs several inputs of a batch: their list
 ENV_DEBUG_PORT = "KINETIC_DEBUG_PORT"  # a debug job: the port debugpy listens on in the Pod
+ENV_LOG_URI = "KINETIC_LOG_URI"  # a function Pod: where its runner archives the end of its log
+ENV_LOG_LIMIT = "KINETIC_LOG_LIMIT"  # ... and the most bytes it keeps there
 
 # Environment variables every member of a gang gets (`kinetic.model.gang.rendezvous_env`):
 # the names frameworks read, so that user code needs no Kinetic-specific setup.

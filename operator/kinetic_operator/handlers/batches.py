@@ -103,7 +103,7 @@ from kinetic_operator.manifest import (
 )
 from kinetic_operator.observed import PodView, batch_key, summarize_pod
 from kinetic_operator.policy import Policy, first_acceptance_violations
-from kinetic_operator.reaper import due_pods
+from kinetic_operator.reaper import due_pods, stop_pod
 from kinetic_operator.settings import OperatorSettings
 
 log = logging.getLogger("kinetic.operator")
@@ -174,6 +174,7 @@ def observe_units(pods: Iterable[PodView], mem: BatchMemory) -> dict[int, UnitOb
         elif pod.index is not None:
             grouped.setdefault(pod.index, {})[pod.attempt] = pod
     making, stopping = frozenset(mem.pods.creating_members), frozenset(mem.pods.stopping)
+    settled = mem.pods.settled
     units = {
         unit: UnitObservation(
             grouped.get(unit, {}),
@@ -181,8 +182,9 @@ def observe_units(pods: Iterable[PodView], mem: BatchMemory) -> dict[int, UnitOb
             members=tuple(members.get(unit, {}).values()),
             making=making,
             stopping=stopping,
+            ended=dict(settled.get(unit, {})),
         )
-        for unit in grouped.keys() | members.keys() | mem.pods.creating.keys()
+        for unit in grouped.keys() | members.keys() | mem.pods.creating.keys() | settled.keys()
     }
     return units
 
@@ -495,13 +497,14 @@ def _decide(batch: _Batch, accepted: _Accepted, units: dict[int, UnitObservation
         max_disruptions=settings.max_disruptions,
         extra=mem.outcomes.extra,
         dns=settings.rendezvous == "dns",
+        unschedulable_seconds=settings.unschedulable_seconds,
     )
     status, spec_events = spec_condition(decision.status, accepted.refused, batch.now)
     status = _vouching(compact_status(status), mem)
     clock = time.monotonic()
     book = mem.outcomes.book_for(batch.home)
     book.observed = units
-    for unit, ended in batch_logic.settled_gangs(units, decision.plans).items():
+    for unit, ended in batch_logic.settled_units(decision.plans).items():
         mem.pods.settled.setdefault(unit, {}).update(ended)
     manifest = _ManifestWrite(mem, batch.write, batch.home, spec, batch.meta, batch.now)
     return _Decided(spec, decision, status, spec_events, units, clock, book, manifest)
@@ -572,16 +575,28 @@ def _do(batch: _Batch, decided: _Decided, action: Any) -> None:
             causes = {u: p.cause for u, p in decided.decision.plans.items()}
             _create(batch, decided.spec, todo, causes, decided.units)
         case StopPods(pods=pods):
-            _each(functools.partial(_delete, batch), pods)
+            views = _views_by_name(decided.units)
+            _each(functools.partial(_delete, batch, views), pods)
         case Event(type=type_, reason=reason, message=message):
             batch.kube.post_event(batch.body, type_, reason, message)
 
 
-def _delete(batch: _Batch, pod: str) -> None:
-    """Delete a Pod, and remember it until the watch shows it going: a gang's member is not
-    deleted again by the next decision meanwhile."""
-    batch.kube.delete_pod(batch.namespace, pod)
+def _delete(batch: _Batch, views: Mapping[str, PodView], pod: str) -> None:
+    """Stop a Pod (its log archived first when it ran), and remember it until the watch shows
+    it going: a gang's member is not deleted again by the next decision meanwhile."""
+    archive = log_uri(batch.home, pod) if batch.settings.storage_root else None
+    stop_pod(batch.kube, batch.namespace, pod, views.get(pod), archive)
     batch.mem.pods.stopping.add(pod)
+
+
+def _views_by_name(units: Mapping[int, UnitObservation]) -> dict[str, PodView]:
+    """Every Pod the decision saw, by name: a gang's members as they are, not its views."""
+    return {
+        p.name: p
+        for obs in units.values()
+        for p in (*obs.members, *obs.pods.values())
+        if not p.gone
+    }
 
 
 def _write_manifest(batch: _Batch, decided: _Decided, *, urgent: bool, blocking: bool) -> None:
@@ -649,7 +664,7 @@ def _own_units(units: dict[int, UnitObservation], uid: str | None) -> dict[int, 
     for unit, obs in units.items():
         pods = {k: p for k, p in obs.pods.items() if p.belongs_to(uid)}
         members = tuple(m for m in obs.members if m.belongs_to(uid))
-        if pods or members or obs.creating is not None:
+        if pods or members or obs.creating is not None or obs.ended:
             own[unit] = replace(obs, pods=pods, members=members)
     return own
 

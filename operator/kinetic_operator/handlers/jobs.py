@@ -41,7 +41,7 @@ from kinetic_operator.job_logic import CreatePod, Decision, DeletePod, Event, In
 from kinetic_operator.kube import Conflict, Kube, Rejected
 from kinetic_operator.observed import PodView, job_key, summarize_pod
 from kinetic_operator.policy import Policy, first_acceptance_violations, policy_violations
-from kinetic_operator.reaper import due_pods
+from kinetic_operator.reaper import due_pods, stop_pod
 from kinetic_operator.settings import OperatorSettings
 
 log = logging.getLogger("kinetic.operator")
@@ -224,7 +224,7 @@ def _reconcile_once(
     own = [p for p in seen.pods if p.belongs_to(job.meta.get("uid"))]
     decision = _decide(job, spec, replace(seen, pods=own))
     written = _record(job, decision)
-    if not _act(job, spec, decision, written):
+    if not _act(job, spec, decision, written, {p.name: p for p in own}):
         return None  # Kubernetes refused a Pod: the job has failed
     return _reap(job, decision, own)
 
@@ -315,7 +315,9 @@ def _decide(job: _Job, spec: KineticJobSpec | InvalidSpec, seen: JobPods) -> Dec
         now=job.now,
         creating=job.old.attempt in job.mem.creating,
         generation=job.meta.get("generation"),
-        bounds=job_logic.Bounds(settings.max_disruptions, settings.attempt_history),
+        bounds=job_logic.Bounds(
+            settings.max_disruptions, settings.attempt_history, settings.unschedulable_seconds
+        ),
         result_uri=None if isinstance(spec, InvalidSpec) else podspec.result_uri(job.home, spec),
     )
 
@@ -342,7 +344,11 @@ def _record(job: _Job, decision: Decision) -> dict[str, Any]:
 
 
 def _act(
-    job: _Job, spec: KineticJobSpec | InvalidSpec, decision: Decision, written: dict[str, Any]
+    job: _Job,
+    spec: KineticJobSpec | InvalidSpec,
+    decision: Decision,
+    written: dict[str, Any],
+    views: Mapping[str, PodView],
 ) -> bool:
     """Do what was decided; False when Kubernetes refused a Pod (the job failed then)."""
     for action in decision.actions:
@@ -351,7 +357,8 @@ def _act(
                 if not _create(job, spec, decision, written, action):
                     return False
             case DeletePod(pod=pod):
-                job.kube.delete_pod(job.namespace, pod)
+                archive = job.home.log_uri(pod) if job.home is not None else None
+                stop_pod(job.kube, job.namespace, pod, views.get(pod), archive)
                 job.mem.stopping.add(pod)
             case Event(type=type_, reason=reason, message=message):
                 job.kube.post_event(job.body, type_, reason, message)
