@@ -21,6 +21,7 @@ import pytest
 from kinetic import storage
 from kinetic.api import kube as kinetic_kube
 from kinetic.api.config import resolve
+from kinetic.api.handle import ResultDeleted
 from kinetic.api.jobs import JobFailed, JobStatus, new_job_id, submit_job
 from kinetic.model import digest, layout, names, payload
 from kinetic.model import resources as r
@@ -249,6 +250,12 @@ def test_successful_result_cleans_up_by_default(ns: str) -> None:
     assert job.status() is JobStatus.NOT_FOUND
     assert not storage.exists(payload_uri) and not storage.exists(job.result_uri)
     assert storage.list_prefix(job._home().prefix) == []
+    # A second read says what happened and how to keep a result, not just "no longer exists".
+    with pytest.raises(ResultDeleted) as again:
+        job.result(timeout=10)
+    said = str(again.value)
+    assert "was cleaned up by an earlier result() on this handle" in said
+    assert "pass cleanup=False to keep them" in said
 
 
 def test_cleanup_can_keep_artifacts_and_the_same_handle_still_reads_them(ns: str) -> None:

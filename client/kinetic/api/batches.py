@@ -21,7 +21,7 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -60,6 +60,7 @@ from kinetic.api.submission import (
     submission_failure,
     wrong_typed_inputs,
 )
+from kinetic.api.unread import unread_error, unread_note
 from kinetic.api.vouched import VouchedManifest
 from kinetic.model import catalog, gang, layout, limits, names, payload
 from kinetic.model import resources as r
@@ -109,7 +110,12 @@ _READERS = 16  # parallel storage reads when collecting results
 
 
 class BatchError(Exception):
-    """Some inputs of a batch failed; the rest of the results are in `partial_results`."""
+    """Some inputs of a batch failed; the rest of the results are in `partial_results`.
+
+    ``unread`` are inputs that did not fail but have no value to return (their
+    result was deleted after an earlier read, or nothing vouches for it any
+    more): the message names the first reason (`kinetic.api.unread`).
+    """
 
     def __init__(
         self,
@@ -118,17 +124,19 @@ class BatchError(Exception):
         partial_results: list[Any],
         submission_failures: dict[int, Exception] | None = None,
         cancelled: Iterable[int] = (),
+        unread: Mapping[int, Exception] | None = None,
     ) -> None:
         self.group_id = group_id
         self.failures = failures
         self.partial_results = partial_results
         self.submission_failures = dict(submission_failures or {})
         self.cancelled = sorted(cancelled)
+        self.unread = dict(unread or {})
         failed = len(failures) + len(self.submission_failures)
         message = f"Batch {group_id}: {failed} of {len(partial_results)} jobs failed"
         if self.cancelled:
             message += f", {len(self.cancelled)} cancelled"
-        super().__init__(message)
+        super().__init__(message + unread_note(self.unread))
 
 
 # --------------------------------------------------------------------------- the batch
@@ -439,7 +447,7 @@ class BatchHandle:
         got.close(self.group_id, self.total)
         self._cached_failures = [self.child(i) for i in sorted(got.failed)]
         if got.errors and not return_exceptions:
-            raise self._batch_error(got, self._cached_failures)
+            raise self._results_error(got, self._cached_failures)
         index_order = range(self.total) if ordered else got.order
         return [got.values[i] if i in got.values else got.errors[i] for i in index_order]
 
@@ -467,16 +475,32 @@ class BatchHandle:
                 got.add(self._collect(list(new), outcomes, cleanup, pool, manifest))
         return got
 
-    def _batch_error(self, got: _Results, failures: list[JobHandle]) -> BatchError:
-        """The error `results()` raises when inputs failed: the others' values kept in it."""
-        partial = [got.values.get(i) for i in range(self.total)]
+    def _results_error(self, got: _Results, failures: list[JobHandle]) -> Exception:
+        """The error `results()` raises when some input has no value.
+
+        Inputs that failed, failed at submission or were cancelled make it a
+        `BatchError`, the others' values kept in it. When none did, the inputs
+        without a value succeeded (or never ended) and the reason is not a
+        failure: it is raised itself (`kinetic.api.unread`), never "0 failed".
+        """
         cancelled = [i for i, e in got.errors.items() if isinstance(e, JobCancelled)]
+        unread = {
+            i: e
+            for i, e in got.errors.items()
+            if i not in got.failed and i not in self._submission_failures and i not in cancelled
+        }
+        if unread and not (failures or self._submission_failures or cancelled):
+            home = self._home()
+            where = home.prefix if home is not None else self.group_id
+            return unread_error(self.group_id, self.total, unread, where)
+        partial = [got.values.get(i) for i in range(self.total)]
         return BatchError(
             self.group_id,
             failures,
             partial,
             self._submission_failures,
             cancelled=cancelled,
+            unread=unread,
         )
 
     def _collect(

@@ -38,7 +38,14 @@ from annotated_types import MaxLen
 
 from kinetic import storage
 from kinetic.api import kube
-from kinetic.api.handle import JobCancelled, JobFailed, JobHandle, JobStatus, notify
+from kinetic.api.handle import (
+    JobCancelled,
+    JobFailed,
+    JobHandle,
+    JobStatus,
+    ResultDeleted,
+    notify,
+)
 from kinetic.api.reference import DEFAULT_CLEANUP_TIMEOUT
 from kinetic.api.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
 from kinetic.api.submission import submission_exception
@@ -622,10 +629,10 @@ class InputHandle(JobHandle):
         """The exception for an input that left no result to return."""
         where = f"input {self.index} of batch {self.group}"
         if final is JobStatus.SUCCEEDED:
-            return JobFailed(
+            return ResultDeleted(
                 f"{where} succeeded, but its result is no longer at {self.result_uri}: it was "
-                "deleted after an earlier read (results(cleanup=True) and result() do that by "
-                "default; pass cleanup=False to keep results)"
+                "deleted after an earlier read (results() and result() delete each result "
+                "they read unless cleanup=False; pass cleanup=False to keep results)"
             )
         submitted = self._submission_failure()
         if submitted is not None:
