@@ -340,8 +340,11 @@ def test_a_timeout_does_not_cancel(ns: str) -> None:
         return i
 
     batch = nap.run_async_map(range(2))
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError) as timed_out:
         batch.results(timeout=1)
+    # The kind in full (it used to be cut to "kineticbatche").
+    said = str(timed_out.value)
+    assert said.startswith(f"KineticBatch {ns}/{batch.group_id} did not finish in 1 s: "), said
     assert _batch(ns, batch.group_id)["spec"]["cancel"] is False
     assert batch.results(timeout=TIMEOUT) == [0, 1]
 

@@ -163,8 +163,11 @@ def test_result_timeout_leaves_the_job_running(ns: str) -> None:
         return "rested"
 
     job = nap.run_async(8)
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError) as timed_out:
         job.result(timeout=1)
+    # The kind in full and where the job is (it used to say "kineticjob …").
+    said = str(timed_out.value)
+    assert said.startswith(f"KineticJob {ns}/{job.job_id} did not finish in 1 s: it is "), said
     assert job.status() in (JobStatus.PENDING, JobStatus.RUNNING)
     seen: list[JobStatus] = []
     assert job.result(timeout=120, on_status_change=seen.append) == "rested"
