@@ -36,6 +36,7 @@ from kinetic.api.handle import (
     JobFailed,
     JobHandle,
     JobStatus,
+    label_int,
     last_uid,
     sort_by_attempt,
 )
@@ -44,6 +45,7 @@ from kinetic.api.inputs import (
     InputHandle,
     RecordedOutcomes,
     add_cancel_indexes,
+    input_summary,
     live_phase,
     read_manifest,
     spec_input_total,
@@ -162,6 +164,10 @@ class BatchHandle:
     payload_uri: str | None = None
     # A mixed batch (spec.jobs): the inputs that run containers; `container` is then unused.
     container_inputs: IndexSet | None = None
+    # A mixed batch: each input's own function (or command) and accelerator, where
+    # `func_name` and `accelerator` sum up the whole batch.
+    input_names: tuple[str, ...] | None = None
+    input_accelerators: tuple[str, ...] | None = None
     _submission_failures: dict[int, Exception] = field(default_factory=dict, repr=False)
     _cached_failures: list[JobHandle] | None = field(default=None, repr=False)
 
@@ -219,6 +225,8 @@ class BatchHandle:
             accelerator=",".join(sorted({j.get("accelerator", "cpu") for j in jobs})),
             uid=obj["metadata"].get("uid"),
             container_inputs=IndexSet(i for i, j in enumerate(jobs) if "container" in j),
+            input_names=tuple(n or "" for n in names_),
+            input_accelerators=tuple(j.get("accelerator", "cpu") for j in jobs),
             _submission_failures={
                 f["index"]: SubmissionError(f["index"], f["message"])
                 for f in spec.get("submissionFailures", [])
@@ -272,9 +280,9 @@ class BatchHandle:
         return InputHandle(
             job_id=names.input_id(self.group_id, index),
             namespace=self.namespace,
-            func_name=self.func_name or self.name or "",
+            func_name=_own(self.input_names, index) or self.func_name or self.name or "",
             created_at=self.created_at,
-            accelerator=self.accelerator,
+            accelerator=_own(self.input_accelerators, index) or self.accelerator,
             result_uri=None if container or home is None else home.input_result_uri(index),
             context=self.context,
             uid=self.uid,
@@ -333,6 +341,31 @@ class BatchHandle:
         batch is deleted); the rest from each unit's newest Pod. Inputs of a
         deleted batch that never ended are NOT_FOUND.
         """
+        return self._statuses(None)
+
+    def overview(self) -> InputOverview:
+        """Each input's phase, attempt and message, as `kinetic jobs list` shows them.
+
+        One read of the batch and one LIST of its Pods for the whole batch;
+        attempts and messages from the manifest, a shard at a time, only for
+        the inputs asked about (as `InputHandle.describe` reads them, without
+        reading the batch again per input).
+        """
+        pods = self._newest_pods()
+        phases = dict(self._statuses(pods))
+        manifest = self._vouched()
+
+        def record(index: int) -> InputRecord | None:
+            if manifest is None:
+                return None
+            shard = manifest.shard(layout.shard_of(index))
+            return None if shard is None else shard.inputs.get(str(index))
+
+        attempts = {unit: label_int(pod, names.LABEL_ATTEMPT) for unit, pod in pods.items()}
+        return InputOverview(phases, attempts, record, self.chunk_size)
+
+    def _statuses(self, pods: dict[int, V1Pod] | None) -> list[tuple[int, JobStatus]]:
+        """`statuses`, with the newest Pods of each unit when already listed."""
         obj = self._get()
         outcomes = RecordedOutcomes(self._manifest)
         live: Callable[[int], JobStatus]
@@ -350,7 +383,7 @@ class BatchHandle:
             outcomes.update(status, final=r.Phase(status.get("phase", "PENDING")).terminal)
             launched = IndexSet.range(0, min(status.get("launched", 0), self.total))
             unended = launched - outcomes.done() - IndexSet(self._submission_failures)
-            newest = self._newest_pods() if unended else {}
+            newest = (self._newest_pods() if pods is None else pods) if unended else {}
 
             def live(i: int) -> JobStatus:
                 return live_phase(newest.get(names.unit_start(i, self.chunk_size)))
@@ -689,9 +722,33 @@ class BatchHandle:
             delete_stored(self._home(), upload)
 
 
+def _own(per_input: tuple[str, ...] | None, index: int) -> str | None:
+    """Input ``index``'s own entry of a mixed batch's per-input values (None: not one)."""
+    if per_input is None or not 0 <= index < len(per_input):
+        return None
+    return per_input[index]
+
+
 def _final(status: dict) -> bool:
     """Whether no more outcomes can be recorded: the batch ended, or was deleted."""
     return bool(status.get("deleted")) or r.Phase(status.get("phase", "PENDING")).terminal
+
+
+@dataclass(frozen=True)
+class InputOverview:
+    """What `BatchHandle.overview` read: enough to say each input's phase, attempt and message."""
+
+    phases: dict[int, JobStatus]  # launched inputs (submission failures aside)
+    pod_attempts: dict[int, int]  # unit start -> its newest live Pod's attempt
+    record: Callable[[int], InputRecord | None]  # the manifest's record of an input
+    chunk_size: int = 1
+
+    def of(self, index: int) -> dict[str, Any]:
+        """Input ``index``'s phase, attempt and message, shaped like a KineticJob's status."""
+        phase = self.phases.get(index, JobStatus.PENDING)
+        record = self.record(index) if index in self.phases else None
+        live = self.pod_attempts.get(names.unit_start(index, self.chunk_size), 0)
+        return input_summary(phase, record, live)
 
 
 @dataclass

@@ -722,7 +722,7 @@ def sort_by_attempt(pods: list[V1Pod]) -> list[V1Pod]:
     )
 
 
-def _label_int(pod: V1Pod, label: str) -> int:
+def label_int(pod: V1Pod, label: str) -> int:
     """An integer label of ``pod`` (attempt, rank), 0 when absent or not a number."""
     value = (pod.metadata.labels or {}).get(label, "0")
     return int(value) if value.isdigit() else 0
@@ -736,11 +736,11 @@ def pod_of_rank(pods: list[V1Pod], rank: int) -> V1Pod | None:
     """
     if not pods:
         return None
-    newest = _label_int(pods[-1], names.LABEL_ATTEMPT)
+    newest = label_int(pods[-1], names.LABEL_ATTEMPT)
     ranked = [
         p
         for p in pods
-        if _label_int(p, names.LABEL_ATTEMPT) == newest and _label_int(p, names.LABEL_RANK) == rank
+        if label_int(p, names.LABEL_ATTEMPT) == newest and label_int(p, names.LABEL_RANK) == rank
     ]
     return ranked[-1] if ranked else None
 

@@ -200,6 +200,36 @@ class RecordedOutcomes:
         return None
 
 
+def recorded_message(
+    record: InputRecord | None, attempts: list[dict[str, Any]] | None = None
+) -> str | None:
+    """Why an input ended as it did, as its manifest record says: the record's own message,
+    else the newest attempt's that has one (of ``attempts`` when given: the record's merged
+    with live Pods); None when nothing says."""
+    if record is not None and record.message:
+        return record.message
+    if attempts is None:
+        attempts = [a.wire() for a in record.attempts] if record is not None else []
+    for attempt in reversed(attempts):
+        if attempt.get("message"):
+            return str(attempt["message"])
+    return None
+
+
+def input_summary(
+    phase: JobStatus, record: InputRecord | None, live_attempt: int = 0
+) -> dict[str, Any]:
+    """One input's phase, attempt and message, shaped like a KineticJob's status (what
+    `kinetic jobs list` shows): the attempt is the newest the manifest records or a live
+    Pod runs, the message the record's (`recorded_message`)."""
+    recorded = max((a.attempt for a in record.attempts), default=0) if record is not None else 0
+    out: dict[str, Any] = {"phase": phase.value, "attempt": max(recorded, live_attempt)}
+    message = recorded_message(record)
+    if message:
+        out["message"] = message
+    return out
+
+
 def _owned_by(pod: V1Pod, uid: str | None) -> bool:
     """Whether the Pod is the batch's with this UID (not a same-named predecessor's)."""
     refs = pod.metadata.owner_references or []
@@ -520,14 +550,7 @@ class InputHandle(JobHandle):
         self, record: InputRecord | None, attempts: list[dict[str, Any]] | None = None
     ) -> str | None:
         """Why the input ended as it did: the manifest's word, its last attempt's, or submission."""
-        if record is not None and record.message:
-            return record.message
-        if attempts is None:
-            attempts = [a.wire() for a in record.attempts] if record is not None else []
-        for attempt in reversed(attempts):
-            if attempt.get("message"):
-                return attempt["message"]
-        return self._submission_message()
+        return recorded_message(record, attempts) or self._submission_message()
 
     def _submission_message(self) -> str | None:
         found = self._submission_failure()
