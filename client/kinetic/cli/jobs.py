@@ -187,7 +187,8 @@ def result(
     context: str | None = CONTEXT,
     output: Format = OUTPUT_OPTION,
 ) -> None:
-    """Wait for a job and print its return value."""
+    """Wait for a job and print its return value; after a success, delete the job and its
+    artifacts (--keep keeps them), as Python's result() does."""
     h = _handle(job_id, namespace, context)
     try:
         with console.status(f"waiting for {job_id}"):
