@@ -259,6 +259,8 @@ def test_successful_result_cleans_up_by_default(ns: str) -> None:
     said = str(again.value)
     assert "was cleaned up by an earlier result() on this handle" in said
     assert "pass cleanup=False to keep them" in said
+    with pytest.raises(LookupError, match=r"result\(\) deletes the job and its result after"):
+        kinetic.attach(job.job_id, namespace=ns)  # another process: nothing left to find
 
 
 def test_cleanup_can_keep_artifacts_and_the_same_handle_still_reads_them(ns: str) -> None:

@@ -68,7 +68,7 @@ from kinetic.model import catalog, gang, layout, limits, names, payload
 from kinetic.model import resources as r
 from kinetic.model.data import inputs_data
 from kinetic.model.digest import Unverifiable
-from kinetic.model.manifest import InputRecord, ManifestHeader
+from kinetic.model.manifest import InputRecord, ManifestHeader, ManifestShard
 from kinetic.model.ranges import IndexSet
 
 if TYPE_CHECKING:
@@ -354,11 +354,15 @@ class BatchHandle:
         pods = self._newest_pods()
         phases = dict(self._statuses(pods))
         manifest = self._vouched()
+        shards: dict[int, ManifestShard | None] = {}  # each read once, even when not written
 
         def record(index: int) -> InputRecord | None:
             if manifest is None:
                 return None
-            shard = manifest.shard(layout.shard_of(index))
+            number = layout.shard_of(index)
+            if number not in shards:
+                shards[number] = manifest.shard(number)
+            shard = shards[number]
             return None if shard is None else shard.inputs.get(str(index))
 
         attempts = {unit: label_int(pod, names.LABEL_ATTEMPT) for unit, pod in pods.items()}

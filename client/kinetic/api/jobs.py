@@ -135,7 +135,9 @@ def attach(
         f"No KineticJob {job_id!r} in namespace {cfg.namespace!r} and no result recorded "
         f"for that name under {layout.namespace_prefix(cfg.storage_root, cfg.namespace)}. "
         "Check the id and namespace "
-        "(`kinetic jobs list -n NAMESPACE`; an input of a batch is `<group id>-<index>`)."
+        "(`kinetic jobs list -n NAMESPACE`; an input of a batch is `<group id>-<index>`). "
+        "A job whose result was read is gone with it: result() deletes the job and its "
+        "result after a success unless cleanup=False (`kinetic jobs result --keep`)."
     )
 
 
