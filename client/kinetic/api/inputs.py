@@ -38,7 +38,14 @@ from annotated_types import MaxLen
 
 from kinetic import storage
 from kinetic.api import kube
-from kinetic.api.handle import JobCancelled, JobFailed, JobHandle, JobStatus, notify
+from kinetic.api.handle import (
+    JobCancelled,
+    JobFailed,
+    JobHandle,
+    JobStatus,
+    ResultDeleted,
+    notify,
+)
 from kinetic.api.reference import DEFAULT_CLEANUP_TIMEOUT
 from kinetic.api.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
 from kinetic.api.submission import submission_exception
@@ -191,6 +198,36 @@ class RecordedOutcomes:
         if index in self.cancelled:
             return JobStatus.CANCELLED
         return None
+
+
+def recorded_message(
+    record: InputRecord | None, attempts: list[dict[str, Any]] | None = None
+) -> str | None:
+    """Why an input ended as it did, as its manifest record says: the record's own message,
+    else the newest attempt's that has one (of ``attempts`` when given: the record's merged
+    with live Pods); None when nothing says."""
+    if record is not None and record.message:
+        return record.message
+    if attempts is None:
+        attempts = [a.wire() for a in record.attempts] if record is not None else []
+    for attempt in reversed(attempts):
+        if attempt.get("message"):
+            return str(attempt["message"])
+    return None
+
+
+def input_summary(
+    phase: JobStatus, record: InputRecord | None, live_attempt: int = 0
+) -> dict[str, Any]:
+    """One input's phase, attempt and message, shaped like a KineticJob's status (what
+    `kinetic jobs list` shows): the attempt is the newest the manifest records or a live
+    Pod runs, the message the record's (`recorded_message`)."""
+    recorded = max((a.attempt for a in record.attempts), default=0) if record is not None else 0
+    out: dict[str, Any] = {"phase": phase.value, "attempt": max(recorded, live_attempt)}
+    message = recorded_message(record)
+    if message:
+        out["message"] = message
+    return out
 
 
 def _owned_by(pod: V1Pod, uid: str | None) -> bool:
@@ -513,14 +550,7 @@ class InputHandle(JobHandle):
         self, record: InputRecord | None, attempts: list[dict[str, Any]] | None = None
     ) -> str | None:
         """Why the input ended as it did: the manifest's word, its last attempt's, or submission."""
-        if record is not None and record.message:
-            return record.message
-        if attempts is None:
-            attempts = [a.wire() for a in record.attempts] if record is not None else []
-        for attempt in reversed(attempts):
-            if attempt.get("message"):
-                return attempt["message"]
-        return self._submission_message()
+        return recorded_message(record, attempts) or self._submission_message()
 
     def _submission_message(self) -> str | None:
         found = self._submission_failure()
@@ -622,10 +652,10 @@ class InputHandle(JobHandle):
         """The exception for an input that left no result to return."""
         where = f"input {self.index} of batch {self.group}"
         if final is JobStatus.SUCCEEDED:
-            return JobFailed(
+            return ResultDeleted(
                 f"{where} succeeded, but its result is no longer at {self.result_uri}: it was "
-                "deleted after an earlier read (results(cleanup=True) and result() do that by "
-                "default; pass cleanup=False to keep results)"
+                "deleted after an earlier read (results() and result() delete each result "
+                "they read unless cleanup=False; pass cleanup=False to keep results)"
             )
         submitted = self._submission_failure()
         if submitted is not None:
