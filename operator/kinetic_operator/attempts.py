@@ -530,6 +530,7 @@ def _record(
     return AttemptRecord(
         attempt=k,
         pod=pod.name if pod is not None else pod_name(k),
+        pod_uid=pod.uid if pod is not None and pod.members is None else None,
         outcome=_record_outcome(pod, end),
         reason=end.reason if end else None,
         exit_code=end.exit_code if end else None,

@@ -146,6 +146,7 @@ class UnitObservation:
 
     pods: Mapping[int, PodView] = field(default_factory=dict)
     creating: int | None = None
+    creating_name: str | None = None  # the name ``creating``'s Pod was created under
     members: tuple[PodView, ...] = ()  # a gang's member Pods, tombstones included
     gang: Gang | None = None  # set by `see_gangs`: then ``pods`` are one view per attempt
     # Attempts whose end an earlier decision recorded (the verdict stands, whatever their
@@ -471,10 +472,11 @@ def _busy_units(units: Mapping[int, UnitObservation]) -> set[int]:
 
 
 def _settled_strays(w: _Work, unit: int, obs: UnitObservation) -> list[str]:
-    """The Pods of a settled unit still live, or still being created."""
+    """The Pods of a settled unit still live, or still being created (by the name it was
+    created under: someone else's Pod may hold the one it was meant to have)."""
     strays = [p.name for p in obs.pods.values() if p.live]
-    if obs.creating is not None and obs.creating not in obs.pods:
-        strays.append(input_pod_name(w.batch, unit, obs.creating))
+    if obs.creating is not None and obs.creating not in obs.pods and obs.creating_name:
+        strays.append(obs.creating_name)
     return strays
 
 

@@ -253,6 +253,20 @@ def build_job_pod(
     )
 
 
+def renamed(manifest: dict[str, Any], name: str, home: layout.Home | None) -> dict[str, Any]:
+    """The same Pod under another name (`handlers.owned`: its own was held by someone
+    else's Pod); where its runner archives its log and writes its report follow the name.
+    A gang member keeps its hostname: its peers reach it by that."""
+    manifest["metadata"]["name"] = name
+    for container in manifest["spec"]["containers"]:
+        for var in container.get("env") or ():
+            if home is not None and var.get("name") == ENV_LOG_URI:
+                var["value"] = home.log_uri(name)
+            elif home is not None and var.get("name") == "KINETIC_REPORT_URI":
+                var["value"] = home.report_uri(name)
+    return manifest
+
+
 def gang_service(owner: Owner) -> dict[str, Any]:
     """The headless Service that names the owner's gang members in DNS (``<owner>-gang``).
 

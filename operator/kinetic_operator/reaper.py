@@ -26,6 +26,9 @@ from kinetic_operator.observed import PodView
 
 log = logging.getLogger("kinetic.operator")
 
+Due = tuple[str, str | None, str | None]
+"""A Pod to reap: its name, where to archive its log (None: nowhere), its UID (None: any)."""
+
 THREADS = 16  # a log read, a storage write and a DELETE per Pod: latency, not CPU
 EPOCH = "1970-01-01T00:00:00Z"
 
@@ -86,15 +89,16 @@ def stop_pod(kube: Kube, namespace: str, name: str, view: PodView | None, uri: s
     """
     if view is not None and view.phase == "Running" and uri is not None:
         archive_log(kube, namespace, name, uri)
-    kube.delete_pod(namespace, name, now=view is not None and view.phase == "Pending")
+    never_started = view is not None and view.phase == "Pending"
+    kube.delete_pod(namespace, name, now=never_started, uid=view.uid if view else None)
 
 
-def reap_one(kube: Kube, namespace: str, pod: str, uri: str | None) -> None:
-    """Archive the Pod's log (when given a URI), then delete the Pod; a Pod whose log could
-    not be archived is kept for a later pass."""
+def reap_one(kube: Kube, namespace: str, pod: str, uri: str | None, uid: str | None = None) -> None:
+    """Archive the Pod's log (when given a URI), then delete the Pod (only the instance
+    ``uid``, when given); a Pod whose log could not be archived is kept for a later pass."""
     if uri is not None and not archive_log(kube, namespace, pod, uri):
         return
-    kube.delete_pod(namespace, pod, now=True)
+    kube.delete_pod(namespace, pod, now=True, uid=uid)
 
 
 @dataclass
@@ -120,17 +124,15 @@ class Reaper:
         with self.lock:
             return set(self.busy.get(owner, ()))
 
-    def submit(
-        self, kube: Kube, owner: Hashable, namespace: str, work: list[tuple[str, str | None]]
-    ) -> None:
+    def submit(self, kube: Kube, owner: Hashable, namespace: str, work: list[Due]) -> None:
         """Start reaping each Pod of ``work`` that is not being reaped already."""
-        for pod, uri in work:
+        for pod, uri, uid in work:
             with self.lock:
                 flying = self.busy.setdefault(owner, set())
                 if pod in flying:
                     continue
                 flying.add(pod)
-            future = self.pool.submit(reap_one, kube, namespace, pod, uri)
+            future = self.pool.submit(reap_one, kube, namespace, pod, uri, uid)
             future.add_done_callback(functools.partial(self._done, owner, namespace, pod))
 
     def idle(self) -> bool:

@@ -130,6 +130,12 @@ class OperatorSettings(BaseSettings):
         "torn down and its attempt fails as GangUnschedulable "
         "(KINETIC_GANG_SCHEDULING_SECONDS).",
     )
+    seal_secret: str = Field(
+        "kinetic-operator-seal",
+        min_length=1,
+        description="The Secret in the operator's namespace holding the key that seals every "
+        "Pod the operator makes (created on first start) (KINETIC_SEAL_SECRET).",
+    )
     unschedulable_seconds: float | None = Field(
         DEFAULT_UNSCHEDULABLE_SECONDS,
         ge=0,

@@ -38,6 +38,7 @@ from kinetic.api.handle import (
     JobStatus,
     label_int,
     last_uid,
+    recorded_pods,
     sort_by_attempt,
 )
 from kinetic.api.inputs import (
@@ -636,30 +637,27 @@ class BatchHandle:
     def _container_results(
         self, indexes: list[int], manifest: VouchedManifest | None
     ) -> dict[int, str | None]:
-        """Termination messages of succeeded container inputs: live Pods first, then shards
-        as the status vouches for them (none when ``manifest`` is None).
+        """Termination messages of succeeded container inputs, from the shards as the status
+        vouches for them (none when ``manifest`` is None), or from the Pods those shards
+        record (by name and UID) when a record does not hold the result yet.
 
         One LIST of the batch's Pods and one read per shard, not a read per
-        input. A Pod missing from the LIST was deleted after its shard was
-        written, so the shards read next have it.
+        input. Only a Pod the operator recorded counts: anyone who may create
+        Pods in the namespace can give one a batch's labels and a message of
+        their choosing (`handle.recorded_pods`).
         """
         found: dict[int, str | None] = {}
-        if not indexes:
+        if not indexes or manifest is None:
             return found
         wanted = set(indexes)
         pods = kube.list_pods(self.namespace, f"{names.LABEL_BATCH}={self.group_id}", self.context)
-        for pod in sort_by_attempt(pods):
-            index = int((pod.metadata.labels or {}).get(names.LABEL_INDEX, -1))
-            ended = terminated_state(pod)
-            if index in wanted and pod.status.phase == "Succeeded" and ended is not None:
-                found[index] = ended.message
-        if manifest is None:
-            return found
         deadline = time.monotonic() + RECORD_WAIT
         while True:
-            for i, record in self._manifest_records(wanted - set(found), manifest).items():
+            records = self._manifest_records(wanted - set(found), manifest)
+            for i, record in records.items():
                 if record.outcome == "SUCCEEDED":
                     found[i] = record.result
+            found |= _recorded_messages(pods, records)
             if wanted <= set(found) or time.monotonic() > deadline:
                 return found
             time.sleep(1.0)
@@ -1091,6 +1089,18 @@ def _attach(group_id: str, cfg: ClientConfig) -> tuple[BatchHandle, dict[str, An
         )
     handle = BatchHandle.from_manifest(header, cfg.namespace, cfg.storage_root, cfg.context)
     return handle, status_from_header(header)
+
+
+def _recorded_messages(pods: list[V1Pod], records: dict[int, InputRecord]) -> dict[int, str]:
+    """Termination messages of succeeded Pods that these records name as their inputs'."""
+    out: dict[int, str] = {}
+    for i, record in records.items():
+        attempts = [a.wire() for a in record.attempts]
+        for pod in recorded_pods(pods, attempts):
+            ended = terminated_state(pod)
+            if pod.status.phase == "Succeeded" and ended is not None and ended.message:
+                out[i] = ended.message
+    return out
 
 
 def attach_batch(

@@ -448,8 +448,14 @@ class JobHandle:
         return f"{names.LABEL_JOB}={self.job_id}"
 
     def _live_pods(self) -> list[V1Pod]:
-        """This job's Pods that still exist, oldest attempt first."""
-        return sort_by_attempt(kube.list_pods(self.namespace, self._pod_selector(), self.context))
+        """This job's Pods that still exist, oldest attempt first: only those the operator
+        recorded as its attempts' (`recorded_pods`), whatever other Pods carry its labels."""
+        listed = kube.list_pods(self.namespace, self._pod_selector(), self.context)
+        return sort_by_attempt(recorded_pods(listed, self._recorded_attempts()))
+
+    def _recorded_attempts(self) -> list[dict[str, Any]]:
+        """The attempts the operator recorded, as the job's status holds them."""
+        return list(((self._get() or {}).get("status") or {}).get("attempts") or [])
 
     def _pod(self, rank: int = 0) -> str | None:
         """The Pod of rank ``rank`` of the newest attempt while it exists, else None."""
@@ -709,6 +715,27 @@ def _chunk_size(first: int, inputs: int) -> int:
     while first % size:
         size += 1
     return size
+
+
+def recorded_pods(pods: list[V1Pod], attempts: list[dict[str, Any]]) -> list[V1Pod]:
+    """The Pods among ``pods`` that the operator recorded for ``attempts``: by name, and by
+    UID where it recorded one.
+
+    Anyone who may create Pods in the namespace can give a Pod a job's labels;
+    the operator ignores such a Pod (`kinetic_operator.seal`), and so do the
+    handles: its log is not the job's, and a debugger must not attach to it.
+    """
+    recorded: dict[str, str | None] = {}
+    for attempt in attempts:
+        for rec in [attempt, *(attempt.get("members") or [])]:
+            if rec.get("pod"):
+                recorded[str(rec["pod"])] = rec.get("podUID")
+    kept = []
+    for pod in pods:
+        name = pod.metadata.name
+        if name in recorded and recorded[name] in (None, pod.metadata.uid):
+            kept.append(pod)
+    return kept
 
 
 def sort_by_attempt(pods: list[V1Pod]) -> list[V1Pod]:

@@ -409,6 +409,12 @@ class InputHandle(JobHandle):
         home = self._home()
         return home.log_uri(pod) if home is not None else None
 
+    def _recorded_attempts(self) -> list[dict[str, Any]]:
+        """The input's attempts as the manifest records them (as far as the batch's status
+        vouches for it)."""
+        record = self._record()
+        return [a.wire() for a in record.attempts] if record is not None else []
+
     def _last_recorded_attempt(self) -> dict[str, Any] | None:
         record = self._record()
         if record is None or not record.attempts:

@@ -54,6 +54,7 @@ class UnitPods:
     """
 
     creating: dict[int, int] = field(default_factory=dict)  # unit -> attempt
+    creating_names: dict[int, str] = field(default_factory=dict)  # unit -> its Pod's name
     gone: dict[int, dict[int, PodView]] = field(default_factory=dict)
     refused: dict[int, dict[int, PodView]] = field(default_factory=dict)
     creating_members: set[str] = field(default_factory=set)  # gang members, by Pod name
@@ -66,6 +67,7 @@ class UnitPods:
         assert view.index is not None  # only a unit's Pods are followed
         if self.creating.get(view.index) == view.attempt:
             del self.creating[view.index]
+            self.creating_names.pop(view.index, None)
         self.creating_members.discard(view.name)
         if deleted or view.deleting or view.terminal:
             self.stopping.discard(view.name)

@@ -94,6 +94,7 @@ from kinetic_operator.handlers.batch_accept import (
 )
 from kinetic_operator.handlers.batch_memory import BatchMemory
 from kinetic_operator.handlers.events import Key, Kind
+from kinetic_operator.handlers.owned import create_sealed
 from kinetic_operator.kube import Conflict, Kube, Rejected
 from kinetic_operator.manifest import (
     ManifestBook,
@@ -123,9 +124,9 @@ class ManifestNotWritten(Exception):
 
 
 @kopf.index("v1", "pods", labels=LABELLED)
-def batch_pods(body: kopf.Body, **_: Any) -> dict[Key, PodView]:
-    """Attempt Pods of batches by (namespace, batch), summarised."""
-    return BATCHES.index_entry(body)
+def batch_pods(body: kopf.Body, memo: Any, **_: Any) -> dict[Key, PodView]:
+    """Attempt Pods of batches by (namespace, batch), summarised: those the operator made."""
+    return BATCHES.index_entry(body, memo)
 
 
 # ----------------------------------------------------------------------- triggers
@@ -179,6 +180,7 @@ def observe_units(pods: Iterable[PodView], mem: BatchMemory) -> dict[int, UnitOb
         unit: UnitObservation(
             grouped.get(unit, {}),
             creating=mem.pods.creating.get(unit),
+            creating_name=mem.pods.creating_names.get(unit),
             members=tuple(members.get(unit, {}).values()),
             making=making,
             stopping=stopping,
@@ -837,6 +839,9 @@ def _create(
 
     hosts_of = unit_hosts(spec, settings.accelerator_catalog)
 
+    def rename(manifest: dict[str, Any], name: str) -> dict[str, Any]:
+        return podspec.renamed(manifest, name, batch.home)
+
     def one(pair: tuple[int, int]) -> None:
         unit, attempt = pair
         try:
@@ -859,22 +864,30 @@ def _create(
             if hosts_of(unit) > 1:
                 pods.creating_members.update(names)
             try:
-                made = {m["metadata"]["name"]: kube.create_pod(m) for m in todo}
-                if made.get(pod["metadata"]["name"]) or made.get(
-                    gang_pod_name(pod["metadata"]["name"], 0)
-                ):
+                made = [create_sealed(kube, m, rename) for m in todo]
+                if made:
+                    pods.creating_names[unit] = made[0].name
+                for m, body in zip(made, todo, strict=True):
+                    if hosts_of(unit) > 1 and m.name != body["metadata"]["name"]:
+                        pods.creating_members.discard(body["metadata"]["name"])
+                        pods.creating_members.add(m.name)  # its own name was held by another
+                first = {pod["metadata"]["name"], gang_pod_name(pod["metadata"]["name"], 0)}
+                pairs_made = zip(made, todo, strict=True)
+                if any(m.created for m, b in pairs_made if b["metadata"]["name"] in first):
                     inputs = len(unit_inputs(unit, spec.chunk_size, batch_total(spec)))
                     cause = "first" if attempt == 1 else (causes or {}).get(unit)
                     metrics.attempt_created(metrics.KIND_BATCH, cause, inputs)
             except Exception:
                 pods.creating.pop(unit, None)  # not created: the next reconcile tries again
+                pods.creating_names.pop(unit, None)
                 pods.creating_members.difference_update(names)
                 raise
         except (UnitRefused, Rejected) as exc:
             pods.creating.pop(unit, None)
+            pods.creating_names.pop(unit, None)
             why = f"input {unit} could not be launched: {exc}"
             pods.refused.setdefault(unit, {})[attempt] = PodView(
-                name=f"{batch.name}-{unit}-{attempt}",
+                name=input_pod_name(batch.name, unit, attempt),
                 attempt=attempt,
                 index=unit,
                 phase="Failed",
@@ -966,7 +979,7 @@ def _expire(
     done = _recorded_pods(mem, units, chunk, total)
     due, wait = due_pods(done, batch.now, settings.pod_ttl_seconds, mem.reaping)
     archive = settings.storage_root
-    mem.due = [(p.name, log_uri(batch.home, p.name) if archive else None) for p in due]
+    mem.due = [(p.name, log_uri(batch.home, p.name) if archive else None, p.uid) for p in due]
     timers.expire_at = None if wait is None else clock + wait
     return wait
 

@@ -37,6 +37,7 @@ from kinetic_operator import gangs, job_logic, metrics, podspec
 from kinetic_operator.datavolumes import uses_fuse
 from kinetic_operator.failures import reconcile_rounds
 from kinetic_operator.handlers.events import Key, Kind, ObjectMemory
+from kinetic_operator.handlers.owned import create_sealed
 from kinetic_operator.job_logic import CreatePod, Decision, DeletePod, Event, InvalidSpec
 from kinetic_operator.kube import Conflict, Kube, Rejected
 from kinetic_operator.observed import PodView, job_key, summarize_pod
@@ -79,9 +80,9 @@ class JobMemory(ObjectMemory):
 
 
 @kopf.index("v1", "pods", labels=LABELLED)
-def job_pods(body: kopf.Body, **_: Any) -> dict[Key, PodView]:
-    """Attempt Pods of KineticJobs by (namespace, job), summarised."""
-    return JOBS.index_entry(body)
+def job_pods(body: kopf.Body, memo: Any, **_: Any) -> dict[Key, PodView]:
+    """Attempt Pods of KineticJobs by (namespace, job), summarised: those the operator made."""
+    return JOBS.index_entry(body, memo)
 
 
 # ----------------------------------------------------------------------- triggers
@@ -221,7 +222,11 @@ def _reconcile_once(
     if job is None:
         return None  # deleted (its Pods go with it through ownerReferences), or being deleted
     spec = _accept_spec(job)
-    own = [p for p in seen.pods if p.belongs_to(job.meta.get("uid"))]
+    own = [
+        p
+        for p in seen.pods
+        if p.belongs_to(job.meta.get("uid")) and job_logic.recorded_instance(p, job.old)
+    ]
     decision = _decide(job, spec, replace(seen, pods=own))
     written = _record(job, decision)
     if not _act(job, spec, decision, written, {p.name: p for p in own}):
@@ -385,7 +390,11 @@ def _create(
             kube.ensure_service(podspec.gang_service(job.owner))
         for pod in pods:
             first = pod["metadata"]["labels"].get(LABEL_RANK, "0") == "0"  # one per attempt
-            if kube.create_pod(pod) and first:
+            made = create_sealed(kube, pod, lambda m, name: podspec.renamed(m, name, job.home))
+            if made.name != pod["metadata"]["name"]:  # its own was held: followed by this one
+                mem.creating_pods.discard(pod["metadata"]["name"])
+                mem.creating_pods.add(made.name)
+            if made.created and first:
                 metrics.attempt_created(metrics.KIND_JOB, create.cause)
     except Rejected as exc:
         _forget(mem, attempt, pods)
@@ -436,7 +445,7 @@ def _reap(job: _Job, decision: Decision, pods: list[PodView]) -> float | None:
     if not Phase(decision.status.phase).terminal:
         return None
     due, wait = due_pods(pods, job.now, job.settings.pod_ttl_seconds, mem.reaping)
-    mem.due = [(p.name, home.log_uri(p.name) if home else None) for p in due]
+    mem.due = [(p.name, home.log_uri(p.name) if home else None, p.uid) for p in due]
     waits = [w for w in (wait, 30.0 if due else None) if w is not None]
     return min(waits) if waits else None
 
