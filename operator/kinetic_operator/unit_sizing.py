@@ -10,27 +10,26 @@ far. The rules, and why (``bench/UNITS.md`` has the simulation behind each numbe
 * **About ``target_seconds`` of work per unit**, at most: enough that a Pod's start is a
   small part of what it does. The work is the unit's size times the planned duration.
 * **Never more than its share of what is left** (guided self-scheduling): at most
-  ``ceil(even_share * (remaining + queued) / (live_units + free_slots))``, where
-  ``queued`` are the inputs live units hold but have not started. Counting those makes
-  a unit created while others are about to finish as big as what they still have to do
-  (fewer, fuller Pods); ``even_share`` below 1 keeps part of the work back, so that a
-  batch whose later inputs run longer (sorted by size, say) still ends evenly. Units
-  created late shrink with what is left, and the last ones run single inputs.
+  ``ceil((remaining + queued) / (live_units + free_slots))``, where ``queued`` are the
+  inputs live units hold but have not started. Counting those sizes a unit created
+  while others are about to finish as big as what they still have to do, so a batch
+  needs fewer Pods than plain ``remaining / slots`` would make. Units created late
+  shrink with what is left anywhere, and the last ones run single inputs.
 * **Small until durations are known**: ``first_unit`` inputs before any is measured, then
   planned at the longest seen until ``min_samples`` are, then at the mean. A guess too
   large would put hours of unknown work in one Pod.
 * **At least ``min_unit_seconds`` of work** once durations are known, while inputs are
-  left: on a node where a Pod's start costs half a second of its CPU, a unit of 0.4 s of
-  work costs more than it does, however evenly it divides the tail.
+  left: where a Pod's start costs half a second of a node's CPU, a unit of 0.4 s of work
+  costs more than it does, however evenly it divides the tail.
 * **Never below 1, never above ``max_unit``** (the most inputs a runner reports on), and
   never more than what is left. **A fixed ``chunk_size`` bypasses it all**: the user chose.
 
 And pacing (`units_to_create`): at most ``max(start_at_once, running units)`` of a batch's
 units are starting at once. A node with few cores starts Pods about as fast whether it is
-asked for two or thirty at a time, since the starts share its cores; asked for two, the
-first units run, and measure durations so that later units are sized, seconds earlier,
-and another tenant's Pod does not queue behind thirty of ours. Letting as many start as
-are running doubles a batch's units every start time on a cluster that starts Pods fast.
+asked for a few or for thirty at a time, since the starts share its cores; asked for a
+few, the first units run, and measure durations so that later units are sized, seconds
+earlier. Letting as many start as are running doubles a batch's units every start time,
+so a cluster that starts Pods fast is held back for one start time at most.
 
 Nothing here reads a clock, a random source, the API server or storage: the operator
 passes in what it knows (counts, and the estimate it keeps in the batch's status) and
@@ -111,12 +110,11 @@ class SizingRules:
     """The policy's settings other than the per-batch target. The defaults are the ones
     the simulation chose (``bench/UNITS.md``)."""
 
-    first_unit: int = 8  # inputs per unit before any is measured
+    first_unit: int = 16  # inputs per unit before any is measured
     min_samples: int = 4  # measured inputs before the mean, not the longest, sizes units
-    min_unit_seconds: float = 5.0  # the least work worth a Pod, while inputs are left
-    even_share: float = 0.8  # of an even split of what is left, the most one unit takes
+    min_unit_seconds: float = 2.0  # the least work worth a Pod, while inputs are left
     max_unit: int = MAX_CHUNK_SIZE  # the runner reports on at most this many inputs
-    start_at_once: int | None = 2  # units starting at once, at least (None: no pacing)
+    start_at_once: int | None = 16  # units starting at once, at least (None: no pacing)
 
     def problems(self) -> list[str]:
         """Why these rules cannot size a unit (empty: they can)."""
@@ -127,8 +125,6 @@ class SizingRules:
             found.append(f"first_unit is {self.first_unit}: it must be between 1 and max_unit")
         if self.min_samples < 1:
             found.append(f"min_samples is {self.min_samples}: it must be at least 1")
-        if not 0 < self.even_share <= 1:
-            found.append(f"even_share is {self.even_share}: it must be above 0 and at most 1")
         if not (math.isfinite(self.min_unit_seconds) and self.min_unit_seconds >= 0):
             found.append(f"min_unit_seconds is {self.min_unit_seconds}: it must be 0 or more")
         if self.start_at_once is not None and self.start_at_once < 1:
@@ -166,7 +162,7 @@ def size_next_unit(
         raise ValueError(f"free_slots is {free_slots}: size a unit only when one may start")
     if chunk_size is not None:
         return min(max(1, chunk_size), remaining)
-    share = math.ceil(rules.even_share * (remaining + queued) / (live_units + free_slots))
+    share = math.ceil((remaining + queued) / (live_units + free_slots))
     per_input = _seconds_per_input(estimate, rules)
     if per_input is None:
         size = min(rules.first_unit, share)
