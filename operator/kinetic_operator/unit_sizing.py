@@ -20,7 +20,8 @@ far. The rules, and why (``bench/UNITS.md`` has the simulation behind each numbe
   large would put hours of unknown work in one Pod.
 * **At least ``min_unit_seconds`` of work** once durations are known, while inputs are
   left: where a Pod's start costs half a second of a node's CPU, a unit of 0.4 s of work
-  costs more than it does, however evenly it divides the tail.
+  costs more than it does, however evenly it divides the tail. A batch whose target is
+  below that gets its target.
 * **Never below 1, never above ``max_unit``** (the most inputs a runner reports on), and
   never more than what is left. **A fixed ``chunk_size`` bypasses it all**: the user chose.
 
@@ -160,6 +161,8 @@ def size_next_unit(
         return 0
     if free_slots < 1:
         raise ValueError(f"free_slots is {free_slots}: size a unit only when one may start")
+    if not (math.isfinite(target_seconds) and target_seconds > 0):
+        raise ValueError(f"target_seconds is {target_seconds}: it must be a number above 0")
     if chunk_size is not None:
         return min(max(1, chunk_size), remaining)
     share = math.ceil((remaining + queued) / (live_units + free_slots))
@@ -168,7 +171,8 @@ def size_next_unit(
         size = min(rules.first_unit, share)
     else:
         size = min(_inputs_for(target_seconds, per_input, rules, math.floor), share)
-        size = max(size, _inputs_for(rules.min_unit_seconds, per_input, rules, math.ceil))
+        least = min(rules.min_unit_seconds, target_seconds)  # a batch may ask for less
+        size = max(size, _inputs_for(least, per_input, rules, math.ceil))
     return max(1, min(size, rules.max_unit, remaining))
 
 

@@ -149,9 +149,23 @@ def test_a_fixed_chunk_size_bypasses_the_policy(chunk, remaining, size):
         assert size_next_unit(remaining, 30, 0, estimate, 30.0, chunk_size=chunk) == size
 
 
-def test_sizing_when_no_slot_is_free_is_a_mistake_of_the_caller():
-    with pytest.raises(ValueError, match="free_slots is 0"):
-        size_next_unit(10, 0, 30, None, 30.0)
+def test_a_batch_that_asks_for_less_than_the_floor_gets_its_target():
+    rules = SizingRules(min_samples=1, min_unit_seconds=5.0)
+    assert size_next_unit(300, 30, 0, known(0.2), 1.0, rules=rules) == 5  # 1 s, not 5 s
+
+
+@pytest.mark.parametrize(
+    "free, target, problem",
+    [
+        (0, 30.0, "free_slots is 0: size a unit only when one may start"),
+        (1, 0.0, "target_seconds is 0.0: it must be a number above 0"),
+        (1, float("nan"), "target_seconds is nan"),
+        (1, float("inf"), "target_seconds is inf"),
+    ],
+)
+def test_sizing_what_cannot_be_sized_says_why(free, target, problem):
+    with pytest.raises(ValueError, match=problem):
+        size_next_unit(10, free, 30, known(0.2), target)
 
 
 @pytest.mark.parametrize(
