@@ -75,6 +75,9 @@ class Component:
     env: Callable[[dict[str, str]], dict[str, str]] | None = None  # adjusts the shared env
     more_ports: tuple[tuple[int, str], ...] = ()  # other (port, overriding variable) it listens on
     host: str = "127.0.0.1"  # the address its ports are checked on
+    # True when the running process was started with settings that have changed since:
+    # `up` restarts it (the kubelet, when its configuration file would differ).
+    stale: Callable[[], bool] | None = None
 
 
 class Cluster:
@@ -238,8 +241,10 @@ class Cluster:
 
         def kubelet_argv() -> list[str]:
             runtime.ensure_cgroup_root(c)
-            config = kubelet.write(c.state_dir / "kubelet.yaml", kubelet.kubelet_config(c, pki))
+            config = kubelet.write(kubelet_file, kubelet.kubelet_config(c, pki))
             return kubelet.kubelet_argv(b["kubelet"], c, config)
+
+        kubelet_file = c.state_dir / "kubelet.yaml"
 
         def proxy_argv() -> list[str]:
             config = kubelet.write(c.state_dir / "kube-proxy.yaml", kubelet.proxy_config(c))
@@ -342,6 +347,7 @@ class Cluster:
                 self.node_ready,
                 120,
                 "KINETIC_NODE_PORT",
+                stale=lambda: kubelet.changed(kubelet_file, kubelet.kubelet_config(c, pki)),
             ),
             Component(
                 "dns-feeder",
@@ -573,6 +579,11 @@ class Cluster:
         pending: list[tuple[Component, int | None]] = []
         for comp in wave:
             pid = read_live_pid(self.pid_file(comp.name))
+            if pid is not None and comp.stale is not None and comp.stale():
+                # Pods keep running (containerd holds them); new ones get the new settings.
+                out(f"{comp.name} (pid {pid}) runs with old settings; restarting it")
+                stop_pid(pid, grace=20)
+                pid = None
             if pid is not None:
                 try:
                     wait_until(comp.ready, 5, comp.name, self.log_file(comp.name), pid)

@@ -116,6 +116,12 @@ def proxy_argv(binary: str, config_file: Path) -> list[str]:
     return [binary, f"--config={config_file}", "--v=1"]
 
 
+def changed(path: Path, doc: dict) -> bool:
+    """Whether ``write(path, doc)`` would change the file (a kubelet started from the old
+    one runs with old settings, say a cluster DNS it did not have)."""
+    return not path.exists() or path.read_text() != yaml.safe_dump(doc, sort_keys=False)
+
+
 def write(path: Path, doc: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

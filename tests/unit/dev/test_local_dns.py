@@ -299,3 +299,23 @@ def test_dnsmasq_answers_on_the_node_alone_and_keeps_the_domain_local(tmp_path: 
 def test_other_names_go_to_this_machines_resolvers() -> None:
     conf = "search corp.example\nnameserver 10.255.255.53\n# nameserver 1.1.1.1\nnameserver ::1\n"
     assert clusterdns.upstreams(conf) == ["10.255.255.53", "::1"]
+
+
+def test_the_cluster_runs_its_dns_server_and_feeder_and_gangs_meet_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kinetic_dev import operator
+    from kinetic_dev.cluster import Cluster
+
+    cluster = Cluster(LocalConfig(state_dir=tmp_path / "state"))
+    comps = {c.name: c for c in cluster.components_for_status()}
+    dnsmasq, feeder = comps["dnsmasq"], comps["dns-feeder"]
+    # Port 53 is checked where dnsmasq binds it: the node's address, not loopback.
+    assert (dnsmasq.port, dnsmasq.host) == (clusterdns.DNS_PORT, cluster.cfg.node_ip)
+    assert feeder.port is None
+    # The feeder stops before the API server it watches; dnsmasq with it.
+    order = Cluster.STOP_ORDER
+    assert order.index("dns-feeder") < order.index("dnsmasq") < order.index("kube-apiserver")
+    # With names to meet by, the chart's default rendezvous is the local cluster's too.
+    monkeypatch.setattr(operator.pipconfig, "package_index", lambda: {})
+    assert operator.chart_values(cluster.cfg)["gangs"] == {"rendezvous": "dns"}

@@ -66,6 +66,17 @@ def test_the_kubelet_is_secured_fast_and_gives_pods_the_clusters_dns(cfg: LocalC
     assert conf["clusterDNS"] == [cfg.node_ip] and conf["clusterDomain"] == "cluster.local"
     other = LocalConfig(state_dir=cfg.state_dir, cluster_domain="corp.internal")
     assert kubelet.kubelet_config(other, PKI(cfg.pki_dir))["clusterDomain"] == "corp.internal"
+
+
+def test_a_kubelet_started_with_other_settings_is_seen_as_stale(cfg: LocalConfig) -> None:
+    path = cfg.state_dir / "kubelet.yaml"
+    conf = kubelet.kubelet_config(cfg, PKI(cfg.pki_dir))
+    assert kubelet.changed(path, conf)  # never written: nothing runs with it
+    kubelet.write(path, conf)
+    assert not kubelet.changed(path, conf)
+    # A kubelet from before cluster DNS: the machine's resolver in its Pods.
+    kubelet.write(path, {**conf, "clusterDNS": ["10.255.255.53"]})
+    assert kubelet.changed(path, conf)
     assert conf["kubeAPIQPS"] >= 50  # the default 5 would throttle Pod status writes
     assert conf["cgroupRoot"] == f"/{cfg.cgroup_root}"
     argv = kubelet.kubelet_argv("kubelet", cfg, Path("/x.yaml"))
