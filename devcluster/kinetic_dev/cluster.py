@@ -455,8 +455,8 @@ class Cluster:
                 owner = port_owner(port)
                 choose = f", or choose another port with {env_var}=<port>" if env_var else ""
                 raise ClusterError(
-                    f"port {port} on {comp.host} needed by {comp.name} is already in use by "
-                    f"another process{': ' + owner if owner else ''}; stop it{choose}"
+                    f"port {port} needed by {comp.name} is already in use by another process "
+                    f"on {comp.host}{': ' + owner if owner else ''}; stop it{choose}"
                 )
 
     def up(self, out: Callable[[str], None] = print) -> float:
