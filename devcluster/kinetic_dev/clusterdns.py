@@ -376,9 +376,11 @@ class Feeder:
             self.listed.add(kind)
         self.changed.set()
         version = listed["metadata"]["resourceVersion"]
-        for event in watch.Watch().stream(
+        # return_type "object": events stay JSON, as listed; no model is built per event.
+        events = watch.Watch(return_type="object").stream(
             lister, resource_version=version, timeout_seconds=WATCH_SECONDS
-        ):
+        )
+        for event in events:
             if event["type"] == "ERROR":
                 return  # e.g. 410 Gone: list again
             with self.lock:
