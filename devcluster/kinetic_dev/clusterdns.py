@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import dns.exception
-import dns.rcode
 import dns.resolver
 
 from kinetic_dev.config import LocalConfig
@@ -99,7 +98,9 @@ def valid_ip(ip: str) -> bool:
     return True
 
 
-def endpoint_addresses(endpoints: Mapping[str, Any] | None, publish_not_ready: bool) -> Iterator:
+def endpoint_addresses(
+    endpoints: Mapping[str, Any] | None, publish_not_ready: bool
+) -> Iterator[Mapping[str, Any]]:
     """The addresses of an Endpoints object: the ready ones, and the not-ready ones too
     when the Service publishes them (the endpoints controller already lists those as
     ready for such a Service; manual Endpoints may not)."""
@@ -129,8 +130,9 @@ def service_records(
             continue
         found.append(Record(fqdn, ip))
         hostname = address.get("hostname")
-        if hostname and valid_name(f"{hostname}.{fqdn}") and "." not in hostname:
-            found.append(Record(f"{hostname}.{fqdn}", ip))
+        if isinstance(hostname, str) and _LABEL.match(hostname):
+            if valid_name(pod := f"{hostname}.{fqdn}"):
+                found.append(Record(pod, ip))
     return found
 
 

@@ -155,6 +155,7 @@ CASES = [
                     address("10.244.0.8", "a.b"),
                     address("not-an-ip", "x"),
                     address("10.244.0.9", "UPPER"),
+                    {"ip": "10.244.0.11", "hostname": 7},
                 ]
             },
         ),
@@ -165,6 +166,7 @@ CASES = [
             (GANG, "10.244.0.7"),
             (GANG, "10.244.0.8"),
             (GANG, "10.244.0.9"),
+            (GANG, "10.244.0.11"),
         },
         id="a hostname that is no DNS label, or an address that is no IP, writes no line",
     ),
