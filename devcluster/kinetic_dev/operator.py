@@ -76,6 +76,7 @@ def chart_values(cfg: LocalConfig, built: Built | None = None) -> dict:
         # The chart's default, said here since the local cluster has DNS only of its own
         # (`clusterdns`): members reach rank 0 by name under their gang's headless Service.
         "gangs": {"rendezvous": "dns"},
+        "clusterDomain": cfg.cluster_domain,  # the fully qualified names members dial
         "packageIndex": pipconfig.package_index(),
     }
     if built is not None:

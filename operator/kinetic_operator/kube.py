@@ -144,7 +144,9 @@ class Kube:
         self.instance = os.environ.get("HOSTNAME") or socket.gethostname()
         self.log_limit = LOG_ARCHIVE_BYTES
         self.accounts: set[tuple[str, str]] = set()  # runner ServiceAccounts known to exist
-        self.services: set[tuple[str, str, str]] = set()  # gang Services made: ns, name, owner
+        # Objects made for an owner's gangs (Service, NetworkPolicy): (kind, ns, name, owner
+        # UID) -> the name they got (their own, or an alternative: `handlers.owned`).
+        self.owned: dict[tuple[str, str, str, str], str] = {}
         self.csi_seen: dict[str, float] = {}  # CSIDriver name -> when last read present
         self.sealer: Sealer | None = None  # set at start-up (`handlers.setup.load_seal`)
 
@@ -342,25 +344,62 @@ class Kube:
         self.csi_seen[name] = time.monotonic()
         return True
 
-    def ensure_service(self, manifest: dict[str, Any]) -> None:
-        """Create a gang's headless Service unless this process did already (or it exists).
-
-        Its owner deletes it; it never changes, so one that exists is the same.
-        """
+    def create_service(self, manifest: dict[str, Any]) -> bool:
+        """Create a Service; False when one of that name exists (whose, the caller asks)."""
         meta = manifest["metadata"]
-        key = (meta["namespace"], meta["name"], meta["ownerReferences"][0]["uid"])
-        if key in self.services:
-            return
-        try:
-            self.core.create_namespaced_service(
+        return self._create(
+            lambda: self.core.create_namespaced_service(
                 meta["namespace"], manifest, _request_timeout=REQUEST_TIMEOUT
             )
+        )
+
+    def read_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A Service as stored now, as a plain dict, or None."""
+        return self._read(
+            lambda: self.core.read_namespaced_service(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT
+            )
+        )
+
+    def create_network_policy(self, manifest: dict[str, Any]) -> bool:
+        """Create a NetworkPolicy; False when one of that name exists."""
+        meta = manifest["metadata"]
+        api = client.NetworkingV1Api(self.api)
+        return self._create(
+            lambda: api.create_namespaced_network_policy(
+                meta["namespace"], manifest, _request_timeout=REQUEST_TIMEOUT
+            )
+        )
+
+    def read_network_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A NetworkPolicy as stored now, as a plain dict, or None."""
+        api = client.NetworkingV1Api(self.api)
+        return self._read(
+            lambda: api.read_namespaced_network_policy(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT
+            )
+        )
+
+    def _create(self, call: Callable[[], Any]) -> bool:
+        try:
+            call()
         except ApiException as exc:
+            if exc.status == 409:
+                return False
             if exc.status in (400, 422):
                 raise Rejected(_api_message(exc)) from exc
-            if exc.status != 409:
-                raise
-        self.services.add(key)
+            raise
+        return True
+
+    def _read(self, call: Callable[[], Any]) -> dict[str, Any] | None:
+        try:
+            found = call()
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        plain: dict[str, Any] = self.api.sanitize_for_serialization(found)
+        return plain
 
     def ensure_service_account(self, namespace: str, name: str) -> None:
         """Create the ServiceAccount job Pods run as in ``namespace``, unless it is there.
@@ -409,15 +448,19 @@ class Kube:
         that Pod (a precondition the API server checks): a Pod someone else
         made under the name since is left alone.
         """
-        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+        # With a body, the API server reads the options from it alone (query parameters
+        # are ignored): the grace period goes there too.
+        options = client.V1DeleteOptions(
+            grace_period_seconds=0 if now else None,
+            preconditions=client.V1Preconditions(uid=uid) if uid else None,
+        )
         try:
             with _unless_gone():
                 _drain(
                     self.core.delete_namespaced_pod(
                         name,
                         namespace,
-                        body=options if uid else None,
-                        grace_period_seconds=0 if now else None,
+                        body=options,
                         _request_timeout=REQUEST_TIMEOUT,
                         _preload_content=False,
                     )

@@ -20,6 +20,7 @@ from kinetic.model.catalog import resolve
 from kinetic.model.gang import DEFAULT_RENDEZVOUS_PORT, rendezvous_env
 from kinetic.model.names import (
     DEBUG_PORT,
+    DEFAULT_CLUSTER_DOMAIN,
     ENV_CHUNK,
     ENV_COORDINATOR_ADDRESS,
     ENV_DEBUG_PORT,
@@ -267,8 +268,9 @@ def renamed(manifest: dict[str, Any], name: str, home: layout.Home | None) -> di
     return manifest
 
 
-def gang_service(owner: Owner) -> dict[str, Any]:
-    """The headless Service that names the owner's gang members in DNS (``<owner>-gang``).
+def gang_service(owner: Owner, name: str | None = None) -> dict[str, Any]:
+    """The headless Service that names the owner's gang members in DNS (``<owner>-gang``, or
+    ``name`` when someone else holds that: `handlers.owned`).
 
     ``publishNotReadyAddresses``: members must find rank 0 before any of them
     is ready. It selects every Pod of the owner; only gang members have the
@@ -279,7 +281,7 @@ def gang_service(owner: Owner) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": gang_service_name(owner.name),
+            "name": name or gang_service_name(owner.name),
             "namespace": owner.namespace,
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, owner_label: owner.name},
             "ownerReferences": [owner.reference()],
@@ -289,6 +291,31 @@ def gang_service(owner: Owner) -> dict[str, Any]:
             "publishNotReadyAddresses": True,
             "selector": {owner_label: owner.name},
             "ports": [{"name": "rendezvous", "port": DEFAULT_RENDEZVOUS_PORT}],
+        },
+    }
+
+
+def gang_network_policy(owner: Owner, name: str) -> dict[str, Any]:
+    """A NetworkPolicy that lets only Pods of the owner's own namespace reach its gang
+    members, on any port: rank 0's rendezvous store (torch's, JAX's) trusts whoever
+    connects. What it guarantees: nothing from another namespace, and nothing from outside
+    the cluster, reaches them (where the cluster enforces NetworkPolicy). What it cannot:
+    labels can be forged inside a namespace, so any Pod of this namespace still can, and
+    anyone there who may write NetworkPolicies can open more (policies add up)."""
+    owner_label = LABEL_JOB if owner.kind == JOB_KIND else LABEL_BATCH
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": name,
+            "namespace": owner.namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, owner_label: owner.name},
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {owner_label: owner.name}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {}}]}],
         },
     }
 
@@ -303,12 +330,15 @@ def gang_member(
     coordinator: str | None = None,
     tpu: bool = False,
     home: layout.Home | None = None,
+    service: str | None = None,
+    domain: str = DEFAULT_CLUSTER_DOMAIN,
 ) -> dict[str, Any]:
     """Rank ``rank`` of a gang of ``hosts``, from the Pod its attempt would have on one host.
 
     Each member is named ``<attempt pod>-<rank>``, labelled with its rank, and
-    given a hostname under the owner's headless Service (`names.gang_service_name`),
-    so members resolve each other where the cluster has DNS (``dns``). Where
+    given a hostname under the owner's headless Service (``service``, by default
+    `names.gang_service_name`), so members resolve each other by fully qualified
+    names in cluster domain ``domain`` where the cluster has DNS (``dns``). Where
     it has not, ``coordinator`` is rank 0's Pod IP, which every other rank
     needs, and rank 0 is told its own through the downward API. Only rank 0
     writes the job's result: any other rank's function result goes to
@@ -319,10 +349,11 @@ def gang_member(
     attempt_pod = meta["name"]
     meta["name"] = name = gang_pod_name(attempt_pod, rank)
     meta["labels"][LABEL_RANK] = str(rank)
-    service = gang_service_name(owner.name)
-    spec["hostname"], spec["subdomain"] = gang_hostname(name), service
+    service = service or gang_service_name(owner.name)
+    spec["hostname"], spec["subdomain"] = gang_hostname(gang_pod_name(attempt_pod, rank)), service
     hostnames = [
-        gang_address(gang_hostname(gang_pod_name(attempt_pod, r)), service) for r in range(hosts)
+        gang_address(gang_hostname(gang_pod_name(attempt_pod, r)), service, owner.namespace, domain)
+        for r in range(hosts)
     ]
     if not dns and rank > 0 and not coordinator:
         raise ValueError("without DNS, ranks above 0 need rank 0's Pod IP (coordinator)")

@@ -19,6 +19,7 @@ from kinetic.model.limits import (
     DEFAULT_UNSCHEDULABLE_SECONDS,
     MAX_INPUTS_CEILING,
 )
+from kinetic.model.names import DEFAULT_CLUSTER_DOMAIN
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -122,6 +123,18 @@ class OperatorSettings(BaseSettings):
         description="How gang members reach rank 0: dns, its name under the owner's headless "
         "Service; podIP, its Pod IP, for clusters without DNS (rank 0 is then created first, "
         "the other ranks once it has an address) (KINETIC_RENDEZVOUS).",
+    )
+    gang_network_policy: bool = Field(
+        True,
+        description="Give each owner of gangs a NetworkPolicy that lets only Pods of its own "
+        "namespace reach the members (rank 0's rendezvous store trusts whoever connects) "
+        "(KINETIC_GANG_NETWORK_POLICY).",
+    )
+    cluster_domain: str = Field(
+        DEFAULT_CLUSTER_DOMAIN,
+        pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        description="The cluster's DNS domain, in the fully qualified names gang members reach "
+        "each other by (KINETIC_CLUSTER_DOMAIN).",
     )
     gang_scheduling_seconds: float = Field(
         DEFAULT_GANG_SCHEDULING_SECONDS,

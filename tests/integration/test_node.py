@@ -20,6 +20,7 @@ from pathlib import Path
 
 import kinetic
 import pytest
+from kinetic.model import names
 from kube_helpers import Kube, wait_for
 from kubernetes import client
 
@@ -133,7 +134,7 @@ def test_a_function_runs_in_its_own_pod_with_the_clients_python(
 
     job = where.run_async()
     got = job.result(timeout=180)
-    assert got["host"] == f"{job.job_id}-1"  # the attempt's Pod, not this machine
+    assert got["host"] == names.job_pod_name(job.job_id, 1)  # the attempt's Pod, not this machine
     assert got["uid"] == 65532
     assert got["python"] == list(sys.version_info[:2])
 

@@ -451,7 +451,11 @@ class JobHandle:
         """This job's Pods that still exist, oldest attempt first: only those the operator
         recorded as its attempts' (`recorded_pods`), whatever other Pods carry its labels."""
         listed = kube.list_pods(self.namespace, self._pod_selector(), self.context)
-        return sort_by_attempt(recorded_pods(listed, self._recorded_attempts()))
+        return sort_by_attempt(self._trusted(listed))
+
+    def _trusted(self, pods: list[V1Pod]) -> list[V1Pod]:
+        """The Pods among ``pods`` the operator recorded for this job's attempts."""
+        return recorded_pods(pods, self._recorded_attempts())
 
     def _recorded_attempts(self) -> list[dict[str, Any]]:
         """The attempts the operator recorded, as the job's status holds them."""

@@ -44,7 +44,10 @@ from kinetic.api.handle import (
     JobHandle,
     JobStatus,
     ResultDeleted,
+    label_int,
     notify,
+    recorded_pods,
+    sort_by_attempt,
 )
 from kinetic.api.reference import DEFAULT_CLEANUP_TIMEOUT
 from kinetic.api.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
@@ -376,8 +379,13 @@ class InputHandle(JobHandle):
         return self._result_anchor()[0]
 
     def _reported_by_pod(self) -> str | None:
+        """The result hash a Pod the manifest records for this input reported (none before
+        the manifest records it: a hash decides what is unpickled)."""
         home = self._home()
-        for pod in reversed(self._live_pods()):
+        record = self._record()
+        attempts = [a.wire() for a in record.attempts] if record is not None else []
+        listed = kube.list_pods(self.namespace, self._pod_selector(), self.context)
+        for pod in reversed(sort_by_attempt(recorded_pods(listed, attempts))):
             ended = terminated_state(pod)
             if ended is None or pod.metadata.uid is None or not _owned_by(pod, self.uid):
                 continue
@@ -408,6 +416,24 @@ class InputHandle(JobHandle):
     def _archived_log_uri(self, pod: str) -> str | None:
         home = self._home()
         return home.log_uri(pod) if home is not None else None
+
+    def _trusted(self, pods: list[V1Pod]) -> list[V1Pod]:
+        """The Pods the manifest records for this input; until it records any (it is written
+        every few seconds), those under the very name the operator gives the unit's attempt.
+
+        Someone else's Pod can hold that name only if it was made first, and then the
+        operator's Pod has another name; for that moment such a Pod's log could be shown.
+        Results never come from a Pod the manifest does not record (`_reported_by_pod`).
+        """
+        record = self._record()
+        if record is not None and record.attempts:
+            return recorded_pods(pods, [a.wire() for a in record.attempts])
+        return [
+            p
+            for p in pods
+            if p.metadata.name
+            == names.input_pod_name(self.group, self.unit, label_int(p, names.LABEL_ATTEMPT))
+        ]
 
     def _recorded_attempts(self) -> list[dict[str, Any]]:
         """The input's attempts as the manifest records them (as far as the batch's status

@@ -172,6 +172,17 @@ def gang_service_name(owner: str) -> str:
     return f"gang-{hashlib.sha256(owner.encode()).hexdigest()[:16]}"
 
 
+def alternative_service_name(service: str, token: str) -> str:
+    """A gang Service's name when ``service`` is held by an object the operator did not
+    make: ``<service>-x<token>``, or ``gang-x<token>-<hash>`` where that is no DNS label."""
+    if not token.isdigit():
+        raise ValueError(f"an alternative's token is digits, got {token!r}")
+    readable = f"{service}-x{token}"
+    if _DNS_LABEL.match(readable):
+        return readable
+    return f"gang-x{token}-{hashlib.sha256(service.encode()).hexdigest()[:16]}"
+
+
 def gang_hostname(pod: str) -> str:
     """A gang member's ``spec.hostname`` (its DNS label under the Service): its Pod name
     when that is a DNS label, else ``m-<hash>`` of it.
@@ -183,10 +194,26 @@ def gang_hostname(pod: str) -> str:
     return f"m-{hashlib.sha256(pod.encode()).hexdigest()[:16]}"
 
 
-def gang_address(hostname: str, service: str) -> str:
-    """The name other members resolve: ``<hostname>.<service>``, found through the Pod's DNS
-    search path within its own namespace (where the cluster has DNS)."""
-    return f"{hostname}.{service}"
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+
+
+def gang_address(
+    hostname: str, service: str, namespace: str, domain: str = DEFAULT_CLUSTER_DOMAIN
+) -> str:
+    """The name other members resolve: ``<hostname>.<service>.<namespace>.svc.<domain>``.
+
+    Fully qualified, never relative: a relative ``<hostname>.<service>`` that
+    does not resolve yet (rank 0 has no address) would be tried against the
+    resolver's search path next, where it names a Service ``<hostname>`` in a
+    namespace called ``<service>``, which anyone may own.
+    """
+    return f"{hostname}.{service}.{namespace}.svc.{domain}"
+
+
+def gang_policy_name(service: str) -> str:
+    """The NetworkPolicy that keeps other namespaces from an owner's gang members: named
+    after its Service."""
+    return service
 
 
 def input_id(batch: str, index: int) -> str:

@@ -94,7 +94,7 @@ from kinetic_operator.handlers.batch_accept import (
 )
 from kinetic_operator.handlers.batch_memory import BatchMemory
 from kinetic_operator.handlers.events import Key, Kind
-from kinetic_operator.handlers.owned import create_sealed
+from kinetic_operator.handlers.owned import create_sealed, ensure_gang_objects
 from kinetic_operator.kube import Conflict, Kube, Rejected
 from kinetic_operator.manifest import (
     ManifestBook,
@@ -920,8 +920,7 @@ def _unit_pods(
     todo = ranks_to_create(gang, attempt, pod["metadata"]["name"], hosts, dns=dns)
     if todo is None:
         return []
-    if dns:  # without cluster DNS a Service names nobody, and its endpoints cost writes
-        batch.kube.ensure_service(podspec.gang_service(batch.owner))
+    service = ensure_gang_objects(batch.kube, batch.owner, settings)
     job = unit_job(spec, unit)
     tpu = job is not None and is_tpu(settings.accelerator_catalog, job.accelerator)
     return [
@@ -934,6 +933,8 @@ def _unit_pods(
             coordinator=todo.coordinator,
             tpu=tpu,
             home=batch.home,
+            service=service,
+            domain=settings.cluster_domain,
         )
         for rank in todo.ranks
     ]

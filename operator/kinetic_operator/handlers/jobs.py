@@ -37,7 +37,7 @@ from kinetic_operator import gangs, job_logic, metrics, podspec
 from kinetic_operator.datavolumes import uses_fuse
 from kinetic_operator.failures import reconcile_rounds
 from kinetic_operator.handlers.events import Key, Kind, ObjectMemory
-from kinetic_operator.handlers.owned import create_sealed
+from kinetic_operator.handlers.owned import create_sealed, ensure_gang_objects
 from kinetic_operator.job_logic import CreatePod, Decision, DeletePod, Event, InvalidSpec
 from kinetic_operator.kube import Conflict, Kube, Rejected
 from kinetic_operator.observed import PodView, job_key, summarize_pod
@@ -384,10 +384,9 @@ def _create(
     pods: list[dict[str, Any]] = []
     mem.creating.add(attempt)
     try:
-        pods = _attempt_pods(job, spec, create)  # a fuse volume it cannot mount: Rejected
+        service = ensure_gang_objects(kube, job.owner, job.settings) if create.ranks else None
+        pods = _attempt_pods(job, spec, create, service)  # a fuse volume it cannot mount: Rejected
         mem.creating_pods.update(p["metadata"]["name"] for p in pods)
-        if create.ranks and job.settings.rendezvous == "dns":  # no DNS: a Service names nobody
-            kube.ensure_service(podspec.gang_service(job.owner))
         for pod in pods:
             first = pod["metadata"]["labels"].get(LABEL_RANK, "0") == "0"  # one per attempt
             made = create_sealed(kube, pod, lambda m, name: podspec.renamed(m, name, job.home))
@@ -406,8 +405,11 @@ def _create(
     return True
 
 
-def _attempt_pods(job: _Job, spec: KineticJobSpec, create: CreatePod) -> list[dict[str, Any]]:
-    """The Pod of an attempt, or the members of its gang that ``create`` names."""
+def _attempt_pods(
+    job: _Job, spec: KineticJobSpec, create: CreatePod, service: str | None = None
+) -> list[dict[str, Any]]:
+    """The Pod of an attempt, or the members of its gang that ``create`` names (under the
+    gang's Service ``service``, where there is DNS)."""
     kube, settings = job.kube, job.settings
     fuse = kube.csi_driver_installed(GCSFUSE_DRIVER) if uses_fuse(spec.volumes) else None
     pod = podspec.build_job_pod(job.owner, spec, settings, create.attempt, fuse)
@@ -425,6 +427,8 @@ def _attempt_pods(job: _Job, spec: KineticJobSpec, create: CreatePod) -> list[di
             coordinator=create.coordinator,
             tpu=tpu,
             home=job.home,
+            service=service,
+            domain=settings.cluster_domain,
         )
         for rank in create.ranks
     ]

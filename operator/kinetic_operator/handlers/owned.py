@@ -19,10 +19,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kinetic.model.names import alternative_pod_name
+from kinetic.model.names import (
+    alternative_pod_name,
+    alternative_service_name,
+    gang_policy_name,
+    gang_service_name,
+)
 
+from kinetic_operator import podspec
 from kinetic_operator.kube import Kube, Rejected
 from kinetic_operator.seal import Sealer, controller_uid
+from kinetic_operator.settings import OperatorSettings
 
 log = logging.getLogger("kinetic.operator")
 
@@ -96,3 +103,62 @@ def _token(sealer: Sealer | None, canonical: str, k: int) -> str:
     if sealer is None:
         return str(k)  # no key (a test's operator): deterministic all the same
     return sealer.token(canonical, k)
+
+
+def ensure_gang_object(kube: Kube, manifest: dict[str, Any]) -> str:
+    """Make an object an owner's gangs use (its Service, its NetworkPolicy) unless this
+    process made it already, sealed like its Pods; returns the name it has.
+
+    One held by an object the operator did not make (a Service squatted under the name,
+    which would otherwise name whoever it selects as the gang's members) is left alone, and
+    this one takes a keyed alternative name: a gang uses objects the operator made, or none.
+    """
+    meta = manifest["metadata"]
+    kind, canonical = manifest["kind"], meta["name"]
+    mine = controller_uid(meta) or ""
+    key = (kind, meta["namespace"], canonical, mine)
+    if key in kube.owned:
+        return kube.owned[key]
+    create, read = (
+        (kube.create_service, kube.read_service)
+        if kind == "Service"
+        else (kube.create_network_policy, kube.read_network_policy)
+    )
+    sealer = kube.sealer
+    for k in range(ALTERNATIVES + 1):
+        name = (
+            canonical
+            if k == 0
+            else alternative_service_name(canonical, _token(sealer, canonical, k))
+        )
+        body = copy.deepcopy(manifest)
+        body["metadata"]["name"] = name
+        if sealer is not None:
+            sealer.seal(body)
+        if create(body):
+            kube.owned[key] = name
+            return name
+        found = read(meta["namespace"], name)
+        if found is not None and _ours(sealer, found, body):
+            kube.owned[key] = name
+            return name
+        log.warning(
+            "%s %s/%s is not the operator's: trying another name", kind, meta["namespace"], name
+        )
+    raise NamesHeld(
+        f"{kind} names for {canonical} are all held by objects this operator did not create"
+    )
+
+
+def ensure_gang_objects(kube: Kube, owner: podspec.Owner, settings: OperatorSettings) -> str | None:
+    """What an owner's gangs need besides their Pods, made once: the NetworkPolicy that keeps
+    other namespaces from the members (unless the chart turns it off), and, where the
+    cluster has DNS, the headless Service that names them. Returns the Service's name (None
+    without DNS: a Service would name nobody, and its endpoints cost writes)."""
+    service = None
+    if settings.rendezvous == "dns":
+        service = ensure_gang_object(kube, podspec.gang_service(owner))
+    if settings.gang_network_policy:
+        name = gang_policy_name(service or gang_service_name(owner.name))
+        ensure_gang_object(kube, podspec.gang_network_policy(owner, name))
+    return service

@@ -73,7 +73,12 @@ def test_gang_hostname_is_the_pod_name_when_it_can_be(pod, hashed):
     got = names.gang_hostname(pod)
     assert (got != pod) is hashed
     assert len(got) <= 63 and "." not in got
-    assert names.gang_address(got, "train-gang") == f"{got}.train-gang"
+    # fully qualified: a relative name would be tried against the search path when rank 0
+    # has no address yet, and there name a Service "<got>" in a namespace "train-gang"
+    assert names.gang_address(got, "train-gang", "team-a") == (
+        f"{got}.train-gang.team-a.svc.cluster.local"
+    )
+    assert names.gang_address(got, "s", "ns", "corp.example") == f"{got}.s.ns.svc.corp.example"
 
 
 # --------------------------------------------------------------------------- environment
