@@ -183,7 +183,7 @@ def python_gang(fn: Any, hosts: int = 2) -> dict[str, Any]:
 
     source = textwrap.dedent(inspect.getsource(fn))
     main = (
-        f"{source}\nimport json, os\nout = {fn.__name__}()\n"
+        f"from typing import Any\n{source}\nimport json, os\nout = {fn.__name__}()\n"
         f"if os.environ['RANK'] == '0':\n    open('{TERM_LOG}', 'w').write(json.dumps(out))\n"
     )
     return {
