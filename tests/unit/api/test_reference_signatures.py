@@ -334,3 +334,17 @@ def test_wait_for_debug_server_asks_the_handle() -> None:
 
     assert kinetic.debug.wait_for_debug_server(Handle()) == "pod-after-600.0"
     assert reference.ArgumentMoved.__mro__[1] is FutureWarning  # shown by default
+
+
+# --------------------------------------------------------------------------- small differences
+
+
+def test_the_default_accelerator_is_cpu_not_the_references_tpu() -> None:
+    fn = kinetic.run()(lambda: 1)
+    assert fn.options["accelerator"] == "cpu"
+    assert inspect.signature(kinetic.run).parameters["accelerator"].default == "cpu"
+
+
+def test_a_handle_keeps_no_image_uri() -> None:
+    """The reference's JobHandle.image_uri: the spec's image is in `kinetic jobs status`."""
+    assert not hasattr(JobHandle(job_id="train-1", namespace="team-a"), "image_uri")

@@ -3,8 +3,9 @@
 Each is read as `kinetic batches submit -f` reads it, with the policy's
 ``defaultGpuType`` (the guide's jobs count GPUs and name no type) and with
 none; what comes out is the objects the command would create: names,
-namespaces, images, accelerators, hosts. The same requests are submitted to
-the live cluster in tests/integration/test_submit_guide.py.
+namespaces, images, accelerators, hosts. The requests are in
+tests/guide_examples.py; the same ones are submitted to the live cluster in
+tests/integration/test_submit_guide.py.
 """
 
 from __future__ import annotations
@@ -13,62 +14,11 @@ import json
 from typing import Any
 
 import pytest
+from guide_examples import ACROSS, MIXED, PYTORCH, SEVERAL
 from kinetic.cli.guide import RequestSettings
 from kinetic.cli.submit_file import Document, Refusal, read_file
 from kinetic.cli.submit_plan import accelerator_totals, decide, preview_rows
 from kinetic.model.policy_keys import SubmissionPolicy
-
-GUIDE_SETTINGS = {"dry_run": False, "confirmed": True}
-
-
-def training(name: str, project: str, image: str, gpus: int) -> dict[str, Any]:
-    return {"type": "training", "name": name, "project": project, "image": image, "gpus": gpus}
-
-
-PYTORCH = "pytorch/pytorch:latest"
-
-# Example 1: several training jobs in one project.
-SEVERAL = {
-    "jobs": [
-        training("job1", "project-01", PYTORCH, 2),
-        training("job2", "project-01", PYTORCH, 1),
-        training("job3", "project-01", "tensorflow/tensorflow:latest", 4),
-    ],
-    **GUIDE_SETTINGS,
-}
-# Example 2: a training job, a distributed one and a workspace.
-MIXED = {
-    "jobs": [
-        training("model-training", "project-01", PYTORCH, 2),
-        {
-            "type": "distributed",
-            "name": "dist-training",
-            "project": "project-01",
-            "image": "nvcr.io/nvidia/pytorch:latest",
-            "workers": 4,
-            "gpus": 2,
-            "framework": "pytorch",
-        },
-        {
-            "type": "workspace",
-            "name": "analysis",
-            "project": "project-01",
-            "image": "jupyter/scipy-notebook",
-            "gpus": 1,
-            "workspace_type": "jupyter",
-        },
-    ],
-    **GUIDE_SETTINGS,
-}
-# Example 3: the same kind of job across projects.
-ACROSS = {
-    "jobs": [
-        training("job-a", "project-01", PYTORCH, 2),
-        training("job-b", "project-02", PYTORCH, 4),
-        training("job-c", "project-03", PYTORCH, 1),
-    ],
-    **GUIDE_SETTINGS,
-}
 
 
 def entries(request: dict[str, Any], default_gpu_type: str | None = "l4") -> list[Any]:
