@@ -1,4 +1,4 @@
-"""The reference API's keyword arguments, and what each means on Kubernetes.
+"""The reference API's arguments, environment and positional order, and what each means here.
 
 Code written for the reference (GKE) client passes arguments this client has
 its own words for, or no use for. They are accepted everywhere the reference
