@@ -31,7 +31,9 @@ app = typer.Typer(
     "cancel, cleanup, debug.",
 )
 
-NAMESPACE = typer.Option(None, "--namespace", "-n", help="Namespace (default: the kubeconfig's).")
+NAMESPACE = typer.Option(
+    None, "--namespace", "-n", help="Namespace (default: $KINETIC_NAMESPACE, else the context's)."
+)
 
 
 def _context(value: str | None) -> str | None:
