@@ -93,7 +93,7 @@ if TYPE_CHECKING:
 
 
 # The reference API's public submodules, reachable as attributes (`kinetic.debug.…`).
-_SUBMODULES = frozenset({"debug", "job_status"})
+_SUBMODULES = frozenset({"debug", "job_status", "jobs"})
 
 
 def __getattr__(name: str) -> Any:

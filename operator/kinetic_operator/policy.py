@@ -6,10 +6,11 @@ request (``maxAcceleratorsPerJob``, counted through the operator's
 accelerator catalog), which namespaces may run Kinetic work at all
 (``allowedNamespaces``; ``"*"`` is any namespace) and which images jobs may
 run (``allowedImages``, prefixes). Every key is optional; absent or empty
-means unlimited. Two more keys, ``dryRunDefault`` and
-``requireConfirmation``, say how ``kinetic batches submit`` behaves: the
-client reads them (`kinetic.model.policy_keys`); they are parsed here so
-that a policy setting them is valid, and never refuse an object.
+means unlimited. Four more keys, ``dryRunDefault``, ``requireConfirmation``,
+``defaultGpuType`` and ``maxJobsPerRequest``, say how ``kinetic batches
+submit`` behaves: the client reads them (`kinetic.model.policy_keys`); they
+are parsed here so that a policy setting them is valid, and never refuse an
+object.
 
 The ConfigMap lives in the operator's namespace and is read live (see
 `handlers/policy.py`), so an administrator's ``kubectl edit`` holds within
@@ -41,7 +42,15 @@ import yaml
 from kinetic.model.catalog import Catalog, UnknownAccelerator, resolve
 from kinetic.model.gang import effective_hosts
 from kinetic.model.limits import MAX_HOSTS, spec_total
-from kinetic.model.policy_keys import DRY_RUN_DEFAULT, POLICY_CONFIG_MAP, REQUIRE_CONFIRMATION
+from kinetic.model.policy_keys import (
+    DEFAULT_GPU_TYPE,
+    DRY_RUN_DEFAULT,
+    DRY_RUN_DEFAULT_UNSET,
+    GPU_TYPE_PATTERN,
+    MAX_JOBS_PER_REQUEST,
+    POLICY_CONFIG_MAP,
+    REQUIRE_CONFIRMATION,
+)
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 ANY_NAMESPACE = "*"
@@ -84,7 +93,7 @@ class Policy(BaseModel):
     )
     # The client's keys (kinetic.model.policy_keys): valid here, never judged by the webhook.
     dry_run_default: bool = Field(
-        False,
+        DRY_RUN_DEFAULT_UNSET,
         alias=DRY_RUN_DEFAULT,
         description="kinetic batches submit only previews unless told to submit.",
     )
@@ -93,6 +102,19 @@ class Policy(BaseModel):
         alias=REQUIRE_CONFIRMATION,
         description="kinetic batches submit needs a person's yes at a terminal.",
     )
+    default_gpu_type: str | None = Field(
+        None,
+        alias=DEFAULT_GPU_TYPE,
+        pattern=GPU_TYPE_PATTERN,
+        description="The GPU type of a guide job that counts gpus but names no gpu_type.",
+    )
+    max_jobs_per_request: int | None = Field(
+        None,
+        ge=1,
+        alias=MAX_JOBS_PER_REQUEST,
+        description="Most objects one kinetic batches submit creates (the guide's "
+        "max_batch_size); not maxBatchSize, the inputs of one KineticBatch.",
+    )
     source: str = Field(
         f"{POLICY_CONFIG_MAP} in kinetic-system",
         exclude=True,
@@ -100,7 +122,12 @@ class Policy(BaseModel):
     )
 
     @field_validator(
-        "max_batch_size", "max_accelerators_per_job", "max_hosts_per_job", mode="before"
+        "max_batch_size",
+        "max_accelerators_per_job",
+        "max_hosts_per_job",
+        "max_jobs_per_request",
+        "default_gpu_type",
+        mode="before",
     )
     @classmethod
     def _blank_is_none(cls, value: Any) -> Any:
@@ -116,7 +143,12 @@ class Policy(BaseModel):
             return tuple(v for v in value.replace(",", " ").split() if v)
         return value
 
-    @field_validator("dry_run_default", "require_confirmation", mode="before")
+    @field_validator("dry_run_default", mode="before")
+    @classmethod
+    def _blank_is_the_default(cls, value: Any) -> Any:
+        return DRY_RUN_DEFAULT_UNSET if value in ("", None) else value
+
+    @field_validator("require_confirmation", mode="before")
     @classmethod
     def _blank_is_false(cls, value: Any) -> Any:
         return False if value in ("", None) else value

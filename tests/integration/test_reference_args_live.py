@@ -19,7 +19,9 @@ import yaml
 from kinetic import storage
 from kinetic.api.config import ConfigError, resolve
 from kinetic.api.jobs import JobStatus
+from kinetic.api.reference import IgnoredSetting
 from kinetic.model import layout
+from kube_helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -106,6 +108,38 @@ def test_cleanup_timeout_bounds_real_deletions_and_the_poll_interval_warns(ns: s
 
     sleeping = nap.run_async(600)
     assert sleeping.cancel(cleanup_timeout=120) is JobStatus.CANCELLED
+    assert sleeping.status() is JobStatus.NOT_FOUND  # deleted once stopped, as the reference
+
+    # An input of a batch takes them in the same order: (cleanup_timeout, cleanup_poll_interval)
+    # and (k8s, gcs, cleanup_timeout); it has no object of its own, so it stays CANCELLED.
+    batch = nap.run_async_map([600])
+    one = wait_for(lambda: batch.jobs[0], timeout=TIMEOUT, what="the input to be launched")
+    with pytest.warns(DeprecationWarning, match="InputHandle.cancel\\(\\): cleanup_poll_interval="):
+        assert one.cancel(120, 2) is JobStatus.CANCELLED
+    one.cleanup(True, False, 60)
+    assert one.status() is JobStatus.CANCELLED
+
+
+def test_kinetic_cluster_selects_the_context_and_kinetic_project_warns(
+    ns: str, two_contexts: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reference's variables: KINETIC_CLUSTER as cluster=, KINETIC_PROJECT warned about
+    (the current context points nowhere, so only the selected one can work)."""
+    monkeypatch.setenv("KINETIC_CLUSTER", two_contexts)
+    monkeypatch.setenv("KINETIC_PROJECT", "my-gcp-project")
+
+    @kinetic.run(namespace=ns)
+    def triple(x: int) -> int:
+        return 3 * x
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")  # as Python shows them: once per place
+        job = triple.run_async(2)
+        assert job.context == "gke_proj_europe-west4-a_train"
+        assert [h.job_id for h in kinetic.list_jobs(namespace=ns)] == [job.job_id]
+        assert kinetic.attach(job.job_id, namespace=ns).result(timeout=TIMEOUT) == 6
+    said = [str(w.message) for w in caught if issubclass(w.category, IgnoredSetting)]
+    assert len(said) == 1 and said[0].startswith("KINETIC_PROJECT='my-gcp-project' is the ")
 
 
 def test_code_in_the_pod_builds_its_own_handle_and_imports_job_status(ns: str) -> None:

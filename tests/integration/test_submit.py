@@ -1,9 +1,10 @@
 """`kinetic batches submit -f FILE` against the real cluster, as a user runs it from a shell.
 
 Preview and dry run create nothing; without a terminal and without --yes
-nothing is created; the server-side dry run surfaces the webhook's policy
-refusal; `--yes --wait` submits several documents, follows them and ends
-with a per-job report whose exit status says whether every job succeeded.
+nothing is created (past the policy's dryRunDefault, with --no-dry-run); the
+server-side dry run surfaces the webhook's policy refusal; `--yes --wait`
+submits several documents, follows them and ends with a per-job report whose
+exit status says whether every job succeeded.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def test_dry_run_previews_and_creates_nothing(
 def test_no_terminal_and_no_yes_means_no(
     kube: Kube, namespace: str, client_env: dict[str, str], tmp_path: Path
 ) -> None:
-    out = submit(tmp_path, client_env, documents(namespace))
+    # --no-dry-run: past the policy's dryRunDefault (a preview first), to the question.
+    out = submit(tmp_path, client_env, documents(namespace), "--no-dry-run")
     assert out.returncode == 1
     assert "sweep" in out.stdout  # the preview was shown
     assert "nothing was submitted" in out.stderr

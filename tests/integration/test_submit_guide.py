@@ -4,7 +4,9 @@ What happens when an object is refused (continue or stop, by flag or by the
 file's ``continue_on_error``; a refusal at creation), the live policy's
 ``dryRunDefault`` and ``requireConfirmation`` as a user meets them (also as a
 user who may only create jobs in their own namespace), ``allowedNamespaces:
-["*"]``, and the guide's GPU counts turned into the catalog's accelerator.
+["*"]``, ``defaultGpuType`` and ``maxJobsPerRequest``, the guide's GPU counts
+turned into the catalog's accelerator, and the guide's three examples as
+written (tests/guide_examples.py).
 
 Every policy edit goes through ``test_policy_live``'s fixture, which restores
 the chart's policy afterwards: other engineers run tests on the same cluster.
@@ -26,7 +28,8 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_helpers import Kube, wait_for
+from guide_examples import EXAMPLES, PYTORCH, with_projects
+from kube_helpers import Kube, fresh_namespace, wait_for
 from test_policy_live import EFFECT_SECONDS, batch, job, policy, refused_for  # noqa: F401
 from test_submit import KINETIC, stored, submit
 
@@ -78,7 +81,7 @@ def test_continue_on_error_creates_the_others_and_names_each_refusal(
         args: tuple[str, ...] = ("--yes",) + (("--continue-on-error",) if how == "flag" else ())
     else:
         jobs = (train("good", namespace), train(BAD_NAME, namespace), train("after", namespace))
-        text, args = request(*jobs, continue_on_error=True, confirmed=True), ()
+        text, args = request(*jobs, continue_on_error=True, dry_run=False, confirmed=True), ()
     out = submit(tmp_path, client_env, text, *args)
     assert out.returncode == 1, out.stdout + out.stderr
     assert names(kube, namespace) == ["after", "good"]
@@ -249,6 +252,134 @@ def test_gpus_with_a_type_request_the_catalogs_accelerator(
     assert "three-l4" not in names(kube, namespace)
 
 
+# ----------------------------------------------------------------------- the guide's examples
+
+
+def kinetic_jobs(kube: Kube, ns: str) -> dict[str, dict[str, Any]]:
+    out = kube.kubectl("get", "kineticjobs", "-n", ns, "-o", "json").stdout
+    return {o["metadata"]["name"]: o["spec"] for o in json.loads(out)["items"]}
+
+
+def test_the_guides_examples_submit_as_written(
+    kube: Kube,
+    namespace: str,
+    client_env: dict[str, str],
+    tmp_path: Path,
+    policy: PolicySetter,  # noqa: F811
+) -> None:
+    """The guide's requests as it writes them (no command, gpus without a type, dry_run false,
+    confirmed true); only their projects are this test's namespaces. No node has a GPU, so
+    what is checked is what they create: names, images, accelerators, hosts and the Pod's
+    resources, not a run."""
+    policy({"defaultGpuType": "l4"})  # the client reads it at once
+    with fresh_namespace(kube) as second, fresh_namespace(kube) as third:
+        projects = {"project-01": namespace, "project-02": second, "project-03": third}
+        outs = {
+            name: submit(tmp_path, client_env, json.dumps(with_projects(example, projects)))
+            for name, example in EXAMPLES.items()
+        }
+        for name in ("several", "across"):
+            assert outs[name].returncode == 0, outs[name].stdout + outs[name].stderr
+        mixed = outs["mixed"]
+        assert mixed.returncode == 1  # the workspace, refused with its reason
+        assert "type 'workspace' cannot be submitted" in " ".join(mixed.stdout.split())
+        assert "Submitted 3 objects: 2 created, 1 failed" in mixed.stdout
+
+        first = kinetic_jobs(kube, namespace)
+        expected = {
+            "job1": ("gpu-l4x2", PYTORCH),
+            "job2": ("gpu-l4", PYTORCH),
+            "job3": ("gpu-l4x4", "tensorflow/tensorflow:latest"),
+            "model-training": ("gpu-l4x2", PYTORCH),
+            "dist-training": ("gpu-l4x2", "nvcr.io/nvidia/pytorch:latest"),
+            "job-a": ("gpu-l4x2", PYTORCH),
+        }
+        assert {n: (s["accelerator"], s["container"]["image"]) for n, s in first.items()} == (
+            expected
+        )
+        assert not any(s["container"].get("command") for s in first.values())
+        assert first["dist-training"]["hosts"] == 4
+        assert {n: s["accelerator"] for n, s in kinetic_jobs(kube, second).items()} == {
+            "job-b": "gpu-l4x4"
+        }
+        assert {n: s["accelerator"] for n, s in kinetic_jobs(kube, third).items()} == {
+            "job-c": "gpu-l4"
+        }
+        # job1's Pod: the image as written, its own entrypoint, two GPUs.
+        pod = wait_for(lambda: _pod_or_failure(kube, namespace, "job1"), what="job1's Pod")
+        assert not isinstance(pod, str), f"job1 failed: {pod}"
+        [container] = pod.spec.containers
+        assert container.image == PYTORCH and not container.command
+        assert container.resources.limits["nvidia.com/gpu"] == "2"
+
+
+def _pod_or_failure(kube: Kube, ns: str, job: str) -> Any:
+    """The job's first Pod, or why the operator failed the job (say, an operator that does
+    not know a container may leave its command out), or None yet."""
+    pods = kube.core.list_namespaced_pod(ns, label_selector=f"kinetic.dev/job={job}").items
+    if pods:
+        return pods[0]
+    got = kube.kubectl("get", "kineticjob", job, "-n", ns, "-o", "json").stdout
+    status = json.loads(got).get("status") or {}
+    return status.get("message") if status.get("phase") == "FAILED" else None
+
+
+def test_without_a_default_gpu_type_a_guide_job_is_refused_naming_both_fixes(
+    kube: Kube, namespace: str, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    text = request({**train("two", namespace), "gpus": 2})
+    out = submit(tmp_path, client_env, text, "--yes")
+    assert out.returncode == 1
+    said = " ".join((out.stdout + out.stderr).split())
+    assert "jobs[0] (two): gpus: 2 GPUs of which type? Add gpu_type (one of:" in said
+    assert "or ask the administrator to set defaultGpuType in the policy" in said
+    assert names(kube, namespace) == []
+
+
+def test_max_jobs_per_request_refuses_a_larger_request_whole(
+    kube: Kube,
+    namespace: str,
+    client_env: dict[str, str],
+    tmp_path: Path,
+    policy: PolicySetter,  # noqa: F811
+) -> None:
+    policy({"maxJobsPerRequest": "2"})
+    text = request(*(train(n, namespace) for n in ("a", "b", "c")), dry_run=False, confirmed=True)
+    out = submit(tmp_path, client_env, text)
+    assert out.returncode == 1
+    assert (
+        f"the file holds 3 jobs, more than maxJobsPerRequest 2 ({SOURCE}): nothing was "
+        "submitted. Split it into files of at most 2 jobs"
+    ) in " ".join(out.stderr.split())
+    assert names(kube, namespace) == []
+    two = request(train("a", namespace), train("b", namespace))
+    out = submit(tmp_path, client_env, two, "--yes")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert names(kube, namespace) == ["a", "b"]
+
+
+def test_without_dry_run_default_set_the_command_previews_first(
+    kube: Kube,
+    namespace: str,
+    client_env: dict[str, str],
+    tmp_path: Path,
+    policy: PolicySetter,  # noqa: F811
+) -> None:
+    """The key left empty is unset: a preview, as the guide's dry_run defaults to one. The
+    file's confirmed: true answers the question but does not turn the preview off; its
+    dry_run: false does."""
+    policy({"dryRunDefault": ""})
+    for text in (job("one", namespace), request(train("one", namespace), confirmed=True)):
+        out = submit(tmp_path, client_env, text)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert f"Dry run ({SOURCE}: dryRunDefault)" in out.stdout
+    assert names(kube, namespace) == []
+    submitting = request(train("one", namespace), dry_run=False, confirmed=True)
+    out = submit(tmp_path, client_env, submitting)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert names(kube, namespace) == ["one"]
+
+
 # ----------------------------------------------------------------------- as a plain user
 
 
@@ -291,11 +422,12 @@ def test_a_policy_the_user_cannot_read_is_no_policy_said_in_one_line(
     out = submit(tmp_path, env, job("one", namespace))
     note = [line for line in out.stderr.splitlines() if "could not be read" in line]
     assert note == [
-        f"kinetic-policy in {namespace} could not be read (403 Forbidden): following no policy"
+        f"kinetic-policy in {namespace} could not be read (403 Forbidden): following no policy "
+        "(its defaults: preview first, no default GPU type)"
     ], out.stderr
-    # No policy: not a dry run, so the usual question, which nobody answers here.
-    assert out.returncode == 1 and "no --yes: nothing was submitted" in out.stderr
-    assert "Dry run" not in out.stdout
+    # No policy is its defaults: a preview first, as the guide's dry_run defaults to one.
+    assert out.returncode == 0 and "Dry run" in out.stdout, out.stdout + out.stderr
+    assert names(kube, namespace) == []
 
 
 def _submitter(kube: Kube, ns: str, tmp_path: Path) -> Path:

@@ -30,7 +30,7 @@ from kinetic import storage
 from kinetic.api import kube, reference
 from kinetic.api.batch_rerun import create_rerun
 from kinetic.api.cleanup import delete_stored
-from kinetic.api.config import ClientConfig, resolve
+from kinetic.api.config import ClientConfig, default_namespace, resolve
 from kinetic.api.handle import (
     JobCancelled,
     JobFailed,
@@ -67,7 +67,7 @@ from kinetic.api.unread import unread_error, unread_note
 from kinetic.api.vouched import VouchedManifest
 from kinetic.model import catalog, gang, layout, limits, names, payload
 from kinetic.model import resources as r
-from kinetic.model.data import inputs_data
+from kinetic.model.data import Data, walk_data
 from kinetic.model.digest import Unverifiable
 from kinetic.model.manifest import InputRecord, ManifestHeader, ManifestShard
 from kinetic.model.ranges import IndexSet
@@ -125,6 +125,7 @@ class BatchError(Exception):
         group_id: str,
         failures: list[JobHandle],
         partial_results: list[Any],
+        *,
         submission_failures: dict[int, Exception] | None = None,
         cancelled: Iterable[int] = (),
         unread: Mapping[int, Exception] | None = None,
@@ -536,7 +537,7 @@ class BatchHandle:
             self.group_id,
             failures,
             partial,
-            self._submission_failures,
+            submission_failures=self._submission_failures,
             cancelled=cancelled,
             unread=unread,
         )
@@ -930,9 +931,10 @@ def submit_map(
 
     # kinetic.Data: uploaded once, referenced per input; fuse=True refused before any upload
     # when the cluster cannot mount it, and mounted (volumes, after the inputs) when it can.
+    # The function's volumes concern every input; an input's own Data only that input.
     stager = Stager(root, cfg.namespace, cfg.context)
-    stager.check(fn.options["volumes"], inputs_data(items))
-    items = [stager.value(item) for item in items]
+    stager.check(fn.options["volumes"], [])
+    items, refused = _staged_inputs(stager, fn.options["volumes"], items, refused)
     volumes = stager.volumes(fn.options["volumes"])
 
     # Uploaded before the batch exists: a fresh folder of the namespace's uploads.
@@ -972,6 +974,40 @@ def submit_map(
     # This process still has the exceptions themselves: their type, message and traceback.
     handle._submission_failures = {i: mark_unsubmitted(e, i) for i, e in failures.items()}
     return handle
+
+
+def _staged_inputs(
+    stager: Stager, volumes: Mapping[str, Data], items: list[Any], refused: dict[int, Exception]
+) -> tuple[list[Any], dict[int, Exception]]:
+    """Each input with its `Data` checked and staged on its own; the inputs that failed.
+
+    A problem of one input's data (fuse data this cluster cannot mount, a
+    local file gone or unreadable since ``Data()`` checked it: a ValueError or
+    OSError) fails that input alone, recorded in its slot as the reference
+    records a packaging error; the others are submitted. Inputs in
+    ``refused`` (wrong-typed) are not staged. What concerns the batch as a
+    whole (more fuse mounts than a Pod may have) and a storage outage, which
+    is no input's problem, fail the call as before.
+    """
+    failures = dict(refused)
+    for i, item in enumerate(items):
+        if i in failures:
+            continue
+        try:
+            stager.check(volumes, list(walk_data(item, f"input {i}")))
+        except ValueError as e:  # FuseUnavailable, a DataError
+            failures[i] = e
+    kept = [d for i, x in enumerate(items) if i not in failures for d in walk_data(x, f"input {i}")]
+    stager.check(volumes, kept)
+    staged = list(items)
+    for i, item in enumerate(items):
+        if i in failures:
+            continue
+        try:
+            staged[i] = stager.value(item)
+        except (ValueError, OSError) as e:
+            failures[i] = e
+    return staged, failures
 
 
 def batch_template(
@@ -1103,18 +1139,19 @@ def _recorded_messages(pods: list[V1Pod], records: dict[int, InputRecord]) -> di
     return out
 
 
+@reference.moved_positions("kinetic.attach_batch", ("group_id", "namespace", "cluster"))
 def attach_batch(
     group_id: str,
-    namespace: str | None = None,
-    context: str | None = None,
-    *,
     project: str | None = None,
-    zone: str | None = None,
     cluster: str | None = None,
-    backend: str | None = None,
-    base_image_repo: str | None = None,
     poll_interval: float | None = None,
     poll_timeout: float | None = None,
+    *,
+    namespace: str | None = None,
+    context: str | None = None,
+    zone: str | None = None,
+    backend: str | None = None,
+    base_image_repo: str | None = None,
 ) -> BatchHandle:
     """Pick up a batch from any process; index alignment and submission failures are kept.
 
@@ -1123,7 +1160,9 @@ def attach_batch(
     listing them); `backend` is "gke" or None. `project`, `zone`,
     `base_image_repo`, `poll_interval` and `poll_timeout` cannot matter here
     and warn once, naming the equivalent: a KineticBatch has every input from
-    the start, so there are no late inputs to poll for.
+    the start, so there are no late inputs to poll for. The positional order
+    is the reference's; a second positional argument (the namespace before
+    this order) warns (`ArgumentMoved`).
     """
     reference.accept(
         "kinetic.attach_batch",
@@ -1179,6 +1218,6 @@ def rerun_batch(
 
 def list_batches(namespace: str | None = None, context: str | None = None) -> list[dict[str, Any]]:
     """The batches in a namespace with their status, oldest first."""
-    ns = namespace or kube.current_namespace(context)
+    ns = namespace or default_namespace(context)
     items = kube.list_(r.BATCH_PLURAL, ns, context)
     return sorted(items, key=lambda o: o["metadata"].get("creationTimestamp", ""))

@@ -4,6 +4,14 @@ Order, first match wins: an explicit argument, a ``KINETIC_*`` environment
 variable, the ConfigMap the operator publishes (so a client in a cluster that
 runs the operator needs no configuration), the kubeconfig's current context,
 then built-in defaults.
+
+The variables (the README lists them all, with the reference's):
+``KINETIC_CONTEXT`` the kubeconfig context, ``KINETIC_NAMESPACE`` the
+namespace, ``KINETIC_STORAGE_ROOT`` the storage root, ``KINETIC_IMAGE`` the
+default image and ``KINETIC_OPERATOR_NAMESPACE`` where the operator publishes
+its settings and policy. The reference's ``KINETIC_CLUSTER`` (a cluster's
+name, picking a context) and the ones that cannot matter here are
+`kinetic.api.reference`'s.
 """
 
 from __future__ import annotations
@@ -16,6 +24,12 @@ from kinetic.model.limits import DEFAULT_MAX_INPUTS
 
 DEFAULT_OPERATOR_NAMESPACE = "kinetic-system"
 CONFIGMAP_NAME = "kinetic-config"
+
+CONTEXT_ENV = "KINETIC_CONTEXT"
+NAMESPACE_ENV = "KINETIC_NAMESPACE"
+STORAGE_ROOT_ENV = "KINETIC_STORAGE_ROOT"
+IMAGE_ENV = "KINETIC_IMAGE"
+OPERATOR_NAMESPACE_ENV = "KINETIC_OPERATOR_NAMESPACE"
 
 
 class ConfigError(RuntimeError):
@@ -46,17 +60,17 @@ def resolve(
     storage_root: str | None = None,
 ) -> ClientConfig:
     """Resolve the client configuration; raises ConfigError naming what is missing."""
-    context = context or os.environ.get("KINETIC_CONTEXT") or None
+    context = context or os.environ.get(CONTEXT_ENV) or None
     published = _published(context)
-    root = storage_root or os.environ.get("KINETIC_STORAGE_ROOT") or published.get("storageRoot")
+    root = storage_root or os.environ.get(STORAGE_ROOT_ENV) or published.get("storageRoot")
     if not root:
         raise ConfigError(
             "No storage root for payloads and results. Pass storage_root='gs://bucket/prefix', "
-            "set KINETIC_STORAGE_ROOT, or install the Kinetic operator, which publishes it in "
+            f"set {STORAGE_ROOT_ENV}, or install the Kinetic operator, which publishes it in "
             f"ConfigMap {operator_namespace()}/{CONFIGMAP_NAME}."
         )
-    ns = namespace or os.environ.get("KINETIC_NAMESPACE") or _kubeconfig_namespace(context)
-    image = os.environ.get("KINETIC_IMAGE") or published.get("defaultImage")
+    ns = namespace or default_namespace(context)
+    image = os.environ.get(IMAGE_ENV) or published.get("defaultImage")
     return ClientConfig(
         namespace=ns,
         storage_root=root.rstrip("/"),
@@ -81,7 +95,12 @@ def _int(value: str | None, default: int) -> int:
 
 
 def operator_namespace() -> str:
-    return os.environ.get("KINETIC_OPERATOR_NAMESPACE", DEFAULT_OPERATOR_NAMESPACE)
+    return os.environ.get(OPERATOR_NAMESPACE_ENV, DEFAULT_OPERATOR_NAMESPACE)
+
+
+def default_namespace(context: str | None = None) -> str:
+    """The namespace when none is passed: ``KINETIC_NAMESPACE``, else the context's own."""
+    return os.environ.get(NAMESPACE_ENV) or _kubeconfig_namespace(context)
 
 
 @lru_cache(maxsize=8)

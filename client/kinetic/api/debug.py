@@ -18,23 +18,61 @@ import json
 import os
 import queue
 import shutil
+import socket
 import subprocess
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from kinetic.model.names import DEBUG_PORT
 
 __all__ = [
+    "DEBUGPY_PORT",
     "DEBUG_PORT",
     "DebugAttachError",
     "cleanup_port_forward",
+    "free_local_port",
     "print_attach_instructions",
     "start_port_forward",
     "vscode_configuration",
+    "wait_for_debug_server",
 ]
 
 FORWARD_READY_TIMEOUT = 30.0
+DEBUGPY_PORT = DEBUG_PORT  # the reference's name for it
+# What kubectl port-forward prints when a client connects through the forward.
+_CONNECTION_LINE = "Handling connection for"
+
+
+class _DebugServer(Protocol):
+    """A handle whose job runs debugpy (`kinetic.api.handle.JobHandle`, above this module)."""
+
+    def wait_for_debug_server(self, timeout: float | None = ...) -> str: ...
+
+
+def wait_for_debug_server(handle: _DebugServer, *, timeout: float | None = 600.0) -> str:
+    """Wait until the job's runner says debugpy listens; return its Pod's name.
+
+    The reference's helper: `JobHandle.wait_for_debug_server` does the work.
+    """
+    return handle.wait_for_debug_server(timeout)
+
+
+def free_local_port(preferred: int = DEBUG_PORT) -> int:
+    """``preferred`` when nothing listens on it at the loopback, else a free port.
+
+    Another forward (or another debug session) may hold 5678; a blocking
+    debug call then forwards another port and prints which.
+    """
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise DebugAttachError("no free local port to forward the debugger to")
 
 
 class DebugAttachError(RuntimeError):
@@ -86,13 +124,16 @@ def start_port_forward(
     remote_port: int = DEBUG_PORT,
     context: str | None = None,
     ready_timeout: float = FORWARD_READY_TIMEOUT,
+    *,
+    on_connection: Callable[[], None] | None = None,
 ) -> subprocess.Popen[str]:
     """Start ``kubectl port-forward`` to the Pod and return it once it forwards.
 
     kubectl says "Forwarding from ..." when the local port is listening; until
     then a connection would be refused, so this waits for that line. A forward
     that exits first (port in use, Pod gone, no rights) raises with kubectl's
-    own message.
+    own message. ``on_connection`` is called once, from the thread that reads
+    kubectl's output, when the first client connects through the forward.
     """
     kubectl = shutil.which("kubectl")
     if kubectl is None:
@@ -105,7 +146,7 @@ def start_port_forward(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
     )
     lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
+    threading.Thread(target=_pump, args=(proc, lines, on_connection), daemon=True).start()
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
         try:
@@ -125,16 +166,23 @@ def start_port_forward(
     )
 
 
-def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+def _pump(
+    proc: subprocess.Popen[str],
+    lines: queue.Queue[str | None],
+    on_connection: Callable[[], None] | None = None,
+) -> None:
     """Hand kubectl's stdout lines over until it closes (None), draining it meanwhile so the
-    forward never blocks on a full pipe."""
+    forward never blocks on a full pipe; tell ``on_connection`` of the first connection."""
     assert proc.stdout is not None
     for line in proc.stdout:
+        if on_connection is not None and line.startswith(_CONNECTION_LINE):
+            on_connection()
+            on_connection = None
         lines.put(line)
     lines.put(None)
 
 
-def cleanup_port_forward(proc: subprocess.Popen[Any], timeout: float = 5.0) -> None:
+def cleanup_port_forward(proc: subprocess.Popen[Any], *, timeout: float = 5.0) -> None:
     """End a forward from `start_port_forward` (or `JobHandle.debug_attach`): terminate,
     and kill it if it has not ended within `timeout` seconds. Safe to call twice."""
     if proc.poll() is None:

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import KW_ONLY, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -76,9 +76,17 @@ class ResultDeleted(JobFailed):
 
 @dataclass
 class JobHandle:
-    """Durable description of one submitted job; rebuild it anywhere with `kinetic.attach`."""
+    """Durable description of one submitted job; rebuild it anywhere with `kinetic.attach`.
+
+    Every field after ``job_id`` is keyword-only: the reference's constructor
+    takes other fields in another order (backend, project, ...), so its
+    positional form is a TypeError here rather than a handle built wrong. A
+    handle comes from `kinetic.attach`, or `JobHandle.from_dict` (which reads
+    the reference's saved dicts too).
+    """
 
     job_id: str
+    _: KW_ONLY
     namespace: str
     func_name: str = ""
     accelerator: str = "cpu"
@@ -97,7 +105,8 @@ class JobHandle:
     # job: held in memory only, never saved with the handle.
     _sha256_before_deletion: str | None = field(default=None, init=False, repr=False)
     # What this handle's own cleanup deleted ("result" after result(), "cleanup" after
-    # cleanup()), so a later result() says so: in memory only, never saved with the handle.
+    # cleanup(), "cancel" after cancel()), so a later result() says so: in memory only,
+    # never saved with the handle.
     _cleaned_by: str | None = field(default=None, init=False, repr=False)
     # The subclasses, each rebuilding the saved handles it `describes` (see `from_dict`).
     _kinds: ClassVar[list[type[JobHandle]]] = []
@@ -330,15 +339,15 @@ class JobHandle:
                 return current
         return JobStatus.NOT_FOUND
 
+    @reference.moved_positions("JobHandle.result", reference.RESULT_BEFORE)
     def result(
         self,
         timeout: float | None = None,
         cleanup: bool | None = None,
-        on_status_change: Callable[[JobStatus], None] | None = None,
-        stream_logs: bool | None = None,
-        *,
         cleanup_timeout: float | None = None,
         cleanup_poll_interval: float | None = None,
+        stream_logs: bool | None = None,
+        on_status_change: Callable[[JobStatus], None] | None = None,
     ) -> Any:
         """Wait for the job and return its value, or raise the remote exception.
 
@@ -349,7 +358,9 @@ class JobHandle:
         (False by default, for debug jobs too: a debugger owns that terminal).
         `cleanup_timeout` (the reference's) bounds the wait for that deletion
         (180 s by default); `cleanup_poll_interval` cannot matter (the deletion
-        is watched, not polled) and warns once.
+        is watched, not polled) and warns once. The positional order is the
+        reference's; ``on_status_change`` third or ``stream_logs`` fourth (this
+        client's order before) warns (`kinetic.api.reference.ArgumentMoved`).
         """
         wait_for_deletion = self._cleanup_wait(
             "result", None, cleanup_timeout, cleanup_poll_interval
@@ -377,9 +388,14 @@ class JobHandle:
             self._cleaned_by = "result"
         return payload.raise_remote(outcome)
 
-    def _gone(self) -> JobFailed:
+    def _gone(self) -> JobFailed | JobCancelled:
         """Why a job that no longer exists, and left no result in storage, has no value."""
         where = f"job {self.job_id} in namespace {self.namespace}"
+        if self._cleaned_by == "cancel":
+            return JobCancelled(
+                f"{where} was cancelled, and cancel() deleted it once it had stopped (as the "
+                "reference's does; cancel(keep=True) keeps a cancelled job)"
+            )
         if self._cleaned_by is not None:
             by = "an earlier result()" if self._cleaned_by == "result" else "cleanup()"
             return ResultDeleted(
@@ -403,7 +419,7 @@ class JobHandle:
         """The reference's cleanup arguments of `method`, checked: how long to wait for a
         deletion (warning once when `cleanup_poll_interval`, which cannot matter, is given)."""
         where = f"{type(self).__name__}.{method}"
-        reference.accept(where, depth=2, cleanup_poll_interval=cleanup_poll_interval)
+        reference.accept(where, cleanup_poll_interval=cleanup_poll_interval)
         return reference.cleanup_wait(where, timeout, cleanup_timeout)
 
     def _wait_streaming(
@@ -525,13 +541,13 @@ class JobHandle:
             return ""
         return last_lines(text, tail)
 
-    def tail(self, n: int = 100, rank: int = 0) -> str:
+    def tail(self, n: int = 100, *, rank: int = 0) -> str:
         """The last `n` log lines of the newest attempt ('' before its Pod starts); of a
         multi-host job, rank ``rank``'s (0, the coordinator, by default)."""
         self._check_rank(rank)
         return self._log_text(n, rank)
 
-    def logs(self, follow: bool = False, rank: int = 0) -> str | None:
+    def logs(self, follow: bool = False, *, rank: int = 0) -> str | None:
         """The newest attempt's whole log, or with follow=True stream it to stdout until it ends.
 
         A multi-host job has one log per member: ``rank`` picks whose (0, the
@@ -574,6 +590,7 @@ class JobHandle:
         working_dir: str | None = None,
         *,
         timeout: float | None = 600.0,
+        on_connection: Callable[[], None] | None = None,
     ) -> subprocess.Popen[str]:
         """Wait for the job's debugpy, forward `local_port` to it, and print the VS Code
         configuration that attaches; return the ``kubectl port-forward`` process.
@@ -582,21 +599,32 @@ class JobHandle:
         must have been started with ``debug=True``; `timeout` bounds the wait for
         its Pod to start and its runner to listen. `working_dir` is the local
         folder of the function's source, for the path mappings (default: here).
+        `on_connection` is called once, when a debugger first connects through
+        the forward.
         """
         if not self.debug:
             raise debugging.DebugAttachError(
                 f"job {self.job_id} was not started with debug=True, so nothing in its Pod "
                 "waits for a debugger: submit it again with @kinetic.run(..., debug=True)"
             )
-        pod = self._wait_for_debugpy(timeout)
+        pod = self.wait_for_debug_server(timeout)
         proc = debugging.start_port_forward(
-            pod, self.namespace, local_port, names.DEBUG_PORT, self.context
+            pod,
+            self.namespace,
+            local_port,
+            names.DEBUG_PORT,
+            self.context,
+            on_connection=on_connection,
         )
         debugging.print_attach_instructions(local_port, working_dir)
         return proc
 
-    def _wait_for_debugpy(self, timeout: float | None) -> str:
-        """The Pod whose runner has said debugpy listens (its log's ready line)."""
+    def wait_for_debug_server(self, timeout: float | None = 600.0) -> str:
+        """Wait until the job's runner says debugpy listens (its log's ready line); the Pod.
+
+        Raises `DebugAttachError` when the job ends first, TimeoutError after
+        `timeout` seconds (None: no bound).
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             pod = self._pod()
@@ -616,21 +644,66 @@ class JobHandle:
                 )
             time.sleep(1.0)
 
+    def debug_result(self, timeout: float | None = None, *, local_port: int | None = None) -> Any:
+        """A blocking call of a debug function: attach, then wait for the value.
+
+        Says which job waits for a debugger and the command that attaches from
+        another shell; forwards a local port (``local_port``, else 5678 when
+        free, else any free one) once the Pod's debugpy listens, printing the
+        VS Code configuration; says when a debugger connects; and returns
+        `result()` (a debug job is kept). When no forward can be started
+        (no kubectl, say) it says why and waits all the same: the command
+        still attaches.
+        """
+        command = debug_command(self)
+        print(
+            f"Job {self.job_id} runs with debug=True: its Pod waits for a debugger before the "
+            f"call runs. A local port is forwarded to it here once the Pod is ready; from "
+            f"another shell: {command}",
+            flush=True,
+        )
+        port = local_port or debugging.free_local_port(names.DEBUG_PORT)
+        forward = None
+        try:
+            forward = self.debug_attach(
+                port, timeout=timeout, on_connection=lambda: _say_connected(self, port)
+            )
+        except debugging.DebugAttachError as e:
+            if self.status().terminal:
+                return self.result(timeout=timeout)  # it ended: its value, or why not
+            print(f"No local forward ({e}); attach with: {command}", flush=True)
+        try:
+            return self.result(timeout=timeout)
+        finally:
+            if forward is not None:
+                debugging.cleanup_port_forward(forward)
+
     # ----------------------------------------------------------------- acting
 
     def cancel(
         self,
-        timeout: float | None = None,
+        cleanup_timeout: float | None = None,
         cleanup_poll_interval: float | None = None,
         *,
-        cleanup_timeout: float | None = None,
+        timeout: float | None = None,
+        keep: bool = False,
     ) -> JobStatus:
-        """Ask the operator to stop the job and wait until it has (CANCELLED or already done).
+        """Stop the job, wait until it has stopped, then delete it, as the reference does.
 
-        `timeout` (or the reference's `cleanup_timeout`) bounds the wait, 180 s
-        by default; `cleanup_poll_interval` cannot matter (it is a watch) and warns once.
+        The operator stops the job's Pods (their logs are archived first) and
+        records it CANCELLED; the KineticJob is then deleted, so `status()`
+        says NOT_FOUND and a loop written for the reference (until SUCCEEDED,
+        FAILED or NOT_FOUND) ends. Stored logs are kept, as the reference
+        keeps a cancelled job's artifacts; this handle's `result()` raises
+        `JobCancelled`. ``keep=True`` keeps the job, CANCELLED, readable with
+        `status()`, `logs()` and ``kinetic jobs status``, until `cleanup()`.
+        A job that had already ended keeps its outcome and is not deleted.
+
+        Returns CANCELLED (or the outcome it had already). `cleanup_timeout`
+        (or `timeout`) bounds each wait, 180 s by default;
+        `cleanup_poll_interval` cannot matter (it is a watch) and warns once.
         """
-        timeout = self._cleanup_wait("cancel", timeout, cleanup_timeout, cleanup_poll_interval)
+        wait = self._cleanup_wait("cancel", timeout, cleanup_timeout, cleanup_poll_interval)
         if (
             kube.patch_spec(
                 r.JOB_PLURAL, self.namespace, self.job_id, {"cancel": True}, self.context
@@ -638,16 +711,20 @@ class JobHandle:
             is None
         ):
             return JobStatus.NOT_FOUND
-        return self.wait(timeout=timeout)
+        final = self.wait(timeout=wait)
+        if final is JobStatus.CANCELLED and not keep:
+            self._delete(wait)
+            self._cleaned_by = "cancel"
+        return final
 
     def cleanup(
         self,
         k8s: bool = True,
         gcs: bool = True,
-        timeout: float | None = None,
+        cleanup_timeout: float | None = None,
         cleanup_poll_interval: float | None = None,
         *,
-        cleanup_timeout: float | None = None,
+        timeout: float | None = None,
     ) -> None:
         """Delete the resource (its Pods go with it) and/or its stored artifacts and logs.
 
@@ -669,12 +746,8 @@ class JobHandle:
         timeout = self._cleanup_wait("cleanup", timeout, cleanup_timeout, cleanup_poll_interval)
         if k8s and not gcs:
             self._sha256_before_deletion = self._result_anchor()[0]
-        if k8s and kube.delete(r.JOB_PLURAL, self.namespace, self.job_id, self.context):
-            for obj in kube.watch_one(
-                r.JOB_PLURAL, self.namespace, self.job_id, timeout, self.context
-            ):
-                if obj is None:
-                    break
+        if k8s:
+            self._delete(timeout)
         if gcs:  # a container job has no result file, but may have archived logs there
             upload = layout.upload_dir_of(
                 self._root(), self.namespace, self.job_id, self.payload_uri
@@ -682,6 +755,28 @@ class JobHandle:
             delete_stored(self._home(), upload)
         if k8s and gcs:
             self._cleaned_by = "cleanup"
+
+    def _delete(self, timeout: float) -> None:
+        """Delete the KineticJob (its Pods go with it) and wait until it is gone."""
+        if kube.delete(r.JOB_PLURAL, self.namespace, self.job_id, self.context):
+            for obj in kube.watch_one(
+                r.JOB_PLURAL, self.namespace, self.job_id, timeout, self.context
+            ):
+                if obj is None:
+                    break
+
+
+def debug_command(handle: JobHandle) -> str:
+    """The shell command that attaches a debugger to ``handle``'s job."""
+    context = f" --context {handle.context}" if handle.context else ""
+    return f"kinetic jobs debug {handle.job_id} -n {handle.namespace}{context}"
+
+
+def _say_connected(handle: JobHandle, port: int) -> None:
+    print(
+        f"A debugger connected to job {handle.job_id} (localhost:{port}); the call runs now.",
+        flush=True,
+    )
 
 
 def _input_fields(name: str, env: Mapping[str, str], from_env: bool) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from annotated_types import MaxLen
 
 from kinetic import storage
-from kinetic.api import kube
+from kinetic.api import kube, reference
 from kinetic.api.handle import (
     JobCancelled,
     JobFailed,
@@ -641,15 +641,15 @@ class InputHandle(JobHandle):
                 return current
         return JobStatus.NOT_FOUND
 
+    @reference.moved_positions("InputHandle.result", reference.RESULT_BEFORE)
     def result(
         self,
         timeout: float | None = None,
         cleanup: bool | None = None,
-        on_status_change: Callable[[JobStatus], None] | None = None,
-        stream_logs: bool | None = None,
-        *,
         cleanup_timeout: float | None = None,
         cleanup_poll_interval: float | None = None,
+        stream_logs: bool | None = None,
+        on_status_change: Callable[[JobStatus], None] | None = None,
     ) -> Any:
         """Wait for the input and return its value, or raise its exception.
 
@@ -736,15 +736,20 @@ class InputHandle(JobHandle):
 
     def cancel(
         self,
-        timeout: float | None = None,
+        cleanup_timeout: float | None = None,
         cleanup_poll_interval: float | None = None,
         *,
-        cleanup_timeout: float | None = None,
+        timeout: float | None = None,
+        keep: bool = False,
     ) -> JobStatus:
         """Cancel this input alone and wait until the batch records it ended.
 
         Its index is added to the batch's ``spec.cancelIndexes``; the other
-        inputs carry on. An input that already ended keeps its outcome.
+        inputs carry on. An input that already ended keeps its outcome. An
+        input has no object of its own to delete (``keep`` is accepted, as on a
+        job's handle, and changes nothing): it stays CANCELLED in its batch,
+        which `status()` reports, so a loop waiting for SUCCEEDED, FAILED or
+        NOT_FOUND on an input should also stop at CANCELLED (or use `wait()`).
         `timeout` (or the reference's `cleanup_timeout`) bounds the wait, 180 s
         by default; `cleanup_poll_interval` cannot matter (it is a watch) and warns once.
         """
@@ -757,10 +762,10 @@ class InputHandle(JobHandle):
         self,
         k8s: bool = True,
         gcs: bool = True,
-        timeout: float | None = None,
+        cleanup_timeout: float | None = None,
         cleanup_poll_interval: float | None = None,
         *,
-        cleanup_timeout: float | None = None,
+        timeout: float | None = None,
     ) -> None:
         """Delete the input's Pods (k8s) and its stored result (gcs); never the manifest.
 

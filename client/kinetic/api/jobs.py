@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from kinetic import storage
 from kinetic.api import kube, reference
 from kinetic.api.batches import BatchHandle, InputOverview, attach_input
-from kinetic.api.config import ClientConfig, resolve
+from kinetic.api.config import ClientConfig, default_namespace, resolve
 from kinetic.api.handle import JobCancelled as JobCancelled  # kinetic.api.jobs.*, as before
 from kinetic.api.handle import JobFailed as JobFailed
 from kinetic.api.handle import JobHandle as JobHandle
@@ -75,14 +75,15 @@ def submit_job(
     return JobHandle.from_resource(created, cfg.context, cfg.storage_root)
 
 
+@reference.moved_positions("kinetic.attach", ("job_id", "namespace", "cluster"))
 def attach(
     job_id: str,
+    project: str | None = None,
+    cluster: str | None = None,
+    *,
     namespace: str | None = None,
     context: str | None = None,
-    *,
-    project: str | None = None,
     zone: str | None = None,
-    cluster: str | None = None,
     backend: str | None = None,
     base_image_repo: str | None = None,
 ) -> JobHandle:
@@ -91,6 +92,12 @@ def attach(
     A job whose resource was cleaned up but whose result is still in storage is
     still attachable, so `result()` can read it. An input of a batch is
     attachable while its batch or the batch's manifest exists.
+
+    The positional order is the reference's (``job_id, project, cluster``);
+    ``namespace`` and ``context`` are keyword-only. A second positional
+    argument, the namespace before this order, warns (`ArgumentMoved`) and is
+    taken as ``project``. A context's name passed as ``cluster`` selects that
+    context, as ``context=`` does.
 
     The reference API's arguments (`kinetic.api.reference`): `cluster` selects
     the kubeconfig context (a name that selects none is a `ConfigError`
@@ -147,16 +154,17 @@ DEFAULT_LIST_LIMIT = 1000
 """How many handles `list_jobs` returns unless told: one batch may hold millions of inputs."""
 
 
+@reference.moved_positions("kinetic.list_jobs", ("namespace", "context"))
 def list_jobs(
-    namespace: str | None = None,
-    context: str | None = None,
-    *,
-    include_batches: bool = True,
-    limit: int | None = DEFAULT_LIST_LIMIT,
-    offset: int = 0,
     project: str | None = None,
     zone: str | None = None,
     cluster: str | None = None,
+    namespace: str | None = None,
+    *,
+    context: str | None = None,
+    include_batches: bool = True,
+    limit: int | None = DEFAULT_LIST_LIMIT,
+    offset: int = 0,
     backend: str | None = None,
     base_image_repo: str | None = None,
 ) -> list[JobHandle]:
@@ -166,8 +174,11 @@ def list_jobs(
     every batch, whose handle has ``group_id``, ``group_kind`` ("map") and
     ``group_index`` set; a batch's inputs follow each other in index order.
     At most ``limit`` handles (None: all) from position ``offset``: a page.
-    `iter_jobs` walks them all lazily. The reference API's arguments are taken
-    as by `attach`.
+    `iter_jobs` walks them all lazily. The positional order is the
+    reference's (``project, zone, cluster, namespace``); a first or second
+    positional argument (the namespace and the context before this order)
+    warns (`ArgumentMoved`). The reference API's arguments are taken as by
+    `attach`.
     """
     reference.accept(
         "kinetic.list_jobs",
@@ -205,7 +216,7 @@ def iter_jobs_with_status(
 ) -> Iterator[tuple[JobHandle, StatusOf]]:
     """Each handle, newest first, with how to read its status: a job's came with the LIST;
     a batch input's is read (once per batch, for all its inputs) only when asked for."""
-    ns = namespace or kube.current_namespace(context)
+    ns = namespace or default_namespace(context)
     owners: list[tuple[str, str, JobHandle | BatchHandle]] = []
     jobs: dict[str, dict[str, Any]] = {}
     for obj in kube.iter_list(r.JOB_PLURAL, ns, context):

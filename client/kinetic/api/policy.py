@@ -1,12 +1,13 @@
 """The administrator's policy as the client reads it: only the keys about submitting.
 
-`kinetic.model.policy_keys` says what ``dryRunDefault`` and
-``requireConfirmation`` mean. This module reads them from the ConfigMap
-``kinetic-policy`` in the operator's namespace (``KINETIC_OPERATOR_NAMESPACE``,
-else kinetic-system: where the client finds the operator's published
-settings too). The chart lets every authenticated user get that one
-ConfigMap; when the read fails anyway (an older chart, another cluster's
-RBAC) the client submits as with no policy and returns a note saying so.
+`kinetic.model.policy_keys` says what ``dryRunDefault``,
+``requireConfirmation``, ``defaultGpuType`` and ``maxJobsPerRequest`` mean.
+This module reads them from the ConfigMap ``kinetic-policy`` in the
+operator's namespace (``KINETIC_OPERATOR_NAMESPACE``, else kinetic-system:
+where the client finds the operator's published settings too). The chart
+lets every authenticated user get that one ConfigMap; when the read fails
+anyway (an older chart, another cluster's RBAC) the client follows the keys'
+defaults (preview first, as the guide does) and returns a note saying so.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from kubernetes.client import ApiException
 from kinetic.api import kube
 from kinetic.api.config import operator_namespace
 from kinetic.model.policy_keys import POLICY_CONFIG_MAP, SubmissionPolicy, submission_policy
+
+_DEFAULTS = "following no policy (its defaults: preview first, no default GPU type)"
 
 
 def policy_source() -> str:
@@ -27,7 +30,8 @@ def read_submission_policy(context: str | None = None) -> tuple[SubmissionPolicy
     """The policy's submission keys, and a one-line note when it is not followed as written.
 
     No ConfigMap (404) is no policy, silently, as for the operator; any other
-    failure to read it is no policy with a note naming why.
+    failure to read it is no policy with a note naming why. No policy is each
+    key's default: a preview first, no default GPU type, no request limit.
     """
     source = policy_source()
     try:
@@ -36,8 +40,8 @@ def read_submission_policy(context: str | None = None) -> tuple[SubmissionPolicy
         if exc.status == 404:
             return SubmissionPolicy(), None
         why = f"{exc.status} {exc.reason}".strip()
-        return SubmissionPolicy(), f"{source} could not be read ({why}): following no policy"
+        return SubmissionPolicy(), f"{source} could not be read ({why}): {_DEFAULTS}"
     except Exception as exc:  # noqa: BLE001 — unreachable or a broken connection: no policy
-        return SubmissionPolicy(), f"{source} could not be read ({exc}): following no policy"
+        return SubmissionPolicy(), f"{source} could not be read ({exc}): {_DEFAULTS}"
     policy, notes = submission_policy(cm.data)
     return policy, (f"{source}: {'; '.join(notes)}" if notes else None)

@@ -40,8 +40,14 @@ class RemoteFunction:
         return payload.function_name(self.fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run remotely and block until the value (or the remote exception) comes back."""
-        return self.run_async(*args, **kwargs).result()
+        """Run remotely and block until the value (or the remote exception) comes back.
+
+        With ``debug=True`` the call says which job waits for a debugger and how
+        to attach, forwards a local port to it once its Pod is ready, and says
+        when a debugger connected (`JobHandle.debug_result`).
+        """
+        job = self.run_async(*args, **kwargs)
+        return job.debug_result() if job.debug else job.result()
 
     def run_async(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Submit one call and return its handle without waiting."""
@@ -70,15 +76,41 @@ class RemoteFunction:
         )
         return submit_job(cfg, spec, job_id)
 
-    def run_async_map(self, inputs: Iterable[Any], **kwargs: Any) -> BatchHandle:
+    def run_async_map(
+        self,
+        inputs: Iterable[Any],
+        *,
+        input_mode: r.InputMode = "auto",
+        max_concurrent: int | None = limits.DEFAULT_MAX_CONCURRENT,
+        retries: int | None = None,
+        fail_fast: bool = False,
+        cancel_running_on_fail: bool = False,
+        name: str | None = None,
+        tags: dict[str, str] | None = None,
+        chunk_size: int = 1,
+        hosts: int | None = None,
+    ) -> BatchHandle:
         """Fan out over `inputs`; see `kinetic.api.batches.submit_map` for the options.
 
         `input_mode`, `max_concurrent`, `retries`, `fail_fast`,
-        `cancel_running_on_fail`, `name`, `tags`, `chunk_size` (consecutive
-        inputs per Pod, for very short functions), and `hosts` (Pods per input,
-        a gang; unset, this function's own `kinetic.run(hosts=...)`).
+        `cancel_running_on_fail`, `name`, `tags` (the reference's, by keyword as
+        it documents them), `chunk_size` (consecutive inputs per Pod, for very
+        short functions), and `hosts` (Pods per input, a gang; unset, this
+        function's own `kinetic.run(hosts=...)`).
         """
-        return submit_map(self, inputs, **kwargs)
+        return submit_map(
+            self,
+            inputs,
+            input_mode=input_mode,
+            max_concurrent=max_concurrent,
+            retries=retries,
+            fail_fast=fail_fast,
+            cancel_running_on_fail=cancel_running_on_fail,
+            name=name,
+            tags=tags,
+            chunk_size=chunk_size,
+            hosts=hosts,
+        )
 
     def call(self, *args: Any, **kwargs: Any) -> Call:
         """This call, not submitted: an entry for `kinetic.batch` (different calls, one batch)."""
@@ -189,27 +221,47 @@ def check_python(cfg: ClientConfig) -> None:
     )
 
 
+# This client's positional order before it took the reference's (`reference.moved_positions`);
+# `image` and `container_image` were and are the same thing.
+_RUN_BEFORE = (
+    "accelerator",
+    "container_image",
+    "container_image",
+    "namespace",
+    "context",
+    "env",
+    "capture_env_vars",
+    "retries",
+    "spot",
+    "output_dir",
+    "deadline",
+    "volumes",
+    "debug",
+)
+
+
+@reference.moved_positions("kinetic.run", _RUN_BEFORE)
 def run(
     accelerator: str = "cpu",
-    image: str | None = None,
     container_image: str | None = None,
-    namespace: str | None = None,
-    context: str | None = None,
-    env: Mapping[str, str] | None = None,
-    capture_env_vars: list[str] | None = None,
-    retries: int = 0,
-    spot: bool = False,
-    output_dir: str | None = None,
-    deadline: int | None = None,
-    volumes: Mapping[str, Data] | None = None,
-    debug: bool = False,
-    *,
-    hosts: int | None = None,
-    project: str | None = None,
+    base_image_repo: str | None = None,
     zone: str | None = None,
+    project: str | None = None,
+    capture_env_vars: list[str] | None = None,
     cluster: str | None = None,
     backend: str | None = None,
-    base_image_repo: str | None = None,
+    namespace: str | None = None,
+    volumes: Mapping[str, Data] | None = None,
+    spot: bool = False,
+    output_dir: str | None = None,
+    debug: bool = False,
+    *,
+    image: str | None = None,
+    context: str | None = None,
+    env: Mapping[str, str] | None = None,
+    retries: int = 0,
+    deadline: int | None = None,
+    hosts: int | None = None,
 ) -> Callable[[Callable[..., Any]], RemoteFunction]:
     """Decorator: run the function on the cluster.
 
@@ -239,6 +291,11 @@ def run(
     "prebuilt") the default image runs it, and the requirements of the
     function's project (`kinetic.api.project`) are installed when the pod starts.
     The project's own Python source ships either way.
+
+    The positional order is the reference API's, up to ``debug``; this
+    client's own arguments (``image``, ``context``, ``env``, ``retries``,
+    ``deadline``, ``hosts``) are keyword-only. A value passed at a position
+    that meant another argument before this order warns (`ArgumentMoved`).
 
     The reference API's arguments are accepted (`kinetic.api.reference`):
     `cluster` selects the kubeconfig context of that name (or the one context

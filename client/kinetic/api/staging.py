@@ -102,6 +102,8 @@ class Stager:
         self.namespace = namespace
         self.context = context
         self._driver = driver
+        self._driver_asked = False
+        self._driver_answer: bool | None = None
         self._cache: dict[Data, DataRef] = {}
         self._mounted: dict[Data, tuple[r.DataVolume, str]] = {}  # fuse arguments
 
@@ -114,10 +116,17 @@ class Stager:
         """
         if not any(d.fuse for d in (*volumes.values(), *(d for _w, d in arguments))):
             return
-        driver = (self._driver or fuse.driver_present)(self.context)
-        problem = fuse.refusal(volumes, arguments, self.root, driver)
+        problem = fuse.refusal(volumes, arguments, self.root, self._driver_present())
         if problem is not None:
             raise fuse.FuseUnavailable(problem)
+
+    def _driver_present(self) -> bool | None:
+        """Whether the cluster has the GCS FUSE driver, asked once per submission (a batch
+        checks its inputs one by one)."""
+        if not self._driver_asked:
+            self._driver_answer = (self._driver or fuse.driver_present)(self.context)
+            self._driver_asked = True
+        return self._driver_answer
 
     def __call__(self, d: Data) -> DataRef:
         if d not in self._cache:

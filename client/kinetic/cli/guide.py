@@ -13,16 +13,22 @@ request as the guide writes it (YAML or JSON)::
 Each job becomes one KineticJob, created and reported on its own:
 ``name`` is its name, ``project`` its namespace (default: the command's),
 ``image`` and ``command`` its container (a string runs under ``sh -c``, a
-list as it stands; a command is required: a Kinetic job runs to completion).
+list as it stands). ``command`` is optional, as in the guide: without one the
+image's own entrypoint runs (the Pod's container gets no command).
 
 GPUs: the guide counts them (``gpus: 2``) but names no key for their type, so
-``gpu_type`` is ours, spelt like the guide's ``workspace_type``. The pair is
-looked up in the accelerator catalog the cluster offers (the operator's
-published names, `kinetic.model.catalog`): ``gpus: 2, gpu_type: l4`` is
-``gpu-l4x2``. A count the catalog does not offer for that type is refused
-with the counts it does offer; ``gpus`` without ``gpu_type`` is refused too,
-listing the types, since the catalog has no default GPU and guessing one
-would pick the price of someone's job.
+``gpu_type`` is ours, spelt like the guide's ``workspace_type``. Without it
+the administrator's ``defaultGpuType`` applies (`kinetic.model.policy_keys`);
+with neither the job is refused, listing the types and both fixes, since
+guessing a type would pick the price of someone's job. The pair is looked up
+in the accelerator catalog the cluster offers (the operator's published
+names, `kinetic.model.catalog`): ``gpus: 2, gpu_type: l4`` is ``gpu-l4x2``. A
+count the catalog does not offer for that type is refused with the counts it
+does offer.
+
+How many jobs one request may hold is the policy's ``maxJobsPerRequest`` (the
+guide's ``max_batch_size``), checked by the command for the whole request
+(`kinetic.cli.submit_plan.request_size_problem`).
 
 A ``distributed`` job is a multi-host job (``spec.hosts``): ``workers: N``
 runs N Pods, ranks 0 .. N-1, each with ``gpus`` GPUs of ``gpu_type``, started
@@ -49,6 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinetic.model import catalog, gang
+from kinetic.model.policy_keys import DEFAULT_GPU_TYPE
 from kinetic.model.resources import API_VERSION, JOB_KIND
 
 REQUEST_KEYS = ("jobs", "dry_run", "confirmed", "continue_on_error")
@@ -101,12 +108,18 @@ def request_settings(doc: dict[str, Any]) -> RequestSettings:
     return RequestSettings(**values)
 
 
-def job_object(index: int, job: Any, accelerators: Sequence[str]) -> tuple[str, dict[str, Any]]:
+def job_object(
+    index: int,
+    job: Any,
+    accelerators: Sequence[str],
+    default_gpu_type: str | None = None,
+) -> tuple[str, dict[str, Any]]:
     """Job ``index`` of a request as a KineticJob (where it is, for messages; the object).
 
-    ``accelerators`` are the names the cluster's catalog offers. The object
-    still goes through the same checks as any document; a job that cannot
-    become one raises GuideError naming the field and the fix.
+    ``accelerators`` are the names the cluster's catalog offers;
+    ``default_gpu_type`` the policy's type for ``gpus`` without ``gpu_type``.
+    The object still goes through the same checks as any document; a job that
+    cannot become one raises GuideError naming the field and the fix.
     """
     where = f"jobs[{index}]"
     if not isinstance(job, dict):
@@ -124,13 +137,17 @@ def job_object(index: int, job: Any, accelerators: Sequence[str]) -> tuple[str, 
         )
     if not isinstance(name, str) or not name:
         raise GuideError("name is required", where)
-    container: dict[str, Any] = {"command": _command(job.get("command"), where)}
+    container: dict[str, Any] = {}
+    if job.get("command") is not None:
+        container["command"] = _command(job["command"], where)
     if job.get("image") is not None:
         container["image"] = job["image"]
     metadata = {"name": name}
     if job.get("project") is not None:
         metadata["namespace"] = job["project"]
-    accelerator = gpu_accelerator(job.get("gpus"), job.get("gpu_type"), accelerators, where)
+    accelerator = gpu_accelerator(
+        job.get("gpus"), job.get("gpu_type"), accelerators, where, default_gpu_type
+    )
     spec: dict[str, Any] = {"accelerator": accelerator, "container": container}
     if kind == "distributed":
         spec["hosts"] = distributed_hosts(job, accelerator, where)
@@ -182,8 +199,24 @@ def _command(command: Any, where: str) -> list[Any]:
     if isinstance(command, list) and command:
         return command
     raise GuideError(
-        "command is required: a Kinetic job runs a command to completion "
-        "(e.g. command: python train.py, or a list such as [python, train.py])",
+        f"command: {command!r} is not a command: give a string (run under sh -c, e.g. "
+        "python train.py) or a list such as [python, train.py], or leave command out to "
+        "run the image's entrypoint",
+        where,
+    )
+
+
+def _default_gpu_type(
+    gpus: Any, default: str | None, accelerators: Sequence[str], where: str
+) -> str:
+    """The policy's ``defaultGpuType`` for a job that counts GPUs but names no type."""
+    if default is not None:
+        return default
+    types = ", ".join(gpu_offers(accelerators)) or "none"
+    count = f"{gpus} GPU{'s' * (gpus != 1)}" if isinstance(gpus, int) else f"{gpus!r} GPUs"
+    raise GuideError(
+        f"gpus: {count} of which type? Add gpu_type (one of: {types}), or ask the "
+        f"administrator to set {DEFAULT_GPU_TYPE} in the policy",
         where,
     )
 
@@ -197,31 +230,39 @@ def gpu_offers(accelerators: Sequence[str]) -> dict[str, list[int]]:
     return {kind: sorted(counts) for kind, counts in sorted(offers.items())}
 
 
-def gpu_accelerator(gpus: Any, gpu_type: Any, accelerators: Sequence[str], where: str) -> str:
-    """The accelerator for ``gpus`` GPUs of ``gpu_type`` ("cpu" for none); raises GuideError."""
+def gpu_accelerator(
+    gpus: Any,
+    gpu_type: Any,
+    accelerators: Sequence[str],
+    where: str,
+    default_gpu_type: str | None = None,
+) -> str:
+    """The accelerator for ``gpus`` GPUs of ``gpu_type`` ("cpu" for none); raises GuideError.
+
+    Without ``gpu_type`` the policy's ``default_gpu_type`` is the type, and
+    the messages say it came from there.
+    """
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
         raise GuideError(f"gpus: expected a whole number of GPUs, got {gpus!r}", where)
-    offers = gpu_offers(accelerators)
-    types = ", ".join(offers) or "none"
+    if not gpus and gpu_type is None:
+        return "cpu"
+    field = "gpu_type"
     if gpu_type is None:
-        if not gpus:
-            return "cpu"
-        raise GuideError(
-            f"gpus: {gpus} GPU{'s' * (gpus != 1)} of which type? Add gpu_type, one of: {types}",
-            where,
-        )
+        gpu_type = _default_gpu_type(gpus, default_gpu_type, accelerators, where)
+        field = f"{DEFAULT_GPU_TYPE} (the policy's, for a job without gpu_type)"
     if not isinstance(gpu_type, str):
         raise GuideError(f"gpu_type: expected a GPU type such as l4, got {gpu_type!r}", where)
     if gpus == 0:
         return "cpu"
+    offers = gpu_offers(accelerators)
     kind = gpu_type.strip().lower().removeprefix("gpu-")
     count = 1 if gpus is None else gpus
     if kind not in offers:
         near = catalog.close_matches(kind, offers)
         hint = f"did you mean {' or '.join(repr(n) for n in near)}? " if near else ""
         raise GuideError(
-            f"gpu_type: {gpu_type!r} is not a GPU type this cluster offers; {hint}"
-            f"GPU types: {types}",
+            f"{field}: {gpu_type!r} is not a GPU type this cluster offers; {hint}"
+            f"GPU types: {', '.join(offers) or 'none'}",
             where,
         )
     if count not in offers[kind]:

@@ -10,7 +10,8 @@ from typing import Any
 
 import typer
 
-from kinetic.api import kube
+from kinetic.api import kube, reference
+from kinetic.api.config import ConfigError
 from kinetic.api.debug import DebugAttachError, cleanup_port_forward
 from kinetic.api.jobs import (
     JobCancelled,
@@ -30,8 +31,27 @@ app = typer.Typer(
     "cancel, cleanup, debug.",
 )
 
-NAMESPACE = typer.Option(None, "--namespace", "-n", help="Namespace (default: the kubeconfig's).")
-CONTEXT = typer.Option(None, "--context", help="Kubeconfig context.")
+NAMESPACE = typer.Option(
+    None, "--namespace", "-n", help="Namespace (default: $KINETIC_NAMESPACE, else the context's)."
+)
+
+
+def _context(value: str | None) -> str | None:
+    """--context, else KINETIC_CONTEXT, else the context KINETIC_CLUSTER names (the reference's
+    variable), else None: the kubeconfig's current context."""
+    try:
+        return reference.context_for("kinetic", None, value)
+    except ConfigError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+CONTEXT = typer.Option(
+    None,
+    "--context",
+    help="Kubeconfig context (default: $KINETIC_CONTEXT, or the one $KINETIC_CLUSTER names, "
+    "else the current one).",
+    callback=_context,
+)
 
 
 def _handle(job_id: str, namespace: str | None, context: str | None) -> JobHandle:
@@ -204,11 +224,20 @@ def result(
 
 
 @app.command()
-def cancel(job_id: str, namespace: str | None = NAMESPACE, context: str | None = CONTEXT) -> None:
-    """Stop a job, or one input of a batch (the others carry on); it ends CANCELLED."""
+def cancel(
+    job_id: str,
+    keep: bool = typer.Option(
+        False, "--keep", help="Keep the cancelled job (CANCELLED) for its status and logs."
+    ),
+    namespace: str | None = NAMESPACE,
+    context: str | None = CONTEXT,
+) -> None:
+    """Stop a job, then delete it (--keep keeps it, CANCELLED); an input of a batch stops
+    alone, the others carry on, and stays CANCELLED in its batch."""
     h = _handle(job_id, namespace, context)
-    final = h.cancel()
-    console.print(f"{job_id}: {final.value}")
+    final = h.cancel(keep=keep)
+    deleted = final is JobStatus.CANCELLED and not keep and h.group_id is None
+    console.print(f"{job_id}: {final.value}" + (" (deleted; --keep keeps it)" if deleted else ""))
 
 
 @app.command()

@@ -32,10 +32,12 @@ the objects before the first refused one and stops there, reporting the rest
 as not attempted. The preview shows what will be created before anything is.
 
 **The administrator's policy** (`kinetic.model.policy_keys`, read with
-`kinetic.api.policy`): with ``dryRunDefault`` the command only previews
-unless ``--yes``, ``--no-dry-run`` (or the file's ``confirmed: true`` /
-``dry_run: false``) says to submit; with ``requireConfirmation`` a person
-must answer at a terminal and ``--yes`` does not stand in for that answer.
+`kinetic.api.policy`): with ``dryRunDefault`` (true unless set false) the
+command only previews unless ``--yes``, ``--no-dry-run`` or the file's
+``dry_run: false`` says to submit; with ``requireConfirmation`` a person must
+answer at a terminal and ``--yes`` does not stand in for that answer;
+``defaultGpuType`` is the GPU type of a guide job without ``gpu_type``; and a
+file of more than ``maxJobsPerRequest`` objects is refused whole.
 
 The preview, the decisions and the report are built by pure functions
 (tested alone); the command only reads the file, talks to the API server
@@ -59,10 +61,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from kinetic.api import kube
-from kinetic.api.config import resolve
+from kinetic.api.config import default_namespace, resolve
 from kinetic.api.inputs import read_shard
 from kinetic.api.policy import policy_source, read_submission_policy
-from kinetic.cli import guide
 from kinetic.cli.jobs import CONTEXT, NAMESPACE
 from kinetic.cli.output import console, errors, fail
 from kinetic.cli.submit_file import Contents, Document, DocumentError, Entry, Refusal, read_file
@@ -78,6 +79,7 @@ from kinetic.cli.submit_plan import (
     job_report,
     preview_rows,
     preview_table,
+    request_size_problem,
     summary_lines,
     to_create,
     unrecorded_endings,
@@ -136,14 +138,20 @@ def submit(
     context: str | None = CONTEXT,
 ) -> None:
     """Check, preview and submit the KineticBatches and KineticJobs in FILE."""
-    contents = _contents(file, namespace, context)
+    policy = _policy(context)
+    contents = _contents(file, namespace, context, policy.default_gpu_type)
+    too_many = request_size_problem(
+        len(contents.entries), policy.max_jobs_per_request, policy_source()
+    )
+    if too_many is not None:
+        raise fail(escape(too_many))
     settings = contents.settings
     on_error = next(
         (said for said in (continue_on_error, settings.continue_on_error) if said is not None),
         True,  # the guide's default: go on past a refused object
     )
     entries = _preflight(contents, on_error, context)
-    decision = _decision(dry_run, yes, settings, context)
+    decision = decide(dry_run, yes, settings, policy)
     planned = to_create(entries, stop_on_error=on_error is False)
     if decision.dry_run:
         _say_dry_run(decision, len(planned), len(entries))
@@ -171,16 +179,19 @@ def submit(
     raise typer.Exit(1 if missed else 0)
 
 
-def _contents(file: Path, namespace: str | None, context: str | None) -> Contents:
+def _contents(
+    file: Path, namespace: str | None, context: str | None, default_gpu_type: str | None
+) -> Contents:
     """The file's objects, each checked locally; a file that cannot be read ends the command."""
     text = sys.stdin.read() if str(file) == "-" else _read(file)
     try:
-        default_ns = namespace or kube.current_namespace(context)
+        default_ns = namespace or default_namespace(context)
         return read_file(
             text,
             default_ns,
             forced=namespace is not None,
             accelerators=lambda: _accelerators(context),
+            default_gpu_type=default_gpu_type,
         )
     except DocumentError as exc:
         raise fail(f"{file}: {escape(str(exc))}") from None
@@ -193,15 +204,12 @@ def _preflight(contents: Contents, on_error: bool, context: str | None) -> list[
     return entries
 
 
-def _decision(
-    dry_run: bool | None, yes: bool, settings: guide.RequestSettings, context: str | None
-) -> Decision:
-    """`decide`, with the live policy read unless this is a dry run anyway."""
-    explicit_dry = dry_run if dry_run is not None else settings.dry_run
-    policy, note = (SubmissionPolicy(), None) if explicit_dry else read_submission_policy(context)
+def _policy(context: str | None) -> SubmissionPolicy:
+    """The live policy's submission keys; a note when it is not followed as written."""
+    policy, note = read_submission_policy(context)
     if note:
         errors.print(f"[dim]{escape(note)}[/dim]", soft_wrap=True)
-    return decide(dry_run, yes, settings, policy)
+    return policy
 
 
 def _read(file: Path) -> str:

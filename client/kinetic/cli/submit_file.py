@@ -91,6 +91,7 @@ def read_file(
     *,
     forced: bool = False,
     accelerators: Callable[[], Sequence[str]] = lambda: default_catalog().names(),
+    default_gpu_type: str | None = None,
 ) -> Contents:
     """Every object of the file, in order, each checked or refused with its reason.
 
@@ -98,7 +99,8 @@ def read_file(
     guide request that is not one). ``forced`` (``-n`` given): an object
     naming another namespace is refused, as with kubectl, rather than
     silently going elsewhere. ``accelerators``: the names the cluster's
-    catalog offers, asked for only when a guide request counts GPUs.
+    catalog offers, asked for only when a guide request counts GPUs;
+    ``default_gpu_type`` the policy's type for a guide job without ``gpu_type``.
     """
     raw = _parse(text)
     if not any(guide.is_request(d) for d in raw):
@@ -116,7 +118,8 @@ def read_file(
     entries: list[Entry] = []
     for i, job in enumerate(raw[0]["jobs"]):
         try:
-            where, body = guide.job_object(i, job, accelerators() if _counts_gpus(job) else ())
+            offered = accelerators() if _counts_gpus(job) else ()
+            where, body = guide.job_object(i, job, offered, default_gpu_type)
             entries.append(check_document(i + 1, body, default_namespace, forced, where=where))
         except (guide.GuideError, DocumentError) as exc:
             entries.append(Refusal(exc.where, exc.problem))

@@ -21,7 +21,7 @@ from kinetic.cli import guide
 from kinetic.cli.submit_file import DEFAULT_IMAGE, INPUT_WIDTH, Document, Entry, Refusal
 from kinetic.model import catalog, limits
 from kinetic.model.fanout import grid_point
-from kinetic.model.policy_keys import SubmissionPolicy
+from kinetic.model.policy_keys import MAX_JOBS_PER_REQUEST, SubmissionPolicy
 from kinetic.model.ranges import parse_ranges
 
 # --------------------------------------------------------------------------- preview
@@ -228,20 +228,34 @@ def decide(
 ) -> Decision:
     """Preview or submit, and whether to ask: the flags, then the file, then the policy.
 
-    ``--dry-run``/``--no-dry-run`` (else the file's ``dry_run``) decides when
-    given; otherwise the policy's dryRunDefault previews unless a yes
-    (``--yes``, the file's ``confirmed: true``) says to submit. A person is
-    asked unless there is a yes, and always under requireConfirmation.
+    ``--dry-run``/``--no-dry-run`` decides when given, else the file's
+    ``dry_run``; with neither, ``--yes`` submits and otherwise the policy's
+    dryRunDefault (true unless the administrator set it false) previews. A
+    file's ``confirmed: true`` is the answer to the question, not a word on
+    the preview, as in the guide. A person is asked unless there is a yes
+    (``--yes`` or ``confirmed: true``), and always under requireConfirmation.
     """
     approved = yes or settings.confirmed is True
     explicit = dry_run if dry_run is not None else settings.dry_run
-    by_policy = explicit is None and policy.dry_run_default and not approved
+    by_policy = explicit is None and not yes and policy.dry_run_default
     return Decision(
         dry_run=bool(explicit) or by_policy,
         by_policy=by_policy,
         ask=policy.require_confirmation or not approved,
         person_required=policy.require_confirmation,
         yes_ignored=policy.require_confirmation and approved,
+    )
+
+
+def request_size_problem(objects: int, limit: int | None, source: str) -> str | None:
+    """Why a file of ``objects`` objects (a guide request's jobs, or documents) is too many
+    for the policy's ``maxJobsPerRequest`` (``limit``; None: no limit), or None."""
+    if limit is None or objects <= limit:
+        return None
+    return (
+        f"the file holds {objects} jobs, more than {MAX_JOBS_PER_REQUEST} {limit} ({source}): "
+        f"nothing was submitted. Split it into files of at most {limit} jobs, or ask the "
+        f"administrator to raise {MAX_JOBS_PER_REQUEST}"
     )
 
 

@@ -577,11 +577,24 @@ def raise_remote(result: Result) -> Any:
         exc = result.exception or RemoteError(result.exception_type or "Exception", result.message)
     else:
         exc = RunnerError(str(result.phase), result.message)
-    if result.traceback:
-        note = "Remote traceback:\n" + result.traceback.rstrip("\n")
-        if note not in getattr(exc, "__notes__", ()):
-            exc.add_note(note)
-    raise exc
+    raise attach_remote_traceback(exc, result.traceback)
+
+
+def attach_remote_traceback(
+    exception: BaseException, remote_traceback: str | None
+) -> BaseException:
+    """``exception`` with the remote traceback added as a note ("Remote traceback:", once),
+    so it prints under the local one; as it was when there is no traceback.
+
+    The reference's helper (``kinetic.jobs.attach_remote_traceback``), used by
+    `raise_remote` for every remote failure.
+    """
+    if not remote_traceback:
+        return exception
+    note = "Remote traceback:\n" + remote_traceback.rstrip("\n")
+    if note not in getattr(exception, "__notes__", ()):
+        exception.add_note(note)
+    return exception
 
 
 # --------------------------------------------------------------------------- input modes

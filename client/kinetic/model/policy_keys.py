@@ -2,14 +2,17 @@
 
 The administrator's policy is the ConfigMap ``kinetic-policy`` in the
 operator's namespace. Most of its keys say what may be stored, and the
-operator's webhook judges them (``kinetic_operator.policy``). Two say how a
+operator's webhook judges them (``kinetic_operator.policy``). These say how a
 person submits, which no webhook can see, so the client reads them:
 
-``dryRunDefault``
+``dryRunDefault`` (true unless set otherwise)
     ``kinetic batches submit`` only previews (checks and a server-side dry
-    run, nothing created) unless the command says to submit: ``--yes``,
-    ``--no-dry-run``, or the file's own ``dry_run: false`` / ``confirmed:
-    true``. The guide's "always preview first".
+    run, nothing created) unless told to submit: ``--no-dry-run`` or
+    ``--yes`` on the command line, or the file's own ``dry_run: false``. The
+    guide's "always preview first", and its ``dry_run`` default. A file's
+    ``confirmed: true`` answers the confirmation; it does not turn the
+    preview off, as in the guide, where ``dry_run`` and ``confirmed`` are two
+    switches.
 ``requireConfirmation``
     Every submission is confirmed by a person, at a terminal, after seeing
     the preview. ``--yes`` (and a file's ``confirmed: true``) does not stand
@@ -18,58 +21,112 @@ person submits, which no webhook can see, so the client reads them:
     stale flag must not approve a submission nobody looked at. Automation
     that must not stop for a prompt uses ``kubectl apply``, where the
     webhook still applies every admission key.
+``defaultGpuType``
+    The GPU type (``l4``, ``a100``, ...) of a guide job that counts ``gpus``
+    but names no ``gpu_type``. Unset, such a job is refused, naming the types
+    and this key: guessing a type would pick the price of someone's job.
+``maxJobsPerRequest``
+    The most objects one ``kinetic batches submit`` creates: the jobs of a
+    request in the guide's format (its ``max_batch_size``), or the documents
+    of a file. A larger request is refused whole, before anything is created.
+    Not ``maxBatchSize``, the webhook's key, which bounds the inputs of one
+    KineticBatch.
 
-Both are guard rails against accidents, not access control: a user can
+They are guard rails against accidents, not access control: a user can
 always create objects with kubectl, and the webhook is what enforces limits.
-The operator's parser accepts both keys (a policy that sets them is valid)
+The operator's parser accepts every key (a policy that sets them is valid)
 and never refuses an object for them.
 
-A value that is not true or false (``requireConfirmation: enabled``) is read
-as true, with a note: an administrator who wrote something meant to turn the
-guard on, and the stricter reading only costs a prompt.
+A boolean that is not true or false (``requireConfirmation: enabled``) is
+read as true, with a note: an administrator who wrote something meant to
+turn the guard on, and the stricter reading only costs a prompt. A
+``maxJobsPerRequest`` or ``defaultGpuType`` that cannot be read is left
+unset, with a note.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Annotated, Any
 
 import yaml
-from pydantic import TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
 POLICY_CONFIG_MAP = "kinetic-policy"
 DRY_RUN_DEFAULT = "dryRunDefault"
 REQUIRE_CONFIRMATION = "requireConfirmation"
+DEFAULT_GPU_TYPE = "defaultGpuType"
+MAX_JOBS_PER_REQUEST = "maxJobsPerRequest"
+
+# Each key's value with no policy (no ConfigMap, or the key absent or empty).
+DRY_RUN_DEFAULT_UNSET = True  # preview first, as the guide's dry_run defaults to true
 
 _BOOL = TypeAdapter(bool)
+_COUNT = TypeAdapter(Annotated[int, Field(ge=1)])
+GPU_TYPE_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 
 
 @dataclass(frozen=True)
 class SubmissionPolicy:
     """What the policy asks of `kinetic batches submit`; the defaults are no policy."""
 
-    dry_run_default: bool = False
+    dry_run_default: bool = DRY_RUN_DEFAULT_UNSET
     require_confirmation: bool = False
+    default_gpu_type: str | None = None
+    max_jobs_per_request: int | None = None
 
 
 def submission_policy(data: Mapping[str, str] | None) -> tuple[SubmissionPolicy, list[str]]:
-    """The two keys from a policy ConfigMap's ``data`` (each value YAML), and notes on bad values.
+    """The client's keys from a policy ConfigMap's ``data`` (each value YAML), and notes on
+    bad values.
 
-    Other keys are the operator's business and are ignored here; an empty or
-    absent key is false.
+    Other keys are the operator's business and are ignored here; an absent or
+    empty key has its default.
     """
-    values: dict[str, bool] = {}
+    values: dict[str, Any] = {}
     notes: list[str] = []
-    for key, field in (
-        (DRY_RUN_DEFAULT, "dry_run_default"),
-        (REQUIRE_CONFIRMATION, "require_confirmation"),
+    for key, field, read in (
+        (DRY_RUN_DEFAULT, "dry_run_default", _flag),
+        (REQUIRE_CONFIRMATION, "require_confirmation", _flag),
+        (DEFAULT_GPU_TYPE, "default_gpu_type", _gpu_type),
+        (MAX_JOBS_PER_REQUEST, "max_jobs_per_request", _count),
     ):
         text = (data or {}).get(key)
         if text is None or not str(text).strip():
             continue
-        try:
-            values[field] = _BOOL.validate_python(yaml.safe_load(str(text)))
-        except (yaml.YAMLError, ValidationError):
-            values[field] = True
-            notes.append(f"{key} {text!r} is not true or false; following it as true")
+        value, note = read(str(text))
+        values[field] = value
+        if note:
+            notes.append(f"{key} {text!r} {note}")
     return SubmissionPolicy(**values), notes
+
+
+def _yaml(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _flag(text: str) -> tuple[bool, str | None]:
+    try:
+        return _BOOL.validate_python(_yaml(text)), None
+    except ValidationError:
+        return True, "is not true or false; following it as true"
+
+
+def _count(text: str) -> tuple[int | None, str | None]:
+    try:
+        return _COUNT.validate_python(_yaml(text), strict=True), None
+    except ValidationError:
+        return None, "is not a whole number of 1 or more; following no limit"
+
+
+def _gpu_type(text: str) -> tuple[str | None, str | None]:
+    value = _yaml(text)
+    name = value.strip().lower().removeprefix("gpu-") if isinstance(value, str) else ""
+    if re.match(GPU_TYPE_PATTERN, name):
+        return name, None
+    return None, "is not a GPU type (such as l4 or a100); following no default type"

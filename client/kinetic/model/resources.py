@@ -153,9 +153,10 @@ class ContainerSpec(Wire):
         None, max_length=L.MAX_IMAGE_LENGTH, description="Container image. Defaults to the job's."
     )
     command: list[Arg] = Field(
-        min_length=1,
+        default_factory=list,
         max_length=L.MAX_COMMAND_ITEMS,
-        description="Command to run (the entrypoint).",
+        description="Command to run (the entrypoint). Empty or left out: the image's own "
+        "entrypoint runs, with args as its arguments.",
     )
     args: list[Arg] = Field(
         default_factory=list,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import kinetic
 import pytest
@@ -66,3 +67,62 @@ def test_the_reference_handles_other_fields_say_what_they_are_here():
     assert (job.k8s_name, job.display_name, job.bucket_name) == ("j", "train", "bkt")
     assert JobHandle(job_id="g-3", namespace="n", group_id="g", group_index=3).k8s_name == "g"
     assert JobHandle(job_id="j", namespace="n", storage_root="file:///tmp/x").bucket_name is None
+
+
+# --------------------------------------------------------------------------- a blocking debug call
+
+
+def test_a_port_in_use_is_replaced_by_a_free_one():
+    import socket
+
+    from kinetic.api.debug import free_local_port
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        other = free_local_port(taken)
+        assert other != taken and 0 < other < 65536
+    assert free_local_port(other) == other  # free: kept
+
+
+FAKE_KUBECTL = """#!/bin/sh
+echo "Forwarding from 127.0.0.1:$LOCAL -> 5678"
+echo "Handling connection for $LOCAL"
+echo "Handling connection for $LOCAL"
+exec sleep 60
+"""
+
+
+def test_the_forward_says_once_when_a_debugger_connects(tmp_path, monkeypatch):
+    """A stand-in for kubectl prints what `kubectl port-forward` prints: the forward is
+    returned once it forwards, and the first connection is told once."""
+    from kinetic.api.debug import start_port_forward
+
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(FAKE_KUBECTL)
+    kubectl.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("LOCAL", "6001")
+    connected: list[str] = []
+    proc = start_port_forward("p-1", "team", 6001, on_connection=lambda: connected.append("x"))
+    try:
+        deadline = time.monotonic() + 10
+        while not connected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # the second connection line is read, and not told
+        assert connected == ["x"]
+        assert proc.poll() is None  # still forwarding
+    finally:
+        cleanup_port_forward(proc)
+
+
+def test_the_attach_command_names_the_namespace_and_context():
+    from kinetic.api.handle import debug_command
+
+    assert debug_command(JobHandle(job_id="add-1", namespace="team")) == (
+        "kinetic jobs debug add-1 -n team"
+    )
+    assert debug_command(JobHandle(job_id="add-1", namespace="team", context="prod")) == (
+        "kinetic jobs debug add-1 -n team --context prod"
+    )

@@ -235,9 +235,44 @@ def test_run_async_and_run_async_map_refuse_before_uploading_anything(
     with pytest.raises(FuseUnavailable) as refused:
         count.run_async(plain_local, other=FUSED)
     assert str(refused.value).startswith(f"argument 'other' {FUSED!r} asks for a GCS FUSE mount")
-    with pytest.raises(FuseUnavailable, match=r"^input 1\['other'\]"):
-        count.run_async_map([{"path": plain_local}, {"other": FUSED}], input_mode="kwargs")
     mounted = count.with_options(volumes={"/data": FUSED})
     with pytest.raises(FuseUnavailable, match=r"^volumes\['/data'\]"):
         mounted.run_async(plain_local, "x")
+    with pytest.raises(FuseUnavailable, match=r"^volumes\['/data'\]"):  # every input's
+        mounted.run_async_map([{"path": plain_local}], input_mode="kwargs")
     assert objects(refusing_cluster) == []
+
+
+class Created(Exception):
+    """Raised by the stand-in for `create_batch` with the spec it was given."""
+
+
+def test_a_fuse_input_the_cluster_cannot_mount_fails_its_own_slot(
+    refusing_cluster: str, local: Data, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the reference records a packaging error: the input alone, the others submitted."""
+    import kinetic
+    from kinetic.api import batches
+
+    def create_batch(_cfg: Any, _group: str, spec: Any) -> None:
+        raise Created(spec)
+
+    monkeypatch.setattr(batches, "create_batch", create_batch)
+
+    @kinetic.run()
+    def count(path: str = "", other: str = "") -> int:
+        return len(path + other)
+
+    with pytest.raises(Created) as created:
+        count.run_async_map([{"path": Data(local.path)}, {"other": FUSED}], input_mode="kwargs")
+    spec = created.value.args[0]
+    [failure] = spec.submission_failures
+    assert failure.index == 1 and failure.error_type == "kinetic.api.fuse.FuseUnavailable"
+    assert failure.message.startswith("kinetic.api.fuse.FuseUnavailable: input 1['other']")
+    assert spec.inputs.count == 2
+    # Input 0's local data was staged (uploaded), and so was its pickled value; input 1's not.
+    uploaded = objects(refusing_cluster)
+    assert any("/data/" in uri for uri in uploaded)
+    assert [u for u in uploaded if u.endswith("/inputs/0.pkl")] and not [
+        u for u in uploaded if u.endswith("/inputs/1.pkl")
+    ]

@@ -16,11 +16,10 @@ from typing import Any
 import kinetic
 import pytest
 import yaml
-from kinetic.api import batches, jobs, kube, reference
+from kinetic.api import batches, jobs, reference
 from kinetic.api.config import ConfigError
-from kinetic.api.handle import JobHandle, JobStatus
+from kinetic.api.handle import JobHandle
 from kinetic.api.inputs import InputHandle
-from kinetic.model import payload
 
 
 def kubeconfig(path: Path, *contexts: tuple[str, str], current: str | None = None) -> Path:
@@ -142,20 +141,12 @@ def test_attach_batch_warns_once_for_its_polling_arguments(resolved: dict[str, A
     assert "batch.wait(timeout=...)" in message
 
 
-def test_attach_and_list_jobs_warn_for_project_and_zone(
-    resolved: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_attach_warns_for_project_and_zone(resolved: dict[str, Any]) -> None:
+    """(list_jobs's warning is checked on the live cluster: it lists before it returns.)"""
     with warnings.catch_warnings(record=True) as caught, pytest.raises(Stop):
         warnings.simplefilter("always")
         kinetic.attach("job-1", project="p", zone="z")
     assert "kinetic.attach(): project=, zone= are accepted" in one_warning(caught)
-
-    monkeypatch.setattr(kube, "current_namespace", lambda context=None: "team-a")
-    monkeypatch.setattr(kube, "iter_list", lambda plural, ns, context=None, selector="": iter([]))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert kinetic.list_jobs(zone="z") == []
-    assert "kinetic.list_jobs(): zone= is accepted" in one_warning(caught)
 
 
 def test_no_reference_argument_means_no_warning(resolved: dict[str, Any]) -> None:
@@ -197,20 +188,6 @@ def test_run_selects_the_context_at_submission_not_when_decorating(
     with pytest.raises(Stop):
         fn.run_async()
     assert resolved["context"] == "gke_proj_us-central1-a_train"
-
-
-def test_list_jobs_lists_in_the_selected_context(
-    contexts: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    asked: list[str | None] = []
-    monkeypatch.setattr(kube, "current_namespace", lambda context=None: "team-a")
-    monkeypatch.setattr(
-        kube,
-        "iter_list",
-        lambda plural, ns, context=None, selector="": iter(asked.append(context) or []),
-    )
-    assert kinetic.list_jobs(cluster="eval") == []
-    assert asked == ["gke_proj_europe-west4-a_eval"] * 2  # its jobs, then its batches
 
 
 def test_an_unknown_cluster_is_an_error_listing_the_contexts(contexts: Path) -> None:
@@ -269,89 +246,52 @@ def test_cluster_and_the_same_context_agree(contexts: Path, resolved: dict[str, 
 
 
 # --------------------------------------------------------------------------- handles
+# What the handles do with these arguments against a real API server is in
+# tests/integration/test_reference_args_live.py; here, the decision alone.
 
 
-@pytest.fixture
-def deletions(monkeypatch: pytest.MonkeyPatch) -> list[float | None]:
-    """The timeouts the handles wait for a deletion or a cancel with (nothing is contacted)."""
-    waits: list[float | None] = []
-
-    def watch_one(plural: str, ns: str, name: str, timeout: float | None, context: Any = None):
-        waits.append(timeout)
-        yield {"status": {"phase": "CANCELLED"}}
-        yield None
-
-    monkeypatch.setattr(kube, "get", lambda *a, **k: None)
-    monkeypatch.setattr(kube, "delete", lambda *a, **k: True)
-    monkeypatch.setattr(kube, "patch_spec", lambda *a, **k: {})
-    monkeypatch.setattr(kube, "watch_one", watch_one)
-    return waits
+@pytest.mark.parametrize(
+    ("timeout", "cleanup_timeout", "waits"),
+    [(None, None, 180), (None, 7, 7), (9, None, 9), (5, 5, 5), (0.5, None, 0.5)],
+)
+def test_cleanup_timeout_bounds_the_wait_for_the_deletion(
+    timeout: float | None, cleanup_timeout: float | None, waits: float
+) -> None:
+    assert reference.cleanup_wait("JobHandle.cleanup", timeout, cleanup_timeout) == waits
 
 
-def job() -> JobHandle:
-    return JobHandle(job_id="train-1", namespace="team-a", uid="u-1", function=True)
-
-
-def test_cleanup_timeout_bounds_the_wait_for_the_deletion(deletions: list[float | None]) -> None:
-    job().cleanup(gcs=False, cleanup_timeout=7)
-    job().cleanup(True, False, 9)  # the reference's positional cleanup_timeout
-    job().cleanup(gcs=False)
-    assert deletions == [7, 9, 180]
-
-
-def test_cancel_takes_cleanup_timeout(deletions: list[float | None]) -> None:
-    assert job().cancel(cleanup_timeout=11) is JobStatus.CANCELLED
-    assert job().cancel(12) is JobStatus.CANCELLED
-    assert deletions == [11, 12]
-
-
-def test_two_different_deletion_timeouts_are_refused(deletions: list[float | None]) -> None:
+def test_two_different_deletion_timeouts_are_refused() -> None:
     with pytest.raises(ValueError) as refused:
-        job().cleanup(timeout=5, cleanup_timeout=6)
+        JobHandle(job_id="train-1", namespace="team-a").cleanup(timeout=5, cleanup_timeout=6)
     assert str(refused.value) == (
         "JobHandle.cleanup(): timeout=5 and cleanup_timeout=6 both bound the wait for the "
         "deletion; pass one of them."
     )
-    assert deletions == []
 
 
-def test_cleanup_poll_interval_warns_once_naming_the_watch(deletions: list[float | None]) -> None:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        job().cancel(cleanup_timeout=3, cleanup_poll_interval=2)
-    message = one_warning(caught)
-    assert message.startswith("JobHandle.cancel(): cleanup_poll_interval= is accepted")
-    assert "a deletion is followed with a watch, not polled" in message
-    assert "cleanup_timeout= (or timeout=) bounds the wait" in message
-    assert deletions == [3]
+@pytest.mark.parametrize("value", [print, True, "60"])
+def test_a_deletion_timeout_that_is_not_seconds_is_refused_naming_the_order(value: Any) -> None:
+    """A callback or a flag where the reference has cleanup_timeout: most likely this
+    client's old positional order (on_status_change, stream_logs third)."""
+    with pytest.raises(TypeError) as refused, pytest.warns(reference.ArgumentMoved) as moved:
+        JobHandle(job_id="train-1", namespace="team-a").result(3600, True, value)
+    [warning] = moved.list
+    assert f"{value!r} is cleanup_timeout= (it was on_status_change= before" in str(warning.message)
+    message = str(refused.value)
+    assert message.startswith(f"JobHandle.result(): cleanup_timeout={value!r} is not a number")
+    assert "timeout, cleanup, cleanup_timeout, cleanup_poll_interval, stream_logs, " in message
+    assert "on_status_change for result()" in message
 
 
-def test_result_passes_cleanup_timeout_to_the_cleanup(monkeypatch: pytest.MonkeyPatch) -> None:
-    handle = job()
-    cleaned: list[dict[str, Any]] = []
-    monkeypatch.setattr(handle, "_wait_streaming", lambda *a: JobStatus.SUCCEEDED)
-    monkeypatch.setattr(handle, "_read_result", lambda: payload.Result(ok=True, value=42))
-    monkeypatch.setattr(handle, "cleanup", lambda **kw: cleaned.append(kw))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        assert handle.result(cleanup_timeout=30, cleanup_poll_interval=1) == 42
-    assert "JobHandle.result(): cleanup_poll_interval=" in one_warning(caught)
-    assert cleaned == [{"timeout": 30}]
-
-
-def test_an_input_takes_the_same_cleanup_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cleanup_poll_interval_warns_once_naming_the_watch() -> None:
+    """Warned before anything is asked of the cluster (a handle of no cluster here)."""
     handle = InputHandle(
         job_id="grp-1a2b3c4d-2", namespace="team-a", group_id="grp-1a2b3c4d", group_index=2
     )
-    waited: list[float | None] = []
-    monkeypatch.setattr("kinetic.api.inputs.add_cancel_indexes", lambda *a: {})
-    monkeypatch.setattr(handle, "wait", lambda timeout=None: waited.append(timeout) or "ended")
-    assert handle.cancel(cleanup_timeout=4) == "ended"
-    monkeypatch.setattr(handle, "status", lambda: JobStatus.RUNNING)  # so cleanup cancels first
-    monkeypatch.setattr(handle, "_delete_pods", lambda archive_logs: None)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(ValueError):
         warnings.simplefilter("always")
-        handle.cleanup(gcs=False, cleanup_timeout=5, cleanup_poll_interval=1)
-    assert "InputHandle.cleanup(): cleanup_poll_interval=" in one_warning(caught)
-    handle.cleanup(gcs=False, cleanup_timeout=6)
-    assert waited == [4, 5, 6]
+        handle.cancel(3, 2, timeout=4)  # two bounds: refused after the warning
+    message = one_warning(caught)
+    assert message.startswith("InputHandle.cancel(): cleanup_poll_interval= is accepted")
+    assert "a deletion is followed with a watch, not polled" in message
+    assert "cleanup_timeout= (or timeout=) bounds the wait" in message

@@ -93,7 +93,7 @@ def test_batch_error_counts_cancelled_inputs(failed, submission, cancelled, text
         "grp-1",
         [object()] * failed,  # type: ignore[list-item]
         [None] * 5,
-        {0: ValueError("x")} if submission else None,
+        submission_failures={0: ValueError("x")} if submission else None,
         cancelled=cancelled,
     )
     assert str(err) == text and err.cancelled == sorted(cancelled)

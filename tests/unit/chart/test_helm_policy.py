@@ -31,9 +31,11 @@ def _policy_data(values: dict[str, Any]) -> dict[str, str]:
 
 def test_the_default_policy_is_no_policy_for_the_operator_and_the_client() -> None:
     data = _policy_data(BASE)
-    assert data["dryRunDefault"] == "false" and data["requireConfirmation"] == "false"
+    assert data["dryRunDefault"] == "true" and data["requireConfirmation"] == "false"
+    assert data["defaultGpuType"] == "" and data["maxJobsPerRequest"] == ""
     parsed = parse_policy(data, SOURCE)
-    assert not parsed.dry_run_default and not parsed.require_confirmation
+    assert parsed.dry_run_default and not parsed.require_confirmation  # a preview first
+    assert parsed.default_gpu_type is None and parsed.max_jobs_per_request is None
     assert parsed.allows_namespace("any-namespace")
     assert submission_policy(data) == (SubmissionPolicy(), [])
 
@@ -43,17 +45,24 @@ def test_the_submission_keys_and_any_namespace_render_as_both_sides_read_them() 
         **BASE,
         "policy": {
             "allowedNamespaces": ["team-a", "*"],
-            "dryRunDefault": True,
+            "dryRunDefault": False,
             "requireConfirmation": True,
+            "defaultGpuType": "l4",
+            "maxJobsPerRequest": 20,
         },
     }
     data = _policy_data(values)
     parsed = parse_policy(data, SOURCE)
     assert parsed.allowed_namespaces == ("team-a", "*")
     assert parsed.allows_namespace("team-z")
-    assert parsed.dry_run_default and parsed.require_confirmation
+    assert not parsed.dry_run_default and parsed.require_confirmation
     assert submission_policy(data) == (
-        SubmissionPolicy(dry_run_default=True, require_confirmation=True),
+        SubmissionPolicy(
+            dry_run_default=False,
+            require_confirmation=True,
+            default_gpu_type="l4",
+            max_jobs_per_request=20,
+        ),
         [],
     )
 
@@ -63,6 +72,8 @@ def test_the_submission_keys_and_any_namespace_render_as_both_sides_read_them() 
     [
         ({"allowedNamespaces": ["team-*"]}, "/policy/allowedNamespaces/0"),
         ({"dryRunDefault": "yes"}, "/policy/dryRunDefault"),
+        ({"maxJobsPerRequest": 0}, "/policy/maxJobsPerRequest"),
+        ({"defaultGpuType": "L4 GPU"}, "/policy/defaultGpuType"),
         ({"requireConfirmaton": True}, "requireConfirmaton"),
     ],
 )

@@ -1,5 +1,6 @@
 """`kinetic batches submit`: the guide's request format, GPU counts, what happens on a refusal,
-and the policy's dryRunDefault / requireConfirmation (table tests)."""
+and the policy's keys: dryRunDefault, requireConfirmation, defaultGpuType, maxJobsPerRequest
+(table tests)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from kinetic.cli.submit_plan import (
     Outcome,
     create_all,
     decide,
+    request_size_problem,
     summary_lines,
     to_create,
 )
@@ -73,7 +75,8 @@ def test_gpus_and_a_type_map_to_the_catalogs_accelerator(
         (
             2,
             None,
-            "jobs[0] (a): gpus: 2 GPUs of which type? Add gpu_type, one of: a100, h100, l4, t4",
+            "jobs[0] (a): gpus: 2 GPUs of which type? Add gpu_type (one of: a100, h100, l4, t4), "
+            "or ask the administrator to set defaultGpuType in the policy",
         ),
         (1, "a10", "gpu_type: 'a10' is not a GPU type this cluster offers; did you mean 'a100'?"),
         (1, "v100", "GPU types: a100, h100, l4, t4"),
@@ -89,6 +92,31 @@ def test_a_gpu_request_the_catalog_cannot_serve_is_refused_naming_the_field(
     with pytest.raises(GuideError) as err:
         gpu_accelerator(gpus, gpu_type, BUILT_IN, "jobs[0] (a)")
     assert says in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "gpus,gpu_type,default,expected",
+    [
+        (2, None, "l4", "gpu-l4x2"),  # the policy's type
+        (1, None, "a100", "gpu-a100"),
+        (4, "a100", "l4", "gpu-a100x4"),  # the job's own type wins
+        (None, None, "l4", "cpu"),  # no GPUs counted: no type needed
+        (0, None, "l4", "cpu"),
+    ],
+)
+def test_gpus_without_a_type_take_the_policys_default_type(
+    gpus: Any, gpu_type: Any, default: str, expected: str
+) -> None:
+    assert gpu_accelerator(gpus, gpu_type, BUILT_IN, "jobs[0] (a)", default) == expected
+
+
+def test_a_default_type_the_cluster_does_not_offer_says_it_is_the_policys() -> None:
+    with pytest.raises(GuideError) as err:
+        gpu_accelerator(2, None, BUILT_IN, "jobs[0] (a)", "l40")
+    assert str(err.value) == (
+        "jobs[0] (a): defaultGpuType (the policy's, for a job without gpu_type): 'l40' is not "
+        "a GPU type this cluster offers; did you mean 'l4'? GPU types: a100, h100, l4, t4"
+    )
 
 
 def test_the_clusters_published_catalog_decides_not_the_built_in_one() -> None:
@@ -129,6 +157,18 @@ def test_each_job_of_a_request_becomes_a_kinetic_job() -> None:
     )
 
 
+def test_a_job_without_a_command_runs_its_images_entrypoint() -> None:
+    """The guide's command is optional: the KineticJob's container has no command, so the
+    Pod's container has none either and the image's entrypoint runs."""
+    job = {"name": "plain", "image": "pytorch/pytorch:latest"}
+    [doc] = read_file(request(job), "ns").entries
+    assert isinstance(doc, Document)
+    assert doc.body["spec"] == {
+        "accelerator": "cpu",
+        "container": {"image": "pytorch/pytorch:latest"},
+    }
+
+
 def test_a_request_in_yaml_reads_the_same() -> None:
     text = yaml.safe_dump({"jobs": [train("a")], "continue_on_error": True})
     contents = read_file(text, "ns")
@@ -156,8 +196,13 @@ def test_json_that_yaml_cannot_read_is_read_as_json() -> None:
             "project, image, command, gpus, gpu_type)",
         ),
         ({"command": "true"}, "jobs[0]: name is required"),
-        (train("c", command=None), "jobs[0] (c): command is required"),
-        (train("c", command=""), "jobs[0] (c): command is required"),
+        (
+            train("c", command=""),
+            "jobs[0] (c): command: '' is not a command: give a string (run under sh -c, e.g. "
+            "python train.py) or a list such as [python, train.py], or leave command out to "
+            "run the image's entrypoint",
+        ),
+        (train("c", command=[]), "jobs[0] (c): command: [] is not a command"),
         ("a string", "jobs[0]: expected a mapping, got str"),
         (train("g", gpus=3, gpu_type="t4"), "jobs[0] (g): gpus: 3 t4 GPUs per job"),
         # The same checks as any document, named as the request names the job.
@@ -390,13 +435,14 @@ def test_the_summary_counts_and_lists_every_object_with_its_reason() -> None:
 # ----------------------------------------------------------------------- the policy's keys
 
 
-NONE = SubmissionPolicy()
-PREVIEW = SubmissionPolicy(dry_run_default=True)
-PERSON = SubmissionPolicy(require_confirmation=True)
-BOTH = SubmissionPolicy(dry_run_default=True, require_confirmation=True)
+UNSET = SubmissionPolicy()  # no policy, or none of its keys: a preview first
+OFF = SubmissionPolicy(dry_run_default=False)  # the administrator turned the preview off
+PERSON = SubmissionPolicy(dry_run_default=False, require_confirmation=True)
+BOTH = SubmissionPolicy(require_confirmation=True)
 FILE_YES = RequestSettings(confirmed=True)
 FILE_SUBMIT = RequestSettings(dry_run=False)
 FILE_PREVIEW = RequestSettings(dry_run=True)
+GUIDE = RequestSettings(dry_run=False, confirmed=True)  # as the guide's three examples say
 PLAIN = RequestSettings()
 
 
@@ -407,26 +453,28 @@ def dec(dry: bool, by_policy: bool, ask: bool, person: bool = False, ignored: bo
 @pytest.mark.parametrize(
     "dry_run,yes,settings,policy,expected",
     [
-        # No policy: as before. A yes submits without asking; otherwise a person is asked.
-        (None, False, PLAIN, NONE, dec(False, False, True)),
-        (None, True, PLAIN, NONE, dec(False, False, False)),
-        (True, True, PLAIN, NONE, dec(True, False, False)),
-        (None, False, FILE_YES, NONE, dec(False, False, False)),  # the file's confirmed: true
-        (None, True, FILE_PREVIEW, NONE, dec(True, False, False)),  # the file's dry_run: true
-        (False, False, FILE_PREVIEW, NONE, dec(False, False, True)),  # the flag wins
-        # dryRunDefault: only a preview, unless the command says to submit.
-        (None, False, PLAIN, PREVIEW, dec(True, True, True)),
-        (None, True, PLAIN, PREVIEW, dec(False, False, False)),
-        (False, False, PLAIN, PREVIEW, dec(False, False, True)),  # --no-dry-run: then asked
-        (None, False, FILE_SUBMIT, PREVIEW, dec(False, False, True)),
-        (None, False, FILE_YES, PREVIEW, dec(False, False, False)),
-        (True, True, PLAIN, PREVIEW, dec(True, False, False)),  # --dry-run is no policy's doing
+        # dryRunDefault false: a yes submits without asking; otherwise a person is asked.
+        (None, False, PLAIN, OFF, dec(False, False, True)),
+        (None, True, PLAIN, OFF, dec(False, False, False)),
+        (True, True, PLAIN, OFF, dec(True, False, False)),
+        (None, False, FILE_YES, OFF, dec(False, False, False)),  # the file's confirmed: true
+        (None, True, FILE_PREVIEW, OFF, dec(True, False, False)),  # the file's dry_run: true
+        (False, False, FILE_PREVIEW, OFF, dec(False, False, True)),  # the flag wins
+        # dryRunDefault (true unless set false): a preview, unless told to submit.
+        (None, False, PLAIN, UNSET, dec(True, True, True)),
+        (None, True, PLAIN, UNSET, dec(False, False, False)),  # --yes
+        (False, False, PLAIN, UNSET, dec(False, False, True)),  # --no-dry-run: then asked
+        (None, False, FILE_SUBMIT, UNSET, dec(False, False, True)),  # the file's dry_run wins
+        (None, False, FILE_YES, UNSET, dec(True, True, False)),  # confirmed alone: a preview
+        (None, False, GUIDE, UNSET, dec(False, False, False)),  # the guide's examples: submit
+        (True, True, PLAIN, UNSET, dec(True, False, False)),  # --dry-run is no policy's doing
         # requireConfirmation: a person is always asked; a yes does not count.
         (None, False, PLAIN, PERSON, dec(False, False, True, True)),
         (None, True, PLAIN, PERSON, dec(False, False, True, True, True)),
         (None, False, FILE_YES, PERSON, dec(False, False, True, True, True)),
         (None, True, PLAIN, BOTH, dec(False, False, True, True, True)),
         (None, False, PLAIN, BOTH, dec(True, True, True, True)),
+        (None, False, GUIDE, BOTH, dec(False, False, True, True, True)),
     ],
 )
 def test_dry_run_and_confirmation_follow_flags_then_the_file_then_the_policy(
@@ -442,24 +490,68 @@ def test_dry_run_and_confirmation_follow_flags_then_the_file_then_the_policy(
 @pytest.mark.parametrize(
     "data,expected,note",
     [
-        (None, NONE, None),
-        ({}, NONE, None),
-        ({"maxBatchSize": "10", "allowedNamespaces": "*"}, NONE, None),  # the webhook's keys
-        ({"dryRunDefault": "true"}, PREVIEW, None),
+        (None, UNSET, None),
+        ({}, UNSET, None),
+        ({"maxBatchSize": "10", "allowedNamespaces": "*"}, UNSET, None),  # the webhook's keys
+        ({"dryRunDefault": "true"}, UNSET, None),
+        ({"dryRunDefault": "false"}, OFF, None),
         ({"dryRunDefault": "false", "requireConfirmation": "true"}, PERSON, None),
-        ({"dryRunDefault": "", "requireConfirmation": ""}, NONE, None),
+        ({"dryRunDefault": "", "requireConfirmation": ""}, UNSET, None),
         ({"dryRunDefault": "yes", "requireConfirmation": "on"}, BOTH, None),
         (
             {"requireConfirmation": "enabled"},
-            PERSON,
+            BOTH,
             "requireConfirmation 'enabled' is not true or false; following it as true",
         ),
-        ({"dryRunDefault": "[unclosed"}, PREVIEW, "dryRunDefault '[unclosed' is not true"),
+        ({"dryRunDefault": "[unclosed"}, UNSET, "dryRunDefault '[unclosed' is not true"),
+        (
+            {"defaultGpuType": "L4", "maxJobsPerRequest": "20"},
+            SubmissionPolicy(default_gpu_type="l4", max_jobs_per_request=20),
+            None,
+        ),
+        ({"defaultGpuType": "gpu-a100"}, SubmissionPolicy(default_gpu_type="a100"), None),
+        (
+            {"maxJobsPerRequest": "0"},
+            UNSET,
+            "maxJobsPerRequest '0' is not a whole number of 1 or more; following no limit",
+        ),
+        (
+            {"maxJobsPerRequest": "twenty"},
+            UNSET,
+            "maxJobsPerRequest 'twenty' is not a whole number of 1 or more; following no limit",
+        ),
+        (
+            {"defaultGpuType": "two gpus"},
+            UNSET,
+            "defaultGpuType 'two gpus' is not a GPU type (such as l4 or a100); following no "
+            "default type",
+        ),
     ],
 )
-def test_the_client_reads_only_its_two_keys_and_a_bad_value_as_true(
+def test_the_client_reads_its_keys_and_a_bad_flag_as_true(
     data: dict[str, str] | None, expected: SubmissionPolicy, note: str | None
 ) -> None:
     policy, notes = submission_policy(data)
     assert policy == expected
     assert (notes == []) if note is None else (len(notes) == 1 and note in notes[0])
+
+
+@pytest.mark.parametrize(
+    "objects,limit,says",
+    [
+        (20, None, None),
+        (20, 20, None),
+        (
+            21,
+            20,
+            "the file holds 21 jobs, more than maxJobsPerRequest 20 (kinetic-policy in "
+            "kinetic-system): nothing was submitted. Split it into files of at most 20 jobs, or "
+            "ask the administrator to raise maxJobsPerRequest",
+        ),
+    ],
+)
+def test_max_jobs_per_request_refuses_a_larger_request_whole(
+    objects: int, limit: int | None, says: str | None
+) -> None:
+    source = "kinetic-policy in kinetic-system"
+    assert request_size_problem(objects, limit, source) == says

@@ -60,7 +60,13 @@ def job(**spec: Any) -> dict[str, Any]:
         # The client's keys: valid in the policy, never judged (see the cases below).
         ({"dryRunDefault": "true"}, policy(dryRunDefault=True)),
         ({"requireConfirmation": "true"}, policy(requireConfirmation=True)),
-        ({"dryRunDefault": "false", "requireConfirmation": ""}, policy()),
+        ({"dryRunDefault": "false", "requireConfirmation": ""}, policy(dryRunDefault=False)),
+        ({"dryRunDefault": ""}, policy()),  # unset: a preview first
+        (
+            {"defaultGpuType": "l4", "maxJobsPerRequest": "20"},
+            policy(defaultGpuType="l4", maxJobsPerRequest=20),
+        ),
+        ({"defaultGpuType": "", "maxJobsPerRequest": ""}, policy()),
     ],
 )
 def test_the_config_map_parses(data: dict[str, str], expected: Policy) -> None:
@@ -80,6 +86,8 @@ def test_the_config_map_parses(data: dict[str, str], expected: Policy) -> None:
             "allows every namespace; other names are matched exactly",
         ),
         ({"dryRunDefault": "maybe"}, "data.dryRunDefault: Input should be a valid boolean"),
+        ({"maxJobsPerRequest": "0"}, "data.maxJobsPerRequest: Input should be greater than or"),
+        ({"defaultGpuType": "L4 GPU"}, "data.defaultGpuType: String should match pattern"),
         ({"requireConfirmaton": "true"}, "known keys: maxBatchSize, maxAcceleratorsPerJob, "),
     ],
 )
@@ -108,15 +116,26 @@ def test_a_bad_read_keeps_the_policy_held(
 
 
 def test_the_operator_knows_every_key_the_client_reads() -> None:
-    """The client's reader and the operator's parser name the same two keys."""
+    """The client's reader and the operator's parser name the same keys."""
     from kinetic.model.policy_keys import SubmissionPolicy, submission_policy
 
-    data = {"dryRunDefault": "true", "requireConfirmation": "true"}
+    data = {
+        "dryRunDefault": "false",
+        "requireConfirmation": "true",
+        "defaultGpuType": "a100",
+        "maxJobsPerRequest": "5",
+    }
     client, notes = submission_policy(data)
-    assert client == SubmissionPolicy(dry_run_default=True, require_confirmation=True)
+    assert client == SubmissionPolicy(
+        dry_run_default=False,
+        require_confirmation=True,
+        default_gpu_type="a100",
+        max_jobs_per_request=5,
+    )
     assert notes == []
     parsed = parse_policy(data, SOURCE)
-    assert (parsed.dry_run_default, parsed.require_confirmation) == (True, True)
+    assert (parsed.dry_run_default, parsed.require_confirmation) == (False, True)
+    assert (parsed.default_gpu_type, parsed.max_jobs_per_request) == ("a100", 5)
 
 
 # ----------------------------------------------------------------------- judging
