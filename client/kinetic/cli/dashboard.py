@@ -7,6 +7,7 @@ says how to install it rather than failing on an import.
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 
 from kinetic.cli.jobs import CONTEXT
 from kinetic.cli.output import console, fail
@@ -46,7 +47,7 @@ def dashboard(
     except ModuleNotFoundError as e:
         if e.name not in ("aiohttp", "multidict", "yarl"):
             raise
-        raise fail(f"kinetic dashboard: {MISSING}") from None
+        raise fail(escape(f"kinetic dashboard: {MISSING}")) from None
     try:
         sock = server.loopback_socket(port)
     except OSError as e:

@@ -126,8 +126,16 @@ class State:
             self.hub.watch_namespace(namespace)
 
     def _from_thread(self, change: Change) -> None:
-        if self.loop is not None:
+        if self.loop is None or self.loop.is_closed():
+            return
+        try:
             self.loop.call_soon_threadsafe(self._changed, change)
+        except RuntimeError:  # the loop closed meanwhile: the server is stopping
+            pass
+
+    def stop(self) -> None:
+        self.hub.unlisten(self._from_thread)
+        self.hub.stop()
 
     def _changed(self, change: Change) -> None:
         if change.kind in ("upsert", "delete") and change.obj is not None:
@@ -459,7 +467,7 @@ def make_app(settings: Settings) -> web.Application:
         state.start(asyncio.get_running_loop())
 
     async def stopped(app: web.Application) -> None:
-        state.hub.stop()
+        state.stop()
 
     app.on_startup.append(started)
     app.on_cleanup.append(stopped)
