@@ -15,6 +15,7 @@ click that says it runs code from whoever ran the job.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +39,8 @@ from kinetic.model import digest, names, payload
 from kinetic.model import resources as r
 from kinetic.model.policy_keys import POLICY_CONFIG_MAP
 
+log = logging.getLogger("kinetic.dashboard")
+
 LOG_LINES = 2000  # the end of a log the page shows; the archive or the Pod has the rest
 SHOWN_FAILURES = 20  # failures a batch's page lists with their tracebacks
 REVEAL_CHARS = 20_000  # the most of a value's repr the page shows
@@ -45,6 +48,16 @@ _READERS = 8
 
 
 # --------------------------------------------------------------------------- a batch
+
+
+def warm_up(context: str | None) -> None:
+    """Load what the first page's read needs (the Kubernetes client's Pod API takes seconds
+    to import) and the operator's published settings, before anyone asks."""
+    try:
+        kube.core(context)
+        resolve(context=context)
+    except Exception as e:  # noqa: BLE001 — the first page's read will say what is wrong
+        log.info("warming up: %s", e)
 
 
 @dataclass
@@ -104,8 +117,11 @@ def batch_rows(handle: BatchHandle) -> list[InputRow]:
             rows.append(input_row(i, "PENDING", [], None))
             continue
         record = overview.record(i)
+        said = overview.of(i)
         attempts = [a.wire() for a in record.attempts] if record is not None else []
-        rows.append(input_row(i, phase.value, attempts, overview.of(i).get("message")))
+        if not attempts and said["attempt"]:  # running, not recorded yet: its Pod's attempt
+            attempts = [{"attempt": said["attempt"], "outcome": "running"}]
+        rows.append(input_row(i, phase.value, attempts, said.get("message")))
     return rows
 
 
@@ -189,10 +205,15 @@ def result_info(handle: JobHandle) -> dict[str, Any]:
     info: dict[str, Any] = {"resultURI": uri, "resultBytes": None, "resultSHA256": None}
     if not uri:
         return info
-    info["resultBytes"] = storage.stat(uri)
     expected, why = handle._result_anchor()
     info["resultSHA256"], info["unverifiable"] = expected, why
-    failure, problem = failure_of(handle)
+    data, problem = _bounded(uri)
+    if data is None:
+        info["problem"] = problem
+        info["resultAtLeast"] = MAX_FAILURE_BYTES if problem is None else None
+        return info
+    info["resultBytes"] = len(data)
+    failure, info["problem"] = _judged(data, expected, why, uri)
     if failure is not None:
         info["failure"] = {
             "exceptionType": failure.exception_type,
@@ -200,23 +221,25 @@ def result_info(handle: JobHandle) -> dict[str, Any]:
             "traceback": failure.traceback,
             "phase": failure.phase,
         }
-    info["problem"] = problem
     return info
 
 
-def failure_of(handle: JobHandle) -> tuple[Failure | None, str | None]:
-    """A failed call's text, from result bytes that match the digest the API server holds
-    (the client's own check); else None and why not (None when it simply succeeded)."""
-    uri = handle._result_location()
-    if not uri:
-        return None, None
+def _bounded(uri: str) -> tuple[bytes | None, str | None]:
+    """The stored result when it is small enough to be a failure (None, None: larger, so
+    a value, which is never read here), or None and why there is none."""
     try:
-        data = storage.read_at_most(uri, MAX_FAILURE_BYTES)
+        return storage.read_at_most(uri, MAX_FAILURE_BYTES), None
     except storage.NotFound:
         return None, f"no result at {uri} (deleted after a read, or never written)"
-    except ValueError:  # storage.TooLarge: bigger than any failure of ours, so a value
+    except ValueError:  # storage.TooLarge
         return None, None
-    expected, why = handle._result_anchor()
+
+
+def _judged(
+    data: bytes, expected: str | None, why: str | None, uri: str
+) -> tuple[Failure | None, str | None]:
+    """The failure ``data`` records, once it matches the digest the API server holds (the
+    client's own check); else None and why not (None, None: it records a success)."""
     if expected is None:
         return None, why or f"nothing vouches for {uri}: no digest was recorded for it"
     try:
@@ -224,6 +247,17 @@ def failure_of(handle: JobHandle) -> tuple[Failure | None, str | None]:
     except digest.ResultMismatch as e:
         return None, str(e)
     return read_failure(data), None
+
+
+def failure_of(handle: JobHandle) -> tuple[Failure | None, str | None]:
+    """A failed call's text, checked as the client checks a result; else None and why not."""
+    uri = handle._result_location()
+    if not uri:
+        return None, None
+    data, problem = _bounded(uri)
+    if data is None:
+        return None, problem
+    return _judged(data, *handle._result_anchor(), uri)
 
 
 def reveal(handle: JobHandle) -> dict[str, Any]:

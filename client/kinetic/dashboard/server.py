@@ -124,6 +124,7 @@ class State:
         wanted = [ALL] if self.settings.all_namespaces else list(self.settings.namespaces)
         for namespace in wanted or [kube.current_namespace(self.settings.context)]:
             self.hub.watch_namespace(namespace)
+        loop.run_in_executor(None, reads.warm_up, self.settings.context)
 
     def _from_thread(self, change: Change) -> None:
         if self.loop is None or self.loop.is_closed():
