@@ -211,16 +211,30 @@ def test_a_running_batch_row_and_its_bar_advance_without_a_reload(
         assert str(rows).count("SUCCEEDED") == total
 
 
+# A user's module, as the user wrote it: what it prints and raises is markup, to be shown as text.
+SWEEP = """
+def shout(word):
+    print(f"<b>shouting</b> {word}", flush=True)
+    if word == "bad":
+        raise ValueError("bad word <img src=x onerror=alert(1)>")
+    return word.upper()
+"""
+
+
+def users_function(source: str, name: str, filename: str) -> Any:
+    """Function ``name`` of a module ``filename`` holding ``source`` (its traceback names that
+    file, as a user's own would, rather than this test's)."""
+    scope: dict[str, Any] = {"__name__": filename.removesuffix(".py")}
+    exec(compile(source, filename, "exec"), scope)
+    return scope[name]
+
+
 def test_a_failed_input_shows_its_traceback_and_log_as_text(
     browser: Any, namespace: str, client_env: dict[str, str]
 ) -> None:
-    @kinetic.run(namespace=namespace)
-    def shout(word: str) -> str:
-        print(f"<b>shouting</b> {word}", flush=True)
-        if word == "bad":
-            raise ValueError("bad word <img src=x onerror=alert(1)>")
-        return word.upper()
+    from selenium.webdriver.common.by import By
 
+    shout = kinetic.run(namespace=namespace)(users_function(SWEEP, "shout", "sweep.py"))
     batch = shout.run_async_map(["good", "bad"], max_concurrent=None)
     batch.wait(timeout=TIMEOUT)
     with dashboard(client_env, "-n", namespace) as dash:
@@ -233,6 +247,7 @@ def test_a_failed_input_shows_its_traceback_and_log_as_text(
         wait_for(lambda: "in shout" in text_of(browser, "#traceback"), 60, what="the traceback")
         traceback = text_of(browser, "#traceback")
         assert "ValueError: bad word <img src=x onerror=alert(1)>" in traceback
+        assert 'File "sweep.py", line 5, in shout' in traceback
         wait_for(lambda: "<b>shouting</b> bad" in text_of(browser, "#log"), 60, what="the log")
         assert "failure" in text_of(browser, "#attempts")
         # What the Pod wrote is text on the page: no element was made from it.
@@ -244,6 +259,13 @@ def test_a_failed_input_shows_its_traceback_and_log_as_text(
         size = text_of(browser, "#result-size")
         assert size.endswith((" B", " KiB")) and float(size.split()[0]) > 0, size
         shot(browser, "input-failed")
+
+        # The value (here the exception) is loaded only on an explicit, confirmed click.
+        assert text_of(browser, "#value") == ""
+        browser.find_element(By.ID, "load-value").click()
+        wait_for(lambda: "runs code" in text_of(browser, "#confirm-text"), 30)
+        browser.find_element(By.ID, "confirm-yes").click()
+        wait_for(lambda: "ValueError('bad word" in text_of(browser, "#value"), 60, what="the value")
 
 
 def test_cancel_from_the_page_sets_the_batchs_cancel_field(
