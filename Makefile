@@ -164,6 +164,7 @@ CHUNK ?= 10
 SCALE_N ?= 10000
 SCALE_P ?= 30
 SCALE_BASELINE_N ?= 1000
+DASH_SOAK ?= 600
 
 .PHONY: bench
 bench: cluster-up ## Benchmark N tasks, P at once: plain Job vs container, function, chunked batches
@@ -177,3 +178,7 @@ bench-failover: cluster-up ## Operator failover: one replica vs two with leader 
 bench-scale: cluster-up ## A SCALE_N-input batch: operator RSS, status size, a probe job's start latency (first beside a plain Job)
 	$(PY) bench/scale.py --plain-job --inputs $(SCALE_BASELINE_N) --parallel $(SCALE_P)
 	$(PY) bench/scale.py --inputs $(SCALE_N) --parallel $(SCALE_P)
+
+.PHONY: bench-dashboard
+bench-dashboard: cluster-up ## `kinetic dashboard` on a SCALE_N-input batch: page loads, table pages, server RSS over DASH_SOAK s
+	$(PY) bench/dashboard.py --inputs $(SCALE_N) --soak $(DASH_SOAK)

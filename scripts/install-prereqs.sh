@@ -5,7 +5,8 @@
 # build images, Debian's registry, mmdebstrap for base images, CNI plugins, iptables,
 # conntrack, dnsmasq-base for cluster DNS, busybox-static for the busybox image); and the
 # Kubernetes binaries (control plane, kubelet, kube-proxy, pause: built once from Debian's
-# source package by build-kube.sh, cached under ~/.cache/kinetic).
+# source package by build-kube.sh, cached under ~/.cache/kinetic); Chromium and
+# chromedriver for the dashboard's browser tests.
 # Idempotent: a fast no-op when everything is present.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -39,6 +40,9 @@ dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed'
 # The pause program is compiled statically.
 [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
 have gcc || need+=(gcc)
+# `kinetic dashboard` is tested in a real headless browser: Debian's Chromium and its driver.
+[ -x /usr/bin/chromium ] || need+=(chromium)
+[ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
 # The Argo CD health check is tested with the Lua dialect Argo CD embeds.
 have lua5.1 || need+=(lua5.1)
 # The Makefile prefers pyenv's 3.12; the system python3 needs the venv module otherwise.

@@ -52,6 +52,8 @@ def test_client_declares_only_the_slim_dependencies():
     extras = project["optional-dependencies"]
     assert _names(extras["operator"]) == {"kinetic-operator"}
     assert _names(extras["dev"]) == {"kinetic-dev"}
+    # `kinetic dashboard`: its server only; the page is the package's own files.
+    assert _names(extras["dashboard"]) == {"aiohttp"}
 
 
 @pytest.mark.parametrize(
@@ -101,6 +103,11 @@ def test_client_distribution_holds_no_dev_cluster_or_operator(client_only):
     assert not (client_only / "kinetic" / "cli" / "local.py").exists()
     top = {p.name for p in client_only.iterdir()}
     assert not top & {"kinetic_operator", "kinetic_dev"}, top
+
+
+def test_client_distribution_ships_the_dashboard_page(client_only):
+    static = client_only / "kinetic" / "dashboard" / "static"
+    assert {p.name for p in static.iterdir()} >= {"index.html", "app.js", "app.css"}
 
 
 def _run_isolated(target: Path, code: str) -> subprocess.CompletedProcess:

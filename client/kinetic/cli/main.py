@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from kinetic.cli import batches, doctor, jobs
+from kinetic.cli import batches, dashboard, doctor, jobs
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -14,6 +14,7 @@ app = typer.Typer(
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(batches.app, name="batches")
 app.command("doctor")(doctor.doctor)
+app.command("dashboard")(dashboard.dashboard)
 
 LOCAL_HELP = "The local cluster: up, down, status."
 # The local cluster is its own package (kinetic-dev): it needs this repository's
