@@ -5,11 +5,14 @@ may have (``maxBatchSize``), how many accelerator chips one job's Pod may
 request (``maxAcceleratorsPerJob``, counted through the operator's
 accelerator catalog), which namespaces may run Kinetic work at all
 (``allowedNamespaces``; ``"*"`` is any namespace) and which images jobs may
-run (``allowedImages``, prefixes). Every key is optional; absent or empty
-means unlimited. Two more keys, ``dryRunDefault`` and
-``requireConfirmation``, say how ``kinetic batches submit`` behaves: the
-client reads them (`kinetic.model.policy_keys`); they are parsed here so
-that a policy setting them is valid, and never refuse an object.
+run (``allowedImages``: registries, repository paths matched by whole parts,
+exact tags or digests, or ``"*"``; `kinetic.model.images` is the rule).
+Every key is optional; absent or empty means unlimited. Two more keys,
+``dryRunDefault`` and ``requireConfirmation``, say how ``kinetic batches
+submit`` behaves: the client reads them (`kinetic.model.policy_keys`); they
+are parsed here so that a policy setting them is valid, and never refuse an
+object. The client reads ``allowedImages`` too, to preview what admission
+will say.
 
 The ConfigMap lives in the operator's namespace and is read live (see
 `handlers/policy.py`), so an administrator's ``kubectl edit`` holds within
@@ -34,12 +37,13 @@ Decisions where the issue was silent:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import yaml
 from kinetic.model.catalog import Catalog, UnknownAccelerator, resolve
 from kinetic.model.gang import effective_hosts
+from kinetic.model.images import image_refusals, job_specs, pattern_problem
 from kinetic.model.limits import MAX_HOSTS, spec_total
 from kinetic.model.policy_keys import DRY_RUN_DEFAULT, POLICY_CONFIG_MAP, REQUIRE_CONFIRMATION
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -80,7 +84,10 @@ class Policy(BaseModel):
         description='Namespaces that may run Kinetic work; "*" is any namespace.',
     )
     allowed_images: tuple[str, ...] = Field(
-        (), alias="allowedImages", description="Image prefixes jobs may run."
+        (),
+        alias="allowedImages",
+        description="Images jobs may run: registries, repositories (and what is below them), "
+        'exact tags or digests; "*" is any image (kinetic.model.images).',
     )
     # The client's keys (kinetic.model.policy_keys): valid here, never judged by the webhook.
     dry_run_default: bool = Field(
@@ -131,6 +138,15 @@ class Policy(BaseModel):
                     f'{name!r} is not a namespace: "*" alone allows every namespace; '
                     "other names are matched exactly"
                 )
+        return value
+
+    @field_validator("allowed_images")
+    @classmethod
+    def _image_entries(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Each entry is a registry, a repository, an image:tag, an image@digest or "*"."""
+        problems = [why for entry in value if (why := pattern_problem(entry)) is not None]
+        if problems:
+            raise ValueError("; ".join(problems))
         return value
 
     def allows_namespace(self, namespace: str) -> bool:
@@ -191,25 +207,6 @@ def _explain(exc: ValidationError) -> str:
 # --------------------------------------------------------------------------- judging
 
 
-def job_specs(kind: Kind, spec: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every job spec an object runs, with its field path: the one place that knows where.
-
-    A KineticJob is one; a KineticBatch runs its ``template`` for every
-    input, or each entry of ``jobs`` (a batch of different job specs).
-    """
-    if kind == "KineticJob":
-        yield "spec", spec
-        return
-    template = spec.get("template")
-    if isinstance(template, dict):
-        yield "spec.template", template
-    jobs = spec.get("jobs")
-    if isinstance(jobs, list):
-        for i, job in enumerate(jobs):
-            if isinstance(job, dict):
-                yield f"spec.jobs[{i}]", job
-
-
 def accelerator_count(catalog: Catalog, accelerator: Any) -> int:
     """GPUs or TPU chips one Pod of ``accelerator`` requests (0 for cpu or an unknown name:
     the catalog check refuses that one with its own message)."""
@@ -221,17 +218,6 @@ def accelerator_count(catalog: Catalog, accelerator: Any) -> int:
         return 0
     wanted = (catalog.gpu_resource, catalog.tpu_resource)
     return sum(int(v) for k, v in placement.limits.items() if k in wanted)
-
-
-def images_of(job: dict[str, Any]) -> list[tuple[str, str]]:
-    """(field path, image) of each image a job spec names (none: the operator's default)."""
-    found = []
-    if isinstance(job.get("image"), str):
-        found.append(("image", job["image"]))
-    container = job.get("container")
-    if isinstance(container, dict) and isinstance(container.get("image"), str):
-        found.append(("container.image", container["image"]))
-    return found
 
 
 def policy_violations(
@@ -266,7 +252,7 @@ def policy_violations(
 
 def _job_violations(
     path: str,
-    job: dict[str, Any],
+    job: Mapping[str, Any],
     policy: Policy,
     catalog: Catalog,
     default_image: str | None,
@@ -284,17 +270,10 @@ def _job_violations(
                 f"job{across}, which exceeds maxAcceleratorsPerJob {limit} {at}: choose a "
                 "smaller accelerator" + (" or fewer hosts" if hosts > 1 else "")
             )
-    if policy.allowed_images:
-        for field, image in images_of(job):
-            if image != default_image and not image.startswith(policy.allowed_images):
-                problems.append(
-                    f"{path}.{field} {image!r} is not an allowed image; allowed image prefixes: "
-                    f"{', '.join(policy.allowed_images)} {at}"
-                )
-    return problems
+    return problems + image_refusals(path, job, policy.allowed_images, default_image, policy.source)
 
 
-def job_hosts(catalog: Catalog, job: dict[str, Any]) -> int:
+def job_hosts(catalog: Catalog, job: Mapping[str, Any]) -> int:
     """The Pods one attempt of a job spec runs as (a gang's hosts; 1 for a malformed value,
     which the schema refuses with its own message)."""
     hosts, accelerator = job.get("hosts"), job.get("accelerator")
@@ -304,7 +283,7 @@ def job_hosts(catalog: Catalog, job: dict[str, Any]) -> int:
 
 
 def _hosts_violations(
-    path: str, job: dict[str, Any], policy: Policy, catalog: Catalog, at: str
+    path: str, job: Mapping[str, Any], policy: Policy, catalog: Catalog, at: str
 ) -> list[str]:
     """More hosts than ``maxHostsPerJob``, asked for or implied by a multi-host accelerator."""
     limit = policy.max_hosts_per_job

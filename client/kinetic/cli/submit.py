@@ -62,7 +62,6 @@ from kinetic.api import kube
 from kinetic.api.config import resolve
 from kinetic.api.inputs import read_shard
 from kinetic.api.policy import policy_source, read_submission_policy
-from kinetic.cli import guide
 from kinetic.cli.jobs import CONTEXT, NAMESPACE
 from kinetic.cli.output import console, errors, fail
 from kinetic.cli.submit_file import Contents, Document, DocumentError, Entry, Refusal, read_file
@@ -78,6 +77,7 @@ from kinetic.cli.submit_plan import (
     job_report,
     preview_rows,
     preview_table,
+    refuse_images,
     summary_lines,
     to_create,
     unrecorded_endings,
@@ -142,8 +142,9 @@ def submit(
         (said for said in (continue_on_error, settings.continue_on_error) if said is not None),
         True,  # the guide's default: go on past a refused object
     )
-    entries = _preflight(contents, on_error, context)
-    decision = _decision(dry_run, yes, settings, context)
+    policy = _policy(context)
+    entries = _preflight(contents, on_error, context, policy)
+    decision = decide(dry_run, yes, settings, policy)
     planned = to_create(entries, stop_on_error=on_error is False)
     if decision.dry_run:
         _say_dry_run(decision, len(planned), len(entries))
@@ -186,22 +187,31 @@ def _contents(file: Path, namespace: str | None, context: str | None) -> Content
         raise fail(f"{file}: {escape(str(exc))}") from None
 
 
-def _preflight(contents: Contents, on_error: bool, context: str | None) -> list[Entry]:
-    """The local checks' refusals, then the server-side dry run's, then the preview."""
-    entries = _server_dry_run(contents.entries, context)
+def _preflight(
+    contents: Contents, on_error: bool, context: str | None, policy: SubmissionPolicy
+) -> list[Entry]:
+    """The local checks' refusals (the file's own, then the policy's allowedImages), then the
+    server-side dry run's, then the preview."""
+    entries = refuse_images(contents.entries, policy, _default_image(context), policy_source())
+    entries = _server_dry_run(entries, context)
     _preview(entries, stop=on_error is False)
     return entries
 
 
-def _decision(
-    dry_run: bool | None, yes: bool, settings: guide.RequestSettings, context: str | None
-) -> Decision:
-    """`decide`, with the live policy read unless this is a dry run anyway."""
-    explicit_dry = dry_run if dry_run is not None else settings.dry_run
-    policy, note = (SubmissionPolicy(), None) if explicit_dry else read_submission_policy(context)
+def _policy(context: str | None) -> SubmissionPolicy:
+    """The live policy's client keys; a note when it is not followed as written."""
+    policy, note = read_submission_policy(context)
     if note:
         errors.print(f"[dim]{escape(note)}[/dim]", soft_wrap=True)
-    return decide(dry_run, yes, settings, policy)
+    return policy
+
+
+def _default_image(context: str | None) -> str | None:
+    """The operator's default image (always allowed by its policy), if it published one."""
+    try:
+        return resolve(context=context).image
+    except Exception:  # noqa: BLE001 — no published settings: no image is exempt
+        return None
 
 
 def _read(file: Path) -> str:

@@ -24,6 +24,12 @@ always create objects with kubectl, and the webhook is what enforces limits.
 The operator's parser accepts both keys (a policy that sets them is valid)
 and never refuses an object for them.
 
+``allowedImages`` is the webhook's to enforce, but the client reads it too,
+so that the preview refuses an image with the very rule and sentence the
+operator uses (`kinetic.model.images`), even where the webhook is not
+reached. An entry that is not one (the operator then keeps its previous
+policy, which the client cannot see) turns that preview off, with a note.
+
 A value that is not true or false (``requireConfirmation: enabled``) is read
 as true, with a note: an administrator who wrote something meant to turn the
 guard on, and the stricter reading only costs a prompt.
@@ -37,9 +43,12 @@ from dataclasses import dataclass
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
+from kinetic.model.images import pattern_problem
+
 POLICY_CONFIG_MAP = "kinetic-policy"
 DRY_RUN_DEFAULT = "dryRunDefault"
 REQUIRE_CONFIRMATION = "requireConfirmation"
+ALLOWED_IMAGES = "allowedImages"
 
 _BOOL = TypeAdapter(bool)
 
@@ -50,16 +59,18 @@ class SubmissionPolicy:
 
     dry_run_default: bool = False
     require_confirmation: bool = False
+    allowed_images: tuple[str, ...] = ()  # empty: any image (`kinetic.model.images`)
 
 
 def submission_policy(data: Mapping[str, str] | None) -> tuple[SubmissionPolicy, list[str]]:
-    """The two keys from a policy ConfigMap's ``data`` (each value YAML), and notes on bad values.
+    """The client's keys from a policy ConfigMap's ``data`` (each value YAML), and notes on
+    bad values.
 
     Other keys are the operator's business and are ignored here; an empty or
-    absent key is false.
+    absent key is false (or, for allowedImages, no list).
     """
     values: dict[str, bool] = {}
-    notes: list[str] = []
+    images, notes = _allowed_images((data or {}).get(ALLOWED_IMAGES))
     for key, field in (
         (DRY_RUN_DEFAULT, "dry_run_default"),
         (REQUIRE_CONFIRMATION, "require_confirmation"),
@@ -72,4 +83,24 @@ def submission_policy(data: Mapping[str, str] | None) -> tuple[SubmissionPolicy,
         except (yaml.YAMLError, ValidationError):
             values[field] = True
             notes.append(f"{key} {text!r} is not true or false; following it as true")
-    return SubmissionPolicy(**values), notes
+    return SubmissionPolicy(**values, allowed_images=images), notes
+
+
+def _allowed_images(text: str | None) -> tuple[tuple[str, ...], list[str]]:
+    """allowedImages as the operator reads it (a YAML list, or one comma- or space-separated
+    string), and a note when an entry is not one."""
+    if text is None or not str(text).strip():
+        return (), []
+    text = str(text).strip()
+    try:
+        value = text if text == "*" else yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = None
+    if isinstance(value, str):
+        value = value.replace(",", " ").split()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return (), [f"{ALLOWED_IMAGES} {text!r} is not a list of images; not previewing it"]
+    problems = [why for entry in value if (why := pattern_problem(entry)) is not None]
+    if problems:
+        return (), [f"{ALLOWED_IMAGES}: {'; '.join(problems)}; not previewing it"]
+    return tuple(value), []

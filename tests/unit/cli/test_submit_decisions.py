@@ -457,9 +457,29 @@ def test_dry_run_and_confirmation_follow_flags_then_the_file_then_the_policy(
         ({"dryRunDefault": "[unclosed"}, PREVIEW, "dryRunDefault '[unclosed' is not true"),
     ],
 )
-def test_the_client_reads_only_its_two_keys_and_a_bad_value_as_true(
+def test_the_client_reads_its_submission_keys_and_a_bad_value_as_true(
     data: dict[str, str] | None, expected: SubmissionPolicy, note: str | None
 ) -> None:
     policy, notes = submission_policy(data)
     assert policy == expected
+    assert (notes == []) if note is None else (len(notes) == 1 and note in notes[0])
+
+
+@pytest.mark.parametrize(
+    "text,images,note",
+    [
+        ("- ghcr.io/acme/\n- busybox", ("ghcr.io/acme/", "busybox"), None),
+        ("ghcr.io/acme, registry.corp.io", ("ghcr.io/acme", "registry.corp.io"), None),
+        ("*", ("*",), None),
+        ("[]", (), None),
+        ("", (), None),
+        ("ghcr.io/acme/*", (), '"*" alone allows every image'),  # the operator refuses it too
+        ("{a: 1}", (), "is not a list of images"),
+    ],
+)
+def test_the_client_reads_allowed_images_as_the_operator_does(
+    text: str, images: tuple[str, ...], note: str | None
+) -> None:
+    policy, notes = submission_policy({"allowedImages": text})
+    assert policy.allowed_images == images
     assert (notes == []) if note is None else (len(notes) == 1 and note in notes[0])
