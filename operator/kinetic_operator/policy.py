@@ -33,6 +33,12 @@ Decisions where the issue was silent:
   the operator says so, in its log and a Warning Event on the ConfigMap): a
   typo must not silently lift every limit. A missing ConfigMap means no
   policy, as before the chart shipped one.
+* Until the ConfigMap has been read once (an API error, a ConfigMap that does
+  not parse from the start), the policy is unknown (`UnreadPolicy`), not
+  empty: judging by it raises `PolicyUnavailable`, so the operator accepts
+  nothing new (the reconcile fails, says why on the object and is retried)
+  and the webhook leaves the object to that reconcile. A read that fails
+  after a good one keeps the good one, as before.
 """
 
 from __future__ import annotations
@@ -155,6 +161,17 @@ class Policy(BaseModel):
         return not allowed or ANY_NAMESPACE in allowed or namespace in allowed
 
 
+class UnreadPolicy(Policy):
+    """The policy in force before its ConfigMap could be read: unknown, so it allows nothing
+    new (`policy_violations` raises `PolicyUnavailable`); ``why`` says what the read met."""
+
+    why: str = Field("it has not been read yet", exclude=True)
+
+
+class PolicyUnavailable(Exception):
+    """The policy cannot be judged by yet: whatever needs it waits (see `UnreadPolicy`)."""
+
+
 def parse_policy(data: dict[str, str] | None, source: str) -> Policy:
     """The policy in a ConfigMap's ``data`` (each value YAML); raises PolicyError.
 
@@ -182,14 +199,28 @@ def policy_after_read(
     """The policy to hold after reading its ConfigMap, and why the read was not taken.
 
     A missing ConfigMap (None) is no policy; one that does not parse keeps
-    ``held`` and returns the reason, for the log and a Warning Event.
+    ``held`` and returns the reason, for the log and a Warning Event. With no
+    policy read before (``held`` is an `UnreadPolicy`), the policy stays
+    unknown, and the reason becomes its ``why``.
     """
     if config_map is None:
         return Policy(source=source), None
     try:
         return parse_policy(config_map.get("data"), source), None
     except PolicyError as exc:
+        if isinstance(held, UnreadPolicy):
+            return UnreadPolicy(source=source, why=str(exc)), (
+                f"{exc}. No policy was read before, so nothing new is accepted until this is fixed."
+            )
         return held, f"{exc}. The previous policy stays in force until this is fixed."
+
+
+def policy_after_error(held: Policy, error: str) -> Policy:
+    """The policy to hold after its ConfigMap could not be read: the one held, if one was
+    ever read; else still unknown, now saying why."""
+    if isinstance(held, UnreadPolicy):
+        return UnreadPolicy(source=held.source, why=error)
+    return held
 
 
 def _explain(exc: ValidationError) -> str:
@@ -228,7 +259,17 @@ def policy_violations(
     catalog: Catalog,
     default_image: str | None = None,
 ) -> list[str]:
-    """Why ``policy`` refuses this object (empty: it may run), one actionable sentence each."""
+    """Why ``policy`` refuses this object (empty: it may run), one actionable sentence each.
+
+    Raises `PolicyUnavailable` when the policy is not known yet (`UnreadPolicy`).
+    """
+    if isinstance(policy, UnreadPolicy):
+        raise PolicyUnavailable(
+            f"the admission policy ({policy.source}) cannot be read: {policy.why}. Nothing new "
+            "is accepted until it can be (a missing ConfigMap means no policy; an unreadable "
+            "one is waited for): check the operator's log and its permission to get the "
+            "ConfigMap"
+        )
     if not isinstance(spec, dict):
         return []
     at = f"({policy.source})"
