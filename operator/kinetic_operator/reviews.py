@@ -319,9 +319,30 @@ async def _judge(
 
     # Kopf's own handling (its headers, client certificate and error answers), given a
     # body of "null" to decode: the document it judges is the one decoded above.
-    return await kopf.WebhookServer._serve(
-        cast(Any, judged), cast(aiohttp.web.Request, _Decoded(request))
-    )
+    try:
+        return await kopf.WebhookServer._serve(
+            cast(Any, judged), cast(aiohttp.web.Request, _Decoded(request))
+        )
+    finally:
+        await loop.run_in_executor(decoders, release, doc)
+
+
+def release(doc: dict[str, Any]) -> None:
+    """Empty the review's objects once it is answered, in a worker thread.
+
+    A refusal is an exception, which Kopf keeps with its traceback, whose frames
+    hold the objects judged: a reference cycle, freed only when the collector
+    next gets to it. Measured, a flood of refused 3 MiB reviews kept several of
+    them alive at once (370 MiB). Emptying the dicts of the review (not what is
+    below them) frees what they held at once, and the collector finds only
+    empty shells; freeing a million lists takes tens of milliseconds with the
+    GIL held, which is why this runs off the event loop.
+    """
+    stack: list[dict[str, Any]] = [doc]
+    while stack:
+        node = stack.pop()
+        stack.extend(v for v in node.values() if isinstance(v, dict))
+        node.clear()
 
 
 class _Decoded:

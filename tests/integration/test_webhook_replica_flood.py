@@ -19,8 +19,9 @@ what is asserted, with the issue's numbers:
   by the policy: the allowed image admitted, the forbidden one refused.
 
 Run twice: with the issue's 8 MiB bodies (above the review limit: denied
-unread), and with bodies just under the limit, which are read and decoded
-(the worst a client can make the replica hold and parse). The attacker
+unread), and with well-formed reviews just under the limit whose batch holds
+a million empty lists, which are read, decoded and judged (refused: too much
+inline input): the most a client can make a replica hold and do. The attacker
 (`flood_client.py`) runs in a process of its own at the lowest CPU priority
 (nice 19), as a Pod with its own CPU share would: on this machine it shares
 two cores with the replica, and what is measured is the replica's own event
@@ -60,8 +61,8 @@ MAX_RSS_BYTES = 300 << 20
 MAX_LAG_P99 = 0.100
 RENEW_DEADLINE = 10.0  # leader.Timings: past it a replica stops leading
 RETRY_PERIOD = 2.0  # leader.Timings: the holder renews this often
-OVER_THE_LIMIT = 8 << 20  # the issue's bodies: [{},{},…], 8 MiB
-UNDER_THE_LIMIT = MAX_REVIEW_BYTES - 4096  # [[],[],…], read and decoded
+OVER_THE_LIMIT = (8 << 20, "list")  # the issue's bodies: [{},{},…], 8 MiB
+UNDER_THE_LIMIT = (MAX_REVIEW_BYTES - 4096, "review")  # a batch of [[],[],…]: judged
 FLOOD_CLIENT = Path(__file__).with_name("flood_client.py")
 
 
@@ -254,7 +255,7 @@ class Watch:
     answers: dict[str, int] = field(default_factory=dict)
 
 
-def flood(replica: Replica, kube: Kube, size: int) -> Watch:
+def flood(replica: Replica, kube: Kube, size: int, kind: str) -> Watch:
     """``FLOODERS`` clients POSTing bodies of ``size`` bytes for ``FLOOD_SECONDS``, while the
     Lease is watched and the replica is asked, twice a second, about an allowed and a
     forbidden image (as the API server would, beside the flood)."""
@@ -269,6 +270,7 @@ def flood(replica: Replica, kube: Kube, size: int) -> Watch:
             str(FLOOD_SECONDS),
             str(size),
             str(FLOODERS),
+            kind,
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -304,13 +306,16 @@ def flood(replica: Replica, kube: Kube, size: int) -> Watch:
 
 
 @pytest.mark.parametrize(
-    "size", [OVER_THE_LIMIT, UNDER_THE_LIMIT], ids=["8MiB-over-the-limit", "just-under-the-limit"]
+    "body",
+    [OVER_THE_LIMIT, UNDER_THE_LIMIT],
+    ids=["8MiB-over-the-limit", "reviews-just-under-the-limit"],
 )
 def test_a_flood_of_large_bodies_leaves_the_replica_serving_and_leading(
-    kube: Kube, replica: Replica, size: int
+    kube: Kube, replica: Replica, body: tuple[int, str]
 ) -> None:
+    size, kind = body
     start = time.time()
-    seen = flood(replica, kube, size)
+    seen = flood(replica, kube, size, kind)
     end = time.time()
 
     peak, lags = replica.rss(), sorted(replica.lags(start, end))
@@ -318,7 +323,7 @@ def test_a_flood_of_large_bodies_leaves_the_replica_serving_and_leading(
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(seen.renewals)]
     slowest = max(took for *_, took in seen.verdicts)
     print(
-        f"\nflood of {size:,}-byte bodies: answers {seen.answers}; peak RSS "
+        f"\nflood of {size:,}-byte bodies ({kind}): answers {seen.answers}; peak RSS "
         f"{peak / 2**20:.0f} MiB; loop lag p99 {p99 and p99 * 1000:.0f} ms, max "
         f"{max(lags) * 1000:.0f} ms over {len(lags)} ticks; Lease renewals {len(seen.renewals)}, "
         f"longest gap {max(gaps):.1f} s; {len(seen.verdicts)} reviews judged beside it, "

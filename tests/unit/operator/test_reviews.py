@@ -8,6 +8,7 @@ whether a review reached the handler and what it saw.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -62,8 +63,8 @@ def review(uid: str, filler: int = 10, *, operation: str = "UPDATE", spec: Any =
 class Webhook:
     """The server under test, and what its handler saw."""
 
-    def __init__(self, client: TestClient, seen: list[dict]) -> None:
-        self.client, self.seen = client, seen
+    def __init__(self, client: TestClient, seen: list[dict], given: list[dict]) -> None:
+        self.client, self.seen, self.given = client, seen, given
 
     async def post(self, body: bytes | Any, **kw: Any) -> tuple[int, Any]:
         answer = await self.client.post("/kinetic-job-spec", data=body, **kw)
@@ -83,11 +84,13 @@ async def webhook(
     client_names: tuple[str, ...] = (),
 ) -> AsyncIterator[Webhook]:
     seen: list[dict] = []
+    given: list[dict] = []
     gate = ReviewGate(limits or gate_limits(limit, reviews=4, wait_seconds=2))
     decoders = ThreadPoolExecutor(max_workers=2)
 
     async def admit(data: dict, **_: object) -> dict:
-        seen.append(data)
+        seen.append(copy.deepcopy(data))  # as given: the server empties it once answered
+        given.append(data)
         if slow is not None:
             await slow.wait()
         return {
@@ -105,7 +108,7 @@ async def webhook(
     app.add_routes([aiohttp.web.post("/{id:.*}", handle)])
     try:
         async with TestServer(app) as server, TestClient(server) as client:
-            yield Webhook(client, seen)
+            yield Webhook(client, seen, given)
     finally:
         decoders.shutdown()
 
@@ -122,6 +125,15 @@ async def test_a_review_of_two_large_objects_is_judged_not_failed_open() -> None
     assert status == 200 and answer["response"] == {"uid": "u-1", "allowed": True}
     assert len(hook.seen) == 1 and hook.seen[0]["request"]["uid"] == "u-1"
     assert hook.seen[0]["request"]["object"]["spec"]["env"][0]["value"] == "x" * 1_400_000
+
+
+@pytest.mark.asyncio
+async def test_a_review_is_emptied_once_answered_so_nothing_keeps_it_alive() -> None:
+    async with webhook() as hook:
+        status, answer = await hook.post(review("u-free", 100_000))
+    assert status == 200 and answer["response"]["allowed"] is True
+    assert hook.seen[0]["request"]["uid"] == "u-free"  # the handler had it whole
+    assert hook.given == [{}]  # what it was given holds nothing any more
 
 
 @pytest.mark.asyncio
