@@ -227,7 +227,9 @@ class WebhookServer(kopf.WebhookServer):
             cadata, context = self._build_ssl()
             app = aiohttp.web.Application()
             app.add_routes([aiohttp.web.post("/{id:.*}", serve)])
-            runner = aiohttp.web.AppRunner(app, handle_signals=False)
+            runner = aiohttp.web.AppRunner(
+                app, handle_signals=False, shutdown_timeout=SHUTDOWN_SECONDS
+            )
             await runner.setup()
             try:
                 port = self.port or self._allocate_free_port()
@@ -262,6 +264,11 @@ class WebhookServer(kopf.WebhookServer):
             client_names=self.client_names,
         )
 
+
+# How long a stopping server waits for the requests in flight: as long as a stopping
+# replica keeps answering (`elected.DRAIN_SECONDS`). aiohttp's default, 60 s, is past the
+# Pod's grace period (30 s), so clients that never finish could keep it up until killed.
+SHUTDOWN_SECONDS = 5.0
 
 # What one connection may have in flight towards the webhook before it reads it: Linux
 # otherwise grows a socket's receive buffer up to 6 MiB, so a client POSTing a large body
