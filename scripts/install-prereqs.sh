@@ -3,9 +3,9 @@
 # etcd (etcd-server), kubectl (kubernetes-client as a fallback), make, procps, lua5.1,
 # the Python venv module; the node's runtime (containerd and runc, Docker Engine to
 # build images, Debian's registry, mmdebstrap for base images, CNI plugins, iptables,
-# conntrack, busybox-static for the busybox image); and the Kubernetes binaries
-# (control plane, kubelet, kube-proxy, pause: built once from Debian's source package
-# by build-kube.sh, cached under ~/.cache/kinetic).
+# conntrack, dnsmasq-base for cluster DNS, busybox-static for the busybox image); and the
+# Kubernetes binaries (control plane, kubelet, kube-proxy, pause: built once from Debian's
+# source package by build-kube.sh, cached under ~/.cache/kinetic).
 # Idempotent: a fast no-op when everything is present.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,6 +30,9 @@ have mmdebstrap || need+=(mmdebstrap)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 have iptables || [ -x /usr/sbin/iptables ] || need+=(iptables)
 have conntrack || [ -x /usr/sbin/conntrack ] || need+=(conntrack)
+# The cluster's DNS server: dnsmasq-base is the program alone. Not Debian's `dnsmasq`
+# package, whose system service would take port 53 on every address.
+[ -x /usr/sbin/dnsmasq ] || have dnsmasq || need+=(dnsmasq-base)
 # The busybox stand-in image is the static busybox alone (a scratch image has no libc).
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' ||
   need+=(busybox-static)

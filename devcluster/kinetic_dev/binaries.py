@@ -29,6 +29,7 @@ RUNTIME_PROGRAMS = {
     "mmdebstrap": "mmdebstrap",
     "iptables": "iptables",
     "conntrack": "conntrack",
+    "dnsmasq": "dnsmasq-base",  # the cluster's DNS server (clusterdns.py)
 }
 CNI_DIR = Path("/usr/lib/cni")
 
@@ -149,7 +150,8 @@ def find_fake_gcs_server() -> str:
 
 
 def find_runtime() -> dict[str, str]:
-    """containerd, runc, Docker Engine, the registry, mmdebstrap, iptables: from Debian."""
+    """containerd, runc, Docker Engine, the registry, mmdebstrap, iptables, dnsmasq: from
+    Debian."""
     found: dict[str, str] = {}
     missing: set[str] = set()
     for program, package in RUNTIME_PROGRAMS.items():

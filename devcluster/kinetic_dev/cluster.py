@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kinetic_dev import binaries, engine, gcs, images, kubelet, network, runtime
+from kinetic_dev import binaries, clusterdns, engine, gcs, images, kubelet, network, runtime
 from kinetic_dev import operator as kinetic_operator
 from kinetic_dev.config import LocalConfig, _find_repo_root
 from kinetic_dev.pki import PKI, kubeconfig_yaml
@@ -74,6 +74,10 @@ class Component:
     env_var: str  # the variable that overrides its port, for the "port in use" message
     env: Callable[[dict[str, str]], dict[str, str]] | None = None  # adjusts the shared env
     more_ports: tuple[tuple[int, str], ...] = ()  # other (port, overriding variable) it listens on
+    host: str = "127.0.0.1"  # the address its ports are checked on
+    # True when the running process was started with settings that have changed since:
+    # `up` restarts it (the kubelet, when its configuration file would differ).
+    stale: Callable[[], bool] | None = None
 
 
 class Cluster:
@@ -237,11 +241,10 @@ class Cluster:
 
         def kubelet_argv() -> list[str]:
             runtime.ensure_cgroup_root(c)
-            dns = kubelet.nameservers(Path("/etc/resolv.conf").read_text())
-            config = kubelet.write(
-                c.state_dir / "kubelet.yaml", kubelet.kubelet_config(c, pki, dns)
-            )
+            config = kubelet.write(kubelet_file, kubelet.kubelet_config(c, pki))
             return kubelet.kubelet_argv(b["kubelet"], c, config)
+
+        kubelet_file = c.state_dir / "kubelet.yaml"
 
         def proxy_argv() -> list[str]:
             config = kubelet.write(c.state_dir / "kube-proxy.yaml", kubelet.proxy_config(c))
@@ -249,6 +252,16 @@ class Cluster:
 
         def gcs_argv() -> list[str]:
             return gcs.argv(b["fake-gcs-server"], c)
+
+        def dnsmasq_argv() -> list[str]:
+            clusterdns.prepare_hosts_dir(c.dns_dir)
+            return clusterdns.dnsmasq_argv(
+                b["dnsmasq"],
+                listen=c.node_ip,
+                port=clusterdns.DNS_PORT,
+                hosts_dir=c.dns_dir,
+                domain=c.cluster_domain,
+            )
 
         return [
             Component(
@@ -285,6 +298,15 @@ class Cluster:
                 lambda: runtime.ready(c, b["ctr"]),
                 60,
                 "",
+            ),
+            Component(
+                "dnsmasq",
+                clusterdns.DNS_PORT,
+                dnsmasq_argv,
+                lambda: clusterdns.answers(c.node_ip, c.cluster_domain),
+                30,
+                "",
+                host=c.node_ip,
             ),
             Component(
                 "kube-apiserver",
@@ -325,6 +347,15 @@ class Cluster:
                 self.node_ready,
                 120,
                 "KINETIC_NODE_PORT",
+                stale=lambda: kubelet.changed(kubelet_file, kubelet.kubelet_config(c, pki)),
+            ),
+            Component(
+                "dns-feeder",
+                None,
+                lambda: clusterdns.feeder_argv(c),
+                lambda: clusterdns.serves_cluster(c),
+                60,
+                "",
             ),
         ]
 
@@ -420,12 +451,12 @@ class Cluster:
     def _check_port(self, comp: Component) -> None:
         ports = [(comp.port, comp.env_var)] if comp.port else []
         for port, env_var in (*ports, *comp.more_ports):
-            if port_in_use(port):
+            if port_in_use(port, comp.host):
                 owner = port_owner(port)
+                choose = f", or choose another port with {env_var}=<port>" if env_var else ""
                 raise ClusterError(
-                    f"port {port} needed by {comp.name} is already in use by another process"
-                    f"{': ' + owner if owner else ''}; stop it, or choose another port with "
-                    f"{env_var}=<port>"
+                    f"port {port} needed by {comp.name} is already in use by another process "
+                    f"on {comp.host}{': ' + owner if owner else ''}; stop it{choose}"
                 )
 
     def up(self, out: Callable[[str], None] = print) -> float:
@@ -455,7 +486,10 @@ class Cluster:
         # The pod network and its guard exist before any pod can start.
         network.apply(c)
         self._start_wave(
-            [comps[n] for n in ("etcd", "fake-gcs-server", "registry", "dockerd", "containerd")],
+            [
+                comps[n]
+                for n in ("etcd", "fake-gcs-server", "registry", "dockerd", "containerd", "dnsmasq")
+            ],
             started,
             out,
         )
@@ -466,7 +500,13 @@ class Cluster:
         self._start_wave(
             [
                 comps[n]
-                for n in ("kube-controller-manager", "kube-scheduler", "kube-proxy", "kubelet")
+                for n in (
+                    "kube-controller-manager",
+                    "kube-scheduler",
+                    "kube-proxy",
+                    "kubelet",
+                    "dns-feeder",
+                )
             ],
             started,
             out,
@@ -492,6 +532,7 @@ class Cluster:
             out(f"kinetic local cluster already up ({elapsed:.1f}s check)")
         out(f"  API server   {c.apiserver_url}   node {c.node_name} Ready ({c.node_ip})")
         out(f"  gs:// root   {c.storage_root} at {c.storage_emulator_host}")
+        out(f"  cluster DNS  {c.cluster_domain} at {c.node_ip}:{clusterdns.DNS_PORT} (dnsmasq)")
         if built is not None:
             out(f"  images       {built.operator_image}, {built.runner_image}")
         out(f"  logs         {c.logs_dir}/")
@@ -538,6 +579,11 @@ class Cluster:
         pending: list[tuple[Component, int | None]] = []
         for comp in wave:
             pid = read_live_pid(self.pid_file(comp.name))
+            if pid is not None and comp.stale is not None and comp.stale():
+                # Pods keep running (containerd holds them); new ones get the new settings.
+                out(f"{comp.name} (pid {pid}) runs with old settings; restarting it")
+                stop_pid(pid, grace=20)
+                pid = None
             if pid is not None:
                 try:
                     wait_until(comp.ready, 5, comp.name, self.log_file(comp.name), pid)
@@ -559,6 +605,8 @@ class Cluster:
             wait_until(comp.ready, comp.timeout, comp.name, self.log_file(comp.name), pid)
 
     STOP_ORDER = (
+        "dns-feeder",
+        "dnsmasq",
         "kube-proxy",
         "kubelet",
         "containerd",
@@ -593,6 +641,9 @@ class Cluster:
                 stop_pid(pid, grace=20 if name in ("kubelet", "dockerd") else 10)
                 stopped.append(f"{name} ({pid})")
             pf.unlink(missing_ok=True)
+            if name == "dns-feeder":
+                # Names of this run are not served by the next one's dnsmasq.
+                (c.dns_dir / clusterdns.HOSTS_FILE).unlink(missing_ok=True)
             if name == "kubelet":
                 killed = runtime.kill_pods(c)
                 if killed:
@@ -641,6 +692,7 @@ class Cluster:
         except Exception:  # noqa: BLE001
             pass
         rows.append(self.operator_status())
+        rows.append(clusterdns.status_row(self.cfg))
         rows.append(
             {
                 "component": f"node/{self.cfg.node_name}",

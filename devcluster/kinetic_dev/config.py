@@ -7,7 +7,9 @@ Addresses: the node's pods live on a bridge of their own (``KINETIC_POD_CIDR``,
 10.244.0.0/24 by default). Its first address is the node's address: the API
 server, the kubelet and fake-gcs-server listen there, so pods reach them
 without anything of this machine's being exposed on its real interfaces.
-ClusterIP Services come from ``KINETIC_SERVICE_CIDR`` (10.0.0.0/24).
+ClusterIP Services come from ``KINETIC_SERVICE_CIDR`` (10.0.0.0/24). The
+cluster's DNS server answers on the node's address for ``KINETIC_CLUSTER_DOMAIN``
+(cluster.local).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 NODE_NAME = "kinetic-node"
 BUCKET = "kinetic"
 BRIDGE = "kinetic0"
+CLUSTER_DOMAIN = "cluster.local"
 
 
 def _find_repo_root(start: Path) -> Path | None:
@@ -77,6 +80,9 @@ class LocalConfig:
         default_factory=lambda: os.environ.get("KINETIC_SERVICE_CIDR", "10.0.0.0/24")
     )
     bridge: str = field(default_factory=lambda: os.environ.get("KINETIC_BRIDGE", BRIDGE))
+    cluster_domain: str = field(
+        default_factory=lambda: os.environ.get("KINETIC_CLUSTER_DOMAIN", CLUSTER_DOMAIN)
+    )
 
     @property
     def node_ip(self) -> str:
@@ -100,6 +106,11 @@ class LocalConfig:
         on tmpfs where there is one."""
         base = Path("/run") if os.access("/run", os.W_OK) else Path("/tmp")
         return base / f"kinetic-{self.tag}"
+
+    @property
+    def dns_dir(self) -> Path:
+        """The hosts file the cluster's DNS server reads (`clusterdns`), on tmpfs."""
+        return self.run_root / "dns"
 
     @property
     def cgroup_root(self) -> str:

@@ -8,6 +8,9 @@ registries (Debian, PyPI). So:
   it and from Debian packages: ``busybox`` (busybox-static), ``debian:12-slim``,
   ``python:3.X-slim`` (the interpreter of this checkout's virtualenv, so
   cloudpickle's bytes match), and ``kinetic-pause`` (the pod sandbox);
+- ``kinetic-jax`` stands in for a user's JAX image: CPU jax and jaxlib from
+  PyPI, through a wheelhouse of their own, on the python stand-in
+  (``docker/jax.Dockerfile``), for gangs that meet through ``jax.distributed``;
 - the project's own images are built from ``docker/*.Dockerfile`` with
   ``--network none``, their Python packages from a wheelhouse the host's pip
   fills (``docker/wheels``);
@@ -84,6 +87,10 @@ PYTHON_EXCLUDES = (
 APP_NAME_RUNNER = "kinetic-runner"
 APP_NAME_OPERATOR = "kinetic-operator"
 PAUSE = "kinetic-pause:3.4"
+# The JAX stand-in's release: jax and jaxlib of one version (they must match), pinned so
+# the image, its tag and its cached wheels change only when this line does.
+JAX_VERSION = "0.12.0.1"
+JAX_REPOSITORY = "kinetic-jax"
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,11 @@ class Built:
 
 def custom_runner(python: str) -> str:
     return f"{APP_NAME_RUNNER}:custom-py{python}"
+
+
+def jax_image(python: str | None = None) -> str:
+    """The JAX stand-in for Python 3.X (this interpreter's by default): tests name it."""
+    return f"{JAX_REPOSITORY}:{JAX_VERSION}-py{python or python_version()}"
 
 
 def python_version() -> str:
@@ -535,12 +547,78 @@ class Images:
             operator_image=operator_ref,
         )
 
+    def jax_wheels(self) -> Path:
+        """jax and jaxlib (and what they need) as wheels for this interpreter, downloaded
+        once by the host's pip (so through its index and proxy settings) and kept."""
+        wheels = self.cache / f"wheels-jax-{JAX_VERSION}-py{self.python}"
+        done = wheels / ".complete"
+        if done.exists():
+            return wheels
+
+        def download() -> None:
+            shutil.rmtree(wheels, ignore_errors=True)
+            wheels.mkdir(parents=True)
+            argv = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--only-binary=:all:",
+                "-d",
+                str(wheels),
+                f"jax=={JAX_VERSION}",
+                f"jaxlib=={JAX_VERSION}",
+            ]
+            with open(self.log, "ab") as log:
+                proc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT)
+            if proc.returncode != 0:
+                raise ClusterError(
+                    f"pip could not download jax=={JAX_VERSION} and jaxlib for Python "
+                    f"{self.python} (exit {proc.returncode}); see {self.log}"
+                )
+            done.write_text("\n".join(sorted(p.name for p in wheels.glob("*.whl"))) + "\n")
+
+        self.step(f"JAX {JAX_VERSION} wheels (pip download, about 140 MB)", download)
+        return wheels
+
+    def ensure_jax(self) -> None:
+        """The JAX stand-in (`jax_image`), on the python stand-in, built offline."""
+        ref = jax_image(self.python)
+        base = f"python:{self.python}-slim"
+        dockerfile = self.repo / "docker" / "jax.Dockerfile"
+        key = digest_files([dockerfile], self.repo, JAX_VERSION, self.stamp_file(base).read_text())
+        if self.fresh(ref, key):
+            return
+        wheels = self.jax_wheels()
+
+        def build() -> None:
+            self.docker(
+                "build",
+                "--network",
+                "none",
+                "-q",
+                "-f",
+                str(dockerfile),
+                "--build-arg",
+                f"BASE={base}",
+                "--build-arg",
+                f"JAX_VERSION={JAX_VERSION}",
+                "-t",
+                ref,
+                str(wheels),
+            )
+            self.push(ref, [ref], key)
+
+        self.step(f"{ref} (docker/jax.Dockerfile; first time a few minutes)", build)
+
     def ensure_all(self) -> Built:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.ensure_pause()
         self.ensure_busybox()
         self.ensure_debian()
         self.ensure_python()
+        self.ensure_jax()
         return self.ensure_project()
 
 

@@ -5,9 +5,10 @@ Choices made for one machine that is also the control plane:
 - the kubelet talks to the API server at 100 requests/s, not 5: at the
   default, Pod status writes queue behind each other and throughput is the
   kubelet's rate limit, not the machine's (a plain Job suffers the same);
-- ``clusterDNS`` is the machine's own resolver: there is no cluster DNS
-  server, and without a value the kubelet posts a "MissingClusterDNS"
-  warning Event for every pod;
+- ``clusterDNS`` is the node's own address, where the cluster's DNS server
+  (dnsmasq, `clusterdns`) answers for ``clusterDomain`` and forwards every
+  other name to this machine's resolvers: Pods (``dnsPolicy: ClusterFirst``)
+  get it in their resolv.conf, with the search path of their namespace;
 - pod cgroups sit under ``/kinetic-<tag>`` so stopping the node finds them all;
 - the kubelet and kube-proxy serve health and metrics on loopback only, and
   NodePorts open on the node's bridge address only.
@@ -26,17 +27,7 @@ KUBELET_QPS = 100
 MAX_PODS = 250
 
 
-def nameservers(resolv_conf: str) -> list[str]:
-    """The IPv4 nameservers of a resolv.conf (the kubelet's clusterDNS takes addresses)."""
-    found = []
-    for line in resolv_conf.splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[0] == "nameserver" and ":" not in parts[1]:
-            found.append(parts[1])
-    return found
-
-
-def kubelet_config(cfg: LocalConfig, pki: PKI, dns: list[str]) -> dict:
+def kubelet_config(cfg: LocalConfig, pki: PKI) -> dict:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -56,8 +47,8 @@ def kubelet_config(cfg: LocalConfig, pki: PKI, dns: list[str]) -> dict:
         "cgroupDriver": "cgroupfs",
         "cgroupRoot": f"/{cfg.cgroup_root}",
         "failSwapOn": False,
-        "clusterDomain": "cluster.local",
-        "clusterDNS": dns,
+        "clusterDomain": cfg.cluster_domain,
+        "clusterDNS": [cfg.node_ip],
         "resolvConf": "/etc/resolv.conf",
         "maxPods": MAX_PODS,
         "serializeImagePulls": False,
@@ -123,6 +114,12 @@ def proxy_config(cfg: LocalConfig) -> dict:
 
 def proxy_argv(binary: str, config_file: Path) -> list[str]:
     return [binary, f"--config={config_file}", "--v=1"]
+
+
+def changed(path: Path, doc: dict) -> bool:
+    """Whether ``write(path, doc)`` would change the file (a kubelet started from the old
+    one runs with old settings, say a cluster DNS it did not have)."""
+    return not path.exists() or path.read_text() != yaml.safe_dump(doc, sort_keys=False)
 
 
 def write(path: Path, doc: dict) -> Path:

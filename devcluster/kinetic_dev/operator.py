@@ -73,7 +73,10 @@ def chart_values(cfg: LocalConfig, built: Built | None = None) -> dict:
         "storageEmulatorHost": cfg.storage_emulator_host,
         "podTTLSeconds": LOCAL_POD_TTL_SECONDS,
         "podGracePeriodSeconds": LOCAL_POD_GRACE_SECONDS,
-        "gangs": {"rendezvous": "podIP"},  # no cluster DNS here: members dial rank 0's IP
+        # The chart's default, said here since the local cluster has DNS only of its own
+        # (`clusterdns`): members reach rank 0 by name under their gang's headless Service.
+        "gangs": {"rendezvous": "dns"},
+        "clusterDomain": cfg.cluster_domain,  # the fully qualified names members dial
         "packageIndex": pipconfig.package_index(),
     }
     if built is not None:

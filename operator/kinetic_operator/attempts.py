@@ -68,6 +68,9 @@ class Limits:
 
     retries: int = 0
     max_disruptions: int = DEFAULT_MAX_DISRUPTIONS
+    # Seconds a Pod may wait for a node before its attempt fails as Unschedulable (None: no
+    # bound). Without one, a request no node can ever meet stays Pending for good.
+    unschedulable_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def plan_unit(
     current = max(reserved, max(pods, default=0))
     if current == 0:
         return _before_any_attempt(cancel, pod_name)
-    seen = _see(pods, known or {}, current, pod_name, now)
+    seen = _see(pods, known or {}, current, pod_name, now, limits)
     decided = _success_wins(seen) or _cancelled_unit(seen, cancel, limits, now)
     if decided is not None:
         return decided
@@ -229,12 +232,13 @@ def _see(
     current: int,
     pod_name: Callable[[int], str],
     now: datetime,
+    limits: Limits,
 ) -> _Seen:
     """How each attempt up to ``current`` ended (if it did), and its record."""
     records: list[AttemptRecord] = []
     ends: dict[int, End] = {}
     for k in range(1, current + 1):
-        end = _ended(pods.get(k), known.get(k), is_current=k == current, now=now)
+        end = _ended(pods.get(k), known.get(k), is_current=k == current, now=now, limits=limits)
         if end is not None:
             ends[k] = end
         records.append(_record(k, pods.get(k), end, known.get(k), pod_name, now))
@@ -323,29 +327,46 @@ def _after_failure(
             last=seen.pod,
         )
     why = f"Attempt {current} failed ({what}); retry {seen.failures} of {limits.retries}"
-    return _retry(seen, why, "retry", pod_name)
+    return _retry(seen, why, "retry", pod_name, limits)
 
 
 def _after_disruption(
     seen: _Seen, end: End, limits: Limits, pod_name: Callable[[int], str]
 ) -> UnitPlan:
     """A disruption is retried for free, up to ``max_disruptions`` times."""
-    current, what = seen.current, _describe(end)
-    if seen.disruptions > limits.max_disruptions:
-        return seen.plan(
-            "failed",
-            "TooManyDisruptions",
-            f"Failed on attempt {current}: disrupted {seen.disruptions} times (the operator "
-            f"allows {limits.max_disruptions}); last: {what}.",
-            stop=seen.strays,
-            last=seen.pod,
-        )
-    why = f"Attempt {current} was disrupted ({what}); retried without using a retry"
-    return _retry(seen, why, "disruption", pod_name)
+    why = f"Attempt {seen.current} was disrupted ({_describe(end)}); retried without using a retry"
+    return _retry(seen, why, "disruption", pod_name, limits)
 
 
-def _retry(seen: _Seen, why: str, cause: AttemptCause, pod_name: Callable[[int], str]) -> UnitPlan:
+def _too_many_disruptions(seen: _Seen, limits: Limits) -> UnitPlan | None:
+    """Past ``max_disruptions`` the unit fails, whatever ended its last attempt: the bound
+    holds on every path that would start another attempt."""
+    if seen.disruptions <= limits.max_disruptions:
+        return None
+    last = next(
+        (e for k, e in sorted(seen.ends.items(), reverse=True) if e.outcome == "disruption")
+    )
+    return seen.plan(
+        "failed",
+        "TooManyDisruptions",
+        f"Failed on attempt {seen.current}: disrupted {seen.disruptions} times (the operator "
+        f"allows {limits.max_disruptions}); last: {_describe(last)}.",
+        stop=seen.all_live,
+        last=seen.pod,
+    )
+
+
+def _retry(
+    seen: _Seen,
+    why: str,
+    cause: AttemptCause,
+    pod_name: Callable[[int], str],
+    limits: Limits,
+) -> UnitPlan:
     """The next attempt starts, and the ended one's Pod is stopped if still live."""
+    too_many = _too_many_disruptions(seen, limits)
+    if too_many is not None:
+        return too_many
     nxt = seen.current + 1
     return seen.plan(
         "pending",
@@ -361,21 +382,38 @@ def _retry(seen: _Seen, why: str, cause: AttemptCause, pod_name: Callable[[int],
 
 
 def _ended(
-    pod: PodView | None, known: AttemptRecord | None, *, is_current: bool, now: datetime
+    pod: PodView | None,
+    known: AttemptRecord | None,
+    *,
+    is_current: bool,
+    now: datetime,
+    limits: Limits = Limits(),
 ) -> End | None:
     """How an attempt ended, or None while it is still on its way (or not created yet)."""
-    recorded = _recorded_end(known) if pod is None or pod.gone else None
+    recorded = _recorded_end(known)
     if recorded is not None:
         return recorded
     if pod is None:
         return _unseen_end(known, is_current=is_current)
-    return pod_end(pod, now)
+    return pod_end(pod, now, limits.unschedulable_seconds)
+
+
+ENDED = ("success", "failure", "disruption")
 
 
 def _recorded_end(known: AttemptRecord | None) -> End | None:
-    """A success or failure already recorded stands once its Pod is gone."""
-    if known is not None and known.outcome in ("success", "failure"):
-        return End(known.outcome, known.reason or "Unknown", known.message, known.exit_code)
+    """An end already recorded stands, whatever its Pod shows later.
+
+    Once an attempt is judged (a container that could not start, a failure,
+    a disruption), the operator stops its Pod; that Pod then reads as deleted,
+    and judging it again would turn the failure into a free disruption, so a
+    unit could retry for ever. The record is the verdict.
+    """
+    if known is None:
+        return None
+    outcome = known.outcome
+    if outcome == "success" or outcome == "failure" or outcome == "disruption":
+        return End(outcome, known.reason or "Unknown", known.message, known.exit_code)
     return None
 
 
@@ -389,9 +427,9 @@ def _unseen_end(known: AttemptRecord | None, *, is_current: bool) -> End | None:
     return End("disruption", "PodLost", "its Pod was deleted before it was seen to end")
 
 
-def pod_end(pod: PodView, now: datetime) -> End | None:
-    """How the attempt of a Pod seen ended: it succeeded, failed, was disrupted, or its
-    container cannot start; None while it is on its way."""
+def pod_end(pod: PodView, now: datetime, unschedulable_seconds: float | None = None) -> End | None:
+    """How the attempt of a Pod seen ended: it succeeded, failed, was disrupted, its
+    container cannot start, or no node would take it in time; None while it is on its way."""
     if pod.phase == "Succeeded":
         return End("success", "Completed", pod.termination_message, pod.exit_code)
     disrupted = _disruption(pod)
@@ -400,7 +438,7 @@ def pod_end(pod: PodView, now: datetime) -> End | None:
     if pod.gone or disrupted is not None:
         reason = disrupted or "PodDeleted"
         return End("disruption", reason, pod.message or f"pod {pod.name} was deleted")
-    return _cannot_start(pod, now)
+    return _cannot_start(pod, now) or _unschedulable(pod, now, unschedulable_seconds)
 
 
 def _failed_end(pod: PodView, disrupted: str | None) -> End:
@@ -435,6 +473,22 @@ def _cannot_start(pod: PodView, now: datetime) -> End | None:
     return None
 
 
+def _unschedulable(pod: PodView, now: datetime, bound: float | None) -> End | None:
+    """A Pod no node has taken for ``bound`` seconds: its attempt fails as Unschedulable,
+    with the scheduler's words, instead of waiting for ever (a retry may find room later)."""
+    if bound is None or pod.unschedulable is None or pod.phase != "Pending" or not pod.created:
+        return None
+    waited = (now - parse_time(pod.created)).total_seconds()
+    if waited < bound:
+        return None
+    return End(
+        "failure",
+        "Unschedulable",
+        f"no node could run it for {waited:.0f}s (the operator waits {bound:.0f}s): "
+        f"{pod.unschedulable}",
+    )
+
+
 def _ended_before_deletion(pod: PodView) -> bool:
     """A failed Pod deleted afterwards (by hand, or by cleanup) failed on its own.
 
@@ -467,12 +521,16 @@ def _record(
     pod_name: Callable[[int], str],
     now: datetime,
 ) -> AttemptRecord:
-    """Attempt ``k`` as the status and the manifest record it."""
-    if pod is None and known is not None:
+    """Attempt ``k`` as the status and the manifest record it. A recorded end stands (a
+    gang's members may still move on: a member stopped after the verdict says so)."""
+    if known is not None and (pod is None or known.outcome in ENDED):
+        if pod is not None and pod.members is not None:
+            return known.model_copy(update={"members": list(pod.members)})
         return known
     return AttemptRecord(
         attempt=k,
         pod=pod.name if pod is not None else pod_name(k),
+        pod_uid=pod.uid if pod is not None and pod.members is None else None,
         outcome=_record_outcome(pod, end),
         reason=end.reason if end else None,
         exit_code=end.exit_code if end else None,

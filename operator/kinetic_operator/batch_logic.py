@@ -86,7 +86,7 @@ from kinetic.model.resources import (
 )
 
 from kinetic_operator import gangs
-from kinetic_operator.attempts import Limits, UnitPlan, plan_unit
+from kinetic_operator.attempts import ENDED, Limits, UnitPlan, plan_unit
 from kinetic_operator.conditions import READINESS, readiness
 from kinetic_operator.gangs import Gang
 from kinetic_operator.observed import PodView
@@ -146,8 +146,12 @@ class UnitObservation:
 
     pods: Mapping[int, PodView] = field(default_factory=dict)
     creating: int | None = None
+    creating_name: str | None = None  # the name ``creating``'s Pod was created under
     members: tuple[PodView, ...] = ()  # a gang's member Pods, tombstones included
     gang: Gang | None = None  # set by `see_gangs`: then ``pods`` are one view per attempt
+    # Attempts whose end an earlier decision recorded (the verdict stands, whatever their
+    # Pods show later: a Pod the operator stopped for a failure then reads as deleted).
+    ended: Mapping[int, AttemptRecord] = field(default_factory=dict)
     # Members this process is creating or deleting and the watch has not shown so yet,
     # read with the Pods (the same moment): a later read could miss one the watch just
     # showed, while the Pods read here still lack it, and create or delete it twice.
@@ -277,6 +281,7 @@ class _Work:
     chunk: int
     now: datetime
     max_disruptions: int
+    unschedulable_seconds: float | None
     succeeded: IndexSet
     failed: IndexSet
     cancelled: IndexSet
@@ -315,6 +320,7 @@ def decide_batch(
     max_disruptions: int = DEFAULT_MAX_DISRUPTIONS,
     extra: Recorded | None = None,
     dns: bool = True,
+    unschedulable_seconds: float | None = None,
 ) -> BatchDecision:
     """Decide what a batch does next; see the module docstring for the rules.
 
@@ -327,6 +333,7 @@ def decide_batch(
     """
     old = status if status is not None else KineticBatchStatus.model_validate({})
     w = _start(spec, old, batch, now, max_disruptions, extra)
+    w.unschedulable_seconds = unschedulable_seconds
     w.members, w.dns = _gang_members(units), dns
     if Phase(old.phase).terminal:
         recorded = Recorded(w.succeeded, w.failed, w.cancelled)
@@ -381,6 +388,7 @@ def _start(
         chunk=max(1, spec.chunk_size),
         now=now,
         max_disruptions=max_disruptions,
+        unschedulable_seconds=None,
         succeeded=known.succeeded,
         failed=known.failed,
         cancelled=known.cancelled - known.succeeded - known.failed,
@@ -464,10 +472,11 @@ def _busy_units(units: Mapping[int, UnitObservation]) -> set[int]:
 
 
 def _settled_strays(w: _Work, unit: int, obs: UnitObservation) -> list[str]:
-    """The Pods of a settled unit still live, or still being created."""
+    """The Pods of a settled unit still live, or still being created (by the name it was
+    created under: someone else's Pod may hold the one it was meant to have)."""
     strays = [p.name for p in obs.pods.values() if p.live]
-    if obs.creating is not None and obs.creating not in obs.pods:
-        strays.append(input_pod_name(w.batch, unit, obs.creating))
+    if obs.creating is not None and obs.creating not in obs.pods and obs.creating_name:
+        strays.append(obs.creating_name)
     return strays
 
 
@@ -506,18 +515,13 @@ def see_gangs(
     return out
 
 
-ENDED = ("success", "failure", "disruption")
-
-
-def settled_gangs(
-    units: Mapping[int, UnitObservation], plans: Mapping[int, UnitPlan]
-) -> dict[int, dict[int, AttemptRecord]]:
-    """The ended attempts of each gang unit this decision planned, to be remembered: from
-    then on their verdicts stand (`gangs.see`)."""
+def settled_units(plans: Mapping[int, UnitPlan]) -> dict[int, dict[int, AttemptRecord]]:
+    """The ended attempts of each unit this decision planned, to be remembered: from then on
+    their verdicts stand (`UnitObservation.ended`; for gangs, `gangs.see`)."""
     return {
-        unit: {r.attempt: r for r in plan.records if r.outcome in ENDED}
+        unit: ended
         for unit, plan in plans.items()
-        if (obs := units.get(unit)) is not None and obs.gang is not None
+        if (ended := {r.attempt: r for r in plan.records if r.outcome in ENDED})
     }
 
 
@@ -555,10 +559,11 @@ def _plan(w: _Work, unit: int, obs: UnitObservation, *, cancel_all: bool) -> Uni
         obs.pods,
         reserved=max(1, obs.creating or 0),
         creating=obs.creating is not None and obs.creating >= max(obs.pods, default=0),
-        limits=Limits(retries_of(w.spec, unit), w.max_disruptions),
+        limits=Limits(retries_of(w.spec, unit), w.max_disruptions, w.unschedulable_seconds),
         cancel=cancel_all,
         pod_name=functools.partial(input_pod_name, w.batch, unit),
         now=w.now,
+        known=obs.ended,
     )
 
 

@@ -108,6 +108,7 @@ def build_unit_pod(
         env=env,
         fuse_driver=fuse_driver,
         volumes_at="spec.template" if spec.template is not None else f"spec.jobs[{unit}]",
+        home=home if settings.storage_root else None,
     )
 
 

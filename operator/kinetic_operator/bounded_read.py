@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from kinetic.model.logs import CUT_NOTE, cut_archive
 from kinetic.storage import TooLarge, read_at_most
 
 __all__ = ["CUT_NOTE", "TooLarge", "first_bytes", "last_bytes", "log_archive", "read_at_most"]
@@ -37,11 +38,6 @@ __all__ = ["CUT_NOTE", "TooLarge", "first_bytes", "last_bytes", "log_archive", "
 TAIL_LINES = 10_000
 CHUNK = 1 << 16
 
-# How a log cut to its end says so, on its first line.
-CUT_NOTE = (
-    "[kinetic: this log was cut: the Pod wrote more than {limit:,} bytes, the most its "
-    "archive keeps; what follows is the end of it]\n"
-)
 
 OpenLog = Callable[[int | None, int | None], Iterable[bytes]]
 """``open_log(limit_bytes, tail_lines)``: the Pod's log as the API serves it, in pieces.
@@ -63,12 +59,8 @@ def log_archive(open_log: OpenLog, limit: int) -> bytes:
     head = first_bytes(open_log(limit + 1, None), limit + 1)
     if len(head) <= limit:
         return head
-    note = CUT_NOTE.format(limit=limit).encode()
-    tail = last_bytes(open_log(None, TAIL_LINES), max(limit - len(note), 0))
-    newline = tail.find(b"\n")
-    if 0 <= newline < len(tail) - 1:
-        tail = tail[newline + 1 :]  # from the start of a line, not the middle of one
-    return note + tail
+    room = max(limit - len(CUT_NOTE.format(limit=limit).encode()), 0)
+    return cut_archive(last_bytes(open_log(None, TAIL_LINES), room), limit + 1, limit)
 
 
 def first_bytes(pieces: Iterable[bytes], keep: int) -> bytes:

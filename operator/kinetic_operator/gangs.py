@@ -65,6 +65,14 @@ class Gang:
         ranks = self.members.get(attempt, {})
         return tuple(p.name for _, p in sorted(ranks.items()) if self._stoppable(p))
 
+    def members_named(self, view: str) -> tuple[str, ...] | None:
+        """The live member Pods of the attempt whose view is named ``view`` (what stopping
+        it deletes), or None when no attempt of this gang has that name."""
+        for attempt, ranks in self.members.items():
+            if ranks and attempt_name(ranks) == view:
+                return self.members_of(attempt)
+        return None
+
     @property
     def teardown(self) -> tuple[str, ...]:
         """Live members of attempts that have a verdict: they cannot finish without their
@@ -202,6 +210,7 @@ def _settled_view(
         MemberRecord(
             rank=m.rank,
             pod=ranks[m.rank].name if m.rank in ranks else gang_pod_name(name, m.rank),
+            pod_uid=ranks[m.rank].uid if m.rank in ranks else None,
             outcome=before[m.rank] if before.get(m.rank) in kept else "stopped",
             exit_code=ranks[m.rank].exit_code if m.rank in ranks else None,
             reason=_clip(m.reason) if before.get(m.rank) in kept else None,
@@ -233,9 +242,9 @@ def _settled_view(
 
 
 def attempt_name(ranks: Mapping[int, PodView]) -> str:
-    """The attempt's own name (``<job>-<a>``): a member's name without its rank."""
+    """The attempt's own name (``<job>-a<a>``), as its members' labels give it."""
     pod = next(iter(ranks.values()))
-    return pod.name.rsplit("-", 1)[0]
+    return pod.attempt_pod or pod.name
 
 
 def _latest(pods: Iterable[PodView]) -> dict[str, PodView]:
@@ -404,6 +413,7 @@ def _records(
             MemberRecord(
                 rank=rank,
                 pod=pod.name if pod is not None else gang_pod_name(name, rank),
+                pod_uid=pod.uid if pod is not None else None,
                 outcome=outcome,
                 exit_code=pod.exit_code if pod is not None else None,
                 reason=_clip(member.reason),

@@ -42,9 +42,9 @@ from typing import Any, Literal
 from kinetic.model import digest, layout, limits
 from kinetic.model.catalog import Catalog, UnknownAccelerator, resolve
 from kinetic.model.data import volume_problems
-from kinetic.model.gang import effective_hosts, job_hosts_problems, pod_name_problem
+from kinetic.model.gang import job_hosts_problems
 from kinetic.model.limits import DEFAULT_MAX_DISRUPTIONS
-from kinetic.model.names import MAX_POD_NAME, fmt_time, job_pod_name, parse_time
+from kinetic.model.names import fmt_time, job_pod_name, parse_time
 from kinetic.model.resources import (
     Condition,
     KineticJobSpec,
@@ -87,6 +87,7 @@ class Bounds:
 
     max_disruptions: int = DEFAULT_MAX_DISRUPTIONS
     history: int = 10
+    unschedulable_seconds: float | None = None  # see `attempts.Limits`
 
 
 @dataclass(frozen=True)
@@ -185,16 +186,20 @@ def validate_spec(
         if why is not None:
             return InvalidSpec(why)
     hosts = job_hosts_problems(spec, catalog)
-    if hosts:
-        return InvalidSpec(hosts[0])
-    longest = job_pod_name(name, spec.retries + max_disruptions + 1)
-    if len(longest) > MAX_POD_NAME:
-        return InvalidSpec(
-            f"metadata.name: too long; attempt Pods are named <name>-<attempt> and {longest!r} "
-            f"would exceed {MAX_POD_NAME} characters"
-        )
-    too_long = pod_name_problem(longest, effective_hosts(spec.hosts, catalog, spec.accelerator))
-    return InvalidSpec(too_long) if too_long else spec
+    return InvalidSpec(hosts[0]) if hosts else spec
+
+
+def recorded_instance(view: PodView, status: KineticJobStatus) -> bool:
+    """Whether ``view`` is the Pod the status recorded for its attempt (or rank), or none is
+    recorded yet: a Pod made again under a recorded name (by someone who copied its seal)
+    has another UID, and is not the attempt's, after a restart as before it."""
+    rec = next((r for r in status.attempts if r.attempt == view.attempt), None)
+    if rec is None or view.uid is None:
+        return True
+    if view.rank is None:
+        return rec.pod_uid in (None, view.uid)
+    member = next((m for m in rec.members or () if m.rank == view.rank), None)
+    return member is None or member.pod_uid in (None, view.uid)
 
 
 def spec_sha256(spec: KineticJobSpec) -> str:
@@ -303,10 +308,9 @@ class _Work:
             self.actions.append(CreatePod(attempt, cause, todo.ranks, todo.coordinator))
 
     def _members(self, pod: str) -> tuple[str, ...]:
-        if self.gang is None:
-            return (pod,)
-        attempt = _attempt_of(pod)
-        return self.gang.members_of(attempt) if attempt is not None else (pod,)
+        """A gang's attempt view stands for its live members; any other Pod for itself."""
+        members = self.gang.members_named(pod) if self.gang is not None else None
+        return (pod,) if members is None else members
 
 
 def decide(
@@ -356,7 +360,7 @@ def decide(
             pods,
             reserved=st.attempt,
             creating=creating,
-            limits=Limits(spec.retries, bounds.max_disruptions),
+            limits=Limits(spec.retries, bounds.max_disruptions, bounds.unschedulable_seconds),
             cancel=spec.cancel,
             pod_name=lambda k: job_pod_name(name, k),
             now=now,
@@ -409,12 +413,6 @@ def _complete_gang(w: _Work, plan: UnitPlan) -> None:
         return
     if not plan.terminal and plan.create is None and plan.attempt in gang.members:
         w.create(plan.attempt, None)
-
-
-def _attempt_of(pod: str) -> int | None:
-    """The attempt number at the end of an attempt's name (``<job>-<a>``)."""
-    tail = pod.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else None
 
 
 def _end_job(w: _Work, spec: KineticJobSpec, plan: UnitPlan, phase: Phase) -> None:

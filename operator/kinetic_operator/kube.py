@@ -8,9 +8,11 @@ so a handler that runs twice does no harm.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
+import secrets
 import socket
 import time
 import uuid
@@ -19,7 +21,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from kinetic.model.names import LABEL_RANK
+from kinetic.model.names import fmt_time
 from kinetic.model.resources import BATCH_PLURAL, GROUP, JOB_KIND, JOB_PLURAL, VERSION
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -27,6 +29,7 @@ from kubernetes.config.config_exception import ConfigException
 
 from kinetic_operator import deepjson, metrics
 from kinetic_operator.bounded_read import CHUNK, log_archive
+from kinetic_operator.seal import Sealer
 
 log = logging.getLogger("kinetic.operator")
 T = TypeVar("T")
@@ -34,6 +37,7 @@ T = TypeVar("T")
 COMPONENT = "kinetic-operator"
 MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT = 30  # seconds; a hung call must not hold a KineticJob's lock forever
+SEAL_KEY_FIELD = "key"  # the seal key Secret's one entry
 CSI_DRIVER_TTL = 10.0  # seconds a CSIDriver seen present is believed without reading it again
 
 
@@ -140,8 +144,11 @@ class Kube:
         self.instance = os.environ.get("HOSTNAME") or socket.gethostname()
         self.log_limit = LOG_ARCHIVE_BYTES
         self.accounts: set[tuple[str, str]] = set()  # runner ServiceAccounts known to exist
-        self.services: set[tuple[str, str, str]] = set()  # gang Services made: ns, name, owner
+        # Objects made for an owner's gangs (Service, NetworkPolicy): (kind, ns, name, owner
+        # UID) -> the name they got (their own, or an alternative: `handlers.owned`).
+        self.owned: dict[tuple[str, str, str, str], str] = {}
         self.csi_seen: dict[str, float] = {}  # CSIDriver name -> when last read present
+        self.sealer: Sealer | None = None  # set at start-up (`handlers.setup.load_seal`)
 
     def serves_kinds(self) -> bool:
         """Whether the API server's discovery lists both of our kinds (False while it
@@ -228,9 +235,10 @@ class Kube:
     # ------------------------------------------------------------------ attempt Pods
 
     def create_pod(self, manifest: dict[str, Any]) -> bool:
-        """Create an attempt's Pod; if it exists already, that is the same attempt (same name).
+        """Create an attempt's Pod; False when a Pod of that name exists already (whose it is
+        the caller asks: `handlers.owned.create_sealed`).
 
-        Returns whether this call created it (False: it was there already).
+        Returns whether this call created it.
         """
         meta = manifest["metadata"]
         try:
@@ -246,8 +254,7 @@ class Kube:
             )
         except ApiException as exc:
             if exc.status == 409:
-                self._same_owner(manifest)
-                return False  # an earlier run made it
+                return False
             if exc.status in (400, 422):
                 raise Rejected(_api_message(exc)) from exc
             if exc.status == 403:  # e.g. its ServiceAccount was deleted: look again next time
@@ -256,24 +263,57 @@ class Kube:
         log.debug("Created Pod %s/%s", meta["namespace"], meta["name"])
         return True
 
-    def _same_owner(self, manifest: dict[str, Any]) -> None:
-        """A gang member's name can be another object's Pod (job ``x``'s attempt 1 rank 2
-        and job ``x-1``'s attempt 2 are both ``x-1-2``): refuse to take it for ours."""
-        meta = manifest["metadata"]
-        if LABEL_RANK not in (meta.get("labels") or {}):
-            return  # one Pod per attempt: names cannot clash across owners
-        found = self.core.read_namespaced_pod(
-            meta["name"], meta["namespace"], _request_timeout=REQUEST_TIMEOUT
-        )
-        ours = meta["ownerReferences"][0]["uid"]
-        owners = [o.uid for o in found.metadata.owner_references or [] if o.controller]
-        if owners != [ours]:
-            owner = (found.metadata.owner_references or [None])[0]
-            held = f"{owner.kind} {owner.name}" if owner is not None else "nothing of Kinetic's"
-            raise Rejected(
-                f"Pod {meta['name']} already exists and belongs to {held}; gang members are "
-                "named <name>-<attempt>-<rank>, so rename this job (or that one)"
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A Pod as stored now, as a plain dict, or None when there is none of that name."""
+        try:
+            resp = self.core.read_namespaced_pod(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT, _preload_content=False
             )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return _decoded(resp)
+
+    def seal_key(self, namespace: str, name: str) -> tuple[bytes, str | None]:
+        """The operator's seal key (`kinetic_operator.seal`) and when it was made: the
+        Secret ``name`` in the operator's namespace, created with a random key the first
+        time (whichever replica gets there first; the other reads it)."""
+        for _ in range(3):
+            try:
+                found = self.core.read_namespaced_secret(
+                    name, namespace, _request_timeout=REQUEST_TIMEOUT
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            else:
+                raw = (found.data or {}).get(SEAL_KEY_FIELD)
+                if raw:
+                    return base64.b64decode(raw), _stamp(found.metadata.creation_timestamp)
+                raise RuntimeError(f"Secret {namespace}/{name} has no {SEAL_KEY_FIELD!r}")
+            self._create_seal_key(namespace, name)
+        raise RuntimeError(f"could not read or create the seal key {namespace}/{name}")
+
+    def _create_seal_key(self, namespace: str, name: str) -> None:
+        """A random key in a new Secret; one made meanwhile by another replica is theirs."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/managed-by": COMPONENT},
+            },
+            "type": "Opaque",
+            "data": {SEAL_KEY_FIELD: base64.b64encode(secrets.token_bytes(32)).decode()},
+        }
+        try:
+            self.core.create_namespaced_secret(namespace, body, _request_timeout=REQUEST_TIMEOUT)
+            log.info("Created the seal key %s/%s for the Pods this operator makes", namespace, name)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
 
     def csi_driver_installed(self, name: str) -> bool | None:
         """Whether the cluster has the CSIDriver ``name``; None when this operator may not
@@ -304,25 +344,62 @@ class Kube:
         self.csi_seen[name] = time.monotonic()
         return True
 
-    def ensure_service(self, manifest: dict[str, Any]) -> None:
-        """Create a gang's headless Service unless this process did already (or it exists).
-
-        Its owner deletes it; it never changes, so one that exists is the same.
-        """
+    def create_service(self, manifest: dict[str, Any]) -> bool:
+        """Create a Service; False when one of that name exists (whose, the caller asks)."""
         meta = manifest["metadata"]
-        key = (meta["namespace"], meta["name"], meta["ownerReferences"][0]["uid"])
-        if key in self.services:
-            return
-        try:
-            self.core.create_namespaced_service(
+        return self._create(
+            lambda: self.core.create_namespaced_service(
                 meta["namespace"], manifest, _request_timeout=REQUEST_TIMEOUT
             )
+        )
+
+    def read_service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A Service as stored now, as a plain dict, or None."""
+        return self._read(
+            lambda: self.core.read_namespaced_service(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT
+            )
+        )
+
+    def create_network_policy(self, manifest: dict[str, Any]) -> bool:
+        """Create a NetworkPolicy; False when one of that name exists."""
+        meta = manifest["metadata"]
+        api = client.NetworkingV1Api(self.api)
+        return self._create(
+            lambda: api.create_namespaced_network_policy(
+                meta["namespace"], manifest, _request_timeout=REQUEST_TIMEOUT
+            )
+        )
+
+    def read_network_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A NetworkPolicy as stored now, as a plain dict, or None."""
+        api = client.NetworkingV1Api(self.api)
+        return self._read(
+            lambda: api.read_namespaced_network_policy(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT
+            )
+        )
+
+    def _create(self, call: Callable[[], Any]) -> bool:
+        try:
+            call()
         except ApiException as exc:
+            if exc.status == 409:
+                return False
             if exc.status in (400, 422):
                 raise Rejected(_api_message(exc)) from exc
-            if exc.status != 409:
-                raise
-        self.services.add(key)
+            raise
+        return True
+
+    def _read(self, call: Callable[[], Any]) -> dict[str, Any] | None:
+        try:
+            found = call()
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        plain: dict[str, Any] = self.api.sanitize_for_serialization(found)
+        return plain
 
     def ensure_service_account(self, namespace: str, name: str) -> None:
         """Create the ServiceAccount job Pods run as in ``namespace``, unless it is there.
@@ -361,23 +438,40 @@ class Kube:
                     raise
         self.accounts.add((namespace, name))
 
-    def delete_pod(self, namespace: str, name: str, *, now: bool = False) -> None:
+    def delete_pod(
+        self, namespace: str, name: str, *, now: bool = False, uid: str | None = None
+    ) -> None:
         """Delete an attempt's Pod; one that is gone needs no deleting.
 
         `now` (grace period 0) is for Pods that have finished: there is no
-        process left to stop, so there is nothing to wait for.
+        process left to stop, so there is nothing to wait for. ``uid``: only
+        that Pod (a precondition the API server checks): a Pod someone else
+        made under the name since is left alone.
         """
-        with _unless_gone():
-            _drain(
-                self.core.delete_namespaced_pod(
-                    name,
-                    namespace,
-                    grace_period_seconds=0 if now else None,
-                    _request_timeout=REQUEST_TIMEOUT,
-                    _preload_content=False,
+        # With a body, the API server reads the options from it alone (query parameters
+        # are ignored): the grace period goes there too.
+        options = client.V1DeleteOptions(
+            grace_period_seconds=0 if now else None,
+            preconditions=client.V1Preconditions(uid=uid) if uid else None,
+        )
+        try:
+            with _unless_gone():
+                _drain(
+                    self.core.delete_namespaced_pod(
+                        name,
+                        namespace,
+                        body=options,
+                        _request_timeout=REQUEST_TIMEOUT,
+                        _preload_content=False,
+                    )
                 )
+                log.debug("Deleted Pod %s/%s", namespace, name)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            log.warning(
+                "Not deleting Pod %s/%s: it is not the one this operator made", namespace, name
             )
-            log.debug("Deleted Pod %s/%s", namespace, name)
 
     def pod_log(self, namespace: str, name: str) -> bytes | None:
         """What to archive of a Pod's main container log, or None when there is none to read.
@@ -503,6 +597,11 @@ class Kube:
             self.core.replace_namespaced_config_map(
                 name, namespace, cm, _request_timeout=REQUEST_TIMEOUT
             )
+
+
+def _stamp(when: Any) -> str | None:
+    """A timestamp the client decoded, back in the API's own format."""
+    return fmt_time(when) if isinstance(when, datetime) else None
 
 
 def _drain(response: Any) -> None:

@@ -21,9 +21,13 @@ from kinetic.model.names import (
     LABEL_JOB,
     LABEL_RANK,
     fmt_time,
+    input_pod_name,
+    job_pod_name,
     parse_time,
 )
 from kinetic.model.resources import MemberRecord
+
+from kinetic_operator.seal import controller_uid
 
 MAX_MESSAGE = 4096
 
@@ -57,6 +61,10 @@ class PodView:
     unschedulable: str | None = None
     disruption: str | None = None
     owner_uid: str | None = None  # the UID of the KineticJob/KineticBatch that created it
+    uid: str | None = None  # the Pod's own UID: which instance of the name this is
+    # The attempt's own Pod name (`names.job_pod_name`, `names.input_pod_name`), from the
+    # labels: a gang member's attempt, whatever name the member itself has.
+    attempt_pod: str | None = None
     rank: int | None = None  # a gang member's rank; None on one host
     pod_ip: str | None = None  # rank 0's is the gang's coordinator where there is no DNS
     members: tuple[MemberRecord, ...] | None = None  # a whole gang's view: its members
@@ -136,10 +144,22 @@ def summarize_pod(body: Mapping[str, Any]) -> PodView | None:
         waiting_message=_clip(waiting.get("message")),
         unschedulable=_unschedulable(status),
         disruption=_disruption(status),
-        owner_uid=_controller_uid(meta),
+        owner_uid=controller_uid(meta),
+        uid=meta.get("uid") or None,
+        attempt_pod=_attempt_pod(labels, attempt),
         rank=_number(labels, LABEL_RANK),
         pod_ip=status.get("podIP") or None,
     )
+
+
+def _attempt_pod(labels: Mapping[str, Any], attempt: int) -> str | None:
+    """The attempt's own Pod name, from the owner's label (and the input's, in a batch)."""
+    job, batch, index = labels.get(LABEL_JOB), labels.get(LABEL_BATCH), _number(labels, LABEL_INDEX)
+    if isinstance(job, str) and job:
+        return job_pod_name(job, attempt)
+    if isinstance(batch, str) and batch and index is not None:
+        return input_pod_name(batch, index, attempt)
+    return None
 
 
 def _main_container(status: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
@@ -169,12 +189,6 @@ def _disruption(status: Mapping[str, Any]) -> str | None:
     """The reason of a True DisruptionTarget condition: the Pod is being evicted or preempted."""
     disruption = _condition(status.get("conditions"), "DisruptionTarget")
     return (disruption.get("reason") or "DisruptionTarget") if disruption else None
-
-
-def _controller_uid(meta: Mapping[str, Any]) -> str | None:
-    """The UID of the object that controls the Pod (its KineticJob or KineticBatch)."""
-    owner = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
-    return owner.get("uid") if owner else None
 
 
 def _deletion_asked(meta: Mapping[str, Any]) -> str | None:

@@ -20,11 +20,14 @@ from kinetic.model.catalog import resolve
 from kinetic.model.gang import DEFAULT_RENDEZVOUS_PORT, rendezvous_env
 from kinetic.model.names import (
     DEBUG_PORT,
+    DEFAULT_CLUSTER_DOMAIN,
     ENV_CHUNK,
     ENV_COORDINATOR_ADDRESS,
     ENV_DEBUG_PORT,
     ENV_JOB_NAME,
     ENV_JOB_NAMESPACE,
+    ENV_LOG_LIMIT,
+    ENV_LOG_URI,
     ENV_MASTER_ADDR,
     ENV_MASTER_PORT,
     ENV_PAYLOAD_URI,
@@ -68,6 +71,8 @@ RESERVED_ENV = frozenset(
         "KINETIC_REPORT_URI",
         "KINETIC_VOLUMES",
         ENV_DEBUG_PORT,
+        ENV_LOG_URI,
+        ENV_LOG_LIMIT,
     }
 )
 
@@ -177,6 +182,7 @@ def build_pod(
     env: Mapping[str, str],
     fuse_driver: bool | None = None,
     volumes_at: str = "spec",
+    home: layout.Home | None = None,
 ) -> dict[str, Any]:
     """One attempt as a Pod, owned by `owner`.
 
@@ -185,8 +191,10 @@ def build_pod(
     `spec.deadlineSeconds` per attempt. `env` are the operator's variables,
     which always win over the spec's. `fuse_driver` and `volumes_at`: see
     `datavolumes.apply` (a fuse volume the cluster cannot mount raises
-    `datavolumes.FuseUnavailable`, a `Rejected`).
+    `datavolumes.FuseUnavailable`, a `Rejected`). ``home``: the owner's storage, where a
+    function Pod's runner archives the end of its own log (`runner_log_env`).
     """
+    env = {**env, **runner_log_env(spec, settings, home, name)}
     placement = resolve(settings.accelerator_catalog, spec.accelerator, spec.spot)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -215,6 +223,16 @@ def build_pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 
+def runner_log_env(
+    spec: KineticJobSpec, settings: OperatorSettings, home: layout.Home | None, pod: str
+) -> dict[str, str]:
+    """Where a function Pod's runner archives the end of its log, and how much of it: it
+    saw every byte, where the kubelet's rotated log may have lost the end."""
+    if spec.function is None or home is None:
+        return {}
+    return {ENV_LOG_URI: home.log_uri(pod), ENV_LOG_LIMIT: str(settings.log_archive_bytes)}
+
+
 def build_job_pod(
     owner: Owner,
     spec: KineticJobSpec,
@@ -232,11 +250,27 @@ def build_job_pod(
         labels={LABEL_JOB: owner.name, LABEL_ATTEMPT: str(attempt)},
         env=job_env(owner, spec, settings, attempt),
         fuse_driver=fuse_driver,
+        home=job_home(owner, settings),
     )
 
 
-def gang_service(owner: Owner) -> dict[str, Any]:
-    """The headless Service that names the owner's gang members in DNS (``<owner>-gang``).
+def renamed(manifest: dict[str, Any], name: str, home: layout.Home | None) -> dict[str, Any]:
+    """The same Pod under another name (`handlers.owned`: its own was held by someone
+    else's Pod); where its runner archives its log and writes its report follow the name.
+    A gang member keeps its hostname: its peers reach it by that."""
+    manifest["metadata"]["name"] = name
+    for container in manifest["spec"]["containers"]:
+        for var in container.get("env") or ():
+            if home is not None and var.get("name") == ENV_LOG_URI:
+                var["value"] = home.log_uri(name)
+            elif home is not None and var.get("name") == "KINETIC_REPORT_URI":
+                var["value"] = home.report_uri(name)
+    return manifest
+
+
+def gang_service(owner: Owner, name: str | None = None) -> dict[str, Any]:
+    """The headless Service that names the owner's gang members in DNS (``<owner>-gang``, or
+    ``name`` when someone else holds that: `handlers.owned`).
 
     ``publishNotReadyAddresses``: members must find rank 0 before any of them
     is ready. It selects every Pod of the owner; only gang members have the
@@ -247,7 +281,7 @@ def gang_service(owner: Owner) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": gang_service_name(owner.name),
+            "name": name or gang_service_name(owner.name),
             "namespace": owner.namespace,
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, owner_label: owner.name},
             "ownerReferences": [owner.reference()],
@@ -257,6 +291,31 @@ def gang_service(owner: Owner) -> dict[str, Any]:
             "publishNotReadyAddresses": True,
             "selector": {owner_label: owner.name},
             "ports": [{"name": "rendezvous", "port": DEFAULT_RENDEZVOUS_PORT}],
+        },
+    }
+
+
+def gang_network_policy(owner: Owner, name: str) -> dict[str, Any]:
+    """A NetworkPolicy that lets only Pods of the owner's own namespace reach its gang
+    members, on any port: rank 0's rendezvous store (torch's, JAX's) trusts whoever
+    connects. What it guarantees: nothing from another namespace, and nothing from outside
+    the cluster, reaches them (where the cluster enforces NetworkPolicy). What it cannot:
+    labels can be forged inside a namespace, so any Pod of this namespace still can, and
+    anyone there who may write NetworkPolicies can open more (policies add up)."""
+    owner_label = LABEL_JOB if owner.kind == JOB_KIND else LABEL_BATCH
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": name,
+            "namespace": owner.namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, owner_label: owner.name},
+            "ownerReferences": [owner.reference()],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {owner_label: owner.name}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {}}]}],
         },
     }
 
@@ -271,12 +330,15 @@ def gang_member(
     coordinator: str | None = None,
     tpu: bool = False,
     home: layout.Home | None = None,
+    service: str | None = None,
+    domain: str = DEFAULT_CLUSTER_DOMAIN,
 ) -> dict[str, Any]:
     """Rank ``rank`` of a gang of ``hosts``, from the Pod its attempt would have on one host.
 
     Each member is named ``<attempt pod>-<rank>``, labelled with its rank, and
-    given a hostname under the owner's headless Service (`names.gang_service_name`),
-    so members resolve each other where the cluster has DNS (``dns``). Where
+    given a hostname under the owner's headless Service (``service``, by default
+    `names.gang_service_name`), so members resolve each other by fully qualified
+    names in cluster domain ``domain`` where the cluster has DNS (``dns``). Where
     it has not, ``coordinator`` is rank 0's Pod IP, which every other rank
     needs, and rank 0 is told its own through the downward API. Only rank 0
     writes the job's result: any other rank's function result goes to
@@ -287,10 +349,11 @@ def gang_member(
     attempt_pod = meta["name"]
     meta["name"] = name = gang_pod_name(attempt_pod, rank)
     meta["labels"][LABEL_RANK] = str(rank)
-    service = gang_service_name(owner.name)
-    spec["hostname"], spec["subdomain"] = gang_hostname(name), service
+    service = service or gang_service_name(owner.name)
+    spec["hostname"], spec["subdomain"] = gang_hostname(gang_pod_name(attempt_pod, rank)), service
     hostnames = [
-        gang_address(gang_hostname(gang_pod_name(attempt_pod, r)), service) for r in range(hosts)
+        gang_address(gang_hostname(gang_pod_name(attempt_pod, r)), service, owner.namespace, domain)
+        for r in range(hosts)
     ]
     if not dns and rank > 0 and not coordinator:
         raise ValueError("without DNS, ranks above 0 need rank 0's Pod IP (coordinator)")
@@ -299,6 +362,9 @@ def gang_member(
     env = rendezvous_env(rank, hosts, address, hostnames=hostnames, tpu=tpu)
     container = spec["containers"][0]
     container["env"] = _member_env(container["env"], env, own_ip)
+    for var in container["env"]:
+        if var["name"] == ENV_LOG_URI and home is not None:
+            var["value"] = home.log_uri(name)  # each member archives its own log
     if rank > 0:
         # A debugger attaches to rank 0 (`kinetic jobs debug`): the others run on and meet
         # it at the rendezvous rather than each wait for a debugger of its own.

@@ -26,6 +26,9 @@ from kinetic_operator.observed import PodView
 
 log = logging.getLogger("kinetic.operator")
 
+Due = tuple[str, str | None, str | None]
+"""A Pod to reap: its name, where to archive its log (None: nowhere), its UID (None: any)."""
+
 THREADS = 16  # a log read, a storage write and a DELETE per Pod: latency, not CPU
 EPOCH = "1970-01-01T00:00:00Z"
 
@@ -55,24 +58,47 @@ def archive_log(kube: Kube, namespace: str, pod: str, uri: str) -> bool:
     """Copy a finished Pod's log to storage, so handles can read it after the Pod is gone.
 
     A log longer than the archive keeps (KINETIC_LOG_ARCHIVE_BYTES) keeps its
-    end, after a line saying it was cut (`Kube.pod_log`).
+    end, after a line saying it was cut (`Kube.pod_log`). A function Pod's
+    runner archives its own log (it saw all of it, where the kubelet serves
+    only the current file of a rotated log): an archive already there is
+    kept, and its Pod's log is not even read.
     """
     try:
+        if storage.exists(uri):
+            return True
         data = kube.pod_log(namespace, pod)
         if data is not None:
-            storage.write_bytes(uri, data)
+            storage.write_if_generation(uri, data, 0)
+    except storage.PreconditionFailed:
+        return True  # the runner's archive landed meanwhile: it holds more than ours
     except Exception as exc:  # noqa: BLE001 — storage or the node down: keep the Pod, retry
         log.warning("Could not archive the log of %s/%s to %s: %s", namespace, pod, uri, exc)
         return False
     return True
 
 
-def reap_one(kube: Kube, namespace: str, pod: str, uri: str | None) -> None:
-    """Archive the Pod's log (when given a URI), then delete the Pod; a Pod whose log could
-    not be archived is kept for a later pass."""
+def stop_pod(kube: Kube, namespace: str, name: str, view: PodView | None, uri: str | None) -> None:
+    """Stop a live attempt Pod (a cancel, a gang torn down, a stray).
+
+    One that is running gets its log archived first (when there is a URI),
+    so an attempt stopped mid-way, or a gang member stopped once rank 0
+    finished, keeps its log: deleted, a Pod's log is gone. One whose
+    container never started goes at once (grace period 0): nothing runs in
+    it, and a graceful delete waited on the kubelet's image pulls, which
+    kept a Pod in ImagePullBackOff Terminating for a minute or more.
+    """
+    if view is not None and view.phase == "Running" and uri is not None:
+        archive_log(kube, namespace, name, uri)
+    never_started = view is not None and view.phase == "Pending"
+    kube.delete_pod(namespace, name, now=never_started, uid=view.uid if view else None)
+
+
+def reap_one(kube: Kube, namespace: str, pod: str, uri: str | None, uid: str | None = None) -> None:
+    """Archive the Pod's log (when given a URI), then delete the Pod (only the instance
+    ``uid``, when given); a Pod whose log could not be archived is kept for a later pass."""
     if uri is not None and not archive_log(kube, namespace, pod, uri):
         return
-    kube.delete_pod(namespace, pod, now=True)
+    kube.delete_pod(namespace, pod, now=True, uid=uid)
 
 
 @dataclass
@@ -98,17 +124,15 @@ class Reaper:
         with self.lock:
             return set(self.busy.get(owner, ()))
 
-    def submit(
-        self, kube: Kube, owner: Hashable, namespace: str, work: list[tuple[str, str | None]]
-    ) -> None:
+    def submit(self, kube: Kube, owner: Hashable, namespace: str, work: list[Due]) -> None:
         """Start reaping each Pod of ``work`` that is not being reaped already."""
-        for pod, uri in work:
+        for pod, uri, uid in work:
             with self.lock:
                 flying = self.busy.setdefault(owner, set())
                 if pod in flying:
                     continue
                 flying.add(pod)
-            future = self.pool.submit(reap_one, kube, namespace, pod, uri)
+            future = self.pool.submit(reap_one, kube, namespace, pod, uri, uid)
             future.add_done_callback(functools.partial(self._done, owner, namespace, pod))
 
     def idle(self) -> bool:

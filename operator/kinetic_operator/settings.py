@@ -16,9 +16,11 @@ from kinetic.model.limits import (
     DEFAULT_GANG_SCHEDULING_SECONDS,
     DEFAULT_MAX_DISRUPTIONS,
     DEFAULT_MAX_INPUTS,
+    DEFAULT_UNSCHEDULABLE_SECONDS,
     MAX_INPUTS_CEILING,
     MAX_REVIEW_BYTES,
 )
+from kinetic.model.names import DEFAULT_CLUSTER_DOMAIN
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -123,12 +125,38 @@ class OperatorSettings(BaseSettings):
         "Service; podIP, its Pod IP, for clusters without DNS (rank 0 is then created first, "
         "the other ranks once it has an address) (KINETIC_RENDEZVOUS).",
     )
+    gang_network_policy: bool = Field(
+        True,
+        description="Give each owner of gangs a NetworkPolicy that lets only Pods of its own "
+        "namespace reach the members (rank 0's rendezvous store trusts whoever connects) "
+        "(KINETIC_GANG_NETWORK_POLICY).",
+    )
+    cluster_domain: str = Field(
+        DEFAULT_CLUSTER_DOMAIN,
+        pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        description="The cluster's DNS domain, in the fully qualified names gang members reach "
+        "each other by (KINETIC_CLUSTER_DOMAIN).",
+    )
     gang_scheduling_seconds: float = Field(
         DEFAULT_GANG_SCHEDULING_SECONDS,
         ge=1,
         description="How long a gang member may wait for a node before the whole gang is "
         "torn down and its attempt fails as GangUnschedulable "
         "(KINETIC_GANG_SCHEDULING_SECONDS).",
+    )
+    seal_secret: str = Field(
+        "kinetic-operator-seal",
+        min_length=1,
+        description="The Secret in the operator's namespace holding the key that seals every "
+        "Pod the operator makes (created on first start) (KINETIC_SEAL_SECRET).",
+    )
+    unschedulable_seconds: float | None = Field(
+        DEFAULT_UNSCHEDULABLE_SECONDS,
+        ge=0,
+        description="How long a single-host attempt's Pod may wait for a node before the "
+        "attempt fails as Unschedulable (it spends a retry); 0: no bound. A request no "
+        "node can ever meet (an accelerator the cluster lacks) ends instead of waiting for "
+        "ever; a cluster autoscaler adding nodes has this long (KINETIC_UNSCHEDULABLE_SECONDS).",
     )
     pod_ttl_seconds: float = Field(
         120.0,
@@ -281,6 +309,11 @@ class OperatorSettings(BaseSettings):
         description="With tracing on, also write a heap snapshot every this many seconds; "
         "0 writes them only on SIGUSR1 (KINETIC_TRACEMALLOC_SECONDS).",
     )
+
+    @field_validator("unschedulable_seconds")
+    @classmethod
+    def _zero_is_no_bound(cls, value: float | None) -> float | None:
+        return value or None
 
     @field_validator("runner_service_account")
     @classmethod

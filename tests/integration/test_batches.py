@@ -27,6 +27,7 @@ from kinetic import storage
 from kinetic.api import kube as kinetic_kube
 from kinetic.api.batches import BatchError, BatchHandle, read_manifest, read_shard
 from kinetic.api.config import resolve
+from kinetic.api.handle import ResultDeleted
 from kinetic.api.jobs import JobCancelled, JobStatus
 from kinetic.model import digest, names
 from kinetic.model import resources as r
@@ -339,8 +340,11 @@ def test_a_timeout_does_not_cancel(ns: str) -> None:
         return i
 
     batch = nap.run_async_map(range(2))
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError) as timed_out:
         batch.results(timeout=1)
+    # The kind in full (it used to be cut to "kineticbatche").
+    said = str(timed_out.value)
+    assert said.startswith(f"KineticBatch {ns}/{batch.group_id} did not finish in 1 s: "), said
     assert _batch(ns, batch.group_id)["spec"]["cancel"] is False
     assert batch.results(timeout=TIMEOUT) == [0, 1]
 
@@ -398,6 +402,13 @@ def test_results_cleanup_keeps_the_manifest_then_full_cleanup(ns: str) -> None:
     }
     again = kinetic.attach_batch(batch.group_id, namespace=ns)
     assert again.name == "doubles" and again.total == 3
+    # Its results were read (and deleted) once: reading them again says so, and how to
+    # keep them, rather than "0 of 3 jobs failed" with nothing failed.
+    with pytest.raises(ResultDeleted) as read_twice:
+        again.results(timeout=60)
+    said = str(read_twice.value)
+    assert said.startswith(f"Batch {batch.group_id}: inputs 0-2 (3 of 3) succeeded, but their")
+    assert "Pass cleanup=False to keep results" in said
 
     batch.cleanup()
     assert kinetic_kube.get(r.BATCH_PLURAL, ns, batch.group_id) is None
@@ -432,6 +443,31 @@ def test_attach_batch_after_the_resource_is_deleted_reads_the_manifest(ns: str) 
     again.cleanup()
     with pytest.raises(LookupError, match="no manifest"):
         kinetic.attach_batch(batch.group_id, namespace=ns)
+
+
+def test_results_of_a_deleted_batch_say_that_nothing_vouches_for_them(ns: str) -> None:
+    """After `kubectl delete kb` no input failed, yet no value can be trusted: results()
+    raises that reason for the batch (it used to be "BatchError: 0 of 2 jobs failed")."""
+
+    @kinetic.run(namespace=ns)
+    def halve(x: int) -> float:
+        return x / 2
+
+    batch = halve.run_async_map([2, 4])
+    batch.wait(timeout=TIMEOUT)
+    _final_header(batch, "SUCCEEDED")
+    batch.cleanup(k8s=True, gcs=False)  # what kubectl delete does: results stay in storage
+
+    again = kinetic.attach_batch(batch.group_id, namespace=ns)
+    with pytest.raises(digest.Unverifiable) as refused:
+        again.results(timeout=60, cleanup=False)
+    said = str(refused.value)
+    assert said.startswith(
+        f"refusing to return the results of inputs 0-1 (2 of 2) of batch {batch.group_id} at "
+        f"{batch._home().prefix}: batch {batch.group_id} no longer exists"
+    )
+    assert "Read results before deleting a batch" in said
+    again.cleanup()
 
 
 # --------------------------------------------------------------------------- other processes

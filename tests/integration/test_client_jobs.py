@@ -21,6 +21,7 @@ import pytest
 from kinetic import storage
 from kinetic.api import kube as kinetic_kube
 from kinetic.api.config import resolve
+from kinetic.api.handle import ResultDeleted
 from kinetic.api.jobs import JobFailed, JobStatus, new_job_id, submit_job
 from kinetic.model import digest, layout, names, payload
 from kinetic.model import resources as r
@@ -162,8 +163,11 @@ def test_result_timeout_leaves_the_job_running(ns: str) -> None:
         return "rested"
 
     job = nap.run_async(8)
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TimeoutError) as timed_out:
         job.result(timeout=1)
+    # The kind in full and where the job is (it used to say "kineticjob …").
+    said = str(timed_out.value)
+    assert said.startswith(f"KineticJob {ns}/{job.job_id} did not finish in 1 s: it is "), said
     assert job.status() in (JobStatus.PENDING, JobStatus.RUNNING)
     seen: list[JobStatus] = []
     assert job.result(timeout=120, on_status_change=seen.append) == "rested"
@@ -249,6 +253,14 @@ def test_successful_result_cleans_up_by_default(ns: str) -> None:
     assert job.status() is JobStatus.NOT_FOUND
     assert not storage.exists(payload_uri) and not storage.exists(job.result_uri)
     assert storage.list_prefix(job._home().prefix) == []
+    # A second read says what happened and how to keep a result, not just "no longer exists".
+    with pytest.raises(ResultDeleted) as again:
+        job.result(timeout=10)
+    said = str(again.value)
+    assert "was cleaned up by an earlier result() on this handle" in said
+    assert "pass cleanup=False to keep them" in said
+    with pytest.raises(LookupError, match=r"result\(\) deletes the job and its result after"):
+        kinetic.attach(job.job_id, namespace=ns)  # another process: nothing left to find
 
 
 def test_cleanup_can_keep_artifacts_and_the_same_handle_still_reads_them(ns: str) -> None:

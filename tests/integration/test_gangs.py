@@ -1,9 +1,10 @@
 """Multi-host jobs on the real cluster: gangs of Pods that find rank 0, and fail together.
 
-The local cluster has no cluster DNS, so its operator runs with
-``rendezvous: podIP``: rank 0 is created first and the other ranks get its
-Pod IP as MASTER_ADDR. Witnesses from inside the Pods come back as results,
-termination messages or objects in the storage emulator the Pods were given.
+The local cluster serves cluster DNS (dnsmasq fed from the API server), so its
+operator runs with the chart's default ``rendezvous: dns``: every member gets
+rank 0's fully qualified name under the owner's headless Service as
+MASTER_ADDR. Witnesses from inside the Pods come back as results, termination
+messages or objects in the storage emulator the Pods were given.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 from kinetic import storage
 from kinetic.api.config import resolve
 from kinetic.api.inputs import read_manifest, read_shard
-from kinetic.model import layout
+from kinetic.model import layout, names
 from kinetic.model.resources import GROUP, VERSION
 from kube_helpers import Kube, ended_status, wait_for
 
@@ -82,66 +83,172 @@ def members(status: dict[str, Any], attempt: int = -1) -> dict[int, tuple[str, s
 # --------------------------------------------------------------------------- rendezvous
 
 
-def test_two_host_function_ranks_exchange_hostnames_over_tcp(ns: str, kube: Kube) -> None:
-    @kinetic.run(namespace=ns, hosts=2)
-    def meet() -> dict[str, Any]:
-        import os
-        import socket
-        import time
+def member(job: str, attempt: int, rank: int) -> str:
+    return names.gang_pod_name(names.job_pod_name(job, attempt), rank)
 
-        rank, port = int(os.environ["RANK"]), int(os.environ["MASTER_PORT"])
-        addr, me = os.environ["MASTER_ADDR"], socket.gethostname()
-        if rank == 0:
-            with socket.create_server(("", port)) as server:
-                server.settimeout(180)
-                conn, _ = server.accept()
-                with conn:
-                    peer, dialled = conn.recv(256).decode().split()
-                    conn.sendall(me.encode())
-            return {
-                "me": me,
-                "peer": peer,
-                "addr": addr,
-                "dialled": dialled,
-                "world": os.environ["WORLD_SIZE"],
-                "coordinator": os.environ["KINETIC_COORDINATOR_ADDRESS"],
-            }
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                conn = socket.create_connection((addr, port), timeout=5)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        with conn:
-            conn.sendall(f"{me} {addr}".encode())
-            return {"me": me, "peer": conn.recv(256).decode()}
 
-    handle = meet.run_async()
+def fqdn(job: str, ns: str, service: str | None = None) -> str:
+    """Rank 0 of attempt 1's fully qualified name under the job's gang Service."""
+    return f"{member(job, 1, 0)}.{service or job + '-gang'}.{ns}.svc.cluster.local"
+
+
+def meet() -> dict[str, Any]:
+    """Rank 0 listens on MASTER_PORT; rank 1 resolves MASTER_ADDR (every answer it got,
+    from its first try on) and dials it; each tells the other its hostname."""
+    import os
+    import socket
+    import time
+
+    rank, port = int(os.environ["RANK"]), int(os.environ["MASTER_PORT"])
+    addr, me = os.environ["MASTER_ADDR"], socket.gethostname()
+    if rank == 0:
+        with socket.create_server(("", port)) as server:
+            server.settimeout(180)
+            conn, _ = server.accept()
+            with conn:
+                peer, dialled, answers = conn.recv(4096).decode().split(" ", 2)
+                conn.sendall(me.encode())
+        return {
+            "me": me,
+            "peer": peer,
+            "addr": addr,
+            "dialled": dialled,
+            "answers": answers.split(),
+            "world": os.environ["WORLD_SIZE"],
+            "coordinator": os.environ["KINETIC_COORDINATOR_ADDRESS"],
+        }
+    answers: list[str] = []
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            ip = socket.gethostbyname(addr)
+            answers.append(ip)
+            conn = socket.create_connection((ip, port), timeout=5)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    with conn:
+        conn.sendall(f"{me} {ip} {' '.join(sorted(set(answers)))}".encode())
+        return {"me": me, "peer": conn.recv(256).decode()}
+
+
+def test_two_host_function_ranks_find_rank_0_by_its_fully_qualified_name(
+    ns: str, kube: Kube
+) -> None:
+    handle = kinetic.run(namespace=ns, hosts=2)(meet).run_async()
     out = handle.result(timeout=300, cleanup=False)
     name = handle.job_id
-    assert (out["me"], out["peer"], out["world"]) == (f"{name}-1-0", f"{name}-1-1", "2")
+    assert (out["me"], out["peer"], out["world"]) == (member(name, 1, 0), member(name, 1, 1), "2")
 
     status = handle.describe()
     assert status["phase"] == "SUCCEEDED" and status["attempt"] == 1
     record = status["attempts"][-1]
-    assert record["pod"] == f"{name}-1" and record["outcome"] == "success"
+    assert record["pod"] == names.job_pod_name(name, 1) and record["outcome"] == "success"
     ranks = members(status)
-    assert ranks[0] == (f"{name}-1-0", "succeeded")
-    assert ranks[1][0] == f"{name}-1-1" and ranks[1][1] in ("succeeded", "stopped")
+    assert ranks[0] == (member(name, 1, 0), "succeeded")
+    assert ranks[1][0] == member(name, 1, 1) and ranks[1][1] in ("succeeded", "stopped")
 
-    # No cluster DNS here: rank 1 dialled rank 0's Pod IP, which rank 0 was told as its own.
-    rank0 = kube.core.read_namespaced_pod(f"{name}-1-0", ns)
-    assert out["dialled"] == out["addr"] == rank0.status.pod_ip
-    assert out["coordinator"] == f"{rank0.status.pod_ip}:29500"
+    # Rank 1 found rank 0 by its fully qualified name, and only ever got rank 0's address.
+    rank0 = kube.core.read_namespaced_pod(member(name, 1, 0), ns)
+    assert out["addr"] == fqdn(name, ns)
+    assert out["dialled"] == rank0.status.pod_ip and out["answers"] == [rank0.status.pod_ip]
+    assert out["coordinator"] == f"{fqdn(name, ns)}:29500"
     assert rank0.metadata.labels["kinetic.dev/rank"] == "0"
-    assert (rank0.spec.hostname, rank0.spec.subdomain) == (f"{name}-1-0", f"{name}-gang")
-    # The headless Service that would name the members is made only where there is DNS:
-    # here it would name nobody, and its endpoints would follow every member for nothing.
-    assert not kube.core.list_namespaced_service(ns).items
+    assert (rank0.spec.hostname, rank0.spec.subdomain) == (member(name, 1, 0), f"{name}-gang")
+    # The job's headless Service names its members: the operator's (sealed, owned by it).
+    (svc,) = kube.core.list_namespaced_service(ns).items
+    assert svc.metadata.name == f"{name}-gang" and svc.spec.cluster_ip == "None"
+    assert names.ANNOTATION_SEAL in (svc.metadata.annotations or {})
+    assert svc.metadata.owner_references[0].uid == status_uid(kube, ns, name)
+    # Only Pods of this namespace may reach the members (what is created: this machine's
+    # bridge does not enforce NetworkPolicy).
+    listed = kube.kubectl("get", "networkpolicy", "-n", ns, "-o", "json").stdout
+    (policy,) = json.loads(listed)["items"]
+    assert policy["metadata"]["name"] == f"{name}-gang"
+    assert policy["spec"]["podSelector"] == {"matchLabels": {"kinetic.dev/job": name}}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {}}]}]
     handle.cleanup()
+
+
+PYTHON = f"python:{sys.version_info.major}.{sys.version_info.minor}-slim"
+
+
+def python_gang(fn: Any, hosts: int = 2) -> dict[str, Any]:
+    """A container gang running ``fn`` (source of a module-level function) in the python
+    stand-in image; rank 0 writes what it returns, as JSON, to its termination message."""
+    import inspect
+
+    source = textwrap.dedent(inspect.getsource(fn))
+    main = (
+        f"{source}\nimport json, os\nout = {fn.__name__}()\n"
+        f"if os.environ['RANK'] == '0':\n    open('{TERM_LOG}', 'w').write(json.dumps(out))\n"
+    )
+    return {
+        "container": {"image": PYTHON, "command": ["python", "-c", main]},
+        "hosts": hosts,
+    }
+
+
+def status_uid(kube: Kube, ns: str, name: str) -> str:
+    got = kube.kubectl("get", "kj", name, "-n", ns, "-o", "jsonpath={.metadata.uid}")
+    return got.stdout.strip()
+
+
+def test_names_others_hold_are_never_dialled(kube: Kube, ns: str) -> None:
+    """Two gangs beside two traps. For ``held``, someone made a Service under the name its
+    own would have: it takes another name, and the squatter's is left as it was. For
+    ``lure``, someone made a namespace named like its Service holding a Service named like
+    its rank 0: what a relative name reaches through the resolver's search path while rank
+    0 has no address yet. Both gangs meet, and rank 1 only ever resolves rank 0's address."""
+    tag = ns[-5:]
+    held, lure = f"held-{tag}", f"lure-{tag}"
+    kube.apply(
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": f"{held}-gang"},
+            "spec": {"clusterIP": "None", "selector": {"app": "someone-else"}},
+        },
+    )
+    trap = f"{lure}-gang"
+    kube.kubectl("create", "namespace", trap)
+    try:
+        kube.apply(
+            trap,
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": member(lure, 1, 0)},
+                "spec": {"ports": [{"port": 29500}], "selector": {"app": "decoy"}},
+            },
+        )
+        decoy_ip = kube.core.read_namespaced_service(member(lure, 1, 0), trap).spec.cluster_ip
+        # What a relative name would have reached: the decoy (this is the hole closed).
+        job(kube, ns, held, python_gang(meet))
+        job(kube, ns, lure, python_gang(meet))
+        for name in (held, lure):
+            status = ended_status(kube, "kj", ns, name, timeout=240)
+            assert status["phase"] == "SUCCEEDED", status["message"]
+            rank0 = kube.core.read_namespaced_pod(member(name, 1, 0), ns)
+            answers = json.loads(status["result"])["answers"]
+            assert answers == [rank0.status.pod_ip] and decoy_ip not in answers, answers
+        services = {s.metadata.name for s in kube.core.list_namespaced_service(ns).items}
+        (ours,) = {s for s in services if s.startswith(held)} - {f"{held}-gang"}
+        assert ours.startswith(f"{held}-gang-x")
+        assert kube.core.read_namespaced_pod(member(held, 1, 0), ns).spec.subdomain == ours
+        env = env_of(kube.core.read_namespaced_pod(member(held, 1, 1), ns))
+        assert env["MASTER_ADDR"] == fqdn(held, ns, ours)
+        kept = kube.core.read_namespaced_service(f"{held}-gang", ns)
+        assert names.ANNOTATION_SEAL not in (kept.metadata.annotations or {})
+        assert kept.spec.selector == {"app": "someone-else"}
+        lured = env_of(kube.core.read_namespaced_pod(member(lure, 1, 1), ns))
+        assert lured["MASTER_ADDR"] == fqdn(lure, ns)
+    finally:
+        kube.kubectl("delete", "namespace", trap, "--wait=false", check=False)
 
 
 def test_three_host_container_job_from_kubectl(kube: Kube, ns: str) -> None:
@@ -157,21 +264,19 @@ def test_three_host_container_job_from_kubectl(kube: Kube, ns: str) -> None:
     assert status["phase"] == "SUCCEEDED", status["message"]
     assert status["result"] == "rank=0 world=3 process=0 of 3"  # rank 0's is the job's
     assert [(r, p) for r, (p, _) in sorted(members(status).items())] == [
-        (0, "trio-1-0"),
-        (1, "trio-1-1"),
-        (2, "trio-1-2"),
+        (r, member("trio", 1, r)) for r in range(3)
     ]
     assert members(status)[0][1] == "succeeded"
 
     seen = pods(kube, ns)
-    ip = seen["trio-1-0"].status.pod_ip
     for rank in (1, 2):
-        env = env_of(seen[f"trio-1-{rank}"])
-        assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"]) == (str(rank), "3", ip)
-        assert env["KINETIC_COORDINATOR_ADDRESS"] == f"{ip}:29500"
+        env = env_of(seen[member("trio", 1, rank)])
+        assert (env["RANK"], env["WORLD_SIZE"]) == (str(rank), "3")
+        assert env["MASTER_ADDR"] == fqdn("trio", ns)
+        assert env["KINETIC_COORDINATOR_ADDRESS"] == f"{fqdn('trio', ns)}:29500"
         assert env["LOCAL_RANK"] == "0"
-    logs = kube.core.read_namespaced_pod_log("trio-1-2", ns)
-    assert f"rank 2 of 3 dials {ip}:29500" in logs
+    logs = kube.core.read_namespaced_pod_log(member("trio", 1, 2), ns)
+    assert f"rank 2 of 3 dials {fqdn('trio', ns)}:29500" in logs
     # kubectl shows the gang by its rank label.
     table = kube.kubectl("get", "pods", "-n", ns, "-L", "kinetic.dev/rank").stdout
     assert "RANK" in table.splitlines()[0]
@@ -211,6 +316,12 @@ def test_rank_one_fails_and_the_whole_gang_stops(
     )
     assert logs.returncode == 0, logs.stderr
     assert "rank 1 of attempt 2 starts" in logs.stdout
+    # Rank 0 ran until it was stopped with its gang: its log was archived before that.
+    uid = json.loads(kube.kubectl("get", "kj", "split", "-n", ns, "-o", "json").stdout)
+    home = layout.job_home(resolve().storage_root, ns, "split", uid["metadata"]["uid"])
+    for attempt in (1, 2):
+        archived = storage.read_bytes(home.log_uri(member("split", attempt, 0))).decode()
+        assert f"rank 0 of attempt {attempt} starts" in archived, archived
     wrong = subprocess.run(
         [*cli, "--rank", "2"], env=client_env, capture_output=True, text=True, timeout=120
     )
@@ -227,12 +338,12 @@ def test_member_deleted_mid_run_is_a_disruption_and_the_gang_reruns(kube: Kube, 
     def both_running() -> bool:
         seen = pods(kube, ns)
         return all(
-            (p := seen.get(f"lose-1-{r}")) is not None and p.status.phase == "Running"
+            (p := seen.get(member("lose", 1, r))) is not None and p.status.phase == "Running"
             for r in (0, 1)
         )
 
     wait_for(both_running, timeout=180, what="both members of attempt 1 running")
-    kube.core.delete_namespaced_pod("lose-1-1", ns)
+    kube.core.delete_namespaced_pod(member("lose", 1, 1), ns)
     status = ended_status(kube, "kj", ns, "lose", timeout=240)
     assert status["phase"] == "SUCCEEDED", status["message"]
     assert status["result"] == "attempt 2 rank 0"
@@ -241,7 +352,11 @@ def test_member_deleted_mid_run_is_a_disruption_and_the_gang_reruns(kube: Kube, 
     first = status["attempts"][0]
     assert first["outcome"] == "disruption"
     assert {r: o for r, (_, o) in members(status, 0).items()} == {0: "stopped", 1: "gone"}
-    wait_for(lambda: "lose-1-0" not in live(kube, ns), timeout=60, what="rank 0 of attempt 1 gone")
+    wait_for(
+        lambda: member("lose", 1, 0) not in live(kube, ns),
+        timeout=60,
+        what="rank 0 of attempt 1 gone",
+    )
 
 
 # --------------------------------------------------------------------------- batches
@@ -301,10 +416,11 @@ def test_batch_of_gangs_runs_one_gang_at_a_time(kube: Kube, ns: str, runs: str) 
     assert shard is not None
     for index in ("0", "1", "2"):
         (attempt,) = shard.inputs[index].attempts
-        assert attempt.pod == f"gangs-{index}-1" and attempt.outcome == "success"
+        unit = names.input_pod_name("gangs", int(index), 1)
+        assert attempt.pod == unit and attempt.outcome == "success"
         assert [(m.rank, m.pod) for m in attempt.members or []] == [
-            (0, f"gangs-{index}-1-0"),
-            (1, f"gangs-{index}-1-1"),
+            (0, names.gang_pod_name(unit, 0)),
+            (1, names.gang_pod_name(unit, 1)),
         ]
         assert (attempt.members or [])[0].outcome == "succeeded"
 
@@ -340,19 +456,3 @@ def test_bad_hosts_are_refused_at_admission_naming_the_field(kube: Kube, ns: str
     said = refusal(kube, ns, "KineticBatch", "chunks", batch)
     assert "spec.chunkSize" in said and "set spec.chunkSize to 1" in said
     assert not kube.kubectl("get", "kj,kb", "-n", ns, "-o", "name").stdout.strip()
-
-
-def test_a_member_name_taken_by_another_jobs_pod_fails_this_job_not_that_one(
-    kube: Kube, ns: str
-) -> None:
-    # Job "clash" attempt 1 rank 1 and job "clash-1" attempt 1 are both Pod clash-1-1.
-    job(kube, ns, "clash-1", sh(f"sleep 8; printf mine > {TERM_LOG}"))
-    wait_for(lambda: "clash-1-1" in pods(kube, ns), timeout=60, what="clash-1's Pod")
-    job(kube, ns, "clash", sh("sleep 600", hosts=2))
-    status = ended_status(kube, "kj", ns, "clash", timeout=120)
-    assert status["phase"] == "FAILED"
-    assert "Pod clash-1-1 already exists and belongs to KineticJob clash-1" in status["message"]
-    assert "rename" in status["message"]
-    other = ended_status(kube, "kj", ns, "clash-1", timeout=120)
-    assert (other["phase"], other["result"]) == ("SUCCEEDED", "mine")
-    wait_for(lambda: not live(kube, ns), timeout=60, what="no live Pod in the namespace")

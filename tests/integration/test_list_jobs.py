@@ -8,6 +8,7 @@ listed among the KineticJobs, newest first, each with ``group_id``,
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 import kinetic
 import pytest
 from kinetic.api.jobs import JobStatus
+from kube_helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -82,3 +84,77 @@ def test_batch_inputs_are_listed_among_the_jobs_newest_first_and_paged(
         timeout=120,
     )
     assert "--page 2" in table.stdout
+
+
+def test_each_input_shows_its_own_attempt_message_and_function_in_80_columns(
+    namespace: str, client_env: dict[str, str]
+) -> None:
+    """A failed input used to show ATTEMPT 0 and no message (``jobs status`` said attempt
+    2), every input of a mixed batch the functions of all, and the table did not fit."""
+    ns = namespace
+
+    @kinetic.run(namespace=ns)
+    def noop() -> int:
+        return 0
+
+    failing = ["sh", "-c", "echo no >&2; exit 3"]
+    batch = kinetic.batch(
+        [noop.call(), kinetic.container(failing, image="busybox", retries=1)], namespace=ns
+    )
+    batch.wait(timeout=240)
+    env = client_env | {"COLUMNS": "80"}
+
+    def listed() -> list[dict]:
+        out = subprocess.run(
+            [CLI, "jobs", "list", "-n", ns, "-o", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    # The manifest records the failure's message a few seconds after the batch ends.
+    rows = wait_for(
+        lambda: (found := listed()) and found[1].get("message") and found,
+        timeout=60,
+        what="the failed input's message in `kinetic jobs list`",
+    )
+    ok, failed = rows
+    assert (ok["job_id"], ok["function"], ok["phase"], ok["attempt"]) == (
+        f"{batch.group_id}-0",
+        "noop",
+        "SUCCEEDED",
+        1,
+    )
+    assert (failed["function"], failed["phase"], failed["attempt"]) == (
+        " ".join(failing),
+        "FAILED",
+        2,
+    )
+    assert "exit code 3" in failed["message"]
+    status = subprocess.run(
+        [CLI, "jobs", "status", failed["job_id"], "-n", ns, "-o", "json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert json.loads(status.stdout)["attempt"] == failed["attempt"]
+
+    table = subprocess.run(
+        [CLI, "jobs", "list", "-n", ns], env=env, capture_output=True, text=True, timeout=120
+    )
+    lines = table.stdout.splitlines()
+    assert all(len(line.rstrip()) <= 80 for line in lines), table.stdout
+    assert next(line for line in lines if line.startswith("ID")).split() == [
+        "ID",
+        "FUNCTION",
+        "PHASE",
+        "ATTEMPT",
+        "AGE",
+        "MESSAGE",
+    ]
+    row = next(line for line in lines if line.startswith(f"{failed['job_id']} "))  # id whole
+    assert re.search(r"\sFAILED\s+2\s", row), row

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import kinetic
 import pytest
+from kinetic.model import names
 from kube_helpers import Kube, wait_for
 from kubernetes import client
 
@@ -133,7 +134,7 @@ def test_a_function_runs_in_its_own_pod_with_the_clients_python(
 
     job = where.run_async()
     got = job.result(timeout=180)
-    assert got["host"] == f"{job.job_id}-1"  # the attempt's Pod, not this machine
+    assert got["host"] == names.job_pod_name(job.job_id, 1)  # the attempt's Pod, not this machine
     assert got["uid"] == 65532
     assert got["python"] == list(sys.version_info[:2])
 
@@ -275,9 +276,13 @@ def test_a_job_over_its_memory_limit_is_oom_killed_and_charged_to_retries(
     assert "OOMKilled" in shown.stdout, shown.stdout + shown.stderr
 
 
-def test_an_image_that_exists_nowhere_fails_the_input_and_says_so(
+def test_an_image_that_exists_nowhere_fails_after_its_retries_and_says_so(
     kube: Kube, namespace: str, client_env: dict[str, str]
 ) -> None:
+    """A pull that can never work is a failure of the attempt, charged to ``retries``, in a
+    batch input and in a KineticJob alike (it was once turned into free disruptions, so a
+    job with ``retries: 1`` never ended), and its Pods do not linger Terminating."""
+    nowhere = "kinetic.invalid/nowhere:1"
     batch = {
         "apiVersion": "kinetic.dev/v1alpha1",
         "kind": "KineticBatch",
@@ -285,18 +290,26 @@ def test_an_image_that_exists_nowhere_fails_the_input_and_says_so(
         "spec": {
             "jobs": [
                 {"container": {"image": BUSYBOX, "command": ["true"]}},
-                {"container": {"image": "kinetic.invalid/nowhere:1", "command": ["true"]}},
+                {"container": {"image": nowhere, "command": ["true"]}, "retries": 1},
             ],
         },
     }
+    job = {
+        "apiVersion": "kinetic.dev/v1alpha1",
+        "kind": "KineticJob",
+        "metadata": {"name": "noimg"},
+        "spec": {"container": {"image": nowhere, "command": ["true"]}, "retries": 1},
+    }
     kube.apply(namespace, batch)
+    kube.apply(namespace, job)
     t0 = time.monotonic()
     status = ended(kube, "kb", namespace, "grp-0badbeef")
     assert status["phase"] == "FAILED" and status["counts"]["succeeded"] == 1
     assert time.monotonic() - t0 < 150
     events = kube.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
     assert "ErrImagePull" in events or "ImagePullBackOff" in events
-    # The input's own status (its handle: the manifest's record) names the kubelet's reason.
+    # The input's own status (its handle: the manifest's record) names the kubelet's reason
+    # and shows both attempts.
     report = subprocess.run(
         [KINETIC, "jobs", "status", "grp-0badbeef-1", "-n", namespace],
         capture_output=True,
@@ -305,3 +318,15 @@ def test_an_image_that_exists_nowhere_fails_the_input_and_says_so(
         env=client_env,
     )
     assert re.search("ErrImagePull|ImagePullBackOff", report.stdout), report.stdout
+    pulls = ("ErrImagePull", "ImagePullBackOff")
+    job_status = ended(kube, "kj", namespace, "noimg")
+    assert job_status["phase"] == "FAILED" and job_status["attempt"] == 2, job_status
+    assert (job_status.get("failures"), job_status.get("disruptions", 0)) == (2, 0), job_status
+    assert [a["outcome"] for a in job_status["attempts"]] == ["failure", "failure"]
+    assert all(a["reason"] in pulls for a in job_status["attempts"]), job_status["attempts"]
+    assert "after 1 retries" in job_status["message"], job_status["message"]
+    # Pods whose container never started are deleted at once, not left Terminating.
+    pods = kube.core.list_namespaced_pod(namespace).items
+    lingering = [p.metadata.name for p in pods if p.metadata.deletion_timestamp]
+    assert lingering == [], lingering
+    assert not [p for p in pods if p.metadata.name.startswith(("noimg-", "grp-0badbeef-1-"))]

@@ -98,10 +98,11 @@ def test_each_input_is_one_pod_and_nothing_else(kube: Kube, ns: str) -> None:
     assert kube.kubectl("get", "kj", "-n", ns, "-o", "name").stdout.strip() == ""
     assert not kube.batch.list_namespaced_job(ns).items
     found = {p.metadata.name: p.metadata.labels for p in pods(kube, ns, "grid")}
-    assert set(found) <= {"grid-0-1", "grid-1-1", "grid-2-1"}
+    assert set(found) <= {names.input_pod_name("grid", i, 1) for i in range(3)}
     for pod_name, labels in found.items():
-        index = pod_name.split("-")[1]
-        assert labels[names.LABEL_INDEX] == index and labels[names.LABEL_ATTEMPT] == "1"
+        index = labels[names.LABEL_INDEX]
+        assert pod_name == names.input_pod_name("grid", int(index), 1)
+        assert labels[names.LABEL_ATTEMPT] == "1"
     # Events say what happened to the batch, not to every input.
     wait_for(lambda: "Succeeded" in events(kube, ns, "grid"), what="the Succeeded event")
     assert sorted(events(kube, ns, "grid")) == ["Launching", "Succeeded"]
@@ -120,7 +121,7 @@ def test_each_input_is_one_pod_and_nothing_else(kube: Kube, ns: str) -> None:
         "1": ("SUCCEEDED", "b"),
         "2": ("SUCCEEDED", "c"),
     }
-    assert [a.pod for a in shard.inputs["1"].attempts] == ["grid-1-1"]
+    assert [a.pod for a in shard.inputs["1"].attempts] == [names.input_pod_name("grid", 1, 1)]
 
 
 def test_cancelling_one_input_of_a_running_batch(kube: Kube, ns: str) -> None:
@@ -128,7 +129,7 @@ def test_cancelling_one_input_of_a_running_batch(kube: Kube, ns: str) -> None:
     apply(kube, ns, "one", {"template": sh(script), "inputs": {"items": [0, 1, 2, 3]}})
     wait_for(
         lambda: any(
-            p.metadata.name == "one-1-1" and p.status.phase == "Running"
+            p.metadata.name == names.input_pod_name("one", 1, 1) and p.status.phase == "Running"
             for p in pods(kube, ns, "one")
         ),
         timeout=120,
@@ -141,7 +142,9 @@ def test_cancelling_one_input_of_a_running_batch(kube: Kube, ns: str) -> None:
     assert status["cancelledIndexes"] == "1" and status["succeededIndexes"] == "0,2-3", status
     assert status["phase"] == "CANCELLED"  # every input ended, one of them cancelled
     wait_for(
-        lambda: all(p.metadata.name != "one-1-1" for p in pods(kube, ns, "one")),
+        lambda: all(
+            p.metadata.name != names.input_pod_name("one", 1, 1) for p in pods(kube, ns, "one")
+        ),
         timeout=60,
         what="the cancelled input's Pod to be stopped",
     )

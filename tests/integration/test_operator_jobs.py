@@ -139,7 +139,7 @@ def test_container_job_result_lands_in_status(kube: Kube, ns: str):
     assert status["result"] == "the answer is 42"
     assert status["attempt"] == 1
     (rec,) = status["attempts"]
-    assert (rec["pod"], rec["outcome"], rec["exitCode"]) == ("hello-1", "success", 0)
+    assert (rec["pod"], rec["outcome"], rec["exitCode"]) == ("hello-a1", "success", 0)
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions == {
         "Running": "False",
@@ -153,7 +153,7 @@ def test_container_job_result_lands_in_status(kube: Kube, ns: str):
 
     # The attempt is the Pod itself: no batch/v1 Job in between.
     assert not kube.batch.list_namespaced_job(ns).items
-    pod = kube.core.read_namespaced_pod("hello-1", ns)
+    pod = kube.core.read_namespaced_pod("hello-a1", ns)
     assert pod.spec.restart_policy == "Never"
     assert pod.metadata.owner_references[0].kind == "KineticJob"
     assert pod.metadata.labels == {
@@ -197,9 +197,9 @@ def test_failing_command_with_two_retries_ends_failed_at_attempt_three(kube: Kub
     ]
     assert "exit code 3" in status["message"] and "bad input" in status["message"]
     assert {p.metadata.name for p in kube.core.list_namespaced_pod(ns).items} == {
-        "fails-1",
-        "fails-2",
-        "fails-3",
+        "fails-a1",
+        "fails-a2",
+        "fails-a3",
     }
     wait_for(lambda: ("Warning", "Failed") in events(kube, ns, "fails"), what="Failed event")
     reasons = [r for _, r in events(kube, ns, "fails")]
@@ -329,8 +329,8 @@ def test_finished_pods_go_after_their_ttl_and_their_logs_stay_readable(
         "kinetic.dev", "v1alpha1", ns, "kineticjobs", "ttl"
     )["metadata"]["uid"]
     home = layout.job_home(root, ns, "ttl", uid)
-    assert storage.read_bytes(home.log_uri("ttl-1")) == b"first try\n"
-    assert storage.read_bytes(home.log_uri("ttl-2")) == b"second try\n"
+    assert storage.read_bytes(home.log_uri("ttl-a1")) == b"first try\n"
+    assert storage.read_bytes(home.log_uri("ttl-a2")) == b"second try\n"
 
 
 def test_config_map_for_clients(kube: Kube, operator: None):

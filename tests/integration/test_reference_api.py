@@ -18,18 +18,25 @@ import textwrap
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import kinetic
 import pytest
 from kinetic import storage
 from kinetic.api import kube as kinetic_kube
+from kinetic.api.accelerators import (
+    AUTOSCALER_STATUS,
+    AcceleratorNotChecked,
+    AcceleratorUnavailable,
+)
 from kinetic.api.batches import BatchError
 from kinetic.api.config import resolve
 from kinetic.api.jobs import JobStatus
-from kinetic.model import digest, layout
+from kinetic.model import digest, layout, names
 from kinetic.model import resources as r
-from kube_helpers import wait_for
+from kube_helpers import Kube, wait_for
+from kubernetes import client
 
 pytestmark = pytest.mark.integration
 
@@ -275,28 +282,128 @@ def test_streaming_stops_when_result_times_out(ns: str, client_env: dict) -> Non
 # --------------------------------------------------------------------------- accelerators
 
 
+@pytest.fixture
+def autoscaled(kube: Kube) -> Iterator[None]:
+    """This cluster as one with a cluster autoscaler: the status ConfigMap GKE's (and the
+    upstream) autoscaler publishes. A node may then come, so the client submits work no node
+    offers yet, saying once that it could not check."""
+    status = client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=AUTOSCALER_STATUS[1], namespace=AUTOSCALER_STATUS[0]),
+        data={"status": "Cluster-autoscaler status: Health: Healthy"},
+    )
+    kube.core.create_namespaced_config_map(AUTOSCALER_STATUS[0], status)
+    try:
+        yield
+    finally:
+        kube.core.delete_namespaced_config_map(AUTOSCALER_STATUS[1], AUTOSCALER_STATUS[0])
+
+
 @pytest.mark.parametrize(
     "typed, canonical", [("v5litepod-4", "tpu-v5e-4"), ("a100x4", "gpu-a100x4")]
 )
 def test_reference_accelerator_names_reach_the_spec_in_the_catalogs_spelling(
-    ns: str, typed: str, canonical: str
+    ns: str, autoscaled: None, typed: str, canonical: str
 ) -> None:
     @kinetic.run(namespace=ns, accelerator=typed)
     def on_device() -> int:
         return 1
 
-    job = on_device.run_async()
+    with pytest.warns(AcceleratorNotChecked, match="the cluster's autoscaler may add one"):
+        job = on_device.run_async()
     try:
         obj = kinetic_kube.get(r.JOB_PLURAL, ns, job.job_id)
         assert obj is not None and obj["spec"]["accelerator"] == canonical
         # The operator resolved it (no node offers it here, so it waits unscheduled).
         wait_for(
-            lambda: job.describe().get("phase") == "PENDING" and job.describe().get("attempts"),
+            lambda: (
+                job.describe().get("phase") == "PENDING"
+                and "cannot be scheduled yet" in (job.describe().get("message") or "")
+            ),
             timeout=60,
-            what=f"an attempt of {job.job_id}",
+            what=f"the scheduler's word on an attempt of {job.job_id}",
         )
+        # A wait that times out says why the job waits: the scheduler's reason.
+        with pytest.raises(TimeoutError) as timed_out:
+            job.result(timeout=1)
+        said = str(timed_out.value)
+        assert said.startswith(
+            f"KineticJob {ns}/{job.job_id} did not finish in 1 s: it is PENDING (Attempt 1 "
+            "cannot be scheduled yet: 0/1 nodes are available: "
+        ), said
     finally:
         job.cleanup()
+
+
+def test_a_batch_that_waits_for_a_node_says_the_schedulers_reason(
+    ns: str, autoscaled: None
+) -> None:
+    @kinetic.run(namespace=ns, accelerator="l4")
+    def on_gpu(x: int) -> int:
+        return x
+
+    with pytest.warns(AcceleratorNotChecked):
+        batch = on_gpu.run_async_map([1])
+    try:
+        pod = wait_for(
+            lambda: next(
+                (
+                    p.metadata.name
+                    for p in kinetic_kube.list_pods(ns, f"{names.LABEL_BATCH}={batch.group_id}")
+                    if any(c.type == "PodScheduled" and c.status == "False"
+                           for c in p.status.conditions or [])
+                ),
+                None,
+            ),
+            timeout=60,
+            what="the scheduler to give up on the input's Pod for now",
+        )  # fmt: skip
+        with pytest.raises(TimeoutError) as timed_out:
+            batch.results(timeout=1)
+        said = str(timed_out.value)
+        assert said.startswith(f"KineticBatch {ns}/{batch.group_id} did not finish in 1 s: it is")
+        assert f"; input 0 (Pod {pod}) cannot be scheduled: 0/1 nodes are available: " in said
+    finally:
+        batch.cleanup()
+
+
+def test_an_accelerator_no_node_offers_is_refused_before_anything_is_uploaded(ns: str) -> None:
+    """This cluster has CPU nodes only and no autoscaler: a GPU is refused at submission,
+    however it is submitted, and nothing is uploaded or created; cpu still runs."""
+    prefix = layout.namespace_prefix(resolve(namespace=ns).storage_root, ns)
+    before = storage.list_prefix(prefix)
+
+    @kinetic.run(namespace=ns, accelerator="l4")
+    def double(x: int) -> int:
+        return 2 * x
+
+    submissions = {
+        "run_async": lambda: double.run_async(1),
+        "run_async_map": lambda: double.run_async_map([1, 2]),
+        "batch": lambda: kinetic.batch([double.call(1)]),
+        "container": lambda: kinetic.batch(
+            [kinetic.container(["true"], image="busybox", accelerator="gpu-l4")], namespace=ns
+        ),
+    }
+    for how, submit in submissions.items():
+        with pytest.raises(AcceleratorUnavailable) as refused:
+            submit()
+        text = str(refused.value)
+        named = "'gpu-l4'" if how == "container" else "'l4' (gpu-l4)"
+        assert text.startswith(
+            f"accelerator {named}: no node of this cluster can run it, and the cluster "
+            "cannot add nodes (it has no cluster autoscaler and no Karpenter)"
+        ), how
+        assert (
+            "Each Pod needs 1 nvidia.com/gpu on a node labelled "
+            "cloud.google.com/gke-accelerator=nvidia-l4; none of the cluster's 1 node has "
+            "nvidia.com/gpu. Nothing was uploaded or created. Use an accelerator these nodes "
+            "offer (cpu)"
+        ) in text, how
+        assert isinstance(refused.value, kinetic.UnknownAccelerator)
+    assert storage.list_prefix(prefix) == before
+    assert kinetic_kube.list_(r.JOB_PLURAL, ns) == []
+    assert kinetic_kube.list_(r.BATCH_PLURAL, ns) == []
+    assert double.with_options(accelerator="cpu")(21) == 42
 
 
 def test_an_unknown_accelerator_is_refused_before_anything_is_uploaded(ns: str) -> None:

@@ -1,7 +1,7 @@
 """Gang member Pods as the watch shows them, for the tests of the operator's gang layer.
 
-A member is a `PodView` with a rank, named ``<attempt pod>-<rank>``: ``kj-1-0``
-for rank 0 of attempt 1 of the KineticJob ``kj``, ``g-2-1-0`` for rank 0 of
+A member is a `PodView` with a rank, named as the operator names it (`names`): ``kj-a1-r0``
+for rank 0 of attempt 1 of the KineticJob ``kj``, ``g-i2-1-r0`` for rank 0 of
 attempt 1 of input 2 of the batch ``g``. Times are seconds after `T0`.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kinetic.model.names import fmt_time
+from kinetic.model.names import fmt_time, gang_pod_name, input_pod_name, job_pod_name
 from kinetic_operator.observed import PodView
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -37,11 +37,12 @@ def member(
 ) -> PodView:
     """Rank ``rank`` of ``attempt``, created ``since`` seconds after T0 and, unless
     Pending, placed on a node then."""
-    unit = f"{owner}-{index}" if index is not None else owner
+    unit = job_pod_name(owner, attempt) if index is None else input_pod_name(owner, index, attempt)
     kw.setdefault("created", stamp(since))
     kw.setdefault("start_time", stamp(since) if phase != "Pending" else None)
     return PodView(
-        name=f"{unit}-{attempt}-{rank}",
+        name=gang_pod_name(unit, rank),
+        attempt_pod=unit,
         attempt=attempt,
         index=index,
         phase=phase,

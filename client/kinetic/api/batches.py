@@ -21,7 +21,7 @@ import logging
 import secrets
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,7 +36,9 @@ from kinetic.api.handle import (
     JobFailed,
     JobHandle,
     JobStatus,
+    label_int,
     last_uid,
+    recorded_pods,
     sort_by_attempt,
 )
 from kinetic.api.inputs import (
@@ -44,6 +46,7 @@ from kinetic.api.inputs import (
     InputHandle,
     RecordedOutcomes,
     add_cancel_indexes,
+    input_summary,
     live_phase,
     read_manifest,
     spec_input_total,
@@ -60,12 +63,13 @@ from kinetic.api.submission import (
     submission_failure,
     wrong_typed_inputs,
 )
+from kinetic.api.unread import unread_error, unread_note
 from kinetic.api.vouched import VouchedManifest
 from kinetic.model import catalog, gang, layout, limits, names, payload
 from kinetic.model import resources as r
 from kinetic.model.data import inputs_data
 from kinetic.model.digest import Unverifiable
-from kinetic.model.manifest import InputRecord, ManifestHeader
+from kinetic.model.manifest import InputRecord, ManifestHeader, ManifestShard
 from kinetic.model.ranges import IndexSet
 
 if TYPE_CHECKING:
@@ -109,7 +113,12 @@ _READERS = 16  # parallel storage reads when collecting results
 
 
 class BatchError(Exception):
-    """Some inputs of a batch failed; the rest of the results are in `partial_results`."""
+    """Some inputs of a batch failed; the rest of the results are in `partial_results`.
+
+    ``unread`` are inputs that did not fail but have no value to return (their
+    result was deleted after an earlier read, or nothing vouches for it any
+    more): the message names the first reason (`kinetic.api.unread`).
+    """
 
     def __init__(
         self,
@@ -118,17 +127,19 @@ class BatchError(Exception):
         partial_results: list[Any],
         submission_failures: dict[int, Exception] | None = None,
         cancelled: Iterable[int] = (),
+        unread: Mapping[int, Exception] | None = None,
     ) -> None:
         self.group_id = group_id
         self.failures = failures
         self.partial_results = partial_results
         self.submission_failures = dict(submission_failures or {})
         self.cancelled = sorted(cancelled)
+        self.unread = dict(unread or {})
         failed = len(failures) + len(self.submission_failures)
         message = f"Batch {group_id}: {failed} of {len(partial_results)} jobs failed"
         if self.cancelled:
             message += f", {len(self.cancelled)} cancelled"
-        super().__init__(message)
+        super().__init__(message + unread_note(self.unread))
 
 
 # --------------------------------------------------------------------------- the batch
@@ -154,6 +165,10 @@ class BatchHandle:
     payload_uri: str | None = None
     # A mixed batch (spec.jobs): the inputs that run containers; `container` is then unused.
     container_inputs: IndexSet | None = None
+    # A mixed batch: each input's own function (or command) and accelerator, where
+    # `func_name` and `accelerator` sum up the whole batch.
+    input_names: tuple[str, ...] | None = None
+    input_accelerators: tuple[str, ...] | None = None
     _submission_failures: dict[int, Exception] = field(default_factory=dict, repr=False)
     _cached_failures: list[JobHandle] | None = field(default=None, repr=False)
 
@@ -211,6 +226,8 @@ class BatchHandle:
             accelerator=",".join(sorted({j.get("accelerator", "cpu") for j in jobs})),
             uid=obj["metadata"].get("uid"),
             container_inputs=IndexSet(i for i, j in enumerate(jobs) if "container" in j),
+            input_names=tuple(n or "" for n in names_),
+            input_accelerators=tuple(j.get("accelerator", "cpu") for j in jobs),
             _submission_failures={
                 f["index"]: SubmissionError(f["index"], f["message"])
                 for f in spec.get("submissionFailures", [])
@@ -264,9 +281,9 @@ class BatchHandle:
         return InputHandle(
             job_id=names.input_id(self.group_id, index),
             namespace=self.namespace,
-            func_name=self.func_name or self.name or "",
+            func_name=_own(self.input_names, index) or self.func_name or self.name or "",
             created_at=self.created_at,
-            accelerator=self.accelerator,
+            accelerator=_own(self.input_accelerators, index) or self.accelerator,
             result_uri=None if container or home is None else home.input_result_uri(index),
             context=self.context,
             uid=self.uid,
@@ -325,6 +342,35 @@ class BatchHandle:
         batch is deleted); the rest from each unit's newest Pod. Inputs of a
         deleted batch that never ended are NOT_FOUND.
         """
+        return self._statuses(None)
+
+    def overview(self) -> InputOverview:
+        """Each input's phase, attempt and message, as `kinetic jobs list` shows them.
+
+        One read of the batch and one LIST of its Pods for the whole batch;
+        attempts and messages from the manifest, a shard at a time, only for
+        the inputs asked about (as `InputHandle.describe` reads them, without
+        reading the batch again per input).
+        """
+        pods = self._newest_pods()
+        phases = dict(self._statuses(pods))
+        manifest = self._vouched()
+        shards: dict[int, ManifestShard | None] = {}  # each read once, even when not written
+
+        def record(index: int) -> InputRecord | None:
+            if manifest is None:
+                return None
+            number = layout.shard_of(index)
+            if number not in shards:
+                shards[number] = manifest.shard(number)
+            shard = shards[number]
+            return None if shard is None else shard.inputs.get(str(index))
+
+        attempts = {unit: label_int(pod, names.LABEL_ATTEMPT) for unit, pod in pods.items()}
+        return InputOverview(phases, attempts, record, self.chunk_size)
+
+    def _statuses(self, pods: dict[int, V1Pod] | None) -> list[tuple[int, JobStatus]]:
+        """`statuses`, with the newest Pods of each unit when already listed."""
         obj = self._get()
         outcomes = RecordedOutcomes(self._manifest)
         live: Callable[[int], JobStatus]
@@ -342,7 +388,7 @@ class BatchHandle:
             outcomes.update(status, final=r.Phase(status.get("phase", "PENDING")).terminal)
             launched = IndexSet.range(0, min(status.get("launched", 0), self.total))
             unended = launched - outcomes.done() - IndexSet(self._submission_failures)
-            newest = self._newest_pods() if unended else {}
+            newest = (self._newest_pods() if pods is None else pods) if unended else {}
 
             def live(i: int) -> JobStatus:
                 return live_phase(newest.get(names.unit_start(i, self.chunk_size)))
@@ -439,7 +485,7 @@ class BatchHandle:
         got.close(self.group_id, self.total)
         self._cached_failures = [self.child(i) for i in sorted(got.failed)]
         if got.errors and not return_exceptions:
-            raise self._batch_error(got, self._cached_failures)
+            raise self._results_error(got, self._cached_failures)
         index_order = range(self.total) if ordered else got.order
         return [got.values[i] if i in got.values else got.errors[i] for i in index_order]
 
@@ -467,16 +513,32 @@ class BatchHandle:
                 got.add(self._collect(list(new), outcomes, cleanup, pool, manifest))
         return got
 
-    def _batch_error(self, got: _Results, failures: list[JobHandle]) -> BatchError:
-        """The error `results()` raises when inputs failed: the others' values kept in it."""
-        partial = [got.values.get(i) for i in range(self.total)]
+    def _results_error(self, got: _Results, failures: list[JobHandle]) -> Exception:
+        """The error `results()` raises when some input has no value.
+
+        Inputs that failed, failed at submission or were cancelled make it a
+        `BatchError`, the others' values kept in it. When none did, the inputs
+        without a value succeeded (or never ended) and the reason is not a
+        failure: it is raised itself (`kinetic.api.unread`), never "0 failed".
+        """
         cancelled = [i for i, e in got.errors.items() if isinstance(e, JobCancelled)]
+        unread = {
+            i: e
+            for i, e in got.errors.items()
+            if i not in got.failed and i not in self._submission_failures and i not in cancelled
+        }
+        if unread and not (failures or self._submission_failures or cancelled):
+            home = self._home()
+            where = home.prefix if home is not None else self.group_id
+            return unread_error(self.group_id, self.total, unread, where)
+        partial = [got.values.get(i) for i in range(self.total)]
         return BatchError(
             self.group_id,
             failures,
             partial,
             self._submission_failures,
             cancelled=cancelled,
+            unread=unread,
         )
 
     def _collect(
@@ -575,30 +637,27 @@ class BatchHandle:
     def _container_results(
         self, indexes: list[int], manifest: VouchedManifest | None
     ) -> dict[int, str | None]:
-        """Termination messages of succeeded container inputs: live Pods first, then shards
-        as the status vouches for them (none when ``manifest`` is None).
+        """Termination messages of succeeded container inputs, from the shards as the status
+        vouches for them (none when ``manifest`` is None), or from the Pods those shards
+        record (by name and UID) when a record does not hold the result yet.
 
         One LIST of the batch's Pods and one read per shard, not a read per
-        input. A Pod missing from the LIST was deleted after its shard was
-        written, so the shards read next have it.
+        input. Only a Pod the operator recorded counts: anyone who may create
+        Pods in the namespace can give one a batch's labels and a message of
+        their choosing (`handle.recorded_pods`).
         """
         found: dict[int, str | None] = {}
-        if not indexes:
+        if not indexes or manifest is None:
             return found
         wanted = set(indexes)
         pods = kube.list_pods(self.namespace, f"{names.LABEL_BATCH}={self.group_id}", self.context)
-        for pod in sort_by_attempt(pods):
-            index = int((pod.metadata.labels or {}).get(names.LABEL_INDEX, -1))
-            ended = terminated_state(pod)
-            if index in wanted and pod.status.phase == "Succeeded" and ended is not None:
-                found[index] = ended.message
-        if manifest is None:
-            return found
         deadline = time.monotonic() + RECORD_WAIT
         while True:
-            for i, record in self._manifest_records(wanted - set(found), manifest).items():
+            records = self._manifest_records(wanted - set(found), manifest)
+            for i, record in records.items():
                 if record.outcome == "SUCCEEDED":
                     found[i] = record.result
+            found |= _recorded_messages(pods, records)
             if wanted <= set(found) or time.monotonic() > deadline:
                 return found
             time.sleep(1.0)
@@ -665,9 +724,33 @@ class BatchHandle:
             delete_stored(self._home(), upload)
 
 
+def _own(per_input: tuple[str, ...] | None, index: int) -> str | None:
+    """Input ``index``'s own entry of a mixed batch's per-input values (None: not one)."""
+    if per_input is None or not 0 <= index < len(per_input):
+        return None
+    return per_input[index]
+
+
 def _final(status: dict) -> bool:
     """Whether no more outcomes can be recorded: the batch ended, or was deleted."""
     return bool(status.get("deleted")) or r.Phase(status.get("phase", "PENDING")).terminal
+
+
+@dataclass(frozen=True)
+class InputOverview:
+    """What `BatchHandle.overview` read: enough to say each input's phase, attempt and message."""
+
+    phases: dict[int, JobStatus]  # launched inputs (submission failures aside)
+    pod_attempts: dict[int, int]  # unit start -> its newest live Pod's attempt
+    record: Callable[[int], InputRecord | None]  # the manifest's record of an input
+    chunk_size: int = 1
+
+    def of(self, index: int) -> dict[str, Any]:
+        """Input ``index``'s phase, attempt and message, shaped like a KineticJob's status."""
+        phase = self.phases.get(index, JobStatus.PENDING)
+        record = self.record(index) if index in self.phases else None
+        live = self.pod_attempts.get(names.unit_start(index, self.chunk_size), 0)
+        return input_summary(phase, record, live)
 
 
 @dataclass
@@ -1006,6 +1089,18 @@ def _attach(group_id: str, cfg: ClientConfig) -> tuple[BatchHandle, dict[str, An
         )
     handle = BatchHandle.from_manifest(header, cfg.namespace, cfg.storage_root, cfg.context)
     return handle, status_from_header(header)
+
+
+def _recorded_messages(pods: list[V1Pod], records: dict[int, InputRecord]) -> dict[int, str]:
+    """Termination messages of succeeded Pods that these records name as their inputs'."""
+    out: dict[int, str] = {}
+    for i, record in records.items():
+        attempts = [a.wire() for a in record.attempts]
+        for pod in recorded_pods(pods, attempts):
+            ended = terminated_state(pod)
+            if pod.status.phase == "Succeeded" and ended is not None and ended.message:
+                out[i] = ended.message
+    return out
 
 
 def attach_batch(

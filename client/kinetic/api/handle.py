@@ -63,6 +63,17 @@ class JobFailed(RuntimeError):
     """The job failed without a result payload (a container job, or a pod that died)."""
 
 
+class ResultDeleted(JobFailed):
+    """The job (or input) succeeded, but its stored result is gone from storage.
+
+    `result()` and `BatchHandle.results()` delete each result once read unless
+    ``cleanup=False``, so a second read finds nothing; a result deleted by hand
+    reads the same. A subclass of `JobFailed` (there is no value to return) so
+    that code catching that keeps working, with a message that says what
+    happened and how to keep results.
+    """
+
+
 @dataclass
 class JobHandle:
     """Durable description of one submitted job; rebuild it anywhere with `kinetic.attach`."""
@@ -85,6 +96,9 @@ class JobHandle:
     # The result hash the API server held just before `cleanup(gcs=False)` deleted the
     # job: held in memory only, never saved with the handle.
     _sha256_before_deletion: str | None = field(default=None, init=False, repr=False)
+    # What this handle's own cleanup deleted ("result" after result(), "cleanup" after
+    # cleanup()), so a later result() says so: in memory only, never saved with the handle.
+    _cleaned_by: str | None = field(default=None, init=False, repr=False)
     # The subclasses, each rebuilding the saved handles it `describes` (see `from_dict`).
     _kinds: ClassVar[list[type[JobHandle]]] = []
 
@@ -345,18 +359,39 @@ class JobHandle:
             raise JobCancelled(f"job {self.job_id} was cancelled before it finished")
         outcome = self._read_result()
         if outcome is None:
-            message = self.describe().get("message") or "no result was recorded"
             if final is JobStatus.NOT_FOUND:
-                raise JobFailed(
-                    f"job {self.job_id} no longer exists in namespace {self.namespace} and left "
-                    "no result in storage"
-                )
+                raise self._gone()
             if final is JobStatus.SUCCEEDED and not self._is_function():
                 return self.describe().get("result")  # container job: its termination message
+            if final is JobStatus.SUCCEEDED:
+                raise ResultDeleted(
+                    f"job {self.job_id} succeeded, but its result is no longer at "
+                    f"{self._result_location()}: it was deleted from storage (by a cleanup, "
+                    "or by hand). The job's status and logs are still readable; run it again "
+                    "for its value"
+                )
+            message = self.describe().get("message") or "no result was recorded"
             raise JobFailed(f"job {self.job_id} {final.value}: {message}")
         if cleanup if cleanup is not None else outcome.ok and not self.debug:
             self.cleanup(timeout=wait_for_deletion)
+            self._cleaned_by = "result"
         return payload.raise_remote(outcome)
+
+    def _gone(self) -> JobFailed:
+        """Why a job that no longer exists, and left no result in storage, has no value."""
+        where = f"job {self.job_id} in namespace {self.namespace}"
+        if self._cleaned_by is not None:
+            by = "an earlier result()" if self._cleaned_by == "result" else "cleanup()"
+            return ResultDeleted(
+                f"{where} was cleaned up by {by} on this handle: the job and its stored "
+                "result are deleted, so there is nothing left to read. result() deletes them "
+                "once it has read a success; pass cleanup=False to keep them for another read"
+            )
+        return JobFailed(
+            f"{where} no longer exists and left no result in storage: it was deleted with "
+            "its result (a result() or cleanup() elsewhere does that: result() cleans up "
+            "after a success unless cleanup=False), or it never produced one"
+        )
 
     def _cleanup_wait(
         self,
@@ -413,8 +448,18 @@ class JobHandle:
         return f"{names.LABEL_JOB}={self.job_id}"
 
     def _live_pods(self) -> list[V1Pod]:
-        """This job's Pods that still exist, oldest attempt first."""
-        return sort_by_attempt(kube.list_pods(self.namespace, self._pod_selector(), self.context))
+        """This job's Pods that still exist, oldest attempt first: only those the operator
+        recorded as its attempts' (`recorded_pods`), whatever other Pods carry its labels."""
+        listed = kube.list_pods(self.namespace, self._pod_selector(), self.context)
+        return sort_by_attempt(self._trusted(listed))
+
+    def _trusted(self, pods: list[V1Pod]) -> list[V1Pod]:
+        """The Pods among ``pods`` the operator recorded for this job's attempts."""
+        return recorded_pods(pods, self._recorded_attempts())
+
+    def _recorded_attempts(self) -> list[dict[str, Any]]:
+        """The attempts the operator recorded, as the job's status holds them."""
+        return list(((self._get() or {}).get("status") or {}).get("attempts") or [])
 
     def _pod(self, rank: int = 0) -> str | None:
         """The Pod of rank ``rank`` of the newest attempt while it exists, else None."""
@@ -635,6 +680,8 @@ class JobHandle:
                 self._root(), self.namespace, self.job_id, self.payload_uri
             )
             delete_stored(self._home(), upload)
+        if k8s and gcs:
+            self._cleaned_by = "cleanup"
 
 
 def _input_fields(name: str, env: Mapping[str, str], from_env: bool) -> dict[str, Any]:
@@ -674,6 +721,27 @@ def _chunk_size(first: int, inputs: int) -> int:
     return size
 
 
+def recorded_pods(pods: list[V1Pod], attempts: list[dict[str, Any]]) -> list[V1Pod]:
+    """The Pods among ``pods`` that the operator recorded for ``attempts``: by name, and by
+    UID where it recorded one.
+
+    Anyone who may create Pods in the namespace can give a Pod a job's labels;
+    the operator ignores such a Pod (`kinetic_operator.seal`), and so do the
+    handles: its log is not the job's, and a debugger must not attach to it.
+    """
+    recorded: dict[str, str | None] = {}
+    for attempt in attempts:
+        for rec in [attempt, *(attempt.get("members") or [])]:
+            if rec.get("pod"):
+                recorded[str(rec["pod"])] = rec.get("podUID")
+    kept = []
+    for pod in pods:
+        name = pod.metadata.name
+        if name in recorded and recorded[name] in (None, pod.metadata.uid):
+            kept.append(pod)
+    return kept
+
+
 def sort_by_attempt(pods: list[V1Pod]) -> list[V1Pod]:
     """Pods ordered by their attempt label (then age): the newest attempt last."""
     return sorted(
@@ -685,7 +753,7 @@ def sort_by_attempt(pods: list[V1Pod]) -> list[V1Pod]:
     )
 
 
-def _label_int(pod: V1Pod, label: str) -> int:
+def label_int(pod: V1Pod, label: str) -> int:
     """An integer label of ``pod`` (attempt, rank), 0 when absent or not a number."""
     value = (pod.metadata.labels or {}).get(label, "0")
     return int(value) if value.isdigit() else 0
@@ -699,11 +767,11 @@ def pod_of_rank(pods: list[V1Pod], rank: int) -> V1Pod | None:
     """
     if not pods:
         return None
-    newest = _label_int(pods[-1], names.LABEL_ATTEMPT)
+    newest = label_int(pods[-1], names.LABEL_ATTEMPT)
     ranked = [
         p
         for p in pods
-        if _label_int(p, names.LABEL_ATTEMPT) == newest and _label_int(p, names.LABEL_RANK) == rank
+        if label_int(p, names.LABEL_ATTEMPT) == newest and label_int(p, names.LABEL_RANK) == rank
     ]
     return ranked[-1] if ranked else None
 

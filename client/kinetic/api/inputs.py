@@ -38,7 +38,17 @@ from annotated_types import MaxLen
 
 from kinetic import storage
 from kinetic.api import kube
-from kinetic.api.handle import JobCancelled, JobFailed, JobHandle, JobStatus, notify
+from kinetic.api.handle import (
+    JobCancelled,
+    JobFailed,
+    JobHandle,
+    JobStatus,
+    ResultDeleted,
+    label_int,
+    notify,
+    recorded_pods,
+    sort_by_attempt,
+)
 from kinetic.api.reference import DEFAULT_CLEANUP_TIMEOUT
 from kinetic.api.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
 from kinetic.api.submission import submission_exception
@@ -193,6 +203,36 @@ class RecordedOutcomes:
         return None
 
 
+def recorded_message(
+    record: InputRecord | None, attempts: list[dict[str, Any]] | None = None
+) -> str | None:
+    """Why an input ended as it did, as its manifest record says: the record's own message,
+    else the newest attempt's that has one (of ``attempts`` when given: the record's merged
+    with live Pods); None when nothing says."""
+    if record is not None and record.message:
+        return record.message
+    if attempts is None:
+        attempts = [a.wire() for a in record.attempts] if record is not None else []
+    for attempt in reversed(attempts):
+        if attempt.get("message"):
+            return str(attempt["message"])
+    return None
+
+
+def input_summary(
+    phase: JobStatus, record: InputRecord | None, live_attempt: int = 0
+) -> dict[str, Any]:
+    """One input's phase, attempt and message, shaped like a KineticJob's status (what
+    `kinetic jobs list` shows): the attempt is the newest the manifest records or a live
+    Pod runs, the message the record's (`recorded_message`)."""
+    recorded = max((a.attempt for a in record.attempts), default=0) if record is not None else 0
+    out: dict[str, Any] = {"phase": phase.value, "attempt": max(recorded, live_attempt)}
+    message = recorded_message(record)
+    if message:
+        out["message"] = message
+    return out
+
+
 def _owned_by(pod: V1Pod, uid: str | None) -> bool:
     """Whether the Pod is the batch's with this UID (not a same-named predecessor's)."""
     refs = pod.metadata.owner_references or []
@@ -339,8 +379,13 @@ class InputHandle(JobHandle):
         return self._result_anchor()[0]
 
     def _reported_by_pod(self) -> str | None:
+        """The result hash a Pod the manifest records for this input reported (none before
+        the manifest records it: a hash decides what is unpickled)."""
         home = self._home()
-        for pod in reversed(self._live_pods()):
+        record = self._record()
+        attempts = [a.wire() for a in record.attempts] if record is not None else []
+        listed = kube.list_pods(self.namespace, self._pod_selector(), self.context)
+        for pod in reversed(sort_by_attempt(recorded_pods(listed, attempts))):
             ended = terminated_state(pod)
             if ended is None or pod.metadata.uid is None or not _owned_by(pod, self.uid):
                 continue
@@ -371,6 +416,30 @@ class InputHandle(JobHandle):
     def _archived_log_uri(self, pod: str) -> str | None:
         home = self._home()
         return home.log_uri(pod) if home is not None else None
+
+    def _trusted(self, pods: list[V1Pod]) -> list[V1Pod]:
+        """The Pods the manifest records for this input; until it records any (it is written
+        every few seconds), those under the very name the operator gives the unit's attempt.
+
+        Someone else's Pod can hold that name only if it was made first, and then the
+        operator's Pod has another name; for that moment such a Pod's log could be shown.
+        Results never come from a Pod the manifest does not record (`_reported_by_pod`).
+        """
+        record = self._record()
+        if record is not None and record.attempts:
+            return recorded_pods(pods, [a.wire() for a in record.attempts])
+        return [
+            p
+            for p in pods
+            if p.metadata.name
+            == names.input_pod_name(self.group, self.unit, label_int(p, names.LABEL_ATTEMPT))
+        ]
+
+    def _recorded_attempts(self) -> list[dict[str, Any]]:
+        """The input's attempts as the manifest records them (as far as the batch's status
+        vouches for it)."""
+        record = self._record()
+        return [a.wire() for a in record.attempts] if record is not None else []
 
     def _last_recorded_attempt(self) -> dict[str, Any] | None:
         record = self._record()
@@ -513,14 +582,7 @@ class InputHandle(JobHandle):
         self, record: InputRecord | None, attempts: list[dict[str, Any]] | None = None
     ) -> str | None:
         """Why the input ended as it did: the manifest's word, its last attempt's, or submission."""
-        if record is not None and record.message:
-            return record.message
-        if attempts is None:
-            attempts = [a.wire() for a in record.attempts] if record is not None else []
-        for attempt in reversed(attempts):
-            if attempt.get("message"):
-                return attempt["message"]
-        return self._submission_message()
+        return recorded_message(record, attempts) or self._submission_message()
 
     def _submission_message(self) -> str | None:
         found = self._submission_failure()
@@ -622,10 +684,10 @@ class InputHandle(JobHandle):
         """The exception for an input that left no result to return."""
         where = f"input {self.index} of batch {self.group}"
         if final is JobStatus.SUCCEEDED:
-            return JobFailed(
+            return ResultDeleted(
                 f"{where} succeeded, but its result is no longer at {self.result_uri}: it was "
-                "deleted after an earlier read (results(cleanup=True) and result() do that by "
-                "default; pass cleanup=False to keep results)"
+                "deleted after an earlier read (results() and result() delete each result "
+                "they read unless cleanup=False; pass cleanup=False to keep results)"
             )
         submitted = self._submission_failure()
         if submitted is not None:

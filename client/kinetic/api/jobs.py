@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from kinetic import storage
 from kinetic.api import kube, reference
-from kinetic.api.batches import BatchHandle, attach_input
+from kinetic.api.batches import BatchHandle, InputOverview, attach_input
 from kinetic.api.config import ClientConfig, resolve
 from kinetic.api.handle import JobCancelled as JobCancelled  # kinetic.api.jobs.*, as before
 from kinetic.api.handle import JobFailed as JobFailed
@@ -135,7 +135,9 @@ def attach(
         f"No KineticJob {job_id!r} in namespace {cfg.namespace!r} and no result recorded "
         f"for that name under {layout.namespace_prefix(cfg.storage_root, cfg.namespace)}. "
         "Check the id and namespace "
-        "(`kinetic jobs list -n NAMESPACE`; an input of a batch is `<group id>-<index>`)."
+        "(`kinetic jobs list -n NAMESPACE`; an input of a batch is `<group id>-<index>`). "
+        "A job whose result was read is gone with it: result() deletes the job and its "
+        "result after a success unless cleanup=False (`kinetic jobs result --keep`)."
     )
 
 
@@ -225,14 +227,14 @@ def iter_jobs_with_status(
 
 
 def _inputs_with_status(batch: BatchHandle) -> Iterator[tuple[JobHandle, StatusOf]]:
-    """A batch's inputs in index order (not those that failed at submission)."""
-    read: dict[int, JobStatus] = {}
+    """A batch's inputs in index order (not those that failed at submission), each with its
+    phase, attempt and message (`BatchHandle.overview`, read once for the batch)."""
+    read: list[InputOverview] = []
 
     def status_of(index: int) -> dict[str, Any]:
         if not read:
-            read.update(batch.statuses())
-            read.setdefault(-1, JobStatus.PENDING)  # read once, even when nothing launched
-        return {"phase": read.get(index, JobStatus.PENDING).value}
+            read.append(batch.overview())
+        return read[0].of(index)
 
     failed = batch.submission_failures
     for i in range(batch.total):

@@ -18,6 +18,8 @@ from kubernetes import client, config, watch
 from kubernetes.client import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from kinetic.api import waiting
+from kinetic.model import names
 from kinetic.model import resources as r
 
 _IN_CLUSTER_NS = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -194,8 +196,8 @@ def update_spec(
                 raise
         time.sleep(min(0.05 * (attempt + 1), 0.5))
     raise ConflictError(
-        f"{plural[:-1]} {namespace}/{name} changed under every one of {attempts} attempts to "
-        "update it; try again"
+        f"{waiting.kind_of(plural)} {namespace}/{name} changed under every one of {attempts} "
+        "attempts to update it; try again"
     )
 
 
@@ -260,7 +262,8 @@ def watch_one(
 ) -> Iterator[dict | None]:
     """Yield the resource now and after every change; None once it is deleted.
 
-    Ends when the caller stops iterating; raises TimeoutError after `timeout`.
+    Ends when the caller stops iterating; raises TimeoutError after `timeout`, naming the
+    object's kind, its phase and what it waits on (`kinetic.api.waiting`).
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     api = custom(context)
@@ -273,7 +276,7 @@ def watch_one(
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise TimeoutError(f"{plural[:-1]} {namespace}/{name} did not finish in {timeout}s")
+                raise TimeoutError(_timed_out(plural, namespace, name, timeout or 0, obj, context))
             w = watch.Watch()
             try:
                 for event in w.stream(
@@ -293,6 +296,7 @@ def watch_one(
                         yield None
                         return
                     if kind in ("ADDED", "MODIFIED"):
+                        obj = body
                         yield body
                     if deadline is not None and time.monotonic() >= deadline:
                         break
@@ -302,6 +306,24 @@ def watch_one(
                 raise
             finally:
                 w.stop()
+
+
+def _timed_out(
+    plural: str, namespace: str, name: str, timeout: float, obj: dict, context: str | None
+) -> str:
+    """What a timed-out wait says: a batch's waiting Pods are read now, once, for their
+    reasons (its status only counts inputs); a job's status message already has its own.
+    Only Pods the batch owns count: another Pod may carry its label."""
+    pods: list[waiting.PodWait] = []
+    if plural == r.BATCH_PLURAL:
+        try:
+            listed = list_pods(namespace, f"{names.LABEL_BATCH}={name}", context)
+        except ApiException:  # no right to list Pods: the status alone is said
+            listed = []
+        uid = obj["metadata"].get("uid")
+        owned = [p for p in listed if any(o.uid == uid for o in p.metadata.owner_references or [])]
+        pods = [w for w in map(waiting.pod_wait, owned) if w is not None]
+    return waiting.timed_out(plural, namespace, name, timeout, obj, pods)
 
 
 def kube_reason(exc: ApiException) -> str:

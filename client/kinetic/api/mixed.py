@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kinetic import storage
-from kinetic.api import reference
+from kinetic.api import accelerators, reference
 from kinetic.api.batches import (
     BatchHandle,
     Submittable,
@@ -155,9 +155,11 @@ def batch(
             )
     limits.check_max_concurrent(max_concurrent)
     cfg = _config(entries, namespace, context)
-    for entry in entries:
-        if isinstance(entry, Call):
-            entry.fn.check_cluster(cfg)
+    # Each function once, then the containers' accelerators: before anything is uploaded.
+    for fn in dict.fromkeys(e.fn for e in entries if isinstance(e, Call)):
+        fn.check_cluster(cfg)
+    containers = [e.accelerator for e in entries if isinstance(e, ContainerCall)]
+    accelerators.check(containers, cfg.context)
     limits.refuse(
         limits.check_batch_spec(
             {"jobs": [{}] * len(entries)}, storage_root=None, max_inputs=cfg.max_inputs

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kinetic import storage
+from kinetic.api import accelerators, reference
 from kinetic.api import project as projects  # `project` is also the reference's argument
-from kinetic.api import reference
 from kinetic.api.batches import BatchHandle, check_hosts, submit_map
 from kinetic.api.config import ClientConfig, resolve
 from kinetic.api.jobs import JobHandle, new_job_id, submit_job
@@ -115,13 +115,15 @@ class RemoteFunction:
             check_python(cfg)
 
     def check_accelerator(self, cfg: ClientConfig) -> None:
-        """Refuse an accelerator the cluster's catalog does not offer.
+        """Refuse an accelerator the cluster's catalog does not offer, or that no node of a
+        cluster that cannot grow offers (`kinetic.api.accelerators`).
 
         The cluster's list is what its operator published; without one, the
         built-in catalog's. The error lists the close matches.
         """
         known = cfg.accelerators or tuple(catalog.default_catalog().names())
         catalog.check_name(self.options["accelerator_as_given"], known)
+        accelerators.check([self.options["accelerator_as_given"]], cfg.context)
 
     def ship_project(self, cfg: ClientConfig) -> dict[str, Any] | None:
         """Upload the function's project (what is not there yet) for the payload to name.

@@ -21,7 +21,7 @@ from kinetic.api.jobs import (
     iter_jobs_with_status,
     page_of,
 )
-from kinetic.cli.output import OUTPUT_OPTION, Format, console, emit, fail
+from kinetic.cli.output import OUTPUT_OPTION, Column, Format, age, console, emit, fail
 from kinetic.model.digest import ResultMismatch
 
 app = typer.Typer(
@@ -55,6 +55,20 @@ def _row(h: JobHandle, status: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# `jobs list` as a table reads in 80 columns: the id whole (it is what you copy), the group
+# and index left out (the id holds them), the creation time as an age, the accelerator
+# only on a wider terminal, and the message wrapped in what is left. -o json|yaml has all.
+LIST_COLUMNS = (
+    Column("job_id", "ID", whole=True),
+    Column("function", most=16),
+    Column("phase", whole=True),
+    Column("attempt", whole=True),
+    Column("accelerator", most=16, wider_than=120),
+    Column("created", "AGE", show=age, whole=True),
+    Column("message", fill=True),
+)
+
+
 @app.command("list")
 def list_(
     namespace: str | None = NAMESPACE,
@@ -74,7 +88,7 @@ def list_(
         shown = [_row(h, status()) for h, status in listed[:limit]]
     except kube.ClusterUnreachable as e:
         raise fail(str(e)) from None
-    emit(shown, output, title=f"jobs (page {page})" if page > 1 else "jobs")
+    emit(shown, output, title=f"jobs (page {page})" if page > 1 else "jobs", columns=LIST_COLUMNS)
     if len(listed) > limit and output is Format.table:
         console.print(f"[dim]more: --page {page + 1}[/dim]")
 
@@ -173,7 +187,8 @@ def result(
     context: str | None = CONTEXT,
     output: Format = OUTPUT_OPTION,
 ) -> None:
-    """Wait for a job and print its return value."""
+    """Wait for a job and print its return value; after a success, delete the job and its
+    artifacts (--keep keeps them), as Python's result() does."""
     h = _handle(job_id, namespace, context)
     try:
         with console.status(f"waiting for {job_id}"):

@@ -104,21 +104,6 @@ def member_pod_names(attempt_pod: str, hosts: int) -> list[str]:
     return [names.gang_pod_name(attempt_pod, rank) for rank in range(hosts)]
 
 
-def pod_name_problem(attempt_pod: str, hosts: int, path: str = "metadata.name") -> str | None:
-    """Why the longest member name of an attempt is too long for a Pod, or None.
-
-    Call it with the last attempt's Pod name (the existing check's), so a job
-    whose later attempts or higher ranks could not be named is refused at once.
-    """
-    longest = member_pod_names(attempt_pod, hosts)[-1]
-    if len(longest) <= names.MAX_POD_NAME:
-        return None
-    return (
-        f"{path}: too long for {hosts} hosts; gang Pods are named <name>-<attempt>-<rank> and "
-        f"{longest!r} would exceed {names.MAX_POD_NAME} characters: choose a shorter name"
-    )
-
-
 # --------------------------------------------------------------------------- admission
 
 

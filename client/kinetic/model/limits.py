@@ -513,6 +513,10 @@ DEFAULT_MAX_DISRUPTIONS = 3  # disruptions retried per job without using its ret
 # How long a gang member may wait for a node before the whole gang is torn down: the
 # members already placed hold accelerators that nobody else can use meanwhile.
 DEFAULT_GANG_SCHEDULING_SECONDS = 300
+# How long a single Pod may wait for a node before its attempt fails as Unschedulable: long
+# enough for a cluster autoscaler to add a node, short enough that an accelerator the
+# cluster can never offer ends the job (the chart's scheduling.unschedulableSeconds).
+DEFAULT_UNSCHEDULABLE_SECONDS = 600
 
 
 def check_max_concurrent(value: object) -> None:

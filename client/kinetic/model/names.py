@@ -3,20 +3,35 @@
 Every attempt is one Pod whose name is a pure function of what it runs, so
 that creating it twice is a no-op and any process can find it again:
 
-* attempt ``a`` of KineticJob ``job`` is Pod ``<job>-<a>``;
+* attempt ``a`` of KineticJob ``job`` is Pod ``<job>-a<a>``;
 * attempt ``a`` of the work unit that starts at input ``i`` of KineticBatch
-  ``grp`` is Pod ``<grp>-<i>-<a>``. A unit is one input, or ``chunkSize``
-  consecutive inputs (then ``i`` is the first of them).
+  ``grp`` is Pod ``<grp>-i<i>-<a>``. A unit is one input, or a block of
+  consecutive inputs (then ``i`` is the first of them);
+* rank ``r`` of a multi-host attempt (a gang) is that attempt's name with
+  ``-r<r>`` appended: ``<job>-a<a>-r<r>``, ``<grp>-i<i>-<a>-r<r>``.
+
+The names cannot clash, across kinds, objects, attempts, ranks and units:
+after the owner's name comes a tail of numbers, dashes and one letter per
+part (``a`` a job's attempt, ``i`` a batch input, ``r`` a rank, ``x`` an
+alternative, below), and the last letter of a name says what the tail is,
+so no two different tuples of (kind, owner, input, attempt, rank) give one
+name, whatever the owners are called (job ``b-1`` and batch ``b``: ``b-1-a1``
+and ``b-i1-1``). A name longer than a Pod's 63 characters keeps its tail
+and cuts the owner's part, which then ends in a hash of the whole owner.
+
+A name someone else's Pod holds already (squatted: anyone who may create
+Pods in the namespace can take a name before the operator does) gets an
+alternative at once, ``<name>-x<token>``, where the token comes from a key
+only the operator holds (`kinetic_operator.seal`): deterministic for the
+operator, so a Pod it made under an alternative is found again after a
+restart, and unknown to anyone else. Pods are found by their labels and
+their seal, never by their names alone.
 
 A batch input's own id, for `kinetic.attach` and `kinetic jobs ...`, is
 ``<grp>-<i>``.
 
-A multi-host job's attempt is a gang of Pods, one per rank, each named after
-the attempt's Pod with its rank appended: ``<job>-<a>-<r>`` (or
-``<grp>-<i>-<a>-<r>`` in a batch). A single-host attempt keeps its name as
-above, so nothing changes for jobs that do not ask for hosts. The members
-find each other through one headless Service per owning object
-(`gang_service_name`).
+The members of a gang find each other through one headless Service per
+owning object (`gang_service_name`).
 """
 
 from __future__ import annotations
@@ -33,6 +48,9 @@ LABEL_CHUNK = "kinetic.dev/chunk"  # how many inputs the Pod runs, when more tha
 LABEL_RANK = "kinetic.dev/rank"  # a gang member's rank (0 .. hosts - 1); absent on one host
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kinetic"
+# The operator's seal on every Pod it creates (`kinetic_operator.seal`): labels anyone may
+# copy, this only the holder of the operator's key can make.
+ANNOTATION_SEAL = "kinetic.dev/seal"
 
 # The coordination.k8s.io/v1 Lease in the operator's namespace whose holder is the one
 # replica that reconciles; its holderIdentity is "<Pod name>_<process id>" (`holder_identity`).
@@ -66,6 +84,8 @@ ENV_PAYLOAD_URI = "KINETIC_PAYLOAD_URI"  # set when the Pod runs a function
 ENV_RESULT_URI = "KINETIC_RESULT_URI"  # where a function's result goes (one input, or a job)
 ENV_CHUNK = "KINETIC_CHUNK"  # a Pod that runs several inputs of a batch: their list
 ENV_DEBUG_PORT = "KINETIC_DEBUG_PORT"  # a debug job: the port debugpy listens on in the Pod
+ENV_LOG_URI = "KINETIC_LOG_URI"  # a function Pod: where its runner archives the end of its log
+ENV_LOG_LIMIT = "KINETIC_LOG_LIMIT"  # ... and the most bytes it keeps there
 
 # Environment variables every member of a gang gets (`kinetic.model.gang.rendezvous_env`):
 # the names frameworks read, so that user code needs no Kinetic-specific setup.
@@ -86,28 +106,49 @@ DEBUG_PORT = 5678  # debugpy's own default, as the reference's VS Code configura
 DEBUG_READY_LINE = "debugpy is listening; waiting for a debugger to attach"
 """The runner's log line once debugpy listens: `JobHandle.debug_attach` waits for it."""
 
-MAX_POD_NAME = 63  # Pod names become hostnames and label values
+MAX_POD_NAME = 63  # Pod names become hostnames: the kubelet cuts a longer one
+_OWNER_HASH_DIGITS = 8
+
+
+def _fit(owner: str, tail: str) -> str:
+    """``owner + tail``, its owner part cut (and made unique again by a hash of the whole
+    owner, in digits) when the name would exceed `MAX_POD_NAME` characters."""
+    if len(owner) + len(tail) <= MAX_POD_NAME:
+        return owner + tail
+    digest = int.from_bytes(hashlib.sha256(owner.encode()).digest()[:8], "big")
+    mark = f"-{digest % 10**_OWNER_HASH_DIGITS:0{_OWNER_HASH_DIGITS}d}"
+    keep = max(MAX_POD_NAME - len(tail) - len(mark), 1)
+    head = owner[:keep].rstrip("-.") or owner[:1]
+    return head + mark + tail
 
 
 def job_pod_name(job: str, attempt: int) -> str:
-    """Attempt ``attempt`` of KineticJob ``job``."""
-    return f"{job}-{attempt}"
+    """Attempt ``attempt`` of KineticJob ``job``: ``<job>-a<attempt>``."""
+    return _fit(job, f"-a{attempt}")
 
 
 def input_pod_name(batch: str, index: int, attempt: int) -> str:
-    """Attempt ``attempt`` of the unit starting at input ``index`` of batch ``batch``."""
-    return f"{batch}-{index}-{attempt}"
+    """Attempt ``attempt`` of the unit starting at input ``index`` of batch ``batch``:
+    ``<batch>-i<index>-<attempt>``."""
+    return _fit(batch, f"-i{index}-{attempt}")
 
 
 def gang_pod_name(attempt_pod: str, rank: int) -> str:
     """Rank ``rank`` of a multi-host attempt whose single-host Pod would be ``attempt_pod``
-    (`job_pod_name` or `input_pod_name`): ``<job>-<a>-<r>``.
+    (`job_pod_name` or `input_pod_name`): ``<attempt pod>-r<rank>``.
 
     Every rank, 0 included, carries the suffix: the members of one gang sort
-    and select alike, and no member's name is another attempt's Pod name of
-    the same job.
+    and select alike, and no member's name is another attempt's.
     """
-    return f"{attempt_pod}-{rank}"
+    return _fit(attempt_pod, f"-r{rank}")
+
+
+def alternative_pod_name(name: str, token: str) -> str:
+    """The name to use when ``name`` is held by a Pod the operator did not create:
+    ``<name>-x<token>`` (``token``: digits only the operator can derive)."""
+    if not token.isdigit():
+        raise ValueError(f"an alternative's token is digits, got {token!r}")
+    return _fit(name, f"-x{token}")
 
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")  # DNS-1035: Service names
@@ -131,6 +172,17 @@ def gang_service_name(owner: str) -> str:
     return f"gang-{hashlib.sha256(owner.encode()).hexdigest()[:16]}"
 
 
+def alternative_service_name(service: str, token: str) -> str:
+    """A gang Service's name when ``service`` is held by an object the operator did not
+    make: ``<service>-x<token>``, or ``gang-x<token>-<hash>`` where that is no DNS label."""
+    if not token.isdigit():
+        raise ValueError(f"an alternative's token is digits, got {token!r}")
+    readable = f"{service}-x{token}"
+    if _DNS_LABEL.match(readable):
+        return readable
+    return f"gang-x{token}-{hashlib.sha256(service.encode()).hexdigest()[:16]}"
+
+
 def gang_hostname(pod: str) -> str:
     """A gang member's ``spec.hostname`` (its DNS label under the Service): its Pod name
     when that is a DNS label, else ``m-<hash>`` of it.
@@ -142,10 +194,26 @@ def gang_hostname(pod: str) -> str:
     return f"m-{hashlib.sha256(pod.encode()).hexdigest()[:16]}"
 
 
-def gang_address(hostname: str, service: str) -> str:
-    """The name other members resolve: ``<hostname>.<service>``, found through the Pod's DNS
-    search path within its own namespace (where the cluster has DNS)."""
-    return f"{hostname}.{service}"
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+
+
+def gang_address(
+    hostname: str, service: str, namespace: str, domain: str = DEFAULT_CLUSTER_DOMAIN
+) -> str:
+    """The name other members resolve: ``<hostname>.<service>.<namespace>.svc.<domain>``.
+
+    Fully qualified, never relative: a relative ``<hostname>.<service>`` that
+    does not resolve yet (rank 0 has no address) would be tried against the
+    resolver's search path next, where it names a Service ``<hostname>`` in a
+    namespace called ``<service>``, which anyone may own.
+    """
+    return f"{hostname}.{service}.{namespace}.svc.{domain}"
+
+
+def gang_policy_name(service: str) -> str:
+    """The NetworkPolicy that keeps other namespaces from an owner's gang members: named
+    after its Service."""
+    return service
 
 
 def input_id(batch: str, index: int) -> str:

@@ -530,6 +530,13 @@ class MemberRecord(Wire):
 
     rank: int = Field(ge=0, description="The member's rank (RANK); rank 0 is the coordinator.")
     pod: str = Field(description="Name of the member's Pod.")
+    pod_uid: str | None = Field(
+        None,
+        alias="podUID",
+        max_length=64,
+        description="The UID of the Pod the operator made: a Pod of that name with another UID "
+        "is not this member's.",
+    )
     outcome: str = Field(
         description="pending, running, succeeded, failed, gone (lost to a disruption) or "
         "stopped (deleted with its gang)."
@@ -543,6 +550,13 @@ class AttemptRecord(Wire):
 
     attempt: int = Field(ge=1, description="Attempt number, from 1.")
     pod: str = Field(description="Name of the attempt's Pod.")
+    pod_uid: str | None = Field(
+        None,
+        alias="podUID",
+        max_length=64,
+        description="The UID of the Pod the operator made for it (once seen): a Pod of that "
+        "name with another UID is not this attempt's, whatever its labels say.",
+    )
     start_time: str | None = Field(None, description="When the pod started.")
     end_time: str | None = Field(None, description="When the attempt ended.")
     exit_code: int | None = Field(None, description="Exit code of the main container.")

@@ -94,14 +94,17 @@ for an earlier result, payload, input, conditional write of the result) on
 one kept-alive connection.
 
 Progress goes to stdout, prefixed ``kinetic runner:``, for ``kubectl logs``.
-The user's own stdout and stderr are not captured.
+The work runs in a child process that the Pod's first process supervises
+(`kinetic.runtime.supervise`): the user's own stdout and stderr pass
+through it to the container's log, and it archives the end of the log to
+``KINETIC_LOG_URI`` (at most ``KINETIC_LOG_LIMIT`` bytes) when the child is
+done, so the end survives the kubelet's log rotation.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -110,10 +113,13 @@ from typing import Any, NoReturn
 
 from kinetic import storage
 from kinetic.model import digest, payload
+from kinetic.model.logs import LOG_ARCHIVE_BYTES
+from kinetic.model.names import ENV_LOG_LIMIT, ENV_LOG_URI
 from kinetic.model.payload import INPUT_MODES, CallPayload, Phase, Result
 from kinetic.model.ranges import format_ranges
 from kinetic.runtime import debugger
 from kinetic.runtime.outcome import user_failure
+from kinetic.runtime.supervise import supervise
 from kinetic.runtime.termination import (
     MAX_TERMINATION_MESSAGE,
     termination_log_path,
@@ -876,26 +882,31 @@ def _result_uris(environ: Mapping[str, str]) -> list[str]:
     return uris
 
 
-def _end_on_sigterm() -> None:
-    """End at once on SIGTERM, as any process without a handler would.
-
-    In a container the runner is process 1, and the kernel delivers no signal to
-    process 1 that it has not asked for: without this, a cancelled or deleted
-    Pod would run on until its grace period ran out and the kubelet's SIGKILL.
-    Nothing half-written survives: results are uploaded whole or not at all.
-    """
-
-    def end(signum: int, frame: object) -> None:
-        log("terminated (SIGTERM: the Pod is being deleted or the job cancelled)")
-        os._exit(128 + signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, end)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; ``argv`` is unused (the contract is the environment)."""
-    _end_on_sigterm()
+    """Entry point; ``argv`` is unused (the contract is the environment).
+
+    The work runs in a child process that this one supervises
+    (`kinetic.runtime.supervise`): it sees all of the child's output, archives
+    its end, and says how the child died if it did not end on its own.
+    """
     storage.use_lean_gcs()  # a Pod should not pay for importing google-cloud-storage
+    return supervise(
+        _work,
+        log_uri=os.environ.get(ENV_LOG_URI, "").strip() or None,
+        limit=_log_limit(os.environ),
+        termination_log=termination_log_path(os.environ),
+    )
+
+
+def _log_limit(environ: Mapping[str, str]) -> int:
+    try:
+        return max(1024, int(environ.get(ENV_LOG_LIMIT, "")))
+    except ValueError:
+        return LOG_ARCHIVE_BYTES
+
+
+def _work() -> int:
+    """Read the environment, then run the input(s): the child's whole job."""
     try:
         cfg = RunnerConfig.from_env(os.environ)
     except ConfigError as e:

@@ -28,11 +28,16 @@ when it watches all of them, by a Role in each when watchNamespaces is set.
   - apiGroups: [""]
     resources: [serviceaccounts]
     verbs: [get, create]
-  # A multi-host job's headless Service (<owner>-gang): its members' DNS names. Created
-  # with the first gang and owned by its KineticJob or KineticBatch, which deletes it.
+  # A multi-host job's headless Service (<owner>-gang): its members' DNS names, and its
+  # NetworkPolicy: only Pods of the namespace reach the members. Created with the first
+  # gang and owned by its KineticJob or KineticBatch, which deletes them; read only to
+  # tell its own from one someone else made under the name first.
   - apiGroups: [""]
     resources: [services]
-    verbs: [create]
+    verbs: [get, create]
+  - apiGroups: [networking.k8s.io]
+    resources: [networkpolicies]
+    verbs: [get, create]
 {{- end }}
 {{- define "kinetic.clusterRules" }}
   # Whether the cluster has the GCS FUSE CSI driver (CSIDriver gcsfuse.csi.storage.gke.io):

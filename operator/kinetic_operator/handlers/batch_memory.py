@@ -50,14 +50,16 @@ class UnitPods:
     is not a lost Pod). ``gone``: tombstones of Pods deleted before their
     outcome was recorded. ``refused``: Pods that could not be created, kept
     as failed attempts so the next decision spends a retry on them.
+    ``settled``: the attempts a decision recorded as ended, by unit: their verdicts stand.
     """
 
     creating: dict[int, int] = field(default_factory=dict)  # unit -> attempt
+    creating_names: dict[int, str] = field(default_factory=dict)  # unit -> its Pod's name
     gone: dict[int, dict[int, PodView]] = field(default_factory=dict)
     refused: dict[int, dict[int, PodView]] = field(default_factory=dict)
     creating_members: set[str] = field(default_factory=set)  # gang members, by Pod name
     members_gone: dict[int, dict[str, PodView]] = field(default_factory=dict)  # unit -> name
-    settled: dict[int, dict[int, AttemptRecord]] = field(default_factory=dict)  # gang ends
+    settled: dict[int, dict[int, AttemptRecord]] = field(default_factory=dict)  # verdicts
     stopping: set[str] = field(default_factory=set)  # deleted here, not yet seen deleting
 
     def saw(self, view: PodView, deleted: bool) -> None:
@@ -65,6 +67,7 @@ class UnitPods:
         assert view.index is not None  # only a unit's Pods are followed
         if self.creating.get(view.index) == view.attempt:
             del self.creating[view.index]
+            self.creating_names.pop(view.index, None)
         self.creating_members.discard(view.name)
         if deleted or view.deleting or view.terminal:
             self.stopping.discard(view.name)

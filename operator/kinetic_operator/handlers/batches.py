@@ -94,6 +94,7 @@ from kinetic_operator.handlers.batch_accept import (
 )
 from kinetic_operator.handlers.batch_memory import BatchMemory
 from kinetic_operator.handlers.events import Key, Kind
+from kinetic_operator.handlers.owned import create_sealed, ensure_gang_objects
 from kinetic_operator.kube import Conflict, Kube, Rejected
 from kinetic_operator.manifest import (
     ManifestBook,
@@ -103,7 +104,7 @@ from kinetic_operator.manifest import (
 )
 from kinetic_operator.observed import PodView, batch_key, summarize_pod
 from kinetic_operator.policy import Policy, first_acceptance_violations
-from kinetic_operator.reaper import due_pods
+from kinetic_operator.reaper import due_pods, stop_pod
 from kinetic_operator.settings import OperatorSettings
 
 log = logging.getLogger("kinetic.operator")
@@ -123,9 +124,9 @@ class ManifestNotWritten(Exception):
 
 
 @kopf.index("v1", "pods", labels=LABELLED)
-def batch_pods(body: kopf.Body, **_: Any) -> dict[Key, PodView]:
-    """Attempt Pods of batches by (namespace, batch), summarised."""
-    return BATCHES.index_entry(body)
+def batch_pods(body: kopf.Body, memo: Any, **_: Any) -> dict[Key, PodView]:
+    """Attempt Pods of batches by (namespace, batch), summarised: those the operator made."""
+    return BATCHES.index_entry(body, memo)
 
 
 # ----------------------------------------------------------------------- triggers
@@ -174,15 +175,18 @@ def observe_units(pods: Iterable[PodView], mem: BatchMemory) -> dict[int, UnitOb
         elif pod.index is not None:
             grouped.setdefault(pod.index, {})[pod.attempt] = pod
     making, stopping = frozenset(mem.pods.creating_members), frozenset(mem.pods.stopping)
+    settled = mem.pods.settled
     units = {
         unit: UnitObservation(
             grouped.get(unit, {}),
             creating=mem.pods.creating.get(unit),
+            creating_name=mem.pods.creating_names.get(unit),
             members=tuple(members.get(unit, {}).values()),
             making=making,
             stopping=stopping,
+            ended=dict(settled.get(unit, {})),
         )
-        for unit in grouped.keys() | members.keys() | mem.pods.creating.keys()
+        for unit in grouped.keys() | members.keys() | mem.pods.creating.keys() | settled.keys()
     }
     return units
 
@@ -495,13 +499,14 @@ def _decide(batch: _Batch, accepted: _Accepted, units: dict[int, UnitObservation
         max_disruptions=settings.max_disruptions,
         extra=mem.outcomes.extra,
         dns=settings.rendezvous == "dns",
+        unschedulable_seconds=settings.unschedulable_seconds,
     )
     status, spec_events = spec_condition(decision.status, accepted.refused, batch.now)
     status = _vouching(compact_status(status), mem)
     clock = time.monotonic()
     book = mem.outcomes.book_for(batch.home)
     book.observed = units
-    for unit, ended in batch_logic.settled_gangs(units, decision.plans).items():
+    for unit, ended in batch_logic.settled_units(decision.plans).items():
         mem.pods.settled.setdefault(unit, {}).update(ended)
     manifest = _ManifestWrite(mem, batch.write, batch.home, spec, batch.meta, batch.now)
     return _Decided(spec, decision, status, spec_events, units, clock, book, manifest)
@@ -572,16 +577,28 @@ def _do(batch: _Batch, decided: _Decided, action: Any) -> None:
             causes = {u: p.cause for u, p in decided.decision.plans.items()}
             _create(batch, decided.spec, todo, causes, decided.units)
         case StopPods(pods=pods):
-            _each(functools.partial(_delete, batch), pods)
+            views = _views_by_name(decided.units)
+            _each(functools.partial(_delete, batch, views), pods)
         case Event(type=type_, reason=reason, message=message):
             batch.kube.post_event(batch.body, type_, reason, message)
 
 
-def _delete(batch: _Batch, pod: str) -> None:
-    """Delete a Pod, and remember it until the watch shows it going: a gang's member is not
-    deleted again by the next decision meanwhile."""
-    batch.kube.delete_pod(batch.namespace, pod)
+def _delete(batch: _Batch, views: Mapping[str, PodView], pod: str) -> None:
+    """Stop a Pod (its log archived first when it ran), and remember it until the watch shows
+    it going: a gang's member is not deleted again by the next decision meanwhile."""
+    archive = log_uri(batch.home, pod) if batch.settings.storage_root else None
+    stop_pod(batch.kube, batch.namespace, pod, views.get(pod), archive)
     batch.mem.pods.stopping.add(pod)
+
+
+def _views_by_name(units: Mapping[int, UnitObservation]) -> dict[str, PodView]:
+    """Every Pod the decision saw, by name: a gang's members as they are, not its views."""
+    return {
+        p.name: p
+        for obs in units.values()
+        for p in (*obs.members, *obs.pods.values())
+        if not p.gone
+    }
 
 
 def _write_manifest(batch: _Batch, decided: _Decided, *, urgent: bool, blocking: bool) -> None:
@@ -649,7 +666,7 @@ def _own_units(units: dict[int, UnitObservation], uid: str | None) -> dict[int, 
     for unit, obs in units.items():
         pods = {k: p for k, p in obs.pods.items() if p.belongs_to(uid)}
         members = tuple(m for m in obs.members if m.belongs_to(uid))
-        if pods or members or obs.creating is not None:
+        if pods or members or obs.creating is not None or obs.ended:
             own[unit] = replace(obs, pods=pods, members=members)
     return own
 
@@ -822,6 +839,9 @@ def _create(
 
     hosts_of = unit_hosts(spec, settings.accelerator_catalog)
 
+    def rename(manifest: dict[str, Any], name: str) -> dict[str, Any]:
+        return podspec.renamed(manifest, name, batch.home)
+
     def one(pair: tuple[int, int]) -> None:
         unit, attempt = pair
         try:
@@ -844,22 +864,30 @@ def _create(
             if hosts_of(unit) > 1:
                 pods.creating_members.update(names)
             try:
-                made = {m["metadata"]["name"]: kube.create_pod(m) for m in todo}
-                if made.get(pod["metadata"]["name"]) or made.get(
-                    gang_pod_name(pod["metadata"]["name"], 0)
-                ):
+                made = [create_sealed(kube, m, rename) for m in todo]
+                if made:
+                    pods.creating_names[unit] = made[0].name
+                for m, body in zip(made, todo, strict=True):
+                    if hosts_of(unit) > 1 and m.name != body["metadata"]["name"]:
+                        pods.creating_members.discard(body["metadata"]["name"])
+                        pods.creating_members.add(m.name)  # its own name was held by another
+                first = {pod["metadata"]["name"], gang_pod_name(pod["metadata"]["name"], 0)}
+                pairs_made = zip(made, todo, strict=True)
+                if any(m.created for m, b in pairs_made if b["metadata"]["name"] in first):
                     inputs = len(unit_inputs(unit, spec.chunk_size, batch_total(spec)))
                     cause = "first" if attempt == 1 else (causes or {}).get(unit)
                     metrics.attempt_created(metrics.KIND_BATCH, cause, inputs)
             except Exception:
                 pods.creating.pop(unit, None)  # not created: the next reconcile tries again
+                pods.creating_names.pop(unit, None)
                 pods.creating_members.difference_update(names)
                 raise
         except (UnitRefused, Rejected) as exc:
             pods.creating.pop(unit, None)
+            pods.creating_names.pop(unit, None)
             why = f"input {unit} could not be launched: {exc}"
             pods.refused.setdefault(unit, {})[attempt] = PodView(
-                name=f"{batch.name}-{unit}-{attempt}",
+                name=input_pod_name(batch.name, unit, attempt),
                 attempt=attempt,
                 index=unit,
                 phase="Failed",
@@ -892,8 +920,7 @@ def _unit_pods(
     todo = ranks_to_create(gang, attempt, pod["metadata"]["name"], hosts, dns=dns)
     if todo is None:
         return []
-    if dns:  # without cluster DNS a Service names nobody, and its endpoints cost writes
-        batch.kube.ensure_service(podspec.gang_service(batch.owner))
+    service = ensure_gang_objects(batch.kube, batch.owner, settings)
     job = unit_job(spec, unit)
     tpu = job is not None and is_tpu(settings.accelerator_catalog, job.accelerator)
     return [
@@ -906,6 +933,8 @@ def _unit_pods(
             coordinator=todo.coordinator,
             tpu=tpu,
             home=batch.home,
+            service=service,
+            domain=settings.cluster_domain,
         )
         for rank in todo.ranks
     ]
@@ -951,7 +980,7 @@ def _expire(
     done = _recorded_pods(mem, units, chunk, total)
     due, wait = due_pods(done, batch.now, settings.pod_ttl_seconds, mem.reaping)
     archive = settings.storage_root
-    mem.due = [(p.name, log_uri(batch.home, p.name) if archive else None) for p in due]
+    mem.due = [(p.name, log_uri(batch.home, p.name) if archive else None, p.uid) for p in due]
     timers.expire_at = None if wait is None else clock + wait
     return wait
 

@@ -31,10 +31,12 @@ from kinetic_operator.handlers.policy import current_policy
 from kinetic_operator.kube import Kube
 from kinetic_operator.observed import PodView
 from kinetic_operator.policy import Policy
+from kinetic_operator.reaper import Due
 from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.state import Fresh, OperatorState, operator_state
 
 Key = tuple[str, str]  # (namespace, name)
+STRANGER_REPORT_SECONDS = 60.0  # one Event a minute per object about Pods not the operator's
 
 
 @dataclass
@@ -49,7 +51,9 @@ class ObjectMemory:
 
     body: Fresh = field(default_factory=Fresh)
     failing: Failing = field(default_factory=Failing)  # the error last reported, if any
-    due: list[tuple[str, str | None]] = field(default_factory=list)  # Pods to reap now
+    uids: dict[str, str] = field(default_factory=dict)  # Pod name -> the UID seen first
+    warned_at: float | None = None  # when a Pod that is not ours was last reported
+    due: list[Due] = field(default_factory=list)  # Pods to reap now
     reaping: set[str] = field(default_factory=set)
 
 
@@ -102,13 +106,36 @@ class Kind(Generic[Mem, Seen]):
         """The object is gone: nothing remembered of it applies any more."""
         self.memories(operator_state(memo)).pop(key, None)
 
-    def index_entry(self, body: Mapping[str, Any]) -> dict[Key, PodView]:
-        """The index's entry for a Pod: its summary under its object, if this kind follows it."""
+    def index_entry(self, body: Mapping[str, Any], memo: Any) -> dict[Key, PodView]:
+        """The index's entry for a Pod: its summary under its object, if this kind follows it
+        and the operator made it (`stranger`)."""
         found = self.pod_of(body)
         if found is None:
             return {}
         key, view = found
+        if self.stranger(memo, key, body, view) is not None:
+            return {}
         return {key: view}
+
+    def stranger(self, memo: Any, key: Key, body: Mapping[str, Any], view: PodView) -> str | None:
+        """Why a Pod with the object's labels is not the operator's (None: it is).
+
+        Its seal must be the operator's (`kinetic_operator.seal`), or it must be
+        the previous version's, made before sealing began; and it must be the
+        first Pod seen under its name: one made again under the name of a Pod
+        the operator made (with the seal copied) has another UID.
+        """
+        sealer = operator_state(memo).kube.sealer
+        verdict = sealer.verdict(body) if sealer is not None else "sealed"
+        if verdict == "stranger":
+            return f"Pod {view.name} has this {self.name}'s labels but not the operator's seal"
+        first = self.memory(memo, key).uids.setdefault(view.name, view.uid or "")
+        if view.uid and first and first != view.uid:
+            return (
+                f"Pod {view.name} was made again under the name of a Pod the operator made "
+                f"(UID {view.uid}, not {first})"
+            )
+        return None
 
     async def object_event(
         self, type_: str, key: Key, body: Mapping[str, Any], index: kopf.Index, memo: Any
@@ -131,8 +158,32 @@ class Kind(Generic[Mem, Seen]):
         deleted = type_ == "DELETED"
         if deleted and key not in self.memories(operator_state(memo)):
             return  # its object is gone (garbage collection): nothing to reconcile
+        why = self.stranger(memo, key, body, view)
+        if why is not None:
+            if not deleted:
+                await self.report_stranger(memo, key, why)
+            return  # it changes nothing: not counted, not followed, never deleted as ours
         self.saw_pod(self.memory(memo, key), view, deleted)
         await self.reconcile(key, index, memo)
+
+    async def report_stranger(self, memo: Any, key: Key, why: str) -> None:
+        """A Warning Event on the object a Pod pretends to belong to, at most one a minute."""
+        mem = self.memories(operator_state(memo)).get(key)
+        owner = mem.body.get() if mem is not None else None
+        now = asyncio.get_running_loop().time()
+        if (
+            mem is None
+            or owner is None
+            or (mem.warned_at is not None and now - mem.warned_at < STRANGER_REPORT_SECONDS)
+        ):
+            return
+        mem.warned_at = now
+        message = (
+            f"{why}: it is ignored. It cannot change this {self.name}'s outcome and the "
+            "operator will not delete it; whoever may create Pods in this namespace made it."
+        )
+        kube = operator_state(memo).kube
+        await asyncio.to_thread(kube.post_event, owner, "Warning", "ForeignPod", message)
 
     async def reconcile(self, key: Key, index: kopf.Index, memo: Any) -> None:
         """Bring object ``key`` one step closer to done; serialized per object."""

@@ -37,11 +37,12 @@ from kinetic_operator import gangs, job_logic, metrics, podspec
 from kinetic_operator.datavolumes import uses_fuse
 from kinetic_operator.failures import reconcile_rounds
 from kinetic_operator.handlers.events import Key, Kind, ObjectMemory
+from kinetic_operator.handlers.owned import create_sealed, ensure_gang_objects
 from kinetic_operator.job_logic import CreatePod, Decision, DeletePod, Event, InvalidSpec
 from kinetic_operator.kube import Conflict, Kube, Rejected
 from kinetic_operator.observed import PodView, job_key, summarize_pod
 from kinetic_operator.policy import Policy, first_acceptance_violations, policy_violations
-from kinetic_operator.reaper import due_pods
+from kinetic_operator.reaper import due_pods, stop_pod
 from kinetic_operator.settings import OperatorSettings
 
 log = logging.getLogger("kinetic.operator")
@@ -79,9 +80,9 @@ class JobMemory(ObjectMemory):
 
 
 @kopf.index("v1", "pods", labels=LABELLED)
-def job_pods(body: kopf.Body, **_: Any) -> dict[Key, PodView]:
-    """Attempt Pods of KineticJobs by (namespace, job), summarised."""
-    return JOBS.index_entry(body)
+def job_pods(body: kopf.Body, memo: Any, **_: Any) -> dict[Key, PodView]:
+    """Attempt Pods of KineticJobs by (namespace, job), summarised: those the operator made."""
+    return JOBS.index_entry(body, memo)
 
 
 # ----------------------------------------------------------------------- triggers
@@ -221,10 +222,14 @@ def _reconcile_once(
     if job is None:
         return None  # deleted (its Pods go with it through ownerReferences), or being deleted
     spec = _accept_spec(job)
-    own = [p for p in seen.pods if p.belongs_to(job.meta.get("uid"))]
+    own = [
+        p
+        for p in seen.pods
+        if p.belongs_to(job.meta.get("uid")) and job_logic.recorded_instance(p, job.old)
+    ]
     decision = _decide(job, spec, replace(seen, pods=own))
     written = _record(job, decision)
-    if not _act(job, spec, decision, written):
+    if not _act(job, spec, decision, written, {p.name: p for p in own}):
         return None  # Kubernetes refused a Pod: the job has failed
     return _reap(job, decision, own)
 
@@ -315,7 +320,9 @@ def _decide(job: _Job, spec: KineticJobSpec | InvalidSpec, seen: JobPods) -> Dec
         now=job.now,
         creating=job.old.attempt in job.mem.creating,
         generation=job.meta.get("generation"),
-        bounds=job_logic.Bounds(settings.max_disruptions, settings.attempt_history),
+        bounds=job_logic.Bounds(
+            settings.max_disruptions, settings.attempt_history, settings.unschedulable_seconds
+        ),
         result_uri=None if isinstance(spec, InvalidSpec) else podspec.result_uri(job.home, spec),
     )
 
@@ -342,7 +349,11 @@ def _record(job: _Job, decision: Decision) -> dict[str, Any]:
 
 
 def _act(
-    job: _Job, spec: KineticJobSpec | InvalidSpec, decision: Decision, written: dict[str, Any]
+    job: _Job,
+    spec: KineticJobSpec | InvalidSpec,
+    decision: Decision,
+    written: dict[str, Any],
+    views: Mapping[str, PodView],
 ) -> bool:
     """Do what was decided; False when Kubernetes refused a Pod (the job failed then)."""
     for action in decision.actions:
@@ -351,7 +362,8 @@ def _act(
                 if not _create(job, spec, decision, written, action):
                     return False
             case DeletePod(pod=pod):
-                job.kube.delete_pod(job.namespace, pod)
+                archive = job.home.log_uri(pod) if job.home is not None else None
+                stop_pod(job.kube, job.namespace, pod, views.get(pod), archive)
                 job.mem.stopping.add(pod)
             case Event(type=type_, reason=reason, message=message):
                 job.kube.post_event(job.body, type_, reason, message)
@@ -372,13 +384,16 @@ def _create(
     pods: list[dict[str, Any]] = []
     mem.creating.add(attempt)
     try:
-        pods = _attempt_pods(job, spec, create)  # a fuse volume it cannot mount: Rejected
+        service = ensure_gang_objects(kube, job.owner, job.settings) if create.ranks else None
+        pods = _attempt_pods(job, spec, create, service)  # a fuse volume it cannot mount: Rejected
         mem.creating_pods.update(p["metadata"]["name"] for p in pods)
-        if create.ranks and job.settings.rendezvous == "dns":  # no DNS: a Service names nobody
-            kube.ensure_service(podspec.gang_service(job.owner))
         for pod in pods:
             first = pod["metadata"]["labels"].get(LABEL_RANK, "0") == "0"  # one per attempt
-            if kube.create_pod(pod) and first:
+            made = create_sealed(kube, pod, lambda m, name: podspec.renamed(m, name, job.home))
+            if made.name != pod["metadata"]["name"]:  # its own was held: followed by this one
+                mem.creating_pods.discard(pod["metadata"]["name"])
+                mem.creating_pods.add(made.name)
+            if made.created and first:
                 metrics.attempt_created(metrics.KIND_JOB, create.cause)
     except Rejected as exc:
         _forget(mem, attempt, pods)
@@ -390,8 +405,11 @@ def _create(
     return True
 
 
-def _attempt_pods(job: _Job, spec: KineticJobSpec, create: CreatePod) -> list[dict[str, Any]]:
-    """The Pod of an attempt, or the members of its gang that ``create`` names."""
+def _attempt_pods(
+    job: _Job, spec: KineticJobSpec, create: CreatePod, service: str | None = None
+) -> list[dict[str, Any]]:
+    """The Pod of an attempt, or the members of its gang that ``create`` names (under the
+    gang's Service ``service``, where there is DNS)."""
     kube, settings = job.kube, job.settings
     fuse = kube.csi_driver_installed(GCSFUSE_DRIVER) if uses_fuse(spec.volumes) else None
     pod = podspec.build_job_pod(job.owner, spec, settings, create.attempt, fuse)
@@ -409,6 +427,8 @@ def _attempt_pods(job: _Job, spec: KineticJobSpec, create: CreatePod) -> list[di
             coordinator=create.coordinator,
             tpu=tpu,
             home=job.home,
+            service=service,
+            domain=settings.cluster_domain,
         )
         for rank in create.ranks
     ]
@@ -429,7 +449,7 @@ def _reap(job: _Job, decision: Decision, pods: list[PodView]) -> float | None:
     if not Phase(decision.status.phase).terminal:
         return None
     due, wait = due_pods(pods, job.now, job.settings.pod_ttl_seconds, mem.reaping)
-    mem.due = [(p.name, home.log_uri(p.name) if home else None) for p in due]
+    mem.due = [(p.name, home.log_uri(p.name) if home else None, p.uid) for p in due]
     waits = [w for w in (wait, 30.0 if due else None) if w is not None]
     return min(waits) if waits else None
 

@@ -16,6 +16,7 @@ from kinetic import storage
 from kinetic.model.names import LABEL_MANAGED_BY, MANAGED_BY
 
 from kinetic_operator import memtrace, metrics
+from kinetic_operator.seal import Sealer
 from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.state import operator_state
 from kinetic_operator.webhook import configure_admission
@@ -122,6 +123,22 @@ async def wait_for_kinds(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None
             logger.warning("Waiting for the API server to serve the kinetic.dev kinds")
         await asyncio.sleep(0.5)
         waited += 0.5
+
+
+@kopf.on.startup()
+async def load_seal(memo: kopf.Memo, **_: Any) -> None:
+    """Load the key that seals the Pods this operator makes (creating it on first start),
+    before any Pod is watched: a Pod is judged by its seal from the first sight
+    (`kinetic_operator.seal`). Kopf retries this handler until it succeeds."""
+    state = operator_state(memo)
+    settings = state.settings
+    key, since = await asyncio.to_thread(
+        state.kube.seal_key, settings.operator_namespace, settings.seal_secret
+    )
+    state.kube.sealer = Sealer(key, since)
+    log.info(
+        "Pods are sealed with the key in %s/%s", settings.operator_namespace, settings.seal_secret
+    )
 
 
 @kopf.on.startup()

@@ -55,9 +55,23 @@ class Cluster:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, spec: dict[str, Any]) -> None:
         self.job: dict[str, Any] | None = {"spec": spec, "status": {"attempts": []}}
         self.pods: list[V1Pod] = []
-        monkeypatch.setattr(kube, "get", lambda *a, **k: self.job)
+        monkeypatch.setattr(kube, "get", lambda *a, **k: self._recorded())
         monkeypatch.setattr(kube, "list_pods", lambda *a, **k: list(self.pods))
         monkeypatch.setattr(kube, "pod_log", self._log)
+
+    def _recorded(self) -> dict[str, Any] | None:
+        """The job, its status recording its Pods as the operator does (each attempt's Pod,
+        or members): the handles read only the Pods the operator recorded."""
+        if self.job is None or self.job["status"]["attempts"]:
+            return self.job
+        attempts: dict[int, dict[str, Any]] = {}
+        for p in self.pods:
+            a = int(p.metadata.labels[names.LABEL_ATTEMPT])
+            rec = attempts.setdefault(a, {"attempt": a, "pod": names.job_pod_name("train", a)})
+            if names.LABEL_RANK in p.metadata.labels:
+                rank = int(p.metadata.labels[names.LABEL_RANK])
+                rec.setdefault("members", []).append({"rank": rank, "pod": p.metadata.name})
+        return {**self.job, "status": {"attempts": list(attempts.values())}}
 
     def _log(self, name: str, namespace: str, tail: int | None = None, context: Any = None) -> Any:
         live = {p.metadata.name for p in self.pods}
@@ -83,23 +97,23 @@ def archive(root: str, pod_name: str, text: str) -> None:
 
 def test_a_live_gang_gives_each_ranks_own_log(monkeypatch: pytest.MonkeyPatch, root: str) -> None:
     cluster = Cluster(monkeypatch, {"accelerator": "gpu-l4", "hosts": 3})
-    cluster.pods = [pod("train-1-0", 1, 0), pod("train-1-1", 1, 1), pod("train-1-2", 1, 2)]
+    cluster.pods = [pod("train-a1-r0", 1, 0), pod("train-a1-r1", 1, 1), pod("train-a1-r2", 1, 2)]
     h = job(root)
-    assert h.logs() == "log of train-1-0\n"  # rank 0 by default: the coordinator
-    assert h.logs(rank=2) == "log of train-1-2\n"
-    assert h.tail(5, rank=1) == "log of train-1-1\n"
+    assert h.logs() == "log of train-a1-r0\n"  # rank 0 by default: the coordinator
+    assert h.logs(rank=2) == "log of train-a1-r2\n"
+    assert h.tail(5, rank=1) == "log of train-a1-r1\n"
 
 
 def test_the_newest_attempts_member_is_read(monkeypatch: pytest.MonkeyPatch, root: str) -> None:
     cluster = Cluster(monkeypatch, {"hosts": 2})
-    cluster.pods = [pod("train-1-1", 1, 1), pod("train-2-0", 2, 0), pod("train-2-1", 2, 1)]
-    assert job(root).logs(rank=1) == "log of train-2-1\n"
+    cluster.pods = [pod("train-a1-r1", 1, 1), pod("train-a2-r0", 2, 0), pod("train-a2-r1", 2, 1)]
+    assert job(root).logs(rank=1) == "log of train-a2-r1\n"
 
 
 def test_a_single_host_job_reads_its_one_pod(monkeypatch: pytest.MonkeyPatch, root: str) -> None:
     cluster = Cluster(monkeypatch, {"accelerator": "gpu-l4"})
-    cluster.pods = [pod("train-1", 1)]
-    assert job(root).logs(rank=0) == "log of train-1\n"
+    cluster.pods = [pod("train-a1", 1)]
+    assert job(root).logs(rank=0) == "log of train-a1\n"
 
 
 # --------------------------------------------------------------------------- the archive
@@ -111,8 +125,8 @@ def test_an_ended_gangs_logs_come_from_each_members_archive(
     cluster = Cluster(monkeypatch, {"accelerator": "gpu-l4", "hosts": 2})
     assert cluster.job is not None
     cluster.job["status"]["attempts"] = [gang_attempt(1, 2)]
-    archive(root, "train-1-0", "rank zero\n")
-    archive(root, "train-1-1", "rank one\nlast\n")
+    archive(root, "train-a1-r0", "rank zero\n")
+    archive(root, "train-a1-r1", "rank one\nlast\n")
     h = job(root)
     assert h.logs() == "rank zero\n"
     assert h.logs(rank=1) == "rank one\nlast\n"
@@ -126,9 +140,9 @@ def test_a_multi_host_slice_without_hosts_counts_its_own(
     the operator records members, the archive is still looked up by the member's name."""
     cluster = Cluster(monkeypatch, {"accelerator": "tpu-v5e-16"})
     assert cluster.job is not None
-    cluster.job["status"]["attempts"] = [{"attempt": 1, "pod": "train-1", "outcome": "failure"}]
-    archive(root, "train-1-0", "coordinator\n")
-    archive(root, "train-1-3", "worker 3\n")
+    cluster.job["status"]["attempts"] = [{"attempt": 1, "pod": "train-a1", "outcome": "failure"}]
+    archive(root, "train-a1-r0", "coordinator\n")
+    archive(root, "train-a1-r3", "worker 3\n")
     assert job(root).logs(rank=3) == "worker 3\n"
     assert job(root).logs() == "coordinator\n"
 
@@ -162,7 +176,7 @@ def test_recorded_members_count_even_when_the_catalog_does_not_know_the_slice(
     cluster = Cluster(monkeypatch, {"accelerator": "tpu-v5e-64"})
     assert cluster.job is not None
     cluster.job["status"]["attempts"] = [gang_attempt(1, 16)]
-    archive(root, "train-1-15", "last rank\n")
+    archive(root, "train-a1-r15", "last rank\n")
     assert job(root).logs(rank=15) == "last rank\n"
 
 
@@ -186,18 +200,20 @@ def test_rank_problem(rank: Any, hosts: int, says: str | None) -> None:
 
 
 def test_pod_of_rank_takes_the_newest_attempt_and_none_before_that_rank_exists() -> None:
-    pods = handles.sort_by_attempt([pod("j-2-0", 2, 0), pod("j-1-1", 1, 1), pod("j-1-0", 1, 0)])
-    assert pod_of_rank(pods, 0).metadata.name == "j-2-0"  # type: ignore[union-attr]
+    pods = handles.sort_by_attempt(
+        [pod("j-a2-r0", 2, 0), pod("j-a1-r1", 1, 1), pod("j-a1-r0", 1, 0)]
+    )
+    assert pod_of_rank(pods, 0).metadata.name == "j-a2-r0"  # type: ignore[union-attr]
     assert pod_of_rank(pods, 1) is None  # rank 1 of attempt 2 is not created yet
-    assert pod_of_rank([pod("j-1", 1)], 0).metadata.name == "j-1"  # type: ignore[union-attr]
+    assert pod_of_rank([pod("j-a1", 1)], 0).metadata.name == "j-a1"  # type: ignore[union-attr]
     assert pod_of_rank([], 0) is None
 
 
 def test_member_pod_prefers_the_record_then_the_naming_rule() -> None:
-    recorded = {"pod": "j-1", "members": [{"rank": 1, "pod": "j-1-1"}]}
-    assert member_pod(recorded, 1, 2) == "j-1-1"
-    assert member_pod({"pod": "j-1"}, 0, 1) == "j-1"
-    assert member_pod({"pod": "j-1"}, 0, 4) == "j-1-0"
+    recorded = {"pod": "j-a1", "members": [{"rank": 1, "pod": "j-a1-r1"}]}
+    assert member_pod(recorded, 1, 2) == "j-a1-r1"
+    assert member_pod({"pod": "j-a1"}, 0, 1) == "j-a1"
+    assert member_pod({"pod": "j-a1"}, 0, 4) == "j-a1-r0"
     assert recorded_hosts(recorded) == 2
     assert recorded_hosts(None) == recorded_hosts({"pod": "x"}) == 1
 
@@ -232,10 +248,10 @@ def test_following_a_gang_prints_rank_0_only() -> None:
             return ""
 
         def _live_pods(self) -> list[V1Pod]:
-            return [pod("j-1-0", 1, 0), pod("j-1-1", 1, 1), pod("j-2", 2)]
+            return [pod("j-a1-r0", 1, 0), pod("j-a1-r1", 1, 1), pod("j-a2", 2)]
 
     follower = LogFollower(Followed())
-    assert [p.metadata.name for p in follower._unprinted()] == ["j-1-0", "j-2"]
+    assert [p.metadata.name for p in follower._unprinted()] == ["j-a1-r0", "j-a2"]
 
 
 # --------------------------------------------------------------------------- the CLI
@@ -290,6 +306,6 @@ def test_the_cli_says_why_a_rank_is_refused(monkeypatch: pytest.MonkeyPatch) -> 
 def test_status_lists_the_newest_gang_attempts_members() -> None:
     rows = jobs_cli.member_rows(gang_attempt(2, 2, outcome="succeeded"))
     assert [(m["rank"], m["pod"], m["outcome"]) for m in rows] == [
-        (0, "train-2-0", "succeeded"),
-        (1, "train-2-1", "succeeded"),
+        (0, "train-a2-r0", "succeeded"),
+        (1, "train-a2-r1", "succeeded"),
     ]

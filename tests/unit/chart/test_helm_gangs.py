@@ -56,15 +56,31 @@ def test_bad_gang_values_are_refused_by_the_schema(gangs: dict[str, Any], path: 
     assert path in str(refused.value)
 
 
-def test_the_operator_may_create_a_gangs_headless_service_and_nothing_more() -> None:
+def test_the_operator_may_make_and_read_a_gangs_service_and_network_policy_and_nothing_more():
+    """Made once per owner; read only to tell its own from one someone else made first."""
     objects = install(BASE)
     rules = [
         rule
         for role in of_kind(objects, "ClusterRole")
         for rule in role.get("rules", [])
-        if "services" in rule.get("resources", [])
+        if {"services", "networkpolicies"} & set(rule.get("resources", []))
     ]
-    assert rules == [{"apiGroups": [""], "resources": ["services"], "verbs": ["create"]}]
+    assert rules == [
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "create"]},
+        {
+            "apiGroups": ["networking.k8s.io"],
+            "resources": ["networkpolicies"],
+            "verbs": ["get", "create"],
+        },
+    ]
+
+
+def test_gangs_get_a_network_policy_and_fully_qualified_names_by_default() -> None:
+    settings = _settings(BASE)
+    assert settings.gang_network_policy and settings.cluster_domain == "cluster.local"
+    values = {**BASE, "gangs": {"networkPolicy": False}, "clusterDomain": "corp.example"}
+    settings = _settings(values)
+    assert not settings.gang_network_policy and settings.cluster_domain == "corp.example"
 
 
 def test_max_hosts_per_job_renders_as_the_operator_reads_it() -> None:

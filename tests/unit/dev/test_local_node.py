@@ -57,14 +57,26 @@ def test_docker_hub_names_resolve_at_the_local_registry_only(cfg: LocalConfig) -
     assert hosts["host"][local]["capabilities"] == ["pull", "resolve"]
 
 
-def test_the_kubelet_is_secured_fast_and_uses_this_machines_resolver(cfg: LocalConfig) -> None:
-    dns = kubelet.nameservers("search x\nnameserver 10.255.255.53\nnameserver ::1\n")
-    assert dns == ["10.255.255.53"]
-    conf = kubelet.kubelet_config(cfg, PKI(cfg.pki_dir), dns)
+def test_the_kubelet_is_secured_fast_and_gives_pods_the_clusters_dns(cfg: LocalConfig) -> None:
+    conf = kubelet.kubelet_config(cfg, PKI(cfg.pki_dir))
     assert conf["authentication"]["anonymous"]["enabled"] is False
     assert conf["authorization"]["mode"] == "Webhook" and conf["readOnlyPort"] == 0
     assert conf["address"] == cfg.node_ip and conf["healthzBindAddress"] == "127.0.0.1"
-    assert conf["clusterDNS"] == dns  # else a MissingClusterDNS warning per Pod
+    # Pods ask the node's dnsmasq (clusterdns), which answers on the bridge's address.
+    assert conf["clusterDNS"] == [cfg.node_ip] and conf["clusterDomain"] == "cluster.local"
+    other = LocalConfig(state_dir=cfg.state_dir, cluster_domain="corp.internal")
+    assert kubelet.kubelet_config(other, PKI(cfg.pki_dir))["clusterDomain"] == "corp.internal"
+
+
+def test_a_kubelet_started_with_other_settings_is_seen_as_stale(cfg: LocalConfig) -> None:
+    path = cfg.state_dir / "kubelet.yaml"
+    conf = kubelet.kubelet_config(cfg, PKI(cfg.pki_dir))
+    assert kubelet.changed(path, conf)  # never written: nothing runs with it
+    kubelet.write(path, conf)
+    assert not kubelet.changed(path, conf)
+    # A kubelet from before cluster DNS: the machine's resolver in its Pods.
+    kubelet.write(path, {**conf, "clusterDNS": ["10.255.255.53"]})
+    assert kubelet.changed(path, conf)
     assert conf["kubeAPIQPS"] >= 50  # the default 5 would throttle Pod status writes
     assert conf["cgroupRoot"] == f"/{cfg.cgroup_root}"
     argv = kubelet.kubelet_argv("kubelet", cfg, Path("/x.yaml"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -266,3 +267,80 @@ def test_each_created_attempt_says_why_it_is_started(
 ) -> None:
     """The metrics tell first attempts, retries and disruption re-runs apart by this."""
     assert plan(*pods, **kw).cause == cause  # type: ignore[arg-type]
+
+
+def test_an_image_pull_failure_stays_a_failure_once_its_pod_is_stopped() -> None:
+    """The planner fails attempt 1 (ImagePullBackOff past the grace) and stops its Pod; the
+    Pod then reads as deleted. With the verdict recorded it stays a failure, so `retries: 1`
+    ends the unit after two attempts instead of turning each failure into a free disruption
+    and retrying for ever."""
+    first = plan(stuck(1, "ImagePullBackOff", 31), retries=1)
+    assert (first.outcome, first.create, first.stop) == ("pending", 2, (name(1),))
+    known = {r.attempt: r for r in first.records}
+    stopped = replace(stuck(1, "ImagePullBackOff", 33), deleting=True)
+    again = plan_unit(
+        {1: stopped, 2: stuck(2, "ImagePullBackOff", 31)},
+        reserved=2,
+        creating=False,
+        limits=Limits(1, 3),
+        cancel=False,
+        pod_name=name,
+        now=NOW,
+        known=known,
+    )
+    assert (again.outcome, again.failures, again.disruptions) == ("failed", 2, 0)
+    assert [r.outcome for r in again.records] == ["failure", "failure"]
+    assert again.reason == "ImagePullBackOff"
+
+
+def test_the_disruption_bound_holds_when_a_failure_would_start_the_next_attempt() -> None:
+    """Three disruptions recorded (the operator allows 2), then a failure with a retry
+    left: no fourth attempt starts; the unit fails naming the disruptions."""
+    from kinetic.model.resources import AttemptRecord
+
+    known = {
+        k: AttemptRecord(attempt=k, pod=name(k), outcome="disruption", reason="PodDeleted")
+        for k in (1, 2, 3)
+    }
+    p = plan_unit(
+        {4: failed(4)},
+        reserved=4,
+        creating=False,
+        limits=Limits(retries=5, max_disruptions=2),
+        cancel=False,
+        pod_name=name,
+        now=NOW,
+        known=known,
+    )
+    assert (p.outcome, p.reason, p.create) == ("failed", "TooManyDisruptions", None)
+    assert "disrupted 3 times (the operator allows 2)" in p.message
+
+
+@pytest.mark.parametrize(
+    ("waited", "bound", "outcome"),
+    [
+        (599, 600.0, "pending"),  # still within the bound: the scheduler may find room
+        (600, 600.0, "failed"),  # past it: the attempt fails, with the scheduler's words
+        (10_000, None, "pending"),  # no bound: it waits for ever
+    ],
+)
+def test_a_pod_no_node_takes_fails_as_unschedulable_after_the_bound(
+    waited: int, bound: float | None, outcome: str
+) -> None:
+    created = (NOW - timedelta(seconds=waited)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    view = pod(
+        1, "Pending", created=created, unschedulable="0/1 nodes are available: 1 Insufficient gpu"
+    )
+    p = plan_unit(
+        {1: view},
+        reserved=1,
+        creating=False,
+        limits=Limits(0, 3, unschedulable_seconds=bound),
+        cancel=False,
+        pod_name=name,
+        now=NOW,
+    )
+    assert p.outcome == outcome
+    if outcome == "failed":
+        assert p.reason == "Unschedulable" and p.stop == (name(1),)
+        assert "1 Insufficient gpu" in p.message and "waits 600s" in p.message

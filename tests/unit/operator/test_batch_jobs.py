@@ -241,7 +241,7 @@ def test_each_input_gets_its_own_pod_spec() -> None:
     spec = mixed(box_job("alpine:3", env=[{"name": "WHO", "value": "a"}]), fn_job(image="py:3"))
     box = build_unit_pod(GRP, "ns", "uid-7", spec, SETTINGS, 0, 1, None)
     fn = build_unit_pod(GRP, "ns", "uid-7", spec, SETTINGS, 1, 2, None)
-    assert box["metadata"]["name"] == f"{GRP}-0-1" and fn["metadata"]["name"] == f"{GRP}-1-2"
+    assert box["metadata"]["name"] == f"{GRP}-i0-1" and fn["metadata"]["name"] == f"{GRP}-i1-2"
     assert box["spec"]["containers"][0]["image"] == "alpine:3"
     assert box["spec"]["containers"][0]["command"] == ["sh", "-c", "echo $WHO"]
     assert env(box)["WHO"] == "a" and env(box)["KINETIC_INDEX"] == "0"

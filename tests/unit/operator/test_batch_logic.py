@@ -34,6 +34,7 @@ from kinetic_operator.batch_logic import (
     immutable_change,
     invalid_batch,
     merge_mutable,
+    settled_units,
     unit_inputs,
     with_condition,
 )
@@ -829,3 +830,25 @@ def test_a_fragmented_active_set_stays_under_64_kib():
     )
     size = len(json.dumps(compact_status(status).wire()))
     assert size < KIB64, f"the status is {size} bytes"
+
+
+def test_an_input_whose_image_cannot_be_pulled_fails_after_its_retries():
+    """The decision fails attempt 1 (ImagePullBackOff past the grace) and stops its Pod,
+    which then reads as deleted: remembered, the verdict stands (`settled_units`), so the
+    input fails after `retries: 1` instead of retrying for ever as free disruptions."""
+    spec = make_spec(1, retries=1)
+    status = started(spec)
+    waited = (T0 - timedelta(seconds=40)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pulling = {"waiting_reason": "ImagePullBackOff", "start_time": waited, "phase": "Pending"}
+    first = decide(spec, status, units(pv(0, 1, **pulling)))
+    assert (first.creates, first.stops) == ([(0, 2)], ["g-0-1"])
+    ended = settled_units(first.plans)
+    assert ended[0][1].outcome == "failure"
+    obs = {
+        0: UnitObservation(
+            {1: pv(0, 1, deleting=True, **pulling), 2: pv(0, 2, **pulling)}, ended=ended[0]
+        )
+    }
+    second = decide(spec, first.status, obs)
+    assert ranges(second.status)["failed"] == "0" and second.creates == []
+    assert second.plans[0].failures == 2 and second.plans[0].disruptions == 0

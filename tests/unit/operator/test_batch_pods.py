@@ -97,6 +97,9 @@ def test_one_function_input_per_pod():
         "KINETIC_INPUT_URI": f"{ROOT}/batches/{GRP}/inputs/3.pkl",
         "KINETIC_INPUT_SHA256": HASHES[3],
         "KINETIC_INPUT_MODE": "args",
+        # where the runner archives the end of its own log (the kubelet's may be rotated away)
+        "KINETIC_LOG_URI": f"{ROOT}/namespaces/ns/batches/{GRP}/uid-9/logs/{GRP}-i3-2.log",
+        "KINETIC_LOG_LIMIT": str(SETTINGS.log_archive_bytes),
     }
     assert_restricted(m, SETTINGS)
 

@@ -19,6 +19,7 @@ import pytest
 from kinetic import storage
 from kinetic.model import digest, layout
 from kinetic.model.manifest import ManifestHeader, decode_shard
+from kinetic.model.names import input_pod_name
 from kinetic.model.resources import BATCH_PLURAL
 from kinetic_operator import batch_logic
 from kinetic_operator.handlers import batches
@@ -126,7 +127,7 @@ class Batch:
 
 
 def pod_name(index: int, attempt: int = 1) -> str:
-    return f"{GRP}-{index}-{attempt}"
+    return input_pod_name(GRP, index, attempt)
 
 
 # ----------------------------------------------------------------------- launching
@@ -284,14 +285,14 @@ def test_finished_pods_go_after_their_ttl_once_their_shard_is_written(settings):
     seen_at_delete: list[tuple[str, bytes]] = []
 
     def on_delete(name: str) -> None:
-        index = int(name.rsplit("-", 2)[1])
+        index = int(name.rsplit("-", 2)[1].removeprefix("i"))
         log = storage.read_bytes(batch.home.log_uri(name))
         seen_at_delete.append((batch.shard()[index].outcome, log))
 
     kube.on_delete = on_delete
     batch.reconcile()
     assert batch.status["phase"] == "SUCCEEDED"
-    assert sorted(p for p, _ in batch.mem.due) == [pod_name(i) for i in range(3)]
+    assert sorted(p for p, _, _ in batch.mem.due) == [pod_name(i) for i in range(3)]
     reap_due(kube, batch.mem.due)
     assert sorted(seen_at_delete) == [("SUCCEEDED", f"log {i}\n".encode()) for i in range(3)]
     assert kube.pods == {}
@@ -311,7 +312,7 @@ def test_finished_pods_within_their_ttl_are_kept(settings):
     wait = batch.reconcile()
     assert batch.mem.due == [] and wait == pytest.approx(70)
     batch.reconcile(NOW + timedelta(seconds=71))
-    assert [p for p, _ in batch.mem.due] == [pod_name(1)]
+    assert [p for p, _, _ in batch.mem.due] == [pod_name(1)]
 
 
 def test_pods_of_inputs_not_recorded_in_the_manifest_are_never_handed_out(settings):
@@ -335,7 +336,7 @@ def test_pods_of_inputs_not_recorded_in_the_manifest_are_never_handed_out(settin
     batch.reconcile()
     assert batch.status["manifestSHA256"] == batch.mem.outcomes.book.latest.sha256
     assert batch.status["manifestURI"] == batch.mem.outcomes.book.latest.uri
-    assert [p for p, _ in batch.mem.due] == [pod_name(0)]
+    assert [p for p, _, _ in batch.mem.due] == [pod_name(0)]
 
 
 def test_cancelling_one_running_input_stops_only_its_pod(settings):

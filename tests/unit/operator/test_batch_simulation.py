@@ -271,6 +271,7 @@ class World:
     def _create(self, unit: int, attempt: int) -> None:
         self.mem.pods.creating[unit] = attempt  # as the handler does before it calls the API
         name = input_pod_name(BATCH, unit, attempt)
+        self.mem.pods.creating_names[unit] = name  # ... and after it, the name it got
         if name in self.pods:
             return  # AlreadyExists
         assert self.status is not None
@@ -307,6 +308,7 @@ class World:
                 gone[view.attempt] = replace(view, gone=True)
             if self.mem.pods.creating.get(view.index) == view.attempt:  # type: ignore[arg-type]
                 del self.mem.pods.creating[view.index]  # type: ignore[arg-type]
+                self.mem.pods.creating_names.pop(view.index, None)  # type: ignore[arg-type]
 
     def live(self) -> list[SimPod]:
         return [p for p in self.pods.values() if p.live]
@@ -578,11 +580,11 @@ def test_a_stale_decision_cannot_rerun_an_input_whose_pod_expired():
     w.reconcile()
     w.deliver(everything=True)
     stale = (w.rv, w.status)
-    w.pods["g-0-1"].phase = "Succeeded"
-    w.undelivered.add("g-0-1")
+    w.pods["g-i0-1"].phase = "Succeeded"
+    w.undelivered.add("g-i0-1")
     w.deliver(everything=True)
     w.reconcile()  # records 0, launches 1
-    w._delete("g-0-1")  # its TTL
+    w._delete("g-i0-1")  # its TTL
     w.deliver(everything=True)
     w.mem.pods.gone.clear()  # and a restart forgot its tombstone
     d = decide_batch(
@@ -591,7 +593,7 @@ def test_a_stale_decision_cannot_rerun_an_input_whose_pod_expired():
     assert (0, 1) in d.creates  # decided on the stale status, 0 looks reserved but never run
     w.snapshots = [stale]
     assert w.reconcile("stale") == "conflict"  # ...so it never gets to act
-    assert w.created[0] == 1 and "g-0-1" not in w.pods
+    assert w.created[0] == 1 and "g-i0-1" not in w.pods
 
 
 def test_cancelling_an_input_whose_pod_the_watch_has_not_shown_yet():
@@ -603,11 +605,11 @@ def test_cancelling_an_input_whose_pod_the_watch_has_not_shown_yet():
     w = world(0, n=3, maxConcurrent=1)
     w.lag = 1.0  # nothing is delivered until asked
     w.reconcile()
-    assert set(w.pods) == {"g-0-1"} and w.mem.pods.creating == {0: 1}
-    w.pods["g-0-1"].phase = "Running"
+    assert set(w.pods) == {"g-i0-1"} and w.mem.pods.creating == {0: 1}
+    w.pods["g-i0-1"].phase = "Running"
     w.spec = w.spec.model_copy(update={"cancel_indexes": "0"})
     w.reconcile()
     w.check()
     w.reconcile()
     w.check()  # at most maxConcurrent live Pods
-    assert "g-0-1" not in w.pods or not w.pods["g-0-1"].live
+    assert "g-i0-1" not in w.pods or not w.pods["g-i0-1"].live

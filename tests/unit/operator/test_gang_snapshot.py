@@ -13,21 +13,21 @@ from kinetic_operator.handlers.jobs import JobMemory, observe_job
 
 def test_a_job_reconcile_keeps_what_was_being_created_when_it_looked() -> None:
     mem = JobMemory()
-    mem.creating_pods.add("kj-1-1")
-    mem.stopping.add("kj-1-0")
+    mem.creating_pods.add("kj-a1-r1")
+    mem.stopping.add("kj-a1-r0")
     seen = observe_job([member(0)], mem)
     mem.saw(member(1), deleted=False)  # the watch shows rank 1 after the look
     mem.saw(member(0, deleting=True), deleted=False)
-    assert seen.making == {"kj-1-1"} and seen.stopping == {"kj-1-0"}
-    assert [p.name for p in seen.pods] == ["kj-1-0"]
+    assert seen.making == {"kj-a1-r1"} and seen.stopping == {"kj-a1-r0"}
+    assert [p.name for p in seen.pods] == ["kj-a1-r0"]
     assert not mem.creating_pods and not mem.stopping
 
 
 def test_a_batch_reconcile_keeps_what_was_being_created_when_it_looked() -> None:
     mem = BatchMemory()
-    mem.pods.creating_members.add("g-0-1-1")
+    mem.pods.creating_members.add("g-i0-1-r1")
     units = observe_units([member(0, owner="g", index=0)], mem)
     mem.pods.saw(member(1, owner="g", index=0), deleted=False)
-    assert units[0].making == {"g-0-1-1"}
-    assert [p.name for p in units[0].members] == ["g-0-1-0"]
+    assert units[0].making == {"g-i0-1-r1"}
+    assert [p.name for p in units[0].members] == ["g-i0-1-r0"]
     assert not mem.pods.creating_members

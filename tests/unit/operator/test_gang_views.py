@@ -32,8 +32,8 @@ def outcomes(view: PodView) -> list[tuple[int, str, str]]:
 
 def test_one_host_passes_the_attempt_pods_through_unchanged():
     pods = [
-        PodView(name="kj-1", attempt=1, phase="Failed", exit_code=1),
-        PodView(name="kj-2", attempt=2, phase="Running"),
+        PodView(name="kj-a1", attempt=1, phase="Failed", exit_code=1),
+        PodView(name="kj-a2", attempt=2, phase="Running"),
     ]
     views, gang = see(pods, 1, T0)
     assert gang is None
@@ -46,9 +46,9 @@ def test_one_host_passes_the_attempt_pods_through_unchanged():
 def test_two_members_running_are_one_running_attempt():
     views, gang = see([member(0), member(1)], 2, at(10))
     (view,) = views.values()
-    assert (view.name, view.attempt, view.phase, view.rank) == ("kj-1", 1, "Running", None)
-    assert outcomes(view) == [(0, "kj-1-0", "running"), (1, "kj-1-1", "running")]
-    assert gang is not None and gang.teardown == () and gang.missing(1, "kj-1") == ()
+    assert (view.name, view.attempt, view.phase, view.rank) == ("kj-a1", 1, "Running", None)
+    assert outcomes(view) == [(0, "kj-a1-r0", "running"), (1, "kj-a1-r1", "running")]
+    assert gang is not None and gang.teardown == () and gang.missing(1, "kj-a1") == ()
     assert gang.verdicts[1].outcome is Outcome.RUNNING
 
 
@@ -56,9 +56,9 @@ def test_a_member_waiting_for_a_node_keeps_the_attempt_pending_and_says_why():
     why = "0/3 nodes are available: 3 Insufficient google.com/tpu."
     views, gang = see([member(0), member(1, "Pending", unschedulable=why)], 2, at(10))
     view = views[1]
-    assert (view.name, view.phase, view.unschedulable) == ("kj-1", "Pending", why)
+    assert (view.name, view.phase, view.unschedulable) == ("kj-a1", "Pending", why)
     assert view.start_time == stamp(0)  # the gang's, not the waiting member's (none)
-    assert outcomes(view)[1] == (1, "kj-1-1", "pending")
+    assert outcomes(view)[1] == (1, "kj-a1-r1", "pending")
     assert gang is not None and gang.teardown == ()
 
 
@@ -67,9 +67,9 @@ def test_ranks_not_created_yet_wait_as_pending_since_the_gang_began_not_as_lost(
     views, gang = see([member(0, "Pending")], 2, at(60))
     view = views[1]
     assert view.phase == "Pending" and view.disruption is None
-    assert outcomes(view) == [(0, "kj-1-0", "pending"), (1, "kj-1-1", "pending")]
+    assert outcomes(view) == [(0, "kj-a1-r0", "pending"), (1, "kj-a1-r1", "pending")]
     assert view.members is not None and view.members[1].reason == "its Pod is not created yet"
-    assert gang is not None and gang.missing(1, "kj-1") == (1,) and gang.teardown == ()
+    assert gang is not None and gang.missing(1, "kj-a1") == (1,) and gang.teardown == ()
 
 
 def test_a_missing_rank_counts_against_the_scheduling_deadline_from_the_gangs_start():
@@ -77,7 +77,7 @@ def test_a_missing_rank_counts_against_the_scheduling_deadline_from_the_gangs_st
     views, gang = see([member(0, "Pending")], 2, late)
     assert views[1].terminated_reason == UNSCHEDULABLE
     assert "2 of 2 members (rank 0, 1) waited for a node" in (views[1].termination_message or "")
-    assert gang is not None and gang.teardown == ("kj-1-0",)
+    assert gang is not None and gang.teardown == ("kj-a1-r0",)
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -86,24 +86,24 @@ def test_a_missing_rank_counts_against_the_scheduling_deadline_from_the_gangs_st
 def test_rank_0_succeeding_is_the_attempts_success_and_its_peers_are_torn_down():
     views, gang = see([succeeded(member(0), "42"), member(1)], 2, at(6))
     view = views[1]
-    assert (view.name, view.phase, view.termination_message) == ("kj-1", "Succeeded", "42")
+    assert (view.name, view.phase, view.termination_message) == ("kj-a1", "Succeeded", "42")
     assert pod_end(view, at(6)) is not None and pod_end(view, at(6)).outcome == "success"
-    assert outcomes(view) == [(0, "kj-1-0", "succeeded"), (1, "kj-1-1", "stopped")]
-    assert gang is not None and gang.teardown == ("kj-1-1",)
+    assert outcomes(view) == [(0, "kj-a1-r0", "succeeded"), (1, "kj-a1-r1", "stopped")]
+    assert gang is not None and gang.teardown == ("kj-a1-r1",)
 
 
 def test_a_failing_rank_fails_the_attempt_with_its_exit_code_and_rank_0_is_torn_down():
     views, gang = see([member(0), failed(member(1), exit_code=3, message="boom")], 2, at(6))
     view = views[1]
-    assert (view.name, view.phase, view.exit_code) == ("kj-1", "Failed", 3)
+    assert (view.name, view.phase, view.exit_code) == ("kj-a1", "Failed", 3)
     assert view.disruption is None
     assert view.termination_message == "rank 1 failed: Error (exit code 3): boom"
     end = pod_end(view, at(6))
     assert end is not None and (end.outcome, end.exit_code) == ("failure", 3)
     assert "rank 1" in (end.message or "")
-    assert outcomes(view) == [(0, "kj-1-0", "stopped"), (1, "kj-1-1", "failed")]
+    assert outcomes(view) == [(0, "kj-a1-r0", "stopped"), (1, "kj-a1-r1", "failed")]
     assert view.members is not None and view.members[1].exit_code == 3
-    assert gang is not None and gang.teardown == ("kj-1-0",)
+    assert gang is not None and gang.teardown == ("kj-a1-r0",)
 
 
 @pytest.mark.parametrize(
@@ -116,10 +116,10 @@ def test_a_member_deleted_under_a_running_gang_is_a_disruption(lost):
     view = views[1]
     end = pod_end(view, at(6))
     assert end is not None and (end.outcome, end.reason) == ("disruption", "PodDeleted")
-    assert view.message == "rank 1 was lost: PodDeleted: pod kj-1-1 was deleted"
+    assert view.message == "rank 1 was lost: PodDeleted: pod kj-a1-r1 was deleted"
     assert not view.gone and not view.deleting  # the attempt's view is not itself a tombstone
-    assert outcomes(view) == [(0, "kj-1-0", "stopped"), (1, "kj-1-1", "gone")]
-    assert gang is not None and gang.teardown == ("kj-1-0",)
+    assert outcomes(view) == [(0, "kj-a1-r0", "stopped"), (1, "kj-a1-r1", "gone")]
+    assert gang is not None and gang.teardown == ("kj-a1-r0",)
 
 
 def test_a_member_pending_past_the_deadline_fails_the_attempt_as_unschedulable():
@@ -135,7 +135,7 @@ def test_a_member_pending_past_the_deadline_fails_the_attempt_as_unschedulable()
     )
     end = pod_end(view, at(300))
     assert end is not None and (end.outcome, end.reason) == ("failure", UNSCHEDULABLE)
-    assert gang is not None and gang.teardown == ("kj-1-0", "kj-1-1")
+    assert gang is not None and gang.teardown == ("kj-a1-r0", "kj-a1-r1")
 
 
 def test_a_live_sight_wins_over_an_older_tombstone_of_the_same_name():
@@ -147,10 +147,10 @@ def test_members_of_several_attempts_make_one_view_each():
     pods = [failed(member(0)), failed(member(1)), member(0, attempt=2), member(1, attempt=2)]
     views, gang = see(pods, 2, at(10))
     assert {a: (v.name, v.phase) for a, v in views.items()} == {
-        1: ("kj-1", "Failed"),
-        2: ("kj-2", "Running"),
+        1: ("kj-a1", "Failed"),
+        2: ("kj-a2", "Running"),
     }
-    assert gang is not None and gang.members_of(2) == ("kj-2-0", "kj-2-1")
+    assert gang is not None and gang.members_of(2) == ("kj-a2-r0", "kj-a2-r1")
     assert gang.members_of(1) == ()
 
 
@@ -163,7 +163,7 @@ def _failure_record() -> AttemptRecord:
     view = views[1]
     return AttemptRecord(
         attempt=1,
-        pod="kj-1",
+        pod="kj-a1",
         outcome="failure",
         reason="Error",
         exit_code=3,
@@ -189,13 +189,13 @@ def test_a_recorded_failure_stands_when_the_member_the_operator_deleted_shows_up
     assert view.termination_message == "rank 1 failed: Error (exit code 3): boom"
     end = pod_end(view, at(6))
     assert end is not None and end.outcome == "failure"
-    assert outcomes(view) == [(0, "kj-1-0", "stopped"), (1, "kj-1-1", "failed")]
+    assert outcomes(view) == [(0, "kj-a1-r0", "stopped"), (1, "kj-a1-r1", "failed")]
     assert gang is not None and gang.verdicts[1].outcome is Outcome.FAILED
     assert gang.teardown == ()  # rank 0 is already on its way out
 
 
 def test_a_record_still_running_does_not_settle_the_attempt():
-    running = AttemptRecord(attempt=1, pod="kj-1", outcome="running")
+    running = AttemptRecord(attempt=1, pod="kj-a1", outcome="running")
     views, _ = see([member(0), tombstone(member(1))], 2, at(6), settled={1: running})
     assert views[1].disruption == "PodDeleted"
 
@@ -213,12 +213,12 @@ def _gang(*pods: PodView, creating: tuple[str, ...] = ()):
     [
         ((), (), True, Ranks((0, 1))),
         ((), (), False, Ranks((0,))),
-        ((), ("kj-1-0",), False, None),  # rank 0 is on its way
-        ((), ("kj-1-0",), True, Ranks((1,))),
-        ((), ("kj-1-0", "kj-1-1"), True, None),
+        ((), ("kj-a1-r0",), False, None),  # rank 0 is on its way
+        ((), ("kj-a1-r0",), True, Ranks((1,))),
+        ((), ("kj-a1-r0", "kj-a1-r1"), True, None),
         ((member(0, "Pending"),), (), False, None),  # no IP yet: the others wait
         ((member(0, pod_ip="10.0.0.7"),), (), False, Ranks((1,), "10.0.0.7")),
-        ((member(0, pod_ip="10.0.0.7"),), ("kj-1-1",), False, None),
+        ((member(0, pod_ip="10.0.0.7"),), ("kj-a1-r1",), False, None),
         ((member(0),), (), True, Ranks((1,))),
         ((member(0, pod_ip="10.0.0.7"), member(1)), (), False, None),  # all there
         ((member(0, pod_ip="10.0.0.7"), member(1)), (), True, None),
@@ -238,12 +238,12 @@ def _gang(*pods: PodView, creating: tuple[str, ...] = ()):
     ],
 )
 def test_ranks_to_create(pods, creating, dns, expected):
-    assert ranks_to_create(_gang(*pods, creating=creating), 1, "kj-1", 2, dns=dns) == expected
+    assert ranks_to_create(_gang(*pods, creating=creating), 1, "kj-a1", 2, dns=dns) == expected
 
 
 @pytest.mark.parametrize("dns, expected", [(True, Ranks((0, 1))), (False, Ranks((0,)))])
 def test_ranks_to_create_before_any_member_was_seen(dns, expected):
-    assert ranks_to_create(None, 1, "kj-1", 2, dns=dns) == expected
+    assert ranks_to_create(None, 1, "kj-a1", 2, dns=dns) == expected
 
 
 def test_a_rank_0_deleted_gives_no_coordinator_ip():
@@ -253,13 +253,13 @@ def test_a_rank_0_deleted_gives_no_coordinator_ip():
 
 def test_an_attempt_with_a_verdict_creates_nothing_more():
     gang = _gang(failed(member(0, pod_ip="10.0.0.7"), when=1))
-    assert gang is not None and gang.missing(1, "kj-1") == ()
-    assert ranks_to_create(gang, 1, "kj-1", 2, dns=True) is None
+    assert gang is not None and gang.missing(1, "kj-a1") == ()
+    assert ranks_to_create(gang, 1, "kj-a1", 2, dns=True) is None
 
 
 def test_one_host_creates_no_ranks():
-    assert ranks_to_create(None, 1, "kj-1", 1, dns=True) is None
-    assert ranks_to_create(None, 1, "kj-1", 1, dns=False) is None
+    assert ranks_to_create(None, 1, "kj-a1", 1, dns=True) is None
+    assert ranks_to_create(None, 1, "kj-a1", 1, dns=False) is None
 
 
 # --------------------------------------------------------------------------- hosts_of_spec
@@ -281,7 +281,7 @@ def test_hosts_of_a_spec(raw, hosts):
 
 
 def test_hosts_of_a_spec_that_cannot_run_are_what_its_pods_show():
-    pods = [member(0), member(2), PodView(name="kj-1", attempt=1)]
+    pods = [member(0), member(2), PodView(name="kj-a1", attempt=1)]
     assert hosts_of_spec(object(), CATALOG, pods) == 3
     assert hosts_of_spec(object(), CATALOG, []) == 1
 
@@ -291,8 +291,8 @@ def test_a_member_this_process_just_deleted_is_not_deleted_again():
     decision must not send a second delete for it."""
     pods = [member(0, "Succeeded"), member(1)]
     _, gang = see(pods, 2, at(10))
-    assert gang is not None and gang.teardown == ("kj-1-1",)
-    _, gang = see(pods, 2, at(10), stopping={"kj-1-1"})
+    assert gang is not None and gang.teardown == ("kj-a1-r1",)
+    _, gang = see(pods, 2, at(10), stopping={"kj-a1-r1"})
     assert gang is not None and gang.teardown == ()
-    _, running = see([member(0), member(1)], 2, at(10), stopping={"kj-1-0"})
-    assert running is not None and running.members_of(1) == ("kj-1-1",)
+    _, running = see([member(0), member(1)], 2, at(10), stopping={"kj-a1-r0"})
+    assert running is not None and running.members_of(1) == ("kj-a1-r1",)

@@ -58,8 +58,14 @@ class Cluster:
         for action in d.actions:
             if isinstance(action, CreatePod):
                 for rank in action.ranks:
-                    name = f"kj-{action.attempt}-{rank}"
-                    pod = PodView(name, action.attempt, rank=rank, created=fmt_time(self.now))
+                    name = f"kj-a{action.attempt}-r{rank}"
+                    pod = PodView(
+                        name,
+                        action.attempt,
+                        rank=rank,
+                        created=fmt_time(self.now),
+                        attempt_pod=f"kj-a{action.attempt}",
+                    )
                     self.pods.setdefault(name, pod)
             elif isinstance(action, DeletePod):
                 self.pods[action.pod] = replace(
@@ -97,9 +103,9 @@ class Cluster:
     def running(self, attempt: int, ip: str = "10.0.0.7") -> None:
         """Both members of ``attempt`` created, placed and running."""
         self.decide()
-        self.place(f"kj-{attempt}-0", ip)
+        self.place(f"kj-a{attempt}-r0", ip)
         self.decide()
-        self.place(f"kj-{attempt}-1")
+        self.place(f"kj-a{attempt}-r1")
         d = self.decide()
         assert d.status.phase == "RUNNING" and d.actions == ()
 
@@ -130,31 +136,31 @@ def test_without_dns_rank_0_is_created_first_and_the_others_once_it_has_an_ip():
     assert creates(d) == [CreatePod(1, "first", (0,), None)]
     assert events(d) == [("Normal", "Started")]
     assert (c.status.phase, c.status.attempt) == ("PENDING", 1)
-    assert list(c.pods) == ["kj-1-0"]
+    assert list(c.pods) == ["kj-a1-r0"]
 
     assert c.decide().actions == ()  # rank 0 is Pending: nothing to create, nothing said
-    c.place("kj-1-0")
+    c.place("kj-a1-r0")
     assert c.decide().actions == ()  # running, but no IP yet
     assert c.status.phase == "PENDING"
 
-    c.place("kj-1-0", "10.0.0.7")
+    c.place("kj-a1-r0", "10.0.0.7")
     d = c.decide()
     assert creates(d) == [CreatePod(1, None, (1,), "10.0.0.7")]
     assert events(d) == [] and deletes(d) == []
     assert c.decide().actions == ()  # rank 1 exists now: not created twice
 
-    c.place("kj-1-1")
+    c.place("kj-a1-r1")
     d = c.decide()
     assert d.actions == ()
-    assert c.status.phase == "RUNNING" and c.status.message == "Attempt 1 is running in pod kj-1."
-    assert members(c.status, 1) == [(0, "kj-1-0", "running"), (1, "kj-1-1", "running")]
+    assert c.status.phase == "RUNNING" and c.status.message == "Attempt 1 is running in pod kj-a1."
+    assert members(c.status, 1) == [(0, "kj-a1-r0", "running"), (1, "kj-a1-r1", "running")]
 
 
 def test_with_dns_every_rank_is_created_at_once():
     c = Cluster(gang_spec(), dns=True)
     d = c.decide()
     assert creates(d) == [CreatePod(1, "first", (0, 1), None)]
-    assert sorted(c.pods) == ["kj-1-0", "kj-1-1"]
+    assert sorted(c.pods) == ["kj-a1-r0", "kj-a1-r1"]
     assert c.decide().actions == ()
 
 
@@ -164,9 +170,9 @@ def test_with_dns_every_rank_is_created_at_once():
 def test_a_failing_rank_stops_its_gang_and_the_retry_starts_from_rank_0():
     c = Cluster(gang_spec(retries=1), dns=False)
     c.running(1, ip="10.0.0.7")
-    c.exit("kj-1-1", 3)
+    c.exit("kj-a1-r1", 3)
     d = c.decide()
-    assert deletes(d) == ["kj-1-0"]
+    assert deletes(d) == ["kj-a1-r0"]
     assert creates(d) == [CreatePod(2, "retry", (0,), None)]
     assert events(d) == [("Warning", "AttemptFailed")]
     st = c.status
@@ -175,7 +181,7 @@ def test_a_failing_rank_stops_its_gang_and_the_retry_starts_from_rank_0():
     assert "retry 1 of 1" in st.message
     first = st.attempts[0]
     assert (first.outcome, first.exit_code, first.reason) == ("failure", 3, "Error")
-    assert members(st, 1) == [(0, "kj-1-0", "stopped"), (1, "kj-1-1", "failed")]
+    assert members(st, 1) == [(0, "kj-a1-r0", "stopped"), (1, "kj-a1-r1", "failed")]
 
     # The operator's own deletion of rank 0 shows up, then it is gone: still one failure.
     d = c.decide()
@@ -183,25 +189,25 @@ def test_a_failing_rank_stops_its_gang_and_the_retry_starts_from_rank_0():
     c.finish_deletions()
     c.decide()
     assert (c.status.failures, c.status.disruptions) == (1, 0)
-    assert members(c.status, 1) == [(0, "kj-1-0", "stopped"), (1, "kj-1-1", "failed")]
+    assert members(c.status, 1) == [(0, "kj-a1-r0", "stopped"), (1, "kj-a1-r1", "failed")]
 
     # Attempt 2 starts over: rank 0, then rank 1 with the new rank 0's IP.
-    c.place("kj-2-0", "10.0.0.9")
+    c.place("kj-a2-r0", "10.0.0.9")
     assert creates(c.decide()) == [CreatePod(2, None, (1,), "10.0.0.9")]
 
 
 def test_a_second_failure_spends_the_last_retry_and_the_job_fails():
     c = Cluster(gang_spec(retries=1), dns=True)
     c.running(1)
-    c.exit("kj-1-1", 3)
+    c.exit("kj-a1-r1", 3)
     c.decide()
     c.finish_deletions()
-    c.place("kj-2-0")
-    c.place("kj-2-1")
+    c.place("kj-a2-r0")
+    c.place("kj-a2-r1")
     c.decide()
-    c.exit("kj-2-0", 1)
+    c.exit("kj-a2-r0", 1)
     d = c.decide()
-    assert deletes(d) == ["kj-2-1"] and creates(d) == []
+    assert deletes(d) == ["kj-a2-r1"] and creates(d) == []
     assert events(d) == [("Warning", "Failed")]
     st = c.status
     assert (st.phase, st.attempt, st.failures) == ("FAILED", 2, 2)
@@ -213,8 +219,8 @@ def test_a_second_failure_spends_the_last_retry_and_the_job_fails():
         (1, "failure", 3),
         (2, "failure", 1),
     ]
-    assert members(st, 1) == [(0, "kj-1-0", "stopped"), (1, "kj-1-1", "failed")]
-    assert members(st, 2) == [(0, "kj-2-0", "failed"), (1, "kj-2-1", "stopped")]
+    assert members(st, 1) == [(0, "kj-a1-r0", "stopped"), (1, "kj-a1-r1", "failed")]
+    assert members(st, 2) == [(0, "kj-a2-r0", "failed"), (1, "kj-a2-r1", "stopped")]
 
     c.finish_deletions()
     d = c.decide()
@@ -224,26 +230,26 @@ def test_a_second_failure_spends_the_last_retry_and_the_job_fails():
 def test_a_member_deleted_mid_run_is_a_disruption_not_a_failure():
     c = Cluster(gang_spec(), dns=True)
     c.running(1)
-    c.change("kj-1-1", gone=True)
+    c.change("kj-a1-r1", gone=True)
     d = c.decide()
-    assert deletes(d) == ["kj-1-0"]
+    assert deletes(d) == ["kj-a1-r0"]
     assert creates(d) == [CreatePod(2, "disruption", (0, 1), None)]
     assert events(d) == [("Warning", "AttemptDisrupted")]
     st = c.status
     assert (st.phase, st.attempt, st.failures, st.disruptions) == ("PENDING", 2, 0, 1)
     assert "rank 1 was lost" in st.message and "without using a retry" in st.message
     assert st.attempts[0].outcome == "disruption"
-    assert members(st, 1) == [(0, "kj-1-0", "stopped"), (1, "kj-1-1", "gone")]
+    assert members(st, 1) == [(0, "kj-a1-r0", "stopped"), (1, "kj-a1-r1", "gone")]
 
 
 def test_rank_0_succeeding_ends_the_job_with_its_result_and_stops_the_others():
     c = Cluster(gang_spec(), dns=True)
     c.running(1)
-    c.exit("kj-1-0", 0)
+    c.exit("kj-a1-r0", 0)
     d = c.decide()
-    assert deletes(d) == ["kj-1-1"] and creates(d) == []
+    assert deletes(d) == ["kj-a1-r1"] and creates(d) == []
     assert (c.status.phase, c.status.result) == ("SUCCEEDED", "42")
-    assert members(c.status, 1) == [(0, "kj-1-0", "succeeded"), (1, "kj-1-1", "stopped")]
+    assert members(c.status, 1) == [(0, "kj-a1-r0", "succeeded"), (1, "kj-a1-r1", "stopped")]
 
 
 # --------------------------------------------------------------------------- stopping
@@ -254,7 +260,7 @@ def test_cancel_stops_every_live_member():
     c.running(1)
     c.spec = gang_spec(cancel=True)
     d = c.decide()
-    assert deletes(d) == ["kj-1-0", "kj-1-1"] and creates(d) == []
+    assert deletes(d) == ["kj-a1-r0", "kj-a1-r1"] and creates(d) == []
     assert c.status.phase == "CANCELLED"
     assert c.status.attempts[-1].outcome == "cancelled"
     assert c.decide().actions == ()  # both terminating: nothing more to do
@@ -263,11 +269,11 @@ def test_cancel_stops_every_live_member():
 def test_cancel_before_rank_1_exists_stops_rank_0_only():
     c = Cluster(gang_spec(), dns=False)
     c.decide()
-    c.place("kj-1-0")
+    c.place("kj-a1-r0")
     c.decide()
     c.spec = gang_spec(cancel=True)
     d = c.decide()
-    assert deletes(d) == ["kj-1-0"] and creates(d) == []
+    assert deletes(d) == ["kj-a1-r0"] and creates(d) == []
     assert c.status.phase == "CANCELLED"
 
 
@@ -278,19 +284,19 @@ def test_a_terminal_job_deletes_members_whose_attempt_still_looks_live():
     status = c.status.model_copy(update={"phase": "FAILED"})
     c.status = status
     d = c.decide()
-    assert deletes(d) == ["kj-1-0", "kj-1-1"] and creates(d) == []
+    assert deletes(d) == ["kj-a1-r0", "kj-a1-r1"] and creates(d) == []
     assert c.status.phase == "FAILED"
 
 
 def test_a_terminal_job_deletes_a_member_left_running_after_its_attempt_ended():
     c = Cluster(gang_spec(), dns=True)
     c.running(1)
-    c.exit("kj-1-0", 0)
+    c.exit("kj-a1-r0", 0)
     c.decide()
     assert c.status.phase == "SUCCEEDED"
-    c.change("kj-1-1", deleting=False, deleted_at=None)  # the delete never happened
+    c.change("kj-a1-r1", deleting=False, deleted_at=None)  # the delete never happened
     d = c.decide()
-    assert deletes(d) == ["kj-1-1"]
+    assert deletes(d) == ["kj-a1-r1"]
 
 
 def test_a_cancelled_attempt_records_its_members_as_stopped():
@@ -298,17 +304,17 @@ def test_a_cancelled_attempt_records_its_members_as_stopped():
     c.running(1)
     c.spec = gang_spec(cancel=True)
     c.decide()
-    assert members(c.status, 1) == [(0, "kj-1-0", "stopped"), (1, "kj-1-1", "stopped")]
+    assert members(c.status, 1) == [(0, "kj-a1-r0", "stopped"), (1, "kj-a1-r1", "stopped")]
 
 
 def test_an_ended_attempts_record_does_not_change_when_decided_again():
     c = Cluster(gang_spec(retries=1), dns=True)
     c.decide()
-    c.place("kj-1-0")
+    c.place("kj-a1-r0")
     c.now += timedelta(seconds=3)
-    c.place("kj-1-1")  # rank 1 placed later than rank 0
+    c.place("kj-a1-r1")  # rank 1 placed later than rank 0
     c.decide()
-    c.exit("kj-1-1", 3)
+    c.exit("kj-a1-r1", 3)
     pods = dict(c.pods)
     first = c.decide().status.attempts[0]
     c.pods = pods  # the same Pods, before the deletion was applied

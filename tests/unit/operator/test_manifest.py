@@ -169,7 +169,7 @@ def test_each_input_gets_its_attempt_history_in_its_shard(root):
     zero, one, two = shard.inputs["0"], shard.inputs["1"], shard.inputs["2"]
     assert (zero.outcome, zero.result) == ("SUCCEEDED", "ok")
     assert [(a.attempt, a.pod, a.outcome) for a in zero.attempts] == [
-        (1, f"{BATCH}-0-1", "success")
+        (1, f"{BATCH}-i0-1", "success")
     ]
     assert one.outcome == "RUNNING" and [a.outcome for a in one.attempts] == ["failure", "running"]
     assert two.outcome == "FAILED" and "no retries" in two.message and two.result is None
@@ -189,7 +189,7 @@ def test_a_chunk_plan_records_every_input_of_the_chunk(root):
     book.write(header_for(make_spec(5, chunkSize=3), Recorded()), Recorded())
     shard = read_shard(root, 0)
     assert sorted(shard.inputs, key=int) == ["0", "1", "2", "3", "4"]
-    assert shard.inputs["4"].attempts[0].pod == f"{BATCH}-3-1"
+    assert shard.inputs["4"].attempts[0].pod == f"{BATCH}-i3-1"
 
 
 def test_outcomes_the_batch_recorded_win_over_the_last_plan(root):

@@ -18,24 +18,26 @@ import hashlib
 import pytest
 from manifest_history import play, written
 
+# Pods are named <batch>-i<input>-<attempt> since names were made unable to clash: the
+# shards' bytes changed with the names they record, and only with them.
 EXPECTED = {
     "container": {
-        "manifest": "22cedc57f68405b92f0c474bb82dd7c6c780075a82df6f158bfa6e5a59a10922",
-        "shard-0": "827ead9c9ce976beeeae7e75a8426ffb4e0c93c83db68884db0336a3f8e8ee43",
-        "shard-1": "4775314abf3916cdcd3e934a264a4e84f504c1e00d0ba0974b6d4e3d0c91ab79",
-        "shard-2": "2c9e282d1306dd4c6ca5abb9962d689ae9f50f146a5a7e4d8042eacb3c893b41",
+        "manifest": "83c9bc0e24000f80183a5928773ebb7e5c7314afb692b819dc1e5ad400be38cd",
+        "shard-0": "c01bddac3721f00516a1cd580fe574afa774e90f9f0e87555a8d03df59da6644",
+        "shard-1": "71fac91f6114514ccad2a31744ba7930527620b477b3dfaa0b0bce5a768c3471",
+        "shard-2": "817cabd67dabb69e12744531d790ef811dc28e4c3f724720cd84cd22686f8151",
     },
     "function": {
-        "manifest": "0bf6679fcf76c46cf8bcbcc0cbee3aad47b70e318bf21494c00bd62038c008a8",
-        "shard-0": "32c6f9ba28bfbe51bc31e6f8e17540ad26d7633ce8c7e19fa872a7781d6739d8",
-        "shard-1": "a299b449ce3ae1e7043f8be7f0158a723633660eb28182f2ba7f355ad32cd6f5",
-        "shard-2": "3ba4acecf877562308f2c0b7ee0f5c42a36d3a7d65c1381912f61f5b9df4f0e6",
+        "manifest": "044b902785efc31ec80b94d2572883ef172d4799ecd38d20050c9e469bba5984",
+        "shard-0": "2c94f76a231421de9e982fb58eca9608d6cf055222e6b03edc33555c1d017016",
+        "shard-1": "15a405691dffbdf72dfbcfb412e2f507b0eef71409105a42d8adf43ea51dc5d9",
+        "shard-2": "4bcd598b98ee637020ce1db0e6b44bf7671e86063b953809cc3a427135e9e7e0",
     },
     "chunked": {
-        "manifest": "711fd3e1ca847a9544db5a1696fef1c028239246b13ec9b4c137702047529384",
-        "shard-0": "6973a7640ff5268b21621819c5aa2daf965a2e3d787de326584f64e652140782",
-        "shard-1": "824c15e5e96d5c59f11424362014b4bec7d839f6fdcc7c4c5bb9f391161a03a9",
-        "shard-2": "b272eb02bb4f735c9dc1b3021c8667e2acdae7e5d4b720f39bdb6ad198b7903b",
+        "manifest": "2d6e5ce3b6448fe3cec379afc41fdf24137f6c694b4492a9518fc835d735adda",
+        "shard-0": "2e2a1f803297ad70b289300ef2053a77908c96cb2f52dfc51531a948ec08d2e9",
+        "shard-1": "8305dc58173450c7c07e4370f59d5d11ce78b475d79e4e8b05c38dcf6930a08a",
+        "shard-2": "498aef832843887c3a8b93a0a8eee48d404fed3a8ae0eef5836a617a4a668cad",
     },
 }
 HISTORIES = {

@@ -37,13 +37,13 @@ def test_a_failed_pod_of_a_kineticjob():
                 }
             ],
         },
-        name="kj-2",
+        name="kj-a2",
         creationTimestamp="2026-01-01T00:00:01Z",
         deletionTimestamp="2026-01-01T00:00:09Z",
     )
     p = summarize_pod(body)
     assert p == PodView(
-        name="kj-2",
+        name="kj-a2",
         attempt=2,
         phase="Failed",
         created="2026-01-01T00:00:01Z",
@@ -55,6 +55,7 @@ def test_a_failed_pod_of_a_kineticjob():
         termination_message="out of memory",
         finished_at="2026-01-01T00:00:08Z",
         disruption="EvictionByEvictionAPI",
+        attempt_pod="kj-a2",  # the attempt's own name, from its labels
     )
     assert p.terminal and not p.live
     assert job_key(body) == ("ns", "kj") and batch_key(body) is None

@@ -29,6 +29,7 @@ from kinetic_operator.kube import Conflict, Rejected
 from kinetic_operator.observed import PodView, summarize_pod
 from kinetic_operator.policy import Policy
 from kinetic_operator.reaper import reap_one
+from kinetic_operator.seal import Sealer
 from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings
 
@@ -70,6 +71,7 @@ class FakeKube:
         self.on_create: Callable[[dict[str, Any]], None] | None = None
         self.on_delete: Callable[[str], None] | None = None
         self.accounts: set[tuple[str, str]] = set()
+        self.sealer = Sealer(b"the operator's key")  # as `handlers.setup.load_seal` sets it
 
     # --------------------------------------------------------------- objects
 
@@ -133,7 +135,7 @@ class FakeKube:
     def ensure_service_account(self, namespace: str, name: str) -> None:
         self.accounts.add((namespace, name))
 
-    def create_pod(self, manifest: dict[str, Any]) -> None:
+    def create_pod(self, manifest: dict[str, Any]) -> bool:
         name = manifest["metadata"]["name"]
         account = (
             manifest["metadata"].get("namespace"),
@@ -151,16 +153,29 @@ class FakeKube:
             raise RuntimeError("the API server is not answering")
         if name in self.pods:
             self.calls.append(("exists", name))
-            return
+            return False
         if self.on_create is not None:
             self.on_create(manifest)
         pod = copy.deepcopy(manifest)
         pod["metadata"]["creationTimestamp"] = fmt_time(NOW)
+        self.version += 1
+        pod["metadata"]["uid"] = f"pod-uid-{self.version}"
         pod["status"] = {"phase": "Pending"}
         self.pods[name] = pod
         self.calls.append(("create", name))
+        return True
 
-    def delete_pod(self, namespace: str, name: str, *, now: bool = False) -> None:
+    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        pod = self.pods.get(name)
+        return copy.deepcopy(pod) if pod is not None else None
+
+    def delete_pod(
+        self, namespace: str, name: str, *, now: bool = False, uid: str | None = None
+    ) -> None:
+        held = self.pods.get(name)
+        if uid is not None and held is not None and held["metadata"].get("uid") != uid:
+            self.calls.append(("not ours", name))  # the real API server's 409: left alone
+            return
         self.calls.append(("delete", name))
         if self.on_delete is not None:
             self.on_delete(name)
@@ -251,10 +266,10 @@ class Job:
 # ----------------------------------------------------------------------- starting
 
 
-def reap_due(kube: Any, due: list[tuple[str, str | None]]) -> None:
-    """What the Reaper's threads do with each due ``(pod, archive URI)``, one after another."""
-    for pod, uri in due:
-        reap_one(kube, "ns", pod, uri)
+def reap_due(kube: Any, due: list[tuple[str, str | None, str | None]]) -> None:
+    """What the Reaper's threads do with each due ``(pod, archive URI, UID)``, in turn."""
+    for pod, uri, uid in due:
+        reap_one(kube, "ns", pod, uri, uid)
 
 
 def test_a_new_job_writes_its_attempt_in_status_then_creates_the_pod_then_tells(settings):
@@ -266,11 +281,11 @@ def test_a_new_job_writes_its_attempt_in_status_then_creates_the_pod_then_tells(
     assert kube.calls == [
         ("get", "kj"),
         ("patch", "PENDING"),
-        ("create", "kj-1"),
+        ("create", "kj-a1"),
         ("event", "Started"),
     ]
     assert seen == [1]  # the status named attempt 1 before its Pod existed
-    pod = kube.pods["kj-1"]
+    pod = kube.pods["kj-a1"]
     assert pod["metadata"]["labels"]["kinetic.dev/job"] == "kj"
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "u"
 
@@ -280,7 +295,7 @@ def test_a_routine_reconcile_reads_nothing_and_writes_only_changes(settings):
     job = Job(kube, settings)
     job.reconcile()
     job.deliver()
-    kube.run_pod("kj-1")
+    kube.run_pod("kj-a1")
     kube.calls.clear()
     job.reconcile()  # from the copy its own write returned: no GET
     assert kube.calls == [("patch", "RUNNING")]
@@ -291,19 +306,19 @@ def test_a_routine_reconcile_reads_nothing_and_writes_only_changes(settings):
 
 def test_a_stale_copy_gets_409_and_the_decision_is_made_again_from_a_fresh_read(settings):
     """Attempt 1 failed and a retry is due, but the user cancelled meanwhile: the write from
-    the stale copy is refused, and the fresh decision cancels instead of creating kj-2."""
+    the stale copy is refused, and the fresh decision cancels instead of creating kj-a2."""
     kube = FakeKube()
     job = Job(kube, settings, {**SPEC, "retries": 1})
     job.reconcile()
     job.deliver()
-    kube.run_pod("kj-1")
+    kube.run_pod("kj-a1")
     job.reconcile()
-    kube.end_pod("kj-1", ok=False)
+    kube.end_pod("kj-a1", ok=False)
     kube.someone_writes(JOB_PLURAL, "kj", cancel=True)  # the watch has not shown it yet
     kube.calls.clear()
     job.reconcile()
     assert kube.calls[:3] == [("conflict", "kj"), ("get", "kj"), ("patch", "CANCELLED")]
-    assert ("create", "kj-2") not in kube.calls and set(kube.pods) == {"kj-1"}
+    assert ("create", "kj-a2") not in kube.calls and set(kube.pods) == {"kj-a1"}
     assert job.status["phase"] == "CANCELLED" and job.status["observedGeneration"] == 2
 
 
@@ -312,11 +327,11 @@ def test_acting_without_a_status_change_needs_a_fresh_read_first(settings):
     kube = FakeKube()
     job = Job(kube, settings)
     job.reconcile()
-    del kube.pods["kj-1"]  # e.g. the create was lost with the process that made it
+    del kube.pods["kj-a1"]  # e.g. the create was lost with the process that made it
     job.mem = JobMemory(body=job.mem.body)  # a new process (nothing "being created")
     kube.calls.clear()
     job.reconcile()
-    assert kube.calls == [("get", "kj"), ("create", "kj-1")]
+    assert kube.calls == [("get", "kj"), ("create", "kj-a1")]
 
 
 def test_endless_conflicts_give_up_for_a_retry_later(settings):
@@ -355,7 +370,7 @@ def _running_busybox_job(kube: FakeKube, settings: OperatorSettings) -> Job:
     job.policy = Policy(allowed_images=("busybox",))
     job.reconcile()
     job.deliver()
-    kube.run_pod("kj-1")
+    kube.run_pod("kj-a1")
     job.reconcile()
     assert job.status["phase"] == "RUNNING" and job.status["acceptedSpecSHA256"]
     return job
@@ -366,12 +381,12 @@ def test_a_change_the_policy_refuses_fails_the_job_before_its_next_pod(settings)
     the forbidden image. The job ends FAILED, PolicyDenied, and its live Pod is stopped."""
     kube = FakeKube()
     job = _running_busybox_job(kube, settings)
-    kube.end_pod("kj-1", ok=False)  # a retry would be due
+    kube.end_pod("kj-a1", ok=False)  # a retry would be due
     kube.someone_writes(JOB_PLURAL, "kj", image="alpine:3.20")
     job.mem.body.set(None)
     kube.calls.clear()
     job.reconcile()
-    assert not [c for c in kube.calls if c[0] == "create"] and set(kube.pods) == {"kj-1"}
+    assert not [c for c in kube.calls if c[0] == "create"] and set(kube.pods) == {"kj-a1"}
     status = job.status
     assert status["phase"] == "FAILED" and status["observedGeneration"] == 2
     assert "spec.image 'alpine:3.20' is not an allowed image" in status["message"]
@@ -387,19 +402,19 @@ def test_a_running_attempt_of_a_refused_change_is_stopped(settings):
     kube.someone_writes(JOB_PLURAL, "kj", image="alpine:3.20")
     job.mem.body.set(None)
     job.reconcile()
-    assert job.status["phase"] == "FAILED" and ("delete", "kj-1") in kube.calls
+    assert job.status["phase"] == "FAILED" and ("delete", "kj-a1") in kube.calls
 
 
 def test_a_change_the_policy_allows_runs_from_the_next_attempt(settings):
     kube = FakeKube()
     job = _running_busybox_job(kube, settings)
     first = job.status["acceptedSpecSHA256"]
-    kube.end_pod("kj-1", ok=False)
+    kube.end_pod("kj-a1", ok=False)
     kube.someone_writes(JOB_PLURAL, "kj", image="busybox:1.37")
     job.mem.body.set(None)
     job.reconcile()
-    assert job.status["phase"] in ("PENDING", "RUNNING") and "kj-2" in kube.pods
-    assert kube.pods["kj-2"]["spec"]["containers"][0]["image"] == "busybox:1.37"
+    assert job.status["phase"] in ("PENDING", "RUNNING") and "kj-a2" in kube.pods
+    assert kube.pods["kj-a2"]["spec"]["containers"][0]["image"] == "busybox:1.37"
     assert job.status["acceptedSpecSHA256"] != first
 
 
@@ -415,18 +430,18 @@ def test_a_cancel_is_never_refused_by_a_tightened_policy(settings):
 
 def test_a_pod_kubernetes_rejects_fails_the_job(settings):
     kube = FakeKube()
-    kube.reject["kj-1"] = 'Pod "kj-1" is invalid: spec.containers[0].resources: bad quantity'
+    kube.reject["kj-a1"] = 'Pod "kj-a1" is invalid: spec.containers[0].resources: bad quantity'
     job = Job(kube, settings)
     assert job.reconcile() is None
     assert kube.calls == [
         ("get", "kj"),
         ("patch", "PENDING"),
-        ("rejected", "kj-1"),
+        ("rejected", "kj-a1"),
         ("patch", "FAILED"),
         ("event", "Rejected"),
     ]
     st = job.status
-    assert st["message"].startswith('Kubernetes rejected the Pod of attempt 1: Pod "kj-1"')
+    assert st["message"].startswith('Kubernetes rejected the Pod of attempt 1: Pod "kj-a1"')
     assert (st["attempts"][0]["outcome"], st["attempts"][0]["reason"]) == ("failure", "Rejected")
     assert kube.pods == {}
     kube.calls.clear()
@@ -444,7 +459,7 @@ def test_a_pod_that_could_not_be_created_for_a_moment_is_created_on_the_next_try
         job.reconcile()
     assert kube.pods == {}
     job.reconcile()
-    assert "kj-1" in kube.pods
+    assert "kj-a1" in kube.pods
 
 
 def test_a_mangled_status_does_not_crash_and_adopts_the_pods(settings):
@@ -454,12 +469,12 @@ def test_a_mangled_status_does_not_crash_and_adopts_the_pods(settings):
     kube.create_pod(
         {
             "metadata": {
-                "name": "kj-1",
+                "name": "kj-a1",
                 "labels": {"kinetic.dev/job": "kj", "kinetic.dev/attempt": "1"},
             }
         }
     )
-    kube.run_pod("kj-1")
+    kube.run_pod("kj-a1")
     kube.calls.clear()
     job.reconcile()
     assert not any(c[0] == "create" for c in kube.calls)
@@ -473,25 +488,27 @@ def _finished_job(kube: FakeKube, settings: OperatorSettings, ended: datetime) -
     job = Job(kube, settings)
     job.reconcile()
     job.deliver()
-    kube.run_pod("kj-1")
+    kube.run_pod("kj-a1")
     job.reconcile()
-    kube.end_pod("kj-1", message="the answer", finished=ended)
+    kube.end_pod("kj-a1", message="the answer", finished=ended)
     return job
 
 
 def test_a_finished_pod_goes_after_its_ttl_once_recorded_with_its_log_archived(settings):
     kube = FakeKube()
     job = _finished_job(kube, settings, NOW - timedelta(seconds=200))
-    kube.logs["kj-1"] = b"hello from kj-1\n"
-    archive = layout.job_home(settings.storage_root, "ns", "kj", "u").log_uri("kj-1")
+    kube.logs["kj-a1"] = b"hello from kj-a1\n"
+    archive = layout.job_home(settings.storage_root, "ns", "kj", "u").log_uri("kj-a1")
     at_delete: list[tuple[str, bytes]] = []
     kube.on_delete = lambda name: at_delete.append(
         (job.status["phase"], storage.read_bytes(archive))
     )
     job.reconcile()
-    assert job.status["phase"] == "SUCCEEDED" and job.mem.due == [("kj-1", archive)]
+    assert job.status["phase"] == "SUCCEEDED" and [d[:2] for d in job.mem.due] == [
+        ("kj-a1", archive)
+    ]
     reap_due(kube, job.mem.due)  # what the reaper does, off the reconcile path
-    assert at_delete == [("SUCCEEDED", b"hello from kj-1\n")]
+    assert at_delete == [("SUCCEEDED", b"hello from kj-a1\n")]
     assert job.status["result"] == "the answer" and kube.pods == {}
 
 
@@ -501,7 +518,7 @@ def test_a_finished_pod_within_its_ttl_is_kept_and_looked_at_again_when_due(sett
     assert job.reconcile() == pytest.approx(90)
     assert job.mem.due == [] and job.status["phase"] == "SUCCEEDED"
     job.reconcile(NOW + timedelta(seconds=91))
-    assert [pod for pod, _ in job.mem.due] == ["kj-1"]
+    assert [pod for pod, _, _ in job.mem.due] == ["kj-a1"]
 
 
 def test_pods_of_a_job_still_running_are_kept(settings):
@@ -509,7 +526,7 @@ def test_pods_of_a_job_still_running_are_kept(settings):
     job = Job(kube, settings, {**SPEC, "retries": 2})
     job.reconcile()
     job.deliver()
-    kube.end_pod("kj-1", ok=False, finished=NOW - timedelta(hours=1))
+    kube.end_pod("kj-a1", ok=False, finished=NOW - timedelta(hours=1))
     job.reconcile()
     assert job.status["attempt"] == 2 and job.status["phase"] == "PENDING"
     assert job.mem.due == []
@@ -518,7 +535,7 @@ def test_pods_of_a_job_still_running_are_kept(settings):
 def test_pods_being_reaped_are_not_handed_out_twice(settings):
     kube = FakeKube()
     job = _finished_job(kube, settings, NOW - timedelta(seconds=200))
-    job.mem.reaping = {"kj-1"}
+    job.mem.reaping = {"kj-a1"}
     job.reconcile()
     assert job.mem.due == []
 
@@ -531,7 +548,7 @@ def test_a_log_that_cannot_be_archived_keeps_its_pod(settings, tmp_path):
     job = _finished_job(kube, settings, NOW - timedelta(seconds=200))
     assert job.reconcile() == 30.0  # looked at again soon
     reap_due(kube, job.mem.due)
-    assert "kj-1" in kube.pods and not any(c[0] == "delete" for c in kube.calls)
+    assert "kj-a1" in kube.pods and not any(c[0] == "delete" for c in kube.calls)
 
 
 def test_without_a_storage_root_finished_pods_go_without_an_archive(settings):
@@ -540,9 +557,9 @@ def test_without_a_storage_root_finished_pods_go_without_an_archive(settings):
     job = Job(kube, ours)
     job.reconcile()
     job.deliver()
-    kube.end_pod("kj-1", finished=NOW - timedelta(seconds=200))
+    kube.end_pod("kj-a1", finished=NOW - timedelta(seconds=200))
     job.reconcile()
-    assert job.mem.due == [("kj-1", None)]
+    assert [d[:2] for d in job.mem.due] == [("kj-a1", None)]
     reap_due(kube, job.mem.due)
     assert kube.pods == {}
 
@@ -563,7 +580,7 @@ def test_a_finished_pod_is_not_handed_out_before_its_outcome_is_written(settings
     kube.calls.clear()
     job.reconcile()
     assert kube.calls.index(("conflict", "kj")) < kube.calls.index(("patch", "SUCCEEDED"))
-    assert job.status["phase"] == "SUCCEEDED" and [p for p, _ in job.mem.due] == ["kj-1"]
+    assert job.status["phase"] == "SUCCEEDED" and [p for p, _, _ in job.mem.due] == ["kj-a1"]
     kube.interfere = lambda plural, name: kube.someone_writes(plural, name)  # always racing
     job.mem = JobMemory()
     kube.objects[(JOB_PLURAL, "kj")]["status"] = {}
@@ -697,7 +714,7 @@ def test_an_unexpected_error_shows_on_the_job_until_a_reconcile_succeeds(setting
         job.reconcile()  # the same error again: no second Event
     assert [e for e in kube.events if e[1] == "ReconcileFailed"] == warned
     job.reconcile()
-    assert "kj-1" in kube.pods
+    assert "kj-a1" in kube.pods
     assert all(c["status"] == "False" for c in failing())
     assert job.status["phase"] == "PENDING"
 

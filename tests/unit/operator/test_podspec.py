@@ -56,7 +56,7 @@ def main_container(manifest: dict[str, Any]) -> dict[str, Any]:
 def test_container_job_pod():
     m = build_job_pod(OWNER, container_spec(deadlineSeconds=30), SETTINGS, 2)
     assert m["apiVersion"] == "v1" and m["kind"] == "Pod"
-    assert m["metadata"]["name"] == job_pod_name("kj", 2) == "kj-2"
+    assert m["metadata"]["name"] == job_pod_name("kj", 2) == "kj-a2"
     assert m["metadata"]["namespace"] == "ns"
     assert m["metadata"]["labels"] == {
         "app.kubernetes.io/managed-by": "kinetic",

@@ -39,28 +39,30 @@ def env(pod: dict[str, Any]) -> dict[str, Any]:
 def test_a_member_is_named_and_labelled_by_its_rank_under_the_gang_service():
     m = gang_member(attempt_pod(), OWNER, 1, 2, dns=True, home=HOME)
     meta, spec = m["metadata"], m["spec"]
-    assert meta["name"] == "kj-1-1"
+    assert meta["name"] == "kj-a1-r1"
     assert meta["labels"] == {
         "app.kubernetes.io/managed-by": "kinetic",
         "kinetic.dev/job": "kj",
         "kinetic.dev/attempt": "1",
         "kinetic.dev/rank": "1",
     }
-    assert (spec["hostname"], spec["subdomain"]) == ("kj-1-1", "kj-gang")
+    assert (spec["hostname"], spec["subdomain"]) == ("kj-a1-r1", "kj-gang")
     assert meta["ownerReferences"][0]["uid"] == "uid-1"
 
 
 def test_the_attempt_pod_it_is_made_from_is_left_alone():
     pod = attempt_pod()
     gang_member(pod, OWNER, 0, 2, dns=False, home=HOME)
-    assert pod["metadata"]["name"] == "kj-1" and "kinetic.dev/rank" not in pod["metadata"]["labels"]
+    assert (
+        pod["metadata"]["name"] == "kj-a1" and "kinetic.dev/rank" not in pod["metadata"]["labels"]
+    )
 
 
 def test_with_dns_every_rank_dials_rank_0_by_name():
     for rank in (0, 1):
         e = env(gang_member(attempt_pod(), OWNER, rank, 2, dns=True, home=HOME))
-        assert e["MASTER_ADDR"] == "kj-1-0.kj-gang"
-        assert e["KINETIC_COORDINATOR_ADDRESS"] == "kj-1-0.kj-gang:29500"
+        assert e["MASTER_ADDR"] == "kj-a1-r0.kj-gang.ns.svc.cluster.local"
+        assert e["KINETIC_COORDINATOR_ADDRESS"] == "kj-a1-r0.kj-gang.ns.svc.cluster.local:29500"
         assert (e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"]) == (str(rank), "2", "0")
         assert (e["KINETIC_PROCESS_ID"], e["KINETIC_NUM_PROCESSES"]) == (str(rank), "2")
         assert e["MASTER_PORT"] == "29500"
@@ -93,7 +95,7 @@ def test_the_gangs_variables_win_over_the_users_own():
     (container,) = m["spec"]["containers"]
     names = [v["name"] for v in container["env"]]
     assert names.count("MASTER_ADDR") == 1
-    assert env(m)["MASTER_ADDR"] == "kj-1-0.kj-gang" and env(m)["FOO"] == "1"
+    assert env(m)["MASTER_ADDR"] == "kj-a1-r0.kj-gang.ns.svc.cluster.local" and env(m)["FOO"] == "1"
 
 
 def test_only_rank_0_writes_the_jobs_result():
@@ -101,7 +103,7 @@ def test_only_rank_0_writes_the_jobs_result():
     rank0 = env(gang_member(attempt_pod(), OWNER, 0, 2, dns=True, home=HOME))
     rank1 = env(gang_member(attempt_pod(), OWNER, 1, 2, dns=True, home=HOME))
     assert rank0["KINETIC_RESULT_URI"] == HOME.result_uri
-    assert rank1["KINETIC_RESULT_URI"] == HOME.member_result_uri("kj-1-1")
+    assert rank1["KINETIC_RESULT_URI"] == HOME.member_result_uri("kj-a1-r1")
     assert rank1["KINETIC_RESULT_URI"] != HOME.result_uri
 
 
@@ -116,7 +118,7 @@ def test_on_tpu_every_member_knows_its_worker_id_and_every_host():
     e = env(gang_member(attempt_pod(), OWNER, 2, 4, dns=True, tpu=True, home=HOME))
     assert e["TPU_WORKER_ID"] == "2"
     assert e["TPU_WORKER_HOSTNAMES"] == (
-        "kj-1-0.kj-gang,kj-1-1.kj-gang,kj-1-2.kj-gang,kj-1-3.kj-gang"
+        "kj-a1-r0.kj-gang.ns.svc.cluster.local,kj-a1-r1.kj-gang.ns.svc.cluster.local,kj-a1-r2.kj-gang.ns.svc.cluster.local,kj-a1-r3.kj-gang.ns.svc.cluster.local"
     )
     assert "TPU_WORKER_ID" not in env(gang_member(attempt_pod(), OWNER, 1, 2, dns=True))
 

@@ -50,7 +50,7 @@ def test_reap_archives_each_log_then_deletes_its_pod(tmp_path):
         kube.logs[name] = f"log {name}".encode()
     order: list[tuple[str, bool]] = []
     kube.on_delete = lambda name: order.append((name, storage.exists(f"{root}/{name}.log")))
-    reap_due(kube, [("a", f"{root}/a.log"), ("b", f"{root}/b.log"), ("c", None)])
+    reap_due(kube, [("a", f"{root}/a.log", None), ("b", f"{root}/b.log", None), ("c", None, None)])
     assert sorted(order) == [("a", True), ("b", True), ("c", False)]
     assert storage.read_bytes(f"{root}/b.log") == b"log b" and kube.pods == {}
 
@@ -59,7 +59,7 @@ def test_a_pod_whose_log_cannot_be_archived_is_kept(tmp_path):
     kube = FakeKube()
     kube.pods["a"] = {"metadata": {"name": "a"}}
     (tmp_path / "blocked").write_text("a file, not a directory")
-    reap_due(kube, [("a", f"file://{tmp_path}/blocked/a.log")])
+    reap_due(kube, [("a", f"file://{tmp_path}/blocked/a.log", None)])
     assert "a" in kube.pods and not any(c[0] == "delete" for c in kube.calls)
 
 
@@ -77,9 +77,10 @@ def test_each_pod_is_reaped_on_its_own_as_soon_as_it_is_due(tmp_path):
 
     kube.pod_log = log_of  # type: ignore[method-assign]
     reaper = Reaper()
-    reaper.submit(kube, "owner", "ns", [("slow", f"file://{tmp_path}/slow.log")])
+    reaper.submit(kube, "owner", "ns", [("slow", f"file://{tmp_path}/slow.log", None)])
     assert reaper.in_flight("owner") == {"slow"}
-    reaper.submit(kube, "owner", "ns", [("slow", None), ("quick", f"file://{tmp_path}/q.log")])
+    quick = ("quick", f"file://{tmp_path}/q.log", None)
+    reaper.submit(kube, "owner", "ns", [("slow", None, None), quick])
     reaper.submit(kube, "other", "ns", [])  # nothing to do
     assert reaper.in_flight("other") == set()
     deadline = time.monotonic() + 5
@@ -92,3 +93,13 @@ def test_each_pod_is_reaped_on_its_own_as_soon_as_it_is_due(tmp_path):
     assert reaper.in_flight("owner") == set()
     assert [c for c in kube.calls if c[0] == "delete"] == [("delete", "quick"), ("delete", "slow")]
     assert storage.read_bytes(f"file://{tmp_path}/slow.log") == b"slow"
+
+
+def test_a_pod_made_again_under_the_name_by_someone_else_is_not_reaped(tmp_path):
+    """The operator's Pod was deleted meanwhile and someone made another of its name: the
+    deletion names the instance (its UID), so the API server refuses it for the other."""
+    kube = FakeKube()
+    kube.pods["a"] = {"metadata": {"name": "a", "uid": "someone-elses"}}
+    kube.logs["a"] = b"not ours"
+    reap_due(kube, [("a", None, "the-operators")])
+    assert "a" in kube.pods and ("not ours", "a") in kube.calls
