@@ -180,7 +180,9 @@ def test_a_job_waits_for_the_policy_then_runs_once_it_allows_it(
     job.policy = Policy(source=SOURCE, allowed_images=("busybox",))
     job.mem.body.set(None)
     job.reconcile(NOW)
-    assert job.status["phase"] == "PENDING" and "kj-1" in kube.pods
+    assert job.status["phase"] == "PENDING" and job.status["attempt"] == 1
+    (pod,) = kube.pods.values()  # attempt 1's, running busybox
+    assert pod["spec"]["containers"][0]["image"] == "busybox:1.36"
     assert reconcile_failed(job.status)["status"] == "False"
 
 
