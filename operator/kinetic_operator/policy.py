@@ -5,12 +5,14 @@ may have (``maxBatchSize``), how many accelerator chips one job's Pod may
 request (``maxAcceleratorsPerJob``, counted through the operator's
 accelerator catalog), which namespaces may run Kinetic work at all
 (``allowedNamespaces``; ``"*"`` is any namespace) and which images jobs may
-run (``allowedImages``, prefixes). Every key is optional; absent or empty
-means unlimited. Four more keys, ``dryRunDefault``, ``requireConfirmation``,
-``defaultGpuType`` and ``maxJobsPerRequest``, say how ``kinetic batches
-submit`` behaves: the client reads them (`kinetic.model.policy_keys`); they
-are parsed here so that a policy setting them is valid, and never refuse an
-object.
+run (``allowedImages``: registries, repository paths matched by whole parts,
+exact tags or digests, or ``"*"``; `kinetic.model.images` is the rule).
+Every key is optional; absent or empty means unlimited. Four more keys,
+``dryRunDefault``, ``requireConfirmation``, ``defaultGpuType`` and
+``maxJobsPerRequest``, say how ``kinetic batches submit`` behaves: the
+client reads them (`kinetic.model.policy_keys`); they are parsed here so
+that a policy setting them is valid, and never refuse an object. The client
+reads ``allowedImages`` too, to preview what admission will say.
 
 The ConfigMap lives in the operator's namespace and is read live (see
 `handlers/policy.py`), so an administrator's ``kubectl edit`` holds within
@@ -31,16 +33,23 @@ Decisions where the issue was silent:
   the operator says so, in its log and a Warning Event on the ConfigMap): a
   typo must not silently lift every limit. A missing ConfigMap means no
   policy, as before the chart shipped one.
+* Until the ConfigMap has been read once (an API error, a ConfigMap that does
+  not parse from the start), the policy is unknown (`UnreadPolicy`), not
+  empty: judging by it raises `PolicyUnavailable`, so the operator accepts
+  nothing new (the reconcile fails, says why on the object and is retried)
+  and the webhook leaves the object to that reconcile. A read that fails
+  after a good one keeps the good one, as before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import yaml
 from kinetic.model.catalog import Catalog, UnknownAccelerator, resolve
 from kinetic.model.gang import effective_hosts
+from kinetic.model.images import image_refusals, job_specs, pattern_problem
 from kinetic.model.limits import MAX_HOSTS, spec_total
 from kinetic.model.policy_keys import (
     DEFAULT_GPU_TYPE,
@@ -89,7 +98,10 @@ class Policy(BaseModel):
         description='Namespaces that may run Kinetic work; "*" is any namespace.',
     )
     allowed_images: tuple[str, ...] = Field(
-        (), alias="allowedImages", description="Image prefixes jobs may run."
+        (),
+        alias="allowedImages",
+        description="Images jobs may run: registries, repositories (and what is below them), "
+        'exact tags or digests; "*" is any image (kinetic.model.images).',
     )
     # The client's keys (kinetic.model.policy_keys): valid here, never judged by the webhook.
     dry_run_default: bool = Field(
@@ -165,10 +177,30 @@ class Policy(BaseModel):
                 )
         return value
 
+    @field_validator("allowed_images")
+    @classmethod
+    def _image_entries(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Each entry is a registry, a repository, an image:tag, an image@digest or "*"."""
+        problems = [why for entry in value if (why := pattern_problem(entry)) is not None]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
     def allows_namespace(self, namespace: str) -> bool:
         """Whether work may run in ``namespace``: no list, a listed name, or "*"."""
         allowed = self.allowed_namespaces
         return not allowed or ANY_NAMESPACE in allowed or namespace in allowed
+
+
+class UnreadPolicy(Policy):
+    """The policy in force before its ConfigMap could be read: unknown, so it allows nothing
+    new (`policy_violations` raises `PolicyUnavailable`); ``why`` says what the read met."""
+
+    why: str = Field("it has not been read yet", exclude=True)
+
+
+class PolicyUnavailable(Exception):
+    """The policy cannot be judged by yet: whatever needs it waits (see `UnreadPolicy`)."""
 
 
 def parse_policy(data: dict[str, str] | None, source: str) -> Policy:
@@ -198,14 +230,28 @@ def policy_after_read(
     """The policy to hold after reading its ConfigMap, and why the read was not taken.
 
     A missing ConfigMap (None) is no policy; one that does not parse keeps
-    ``held`` and returns the reason, for the log and a Warning Event.
+    ``held`` and returns the reason, for the log and a Warning Event. With no
+    policy read before (``held`` is an `UnreadPolicy`), the policy stays
+    unknown, and the reason becomes its ``why``.
     """
     if config_map is None:
         return Policy(source=source), None
     try:
         return parse_policy(config_map.get("data"), source), None
     except PolicyError as exc:
+        if isinstance(held, UnreadPolicy):
+            return UnreadPolicy(source=source, why=str(exc)), (
+                f"{exc}. No policy was read before, so nothing new is accepted until this is fixed."
+            )
         return held, f"{exc}. The previous policy stays in force until this is fixed."
+
+
+def policy_after_error(held: Policy, error: str) -> Policy:
+    """The policy to hold after its ConfigMap could not be read: the one held, if one was
+    ever read; else still unknown, now saying why."""
+    if isinstance(held, UnreadPolicy):
+        return UnreadPolicy(source=held.source, why=error)
+    return held
 
 
 def _explain(exc: ValidationError) -> str:
@@ -223,25 +269,6 @@ def _explain(exc: ValidationError) -> str:
 # --------------------------------------------------------------------------- judging
 
 
-def job_specs(kind: Kind, spec: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every job spec an object runs, with its field path: the one place that knows where.
-
-    A KineticJob is one; a KineticBatch runs its ``template`` for every
-    input, or each entry of ``jobs`` (a batch of different job specs).
-    """
-    if kind == "KineticJob":
-        yield "spec", spec
-        return
-    template = spec.get("template")
-    if isinstance(template, dict):
-        yield "spec.template", template
-    jobs = spec.get("jobs")
-    if isinstance(jobs, list):
-        for i, job in enumerate(jobs):
-            if isinstance(job, dict):
-                yield f"spec.jobs[{i}]", job
-
-
 def accelerator_count(catalog: Catalog, accelerator: Any) -> int:
     """GPUs or TPU chips one Pod of ``accelerator`` requests (0 for cpu or an unknown name:
     the catalog check refuses that one with its own message)."""
@@ -255,17 +282,6 @@ def accelerator_count(catalog: Catalog, accelerator: Any) -> int:
     return sum(int(v) for k, v in placement.limits.items() if k in wanted)
 
 
-def images_of(job: dict[str, Any]) -> list[tuple[str, str]]:
-    """(field path, image) of each image a job spec names (none: the operator's default)."""
-    found = []
-    if isinstance(job.get("image"), str):
-        found.append(("image", job["image"]))
-    container = job.get("container")
-    if isinstance(container, dict) and isinstance(container.get("image"), str):
-        found.append(("container.image", container["image"]))
-    return found
-
-
 def policy_violations(
     kind: Kind,
     namespace: str,
@@ -274,7 +290,17 @@ def policy_violations(
     catalog: Catalog,
     default_image: str | None = None,
 ) -> list[str]:
-    """Why ``policy`` refuses this object (empty: it may run), one actionable sentence each."""
+    """Why ``policy`` refuses this object (empty: it may run), one actionable sentence each.
+
+    Raises `PolicyUnavailable` when the policy is not known yet (`UnreadPolicy`).
+    """
+    if isinstance(policy, UnreadPolicy):
+        raise PolicyUnavailable(
+            f"the admission policy ({policy.source}) cannot be read: {policy.why}. Nothing new "
+            "is accepted until it can be (a missing ConfigMap means no policy; an unreadable "
+            "one is waited for): check the operator's log and its permission to get the "
+            "ConfigMap"
+        )
     if not isinstance(spec, dict):
         return []
     at = f"({policy.source})"
@@ -298,7 +324,7 @@ def policy_violations(
 
 def _job_violations(
     path: str,
-    job: dict[str, Any],
+    job: Mapping[str, Any],
     policy: Policy,
     catalog: Catalog,
     default_image: str | None,
@@ -316,17 +342,10 @@ def _job_violations(
                 f"job{across}, which exceeds maxAcceleratorsPerJob {limit} {at}: choose a "
                 "smaller accelerator" + (" or fewer hosts" if hosts > 1 else "")
             )
-    if policy.allowed_images:
-        for field, image in images_of(job):
-            if image != default_image and not image.startswith(policy.allowed_images):
-                problems.append(
-                    f"{path}.{field} {image!r} is not an allowed image; allowed image prefixes: "
-                    f"{', '.join(policy.allowed_images)} {at}"
-                )
-    return problems
+    return problems + image_refusals(path, job, policy.allowed_images, default_image, policy.source)
 
 
-def job_hosts(catalog: Catalog, job: dict[str, Any]) -> int:
+def job_hosts(catalog: Catalog, job: Mapping[str, Any]) -> int:
     """The Pods one attempt of a job spec runs as (a gang's hosts; 1 for a malformed value,
     which the schema refuses with its own message)."""
     hosts, accelerator = job.get("hosts"), job.get("accelerator")
@@ -336,7 +355,7 @@ def job_hosts(catalog: Catalog, job: dict[str, Any]) -> int:
 
 
 def _hosts_violations(
-    path: str, job: dict[str, Any], policy: Policy, catalog: Catalog, at: str
+    path: str, job: Mapping[str, Any], policy: Policy, catalog: Catalog, at: str
 ) -> list[str]:
     """More hosts than ``maxHostsPerJob``, asked for or implied by a multi-host accelerator."""
     limit = policy.max_hosts_per_job

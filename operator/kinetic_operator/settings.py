@@ -18,9 +18,10 @@ from kinetic.model.limits import (
     DEFAULT_MAX_INPUTS,
     DEFAULT_UNSCHEDULABLE_SECONDS,
     MAX_INPUTS_CEILING,
+    MAX_REVIEW_BYTES,
 )
 from kinetic.model.names import DEFAULT_CLUSTER_DOMAIN
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -247,6 +248,45 @@ class OperatorSettings(BaseSettings):
         "port on the webhook host (KINETIC_WEBHOOK_PORT).",
     )
 
+    webhook_max_review_bytes: int = Field(
+        MAX_REVIEW_BYTES,
+        ge=64 << 10,
+        le=64 << 20,
+        description="Largest admission review the webhook reads; a larger one is denied by "
+        "name, unread (KINETIC_WEBHOOK_MAX_REVIEW_BYTES). The default is above the largest "
+        "review the API server sends for objects etcd can store with its default request "
+        "limit (1.5 MiB); raise it with etcd's --max-request-bytes.",
+    )
+    webhook_reviews: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="Admission reviews read, decoded and judged at once; more wait "
+        "KINETIC_WEBHOOK_WAIT_SECONDS for room, then are denied as busy "
+        "(KINETIC_WEBHOOK_REVIEWS). Their bodies together stay under one review of the "
+        "largest size plus 1 MiB.",
+    )
+    webhook_wait_seconds: float = Field(
+        2.0,
+        gt=0,
+        le=8,
+        description="How long a review waits for room before it is denied as busy; below the "
+        "webhook's 10 s timeout (KINETIC_WEBHOOK_WAIT_SECONDS).",
+    )
+    webhook_client_cafile: str | None = Field(
+        None,
+        description="PEM CA that must have signed the client certificate of every caller "
+        "of the webhook (KINETIC_WEBHOOK_CLIENT_CAFILE): set it when the API server "
+        "presents one (an AdmissionConfiguration's kubeConfigFile). Empty: no client "
+        "certificate is asked for.",
+    )
+    webhook_client_names: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="With a client CA: the names (subject common name or DNS name) one of "
+        "which the client certificate must claim, comma-separated "
+        "(KINETIC_WEBHOOK_CLIENT_NAMES). Empty: any certificate the CA signed.",
+    )
+
     metrics_port: int = Field(
         8000,
         ge=0,
@@ -324,6 +364,25 @@ class OperatorSettings(BaseSettings):
             "KINETIC_PIP_CA_CERTIFICATES": self.pip_ca_certificates,
         }
         return {k: v for k, v in pairs.items() if v}
+
+    @field_validator("webhook_client_names", mode="before")
+    @classmethod
+    def _split_client_names(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [name.strip() for name in value.split(",") if name.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _names_need_a_ca(self) -> OperatorSettings:
+        """Client names are read from a certificate only a client CA makes the server ask for:
+        names without a CA would refuse every review."""
+        if self.webhook_client_names and not self.webhook_client_cafile:
+            raise ValueError(
+                "KINETIC_WEBHOOK_CLIENT_NAMES (chart value webhook.clientNames) is set but "
+                "KINETIC_WEBHOOK_CLIENT_CAFILE (webhook.clientCA) is not: give the CA that "
+                "signs the API server's client certificate, or leave the names empty"
+            )
+        return self
 
     @field_validator("namespaces", mode="before")
     @classmethod

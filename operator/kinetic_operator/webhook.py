@@ -1,6 +1,6 @@
 """The admission webhook's HTTPS server, and the configuration that points the API server at it.
 
-Kopf serves the webhook; this module adds three things to its server:
+Kopf serves the webhook; this module adds four things to its server:
 
 * the self-signed certificate is built with `cryptography` (Kopf's own
   self-signing needs `certbuilder`), a new one at every start;
@@ -14,35 +14,43 @@ Kopf serves the webhook; this module adds three things to its server:
   MutatingWebhookConfiguration, and it needs permission to create
   configurations, which the operator is not given; patching the one named
   configuration is all it may do;
-* admission reviews are decoded with `deepjson.loads_bounded`, so an object
-  nested thousands of levels deep is judged (and refused) instead of
-  crashing the request, which would let it through (the webhook fails open);
-* a review is read up to `MAX_REVIEW_BYTES`, above anything the API server
-  sends for an object it can store (etcd takes 1.5 MiB per object, and an
-  UPDATE carries the old object and the new one). aiohttp's own limit of
-  1 MiB answered a larger review with an error, which the API server, with
-  failurePolicy Ignore, took as "admit": an UPDATE of a 640 KB object
-  slipped a forbidden image past the policy that way. A review larger still
-  is denied by name (`oversized_denial`), never left to fail open.
+* each review goes through `reviews.serve_review`: bounded in size (a review
+  declaring more than ``KINETIC_WEBHOOK_MAX_REVIEW_BYTES`` is denied by name,
+  unread), in number (the `review_gate.ReviewGate`: a few at once, the rest
+  wait briefly, then are denied as busy), decoded once off the event loop by
+  the depth-bounded `deepjson.loads_bounded`. A review too large or too many
+  is denied, never answered with an error: the API server, with
+  failurePolicy Ignore, takes an error as "admit";
+* optionally, clients must present a certificate signed by a CA given to the
+  operator (``KINETIC_WEBHOOK_CLIENT_CAFILE``; the chart's ``webhook.clientCA``),
+  and name one of ``KINETIC_WEBHOOK_CLIENT_NAMES``: an API server configured
+  with an AdmissionConfiguration's kubeConfigFile presents one, and no Pod
+  that can reach the port can judge-bomb it. Only that CA is trusted for
+  clients (Kopf's default context would also trust the system's public CAs).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import ipaddress
-import json
 import logging
-import re
+import os
+import socket
+import ssl
 from collections.abc import AsyncIterator, Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp.web
 import kopf
 from kinetic.model.resources import BATCH_PLURAL, GROUP, JOB_PLURAL, VERSION
 
-from kinetic_operator import deepjson
+from kinetic_operator.review_gate import ReviewGate, gate_limits
+from kinetic_operator.reviews import serve_review
 from kinetic_operator.settings import OperatorSettings
 
 if TYPE_CHECKING:
@@ -54,14 +62,6 @@ log = logging.getLogger("kinetic.operator")
 WEBHOOK_CONFIG = "kinetic.dev"
 CERT_DAYS = 3650
 TIMEOUT_SECONDS = 10
-# An UPDATE's review holds two objects of at most 1.5 MiB each (etcd's limit), plus
-# the request's own fields: 8 MiB leaves room for all of it, and is the most one
-# review costs the operator to hold.
-MAX_REVIEW_BYTES = 8 << 20
-_HEAD_BYTES = 64 * 1024  # where a review's uid is (the API server writes it first)
-_REQUEST_UID = re.compile(rb'"request"\s*:\s*\{\s*"uid"\s*:\s*"([^"\\]{1,128})"')
-_ANY_UID = re.compile(rb'"uid"\s*:\s*"([^"\\]{1,128})"')
-_API_VERSION = re.compile(rb'"apiVersion"\s*:\s*"(admission\.k8s\.io/v1(?:beta1)?)"')
 
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
@@ -176,27 +176,38 @@ def publish_webhooks(
 
 
 class WebhookServer(kopf.WebhookServer):
-    """Kopf's webhook server, with our certificate, configuration and safe decoding.
+    """Kopf's webhook server, with our certificate, configuration and bounded reviews.
 
     ``service`` ("namespace/name") names the Service the API server reaches
     it through; without one, the configuration carries Kopf's URL. With
     ``publish`` False (the chart ships the configuration and the certificate)
     nothing is patched: the server only serves. ``kube`` gives the operator's
     API wrapper (the one in Kopf's memo) when the configuration is patched.
+    ``gate`` and ``max_review_bytes`` bound the reviews in flight and each
+    review's size; ``client_names``, when given, the client certificates taken.
     """
 
     def __init__(
         self,
         *args: Any,
         kube: Callable[[], Kube],
+        gate: ReviewGate,
+        max_review_bytes: int,
         service: str | None = None,
         publish: bool = True,
+        client_names: Collection[str] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.kube = kube
         self.service = service
         self.publish = publish
+        self.gate = gate
+        self.max_review_bytes = max_review_bytes
+        self.client_names = tuple(client_names)
+        self.decoders = ThreadPoolExecutor(
+            max_workers=gate.limits.reviews, thread_name_prefix="kinetic-review"
+        )
 
     @staticmethod
     def build_certificate(
@@ -205,88 +216,98 @@ class WebhookServer(kopf.WebhookServer):
         return self_signed_certificate(hostnames, password)
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
-        async for client_config in super().__call__(fn):
-            if self.publish:
-                await asyncio.to_thread(
-                    publish_webhooks, self.kube, dict(client_config), self.service, self.port
+        """Kopf's serving loop (`kopf.WebhookServer.__call__`: serve, hand Kopf the client
+        configuration, serve anew when the certificate files change), on a listening socket
+        of our own (`listening_socket`) so that its receive buffer is bounded."""
+
+        async def serve(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+            return await self._serve(fn, request)
+
+        while True:
+            cadata, context = self._build_ssl()
+            app = aiohttp.web.Application()
+            app.add_routes([aiohttp.web.post("/{id:.*}", serve)])
+            runner = aiohttp.web.AppRunner(
+                app, handle_signals=False, shutdown_timeout=SHUTDOWN_SECONDS
+            )
+            await runner.setup()
+            try:
+                port = self.port or self._allocate_free_port()
+                sock = listening_socket(self.addr, port)
+                await aiohttp.web.SockSite(runner, sock, ssl_context=context).start()
+                host = self.host or self._get_accessible_addr(self.addr)
+                client_config = kopf.WebhookClientConfig(
+                    url=self._build_url("https", host, port, "")
                 )
-            yield client_config
+                if cadata is not None:
+                    client_config["caBundle"] = base64.b64encode(cadata).decode("ascii")
+                if self.publish:
+                    await asyncio.to_thread(
+                        publish_webhooks, self.kube, dict(client_config), self.service, port
+                    )
+                yield client_config
+                await files_changed([self.certfile, self.pkeyfile], self.file_check_interval)
+                log.info("The webhook's certificate files changed: serving them.")
+            finally:
+                await runner.cleanup()
 
-    @staticmethod
-    async def _serve(fn: Any, request: aiohttp.web.Request) -> aiohttp.web.Response:
-        """Kopf's request handling, on a body read up to `MAX_REVIEW_BYTES` and cut where
-        it is nested too deep to handle; a larger body is denied."""
-        body, size = await read_review(request, MAX_REVIEW_BYTES)
-        if size > MAX_REVIEW_BYTES:
-            denial = oversized_denial(body, size, MAX_REVIEW_BYTES)
-            if denial is None:  # not a review the API server sent: nothing to answer
-                raise aiohttp.web.HTTPRequestEntityTooLarge(MAX_REVIEW_BYTES, size)
-            log.warning("Denied an admission review of %d bytes: too large to judge", size)
-            return aiohttp.web.json_response(denial)
-        doc = deepjson.loads_bounded(body.decode("utf-8", "replace"))
-        decoded = cast(aiohttp.web.Request, _Decoded(request, json.dumps(doc)))
-        return await kopf.WebhookServer._serve(fn, decoded)
+    async def _serve(  # type: ignore[override]  # Kopf's is static; ours needs the gate
+        self, fn: Any, request: aiohttp.web.Request
+    ) -> aiohttp.web.StreamResponse:
+        """One review, bounded in size, number and decoding (`reviews.serve_review`)."""
+        return await serve_review(
+            fn,
+            request,
+            gate=self.gate,
+            limit=self.max_review_bytes,
+            decoders=self.decoders,
+            client_names=self.client_names,
+        )
 
 
-async def read_review(request: aiohttp.web.Request, limit: int) -> tuple[bytes, int]:
-    """The request's body if it holds at most ``limit`` bytes, else its head; and its size.
+# How long a stopping server waits for the requests in flight: as long as a stopping
+# replica keeps answering (`elected.DRAIN_SECONDS`). aiohttp's default, 60 s, is past the
+# Pod's grace period (30 s), so clients that never finish could keep it up until killed.
+SHUTDOWN_SECONDS = 5.0
 
-    Read from the stream, not through aiohttp's ``client_max_size``, whose
-    error would fail the review open. The size of a body over the limit is
-    its Content-Length when given (the rest is never read), else what was
-    read before giving up: ``limit + 1`` or more.
-    """
-    declared = request.content_length
-    if declared is not None and declared > limit:
-        return await request.content.read(_HEAD_BYTES), declared
-    pieces: list[bytes] = []
-    size = 0
+# What one connection may have in flight towards the webhook before it reads it: Linux
+# otherwise grows a socket's receive buffer up to 6 MiB, so a client POSTing a large body
+# could park that much kernel memory per connection, and the kernel's work on it was done
+# inside the event loop's own network calls. 256 KiB still carries the largest review in
+# a few round trips.
+RECEIVE_BUFFER_BYTES = 256 << 10
+
+
+def listening_socket(addr: str | None, port: int) -> socket.socket:
+    """The webhook's listening socket on ``addr`` (any address when empty), with the receive
+    buffer every connection accepted on it inherits (`RECEIVE_BUFFER_BYTES`)."""
+    host = addr or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
+    sock.bind((host, port))
+    sock.setblocking(False)
+    return sock
+
+
+async def files_changed(paths: Collection[str | os.PathLike[str] | None], interval: float) -> None:
+    """Return once the contents of ``paths`` differ from now (a Secret mounted as files
+    changes no timestamp that could be watched, so they are read again every ``interval``)."""
+    named = [p for p in paths if p]
+
+    def digest() -> str:
+        hasher = hashlib.sha256()
+        for path in named:
+            with open(path, "rb") as f:
+                hasher.update(f.read())
+        return hasher.hexdigest()
+
+    first = await asyncio.to_thread(digest)
     while True:
-        piece = await request.content.read(1 << 16)
-        if not piece:
-            return b"".join(pieces), size
-        size += len(piece)
-        if size > limit:
-            return b"".join(pieces)[:_HEAD_BYTES] if pieces else piece[:_HEAD_BYTES], size
-        pieces.append(piece)
-
-
-def oversized_denial(head: bytes, size: int, limit: int) -> dict[str, Any] | None:
-    """The AdmissionReview response denying a review too large to judge, or None when its
-    uid cannot be found in ``head`` (without it the API server would not take the answer)."""
-    found = _REQUEST_UID.search(head) or _ANY_UID.search(head)
-    if found is None:
-        return None
-    version = _API_VERSION.search(head)
-    message = (
-        f"the admission review for this request is {size:,} bytes, more than the "
-        f"{limit:,} the Kinetic webhook reads (etcd stores at most 1.5 MiB per object, and "
-        "an update carries the old object and the new one), so it cannot be checked and is "
-        "refused: make the object smaller, e.g. upload large inputs to storage "
-        "(spec.inputs.count with uriPrefix) instead of listing them inline"
-    )
-    return {
-        "apiVersion": version.group(1).decode() if version else "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "response": {
-            "uid": found.group(1).decode(),
-            "allowed": False,
-            "status": {"code": 413, "reason": "RequestEntityTooLarge", "message": message},
-        },
-    }
-
-
-class _Decoded:
-    """An aiohttp request whose body is replaced by a safely re-encoded one."""
-
-    def __init__(self, request: aiohttp.web.Request, text: str) -> None:
-        self._request, self._text = request, text
-
-    async def text(self) -> str:
-        return self._text
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._request, name)
+        await asyncio.sleep(interval)
+        if named and await asyncio.to_thread(digest) != first:
+            return
 
 
 def self_signed_certificate(
@@ -347,6 +368,22 @@ def _is_ip(name: str) -> bool:
     return True
 
 
+def client_auth_context(cafile: str | None) -> ssl.SSLContext | None:
+    """The server's TLS context when clients must present a certificate signed by
+    ``cafile``: that CA only (None without one: Kopf's default context, no client check).
+
+    Kopf's default context is made for clients' use of the system's trust store,
+    which would accept a client certificate from any public CA.
+    """
+    if not cafile:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_verify_locations(cafile=cafile)
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
 def configure_admission(
     settings: kopf.OperatorSettings, ours: OperatorSettings, kube: Callable[[], Kube]
 ) -> None:
@@ -356,14 +393,21 @@ def configure_admission(
     if not ours.webhook_enabled:
         return
     shipped = bool(ours.webhook_certfile and ours.webhook_keyfile)
+    limits = gate_limits(
+        ours.webhook_max_review_bytes, ours.webhook_reviews, ours.webhook_wait_seconds
+    )
     settings.admission.server = WebhookServer(
         addr=ours.webhook_addr or None,
         port=ours.webhook_port,
         host=ours.webhook_host or None,
         certfile=ours.webhook_certfile if shipped else None,
         pkeyfile=ours.webhook_keyfile if shipped else None,
+        context=client_auth_context(ours.webhook_client_cafile),
         kube=kube,
+        gate=ReviewGate(limits),
+        max_review_bytes=ours.webhook_max_review_bytes,
         service=ours.webhook_service or None,
         publish=not shipped,
+        client_names=ours.webhook_client_names,
     )
     settings.admission.managed = None

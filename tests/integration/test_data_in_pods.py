@@ -218,3 +218,48 @@ def test_a_container_batch_from_yaml_mounts_its_volume_in_every_input(ns: str, k
     batch = kinetic.attach_batch("greet", namespace=ns)
     batch.wait(timeout=TIMEOUT)
     assert batch.results(timeout=30) == ["hello", "bonjour"]
+
+
+def test_a_data_manifest_forged_in_storage_fails_the_job_naming_it(
+    ns: str, kube: Kube, tmp_path
+) -> None:
+    """A namespace-mate shares the namespace's storage identity: it can rewrite an uploaded
+    entry's files and its manifest, consistently with each other. The manifest must still
+    match the content hash in its own name, so the Pod refuses it (in the init container
+    that fills the volume) and the job fails naming the manifest and both hashes: the
+    job's container never sees the forged bytes."""
+    from kinetic.api.staging import stage
+    from kinetic.model.data import LocalFile, combined_hash, manifest_bytes
+
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "a.txt").write_bytes(b"genuine")
+    ref = stage(kinetic.Data(str(tmp_path / "ds")), resolve().storage_root, ns)
+    assert ref.manifest_uri is not None
+    genuine = layout.data_manifest_hash(ref.manifest_uri)
+
+    forged = b"FORGED"
+    storage.write_bytes(ref.uri + "a.txt", forged)
+    digest = hashlib.sha256(b"a.txt\0" + forged).hexdigest()
+    listed = [LocalFile("a.txt", "", digest, hashlib.sha256(forged).hexdigest(), len(forged))]
+    storage.write_bytes(ref.manifest_uri, manifest_bytes(True, listed))
+    forged_hash = combined_hash(True, [digest])
+
+    body = {
+        "apiVersion": "kinetic.dev/v1alpha1",
+        "kind": "KineticJob",
+        "metadata": {"name": "forged-data"},
+        "spec": {
+            "container": {"command": ["sh", "-c", "cat /data/a.txt > /dev/termination-log"]},
+            "volumes": [{"mountPath": "/data", "uri": ref.uri, "manifestURI": ref.manifest_uri}],
+        },
+    }
+    kube.apply(ns, body)
+    job = kinetic.attach("forged-data", namespace=ns)
+    try:
+        got = job.result(timeout=TIMEOUT)
+    except JobFailed as failed:
+        message = str(failed)
+    else:
+        pytest.fail(f"the job ran on the forged data: its container read {got!r}")
+    assert f"data manifest {ref.manifest_uri} does not match its name" in message
+    assert f"content hash {forged_hash}, its name says {genuine}" in message

@@ -157,8 +157,8 @@ def test_namespaces_and_images(
     foreign = job("foreign", namespace, image="docker.io/library/busybox:1")
     wait_for(lambda: refused(kube, elsewhere) is None, timeout=EFFECT_SECONDS, what="the edit")
     assert (
-        "spec.image 'docker.io/library/busybox:1' is not an allowed image; allowed image "
-        "prefixes: ghcr.io/acme/" in (refused(kube, foreign) or "")
+        "spec.image 'docker.io/library/busybox:1' is not an allowed image; allowed images: "
+        "ghcr.io/acme/" in (refused(kube, foreign) or "")
     )
     assert refused(kube, job("ours", namespace, image="ghcr.io/acme/tool:3")) is None
 

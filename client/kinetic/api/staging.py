@@ -3,7 +3,9 @@
 Client side only (the pod never uploads data): every `Data` of a submission
 becomes a `kinetic.model.data.DataRef` here before anything is pickled or any
 resource is created. An entry is keyed by its content hash, so the same bytes
-submitted twice cost one existence check and no upload.
+submitted twice cost one read of the manifest and no upload; a manifest that
+does not match its name (`kinetic.model.data.read_data_manifest`) is
+uploaded again with its files.
 
 ``fuse=True`` data is mounted by the operator rather than downloaded by the
 pod, so the operator must see it: a fuse argument becomes a ``spec.volumes``
@@ -14,6 +16,7 @@ the first upload, fuse data this cluster cannot mount (`kinetic.api.fuse`).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,17 +28,22 @@ from kinetic.model import layout
 from kinetic.model.data import (
     FUSE_ARGUMENTS_ROOT,
     Data,
+    DataError,
     DataRef,
     LocalFile,
     content_hash_of,
     fuse_source,
     manifest_bytes,
+    read_data_manifest,
     substitute,
     volume_spec,
 )
+from kinetic.model.limits import MAX_DATA_MANIFEST_BYTES
 
 if TYPE_CHECKING:
     from kinetic.model import resources as r
+
+log = logging.getLogger("kinetic")
 
 _UPLOAD_WORKERS = 8
 
@@ -58,7 +66,7 @@ def stage(data: Data, root: str, namespace: str) -> DataRef:
     content_hash, files = content_hash_of(data.path)
     prefix = layout.data_cache_prefix(root, namespace, content_hash)
     manifest_uri = layout.data_manifest_uri(root, namespace, content_hash)
-    if not storage.exists(manifest_uri):
+    if not _complete(manifest_uri):
 
         def upload(f: LocalFile) -> None:
             with open(f.path, "rb") as fh:
@@ -76,6 +84,22 @@ def stage(data: Data, root: str, namespace: str) -> DataRef:
         fuse=data.fuse,
         hf_trust_remote_code=data.hf_trust_remote_code,
     )
+
+
+def _complete(manifest_uri: str) -> bool:
+    """Whether the cache entry is there, as its name says: its manifest exists and matches
+    the content hash in its name. One that does not (changed in storage, or written by an
+    older client without digests) is uploaded again: the pod would refuse it."""
+    try:
+        read_data_manifest(
+            storage.read_at_most(manifest_uri, MAX_DATA_MANIFEST_BYTES), manifest_uri
+        )
+    except storage.NotFound:
+        return False
+    except (DataError, storage.TooLarge) as exc:
+        log.warning("%s; uploading the data again", exc)
+        return False
+    return True
 
 
 def fuse_path(mount_path: str, ref: DataRef) -> str:

@@ -79,6 +79,7 @@ from kinetic.cli.submit_plan import (
     job_report,
     preview_rows,
     preview_table,
+    refuse_images,
     request_size_problem,
     summary_lines,
     to_create,
@@ -150,7 +151,7 @@ def submit(
         (said for said in (continue_on_error, settings.continue_on_error) if said is not None),
         True,  # the guide's default: go on past a refused object
     )
-    entries = _preflight(contents, on_error, context)
+    entries = _preflight(contents, on_error, context, policy)
     decision = decide(dry_run, yes, settings, policy)
     planned = to_create(entries, stop_on_error=on_error is False)
     if decision.dry_run:
@@ -197,19 +198,31 @@ def _contents(
         raise fail(f"{file}: {escape(str(exc))}") from None
 
 
-def _preflight(contents: Contents, on_error: bool, context: str | None) -> list[Entry]:
-    """The local checks' refusals, then the server-side dry run's, then the preview."""
-    entries = _server_dry_run(contents.entries, context)
+def _preflight(
+    contents: Contents, on_error: bool, context: str | None, policy: SubmissionPolicy
+) -> list[Entry]:
+    """The local checks' refusals (the file's own, then the policy's allowedImages), then the
+    server-side dry run's, then the preview."""
+    entries = refuse_images(contents.entries, policy, _default_image(context), policy_source())
+    entries = _server_dry_run(entries, context)
     _preview(entries, stop=on_error is False)
     return entries
 
 
 def _policy(context: str | None) -> SubmissionPolicy:
-    """The live policy's submission keys; a note when it is not followed as written."""
+    """The live policy's client keys; a note when it is not followed as written."""
     policy, note = read_submission_policy(context)
     if note:
         errors.print(f"[dim]{escape(note)}[/dim]", soft_wrap=True)
     return policy
+
+
+def _default_image(context: str | None) -> str | None:
+    """The operator's default image (always allowed by its policy), if it published one."""
+    try:
+        return resolve(context=context).image
+    except Exception:  # noqa: BLE001 — no published settings: no image is exempt
+        return None
 
 
 def _read(file: Path) -> str:

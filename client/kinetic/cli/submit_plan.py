@@ -19,7 +19,7 @@ from rich.table import Table
 from kinetic.api import kube
 from kinetic.cli import guide
 from kinetic.cli.submit_file import DEFAULT_IMAGE, INPUT_WIDTH, Document, Entry, Refusal
-from kinetic.model import catalog, limits
+from kinetic.model import catalog, images, limits
 from kinetic.model.fanout import grid_point
 from kinetic.model.policy_keys import MAX_JOBS_PER_REQUEST, SubmissionPolicy
 from kinetic.model.ranges import parse_ranges
@@ -257,6 +257,29 @@ def request_size_problem(objects: int, limit: int | None, source: str) -> str | 
         f"nothing was submitted. Split it into files of at most {limit} jobs, or ask the "
         f"administrator to raise {MAX_JOBS_PER_REQUEST}"
     )
+
+
+def refuse_images(
+    entries: list[Entry], policy: SubmissionPolicy, default_image: str | None, source: str
+) -> list[Entry]:
+    """``entries`` with each document whose images the policy's allowedImages refuses turned
+    into a Refusal: the operator's rule and sentences (`kinetic.model.images`), so the preview
+    says what admission will, before anything reaches the API server."""
+    checked: list[Entry] = []
+    for entry in entries:
+        if isinstance(entry, Document):
+            spec = entry.body.get("spec")
+            jobs = images.job_specs(entry.kind, spec if isinstance(spec, dict) else {})
+            allowed, exempt = policy.allowed_images, default_image
+            refused = [
+                why
+                for at, job in jobs
+                for why in images.image_refusals(at, job, allowed, exempt, source)
+            ]
+            if refused:
+                entry = Refusal(entry.label, "; ".join(refused))
+        checked.append(entry)
+    return checked
 
 
 def to_create(entries: list[Entry], stop_on_error: bool) -> list[Document]:

@@ -11,9 +11,15 @@ any resource is created (`kinetic.api.staging`):
 
 * local data is uploaded once into the namespace's content-addressed cache
   (`kinetic.model.layout.data_cache_prefix`), keyed by `Data.content_hash`; the
-  manifest (each file's sha256) is written last and marks the entry
-  complete, so a second submission of the same bytes finds it and uploads
-  nothing, and the pod verifies every file it downloads against it;
+  manifest (each file's path, size, sha256 and digest) is written last and
+  marks the entry complete, so a second submission of the same bytes finds
+  it and uploads nothing, and the pod verifies every file it downloads
+  against it. Anyone who may write the namespace's storage may rewrite a
+  manifest, so it is trusted only once it matches its own name
+  (`read_data_manifest`): the content hash is made of the files' digests,
+  which the manifest lists, so a reader recomputes it from them and refuses
+  a manifest whose hash is not the one in its name, and then each file whose
+  digest is not the one listed;
 * ``gs://`` and ``hf://`` data is referred to where it is. The pod reads it
   with its own credentials (the runner's service account); the operator
   never reads, copies or deletes it. A ``gs://`` URI under the storage
@@ -44,7 +50,7 @@ import hashlib
 import os
 import posixpath
 import stat as stat_module
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -210,8 +216,23 @@ def _walk_files(root: str) -> Iterator[tuple[str, str]]:
         # Symlinks to directories show up in dirnames and are skipped by followlinks=False.
 
 
+def file_digest(rel: str) -> Any:
+    """The running hash of one file's digest: SHA-256 of its relative path, a NUL, then
+    its bytes (feed them with ``update``)."""
+    return hashlib.sha256(rel.encode() + b"\0")
+
+
+def combined_hash(is_dir: bool, digests: Iterable[str]) -> str:
+    """The content hash of data whose files have ``digests`` (hex, in walk order): SHA-256
+    of ``dir:`` or ``file:`` and the digests' bytes."""
+    total = hashlib.sha256(b"dir:" if is_dir else b"file:")
+    for digest in digests:
+        total.update(bytes.fromhex(digest))
+    return total.hexdigest()
+
+
 def _hash_file(rel: str, path: str) -> LocalFile:
-    per_file = hashlib.sha256(rel.encode() + b"\0")
+    per_file = file_digest(rel)
     contents = hashlib.sha256()
     size = 0
     try:
@@ -234,10 +255,11 @@ def content_hash_of(path: str) -> tuple[str, list[LocalFile]]:
     holding only that file never collide. Non-regular files (sockets, FIFOs)
     are refused rather than hashed.
     """
-    if os.path.isdir(path):
-        prefix, entries = b"dir:", list(_walk_files(path))
+    is_dir = os.path.isdir(path)
+    if is_dir:
+        entries = list(_walk_files(path))
     else:
-        prefix, entries = b"file:", [(os.path.basename(path), path)]
+        entries = [(os.path.basename(path), path)]
     for _rel, p in entries:
         try:
             mode = os.stat(p).st_mode
@@ -249,10 +271,7 @@ def content_hash_of(path: str) -> tuple[str, list[LocalFile]]:
 
     with ThreadPoolExecutor(max_workers=_HASH_WORKERS) as pool:
         files = list(pool.map(lambda e: _hash_file(*e), entries))
-    total = hashlib.sha256(prefix)
-    for f in files:
-        total.update(bytes.fromhex(f.digest))
-    return total.hexdigest(), files
+    return combined_hash(is_dir, (f.digest for f in files)), files
 
 
 # --------------------------------------------------------------------------- references
@@ -277,14 +296,95 @@ class DataRef:
 
 
 def manifest_bytes(is_dir: bool, files: list[LocalFile]) -> bytes:
-    """The cache entry's manifest: kind and each file's sha256 and size, in walk order."""
+    """The cache entry's manifest: kind and each file's path, sha256, digest and size, in
+    walk order (the digests make its content hash: `read_data_manifest`)."""
     import json  # at use, like the rest: loading this module must stay cheap for the runner
 
     doc = {
         "kind": "dir" if is_dir else "file",
-        "files": [{"path": f.rel, "sha256": f.sha256, "size": f.size} for f in files],
+        "files": [
+            {"path": f.rel, "sha256": f.sha256, "digest": f.digest, "size": f.size} for f in files
+        ],
     }
     return json.dumps(doc, separators=(",", ":")).encode()
+
+
+class ManifestMismatch(DataError):
+    """A data manifest that is not what its name says (or not a manifest); names the URI."""
+
+
+@dataclass(frozen=True)
+class ManifestFile:
+    """One file a data manifest lists: where it is below the entry, and what it must be."""
+
+    path: str
+    size: int
+    digest: str  # sha256(path + NUL + bytes): bound to the manifest's name
+
+
+@dataclass(frozen=True)
+class DataManifest:
+    """A data manifest that matches its name: its kind and files, in walk order."""
+
+    is_dir: bool
+    files: tuple[ManifestFile, ...]
+
+
+def read_data_manifest(raw: bytes, uri: str) -> DataManifest:
+    """The manifest at ``uri`` (``…/data/<sha>.json``) from its bytes, once its files' digests
+    make the content hash its name says; else `ManifestMismatch` naming the URI and both.
+
+    A manifest an older client wrote lists no digests: it cannot be checked, so it is
+    refused too (the client uploads such an entry again).
+    """
+    from kinetic.model import layout  # at use: the runner loads this module cheaply
+
+    expected = layout.data_manifest_hash(uri)
+    manifest = _parse_manifest(raw, uri)
+    got = combined_hash(manifest.is_dir, (f.digest for f in manifest.files))
+    if expected is None or got != expected:
+        raise ManifestMismatch(
+            f"data manifest {uri} does not match its name: its files make content hash "
+            f"{got}, its name says {expected or '(no content hash)'}; it was changed in "
+            "storage after it was uploaded (submitting the data again uploads it again)"
+        )
+    return manifest
+
+
+_HEX64 = frozenset("0123456789abcdef")
+
+
+def _parse_manifest(raw: bytes, uri: str) -> DataManifest:
+    import json
+
+    def refuse(why: str) -> ManifestMismatch:
+        return ManifestMismatch(
+            f"{uri} is not a kinetic data manifest that can be checked: {why} (submitting the "
+            "data again with this client uploads it again)"
+        )
+
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise refuse(f"not JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("kind") not in ("dir", "file"):
+        raise refuse('no "kind" of "dir" or "file"')
+    entries = doc.get("files")
+    if not isinstance(entries, list) or not entries:
+        raise refuse("no files")
+    files = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise refuse(f"files[{i}] is not an object")
+        path, size, digest = entry.get("path"), entry.get("size"), entry.get("digest")
+        if not isinstance(path, str) or not path:
+            raise refuse(f"files[{i}] has no path")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise refuse(f"files[{i}] ({path}) has no size")
+        if not isinstance(digest, str) or len(digest) != 64 or not _HEX64.issuperset(digest):
+            raise refuse(f"files[{i}] ({path}) lists no digest")
+        files.append(ManifestFile(path, size, digest))
+    return DataManifest(doc["kind"] == "dir", tuple(files))
 
 
 def substitute(value: Any, convert: Callable[[Any], Any], kind: type, depth: int = 0) -> Any:

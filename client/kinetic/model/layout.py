@@ -310,6 +310,15 @@ def data_manifest_uri(root: str, namespace: str, content_hash: str) -> str:
     return f"{namespace_prefix(root, namespace)}data/{_content_hash(content_hash)}.json"
 
 
+_DATA_MANIFEST_NAME = re.compile(r"/data/([0-9a-f]{64})\.json$")
+
+
+def data_manifest_hash(uri: str) -> str | None:
+    """The content hash a data manifest's URI names (``…/data/<sha>.json``), or None."""
+    found = _DATA_MANIFEST_NAME.search(uri)
+    return found.group(1) if found else None
+
+
 # --------------------------------------------------------------------------- project blobs
 
 PROJECT_BLOB_KINDS = ("txt", "zip")

@@ -71,6 +71,16 @@ MAX_HOSTS = 512
 MAX_DEPTH = 32  # lists/objects nested inside one inline input
 MAX_INLINE_BYTES = 1024 * 1024  # inline inputs of one object, as compact JSON
 DEFAULT_MAX_INPUTS = 1_000_000  # the operator's maxInputs setting, unless changed
+# The largest admission review the webhook reads (KINETIC_WEBHOOK_MAX_REVIEW_BYTES): an
+# UPDATE carries the old object and the new one, each at most what etcd stores. Measured on
+# Kubernetes 1.20 with etcd's default --max-request-bytes (1.5 MiB): the largest KineticJob
+# stored was 1,572,462 bytes as JSON, and its UPDATE's review 3,145,430 bytes (the envelope
+# ~700 of them). Strings are escaped alike in etcd and in the review ("<" is sent as
+# \u003c: a CREATE of 1.57 M of them made a review of 9.4 MB, and etcd refused the object),
+# so a larger review is of an object etcd cannot store: refusing it loses nothing.
+# 2 x 1.5 MiB, plus 64 KiB for the envelope (the user's groups and extra fields).
+ETCD_MAX_OBJECT_BYTES = 1_572_864
+MAX_REVIEW_BYTES = 2 * ETCD_MAX_OBJECT_BYTES + (64 << 10)
 # The input hash list is `json.dumps(list_of_hex)`: '"<64 hex>", ' is 68 bytes an entry.
 HASH_LIST_ENTRY_BYTES = 68
 HASH_LIST_SLACK = 4096

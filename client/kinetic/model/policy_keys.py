@@ -37,6 +37,12 @@ always create objects with kubectl, and the webhook is what enforces limits.
 The operator's parser accepts every key (a policy that sets them is valid)
 and never refuses an object for them.
 
+``allowedImages`` is the webhook's to enforce, but the client reads it too,
+so that the preview refuses an image with the very rule and sentence the
+operator uses (`kinetic.model.images`), even where the webhook is not
+reached. An entry that is not one (the operator then keeps its previous
+policy, which the client cannot see) turns that preview off, with a note.
+
 A boolean that is not true or false (``requireConfirmation: enabled``) is
 read as true, with a note: an administrator who wrote something meant to
 turn the guard on, and the stricter reading only costs a prompt. A
@@ -54,11 +60,14 @@ from typing import Annotated, Any
 import yaml
 from pydantic import Field, TypeAdapter, ValidationError
 
+from kinetic.model.images import pattern_problem
+
 POLICY_CONFIG_MAP = "kinetic-policy"
 DRY_RUN_DEFAULT = "dryRunDefault"
 REQUIRE_CONFIRMATION = "requireConfirmation"
 DEFAULT_GPU_TYPE = "defaultGpuType"
 MAX_JOBS_PER_REQUEST = "maxJobsPerRequest"
+ALLOWED_IMAGES = "allowedImages"
 
 # Each key's value with no policy (no ConfigMap, or the key absent or empty).
 DRY_RUN_DEFAULT_UNSET = True  # preview first, as the guide's dry_run defaults to true
@@ -76,6 +85,7 @@ class SubmissionPolicy:
     require_confirmation: bool = False
     default_gpu_type: str | None = None
     max_jobs_per_request: int | None = None
+    allowed_images: tuple[str, ...] = ()  # empty: any image (`kinetic.model.images`)
 
 
 def submission_policy(data: Mapping[str, str] | None) -> tuple[SubmissionPolicy, list[str]]:
@@ -83,10 +93,10 @@ def submission_policy(data: Mapping[str, str] | None) -> tuple[SubmissionPolicy,
     bad values.
 
     Other keys are the operator's business and are ignored here; an absent or
-    empty key has its default.
+    empty key has its default (for allowedImages, no list).
     """
     values: dict[str, Any] = {}
-    notes: list[str] = []
+    images, notes = _allowed_images((data or {}).get(ALLOWED_IMAGES))
     for key, field, read in (
         (DRY_RUN_DEFAULT, "dry_run_default", _flag),
         (REQUIRE_CONFIRMATION, "require_confirmation", _flag),
@@ -100,7 +110,7 @@ def submission_policy(data: Mapping[str, str] | None) -> tuple[SubmissionPolicy,
         values[field] = value
         if note:
             notes.append(f"{key} {text!r} {note}")
-    return SubmissionPolicy(**values), notes
+    return SubmissionPolicy(**values, allowed_images=images), notes
 
 
 def _yaml(text: str) -> Any:
@@ -130,3 +140,23 @@ def _gpu_type(text: str) -> tuple[str | None, str | None]:
     if re.match(GPU_TYPE_PATTERN, name):
         return name, None
     return None, "is not a GPU type (such as l4 or a100); following no default type"
+
+
+def _allowed_images(text: str | None) -> tuple[tuple[str, ...], list[str]]:
+    """allowedImages as the operator reads it (a YAML list, or one comma- or space-separated
+    string), and a note when an entry is not one."""
+    if text is None or not str(text).strip():
+        return (), []
+    text = str(text).strip()
+    try:
+        value = text if text == "*" else yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = None
+    if isinstance(value, str):
+        value = value.replace(",", " ").split()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return (), [f"{ALLOWED_IMAGES} {text!r} is not a list of images; not previewing it"]
+    problems = [why for entry in value if (why := pattern_problem(entry)) is not None]
+    if problems:
+        return (), [f"{ALLOWED_IMAGES}: {'; '.join(problems)}; not previewing it"]
+    return tuple(value), []

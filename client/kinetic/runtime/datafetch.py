@@ -12,15 +12,15 @@ Used two ways:
   container then mounts at the same paths.
 
 Uploaded data (with a manifest) is verified file by file against the
-sha256 the client recorded, so the function sees exactly the bytes that
-were on the laptop. What the cluster cannot provide (a GCS FUSE mount, the
-``datasets`` package for ``hf://``) ends the job with `FetchError`'s
-sentence, never a traceback.
+digest the client recorded, once the manifest itself matches the content
+hash in its name, so the function sees exactly the bytes that were on the
+laptop, whoever else may write the namespace's storage. What the cluster
+cannot provide (a GCS FUSE mount, the ``datasets`` package for ``hf://``)
+ends the job with `FetchError`'s sentence, never a traceback.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import posixpath
@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from kinetic import storage
-from kinetic.model.data import HF, DataRef, volume_ref
+from kinetic.model.data import HF, DataError, DataRef, file_digest, read_data_manifest, volume_ref
 from kinetic.model.limits import MAX_DATA_MANIFEST_BYTES
 from kinetic.runtime.termination import termination_log_path, write_termination_log
 
@@ -102,36 +102,50 @@ def _write(path: str, data: bytes) -> None:
 
 
 def _fetch_manifest(ref: DataRef, dest: str) -> str:
-    """Download exactly the manifest's files and check each one's sha256."""
+    """Download exactly the manifest's files, once the manifest matches its own name, and
+    check each file against the digest it lists (`kinetic.model.data.read_data_manifest`)."""
     assert ref.manifest_uri is not None
     try:
-        doc = json.loads(storage.read_at_most(ref.manifest_uri, MAX_DATA_MANIFEST_BYTES))
-        files = doc["files"]
+        raw = storage.read_at_most(ref.manifest_uri, MAX_DATA_MANIFEST_BYTES)
+        manifest = read_data_manifest(raw, ref.manifest_uri)
     except storage.TooLarge as e:
         raise FetchError(
             f"{ref.manifest_uri} is not a kinetic data manifest: {e} (a manifest lists each "
             "file's path and sha256; upload fewer, larger files, e.g. an archive)"
         ) from e
-    except (ValueError, KeyError, TypeError) as e:
-        raise FetchError(f"{ref.manifest_uri} is not a kinetic data manifest: {e}") from e
+    except DataError as e:
+        raise FetchError(str(e)) from e
     prefix = ref.uri if ref.uri.endswith("/") else ref.uri + "/"
     total = 0
-    for entry in files:
-        rel = str(entry["path"])
-        target = _inside(dest, rel, prefix + rel)
-        data = storage.read_bytes(prefix + rel)
-        got = hashlib.sha256(data).hexdigest()
-        if got != entry["sha256"]:
+    for entry in manifest.files:
+        uri = prefix + entry.path
+        target = _inside(dest, entry.path, uri)
+        data = _read_listed(uri, entry.size)
+        digest = file_digest(entry.path)
+        digest.update(data)
+        if digest.hexdigest() != entry.digest:
             raise FetchError(
-                f"{prefix}{rel} changed in storage since it was uploaded: expected sha256 "
-                f"{entry['sha256']}, got {got}"
+                f"{uri} changed in storage since it was uploaded: its digest is "
+                f"{digest.hexdigest()}, the manifest {ref.manifest_uri} lists {entry.digest}"
             )
         _write(target, data)
         total += len(data)
-    log(f"downloaded and verified {len(files)} file(s), {total} bytes, from {prefix} to {dest}")
-    if doc.get("kind") == "file":
-        return os.path.join(dest, ref.name or str(files[0]["path"]))
+    count = len(manifest.files)
+    log(f"downloaded and verified {count} file(s), {total} bytes, from {prefix} to {dest}")
+    if not manifest.is_dir:
+        return os.path.join(dest, ref.name or manifest.files[0].path)
     return dest
+
+
+def _read_listed(uri: str, size: int) -> bytes:
+    """A file a verified manifest lists, read up to the size it lists (more is a change)."""
+    try:
+        return storage.read_at_most(uri, size)
+    except storage.TooLarge:
+        raise FetchError(
+            f"{uri} changed in storage since it was uploaded: it holds more than the "
+            f"{size:,} bytes its manifest lists"
+        ) from None
 
 
 def _fetch_prefix(prefix: str, dest: str) -> str:

@@ -11,7 +11,9 @@ that cannot change on a running batch. Dry runs (`kubectl apply
 effects.
 
 The administrator's policy (`kinetic-policy`, see `kinetic_operator.policy`)
-is judged here too, against the policy in force at this moment. On UPDATE
+is judged here too, against the policy in force at this moment. While that
+policy is unknown (its ConfigMap not read yet) the webhook admits what the
+other checks allow: the operator accepts nothing new until it can judge it. On UPDATE
 of a batch only what the change adds is refused: a batch admitted under a
 looser policy can still be cancelled or throttled after the policy
 tightened (nothing else of it may change). An UPDATE of a KineticJob that
@@ -53,7 +55,7 @@ from pydantic import ValidationError
 from kinetic_operator.batch_logic import immutable_change
 from kinetic_operator.datavolumes import fuse_refusals, spec_volume_groups, uses_fuse
 from kinetic_operator.handlers.policy import current_policy
-from kinetic_operator.policy import Kind, Policy, policy_violations
+from kinetic_operator.policy import Kind, Policy, PolicyUnavailable, policy_violations
 from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.state import operator_state
 from kinetic_operator.webhook import BATCH_HOOK, JOB_HOOK, Hook
@@ -188,7 +190,10 @@ def policy_problems(
             settings.default_image,
         )
 
-    found = judged(new)
+    try:
+        found = judged(new)
+    except PolicyUnavailable:
+        return []  # the reconcile waits for the policy before it accepts anything new
     if old is None or not found:
         return found
     if kind == "KineticJob" and _but_cancel(old) != _but_cancel(new):

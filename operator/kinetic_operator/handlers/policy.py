@@ -11,7 +11,9 @@ the reconcilers read it.
 A ConfigMap that does not parse keeps the last good policy: the operator
 logs the error and posts a Warning Event ``InvalidPolicy`` on the
 ConfigMap (`kubectl describe configmap kinetic-policy` shows it), once per
-version of the ConfigMap. A missing ConfigMap means no policy.
+version of the ConfigMap. A missing ConfigMap means no policy. Until the
+first good read the policy is unknown (`policy.UnreadPolicy`): the operator
+accepts nothing new meanwhile, and each object waiting says why.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from typing import Any
 
 import kopf
 
+from kinetic_operator.failures import describe
 from kinetic_operator.kube import Kube
-from kinetic_operator.policy import Policy, policy_after_read
+from kinetic_operator.policy import Policy, UnreadPolicy, policy_after_error, policy_after_read
 from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.state import OperatorState, operator_state
 
@@ -36,7 +39,7 @@ log = logging.getLogger("kinetic.operator")
 class PolicyHolder:
     """The policy in force, and what the last read of its ConfigMap said."""
 
-    policy: Policy = field(default_factory=Policy)
+    policy: Policy = field(default_factory=UnreadPolicy)
     version: str | None = None  # resourceVersion last judged ("" when missing)
     failing: str | None = None  # the last read error, logged once
     task: asyncio.Task[None] | None = None
@@ -46,7 +49,7 @@ def policy_holder(memo: Any) -> PolicyHolder:
     """The holder in Kopf's memo (created on first use, e.g. by a direct caller)."""
     holder = getattr(memo, "kinetic_policy", None) if memo is not None else None
     if holder is None:
-        holder = PolicyHolder(policy=Policy(source=_source(operator_state(memo).settings)))
+        holder = PolicyHolder(policy=UnreadPolicy(source=_source(operator_state(memo).settings)))
         if memo is not None:
             memo.kinetic_policy = holder
     return holder
@@ -68,24 +71,26 @@ def refresh(holder: PolicyHolder, kube: Kube, ours: OperatorSettings) -> None:
         cm = kube.read_config_map(ours.operator_namespace, ours.policy_config_map)
     except Exception as exc:  # noqa: BLE001 — keep the policy in force, say why once
         if holder.failing != str(exc):
-            log.warning("Cannot read %s (the policy in force stays): %s", source, exc)
+            unread = isinstance(holder.policy, UnreadPolicy)
+            kept = "nothing new is accepted" if unread else "the policy in force stays"
+            log.warning("Cannot read %s (%s): %s", source, kept, exc)
             holder.failing = str(exc)
+        holder.policy = policy_after_error(holder.policy, f"reading it failed: {describe(exc)}")
         return
     holder.failing = None
     version = "" if cm is None else (cm.get("metadata") or {}).get("resourceVersion") or ""
     if version == holder.version:
         return
     holder.version = version
-    policy, error = policy_after_read(cm, holder.policy, source)
+    holder.policy, error = policy_after_read(cm, holder.policy, source)
     if error is not None:
         log.error("Invalid policy: %s", error)
         kube.post_event(cm or {}, "Warning", "InvalidPolicy", error)
         return
-    holder.policy = policy
     if cm is None:
         log.info("No ConfigMap %s: no admission policy", source)
     else:
-        log.info("Admission policy from %s: %s", source, policy.model_dump(by_alias=True))
+        log.info("Admission policy from %s: %s", source, holder.policy.model_dump(by_alias=True))
 
 
 async def _poll(holder: PolicyHolder, state: OperatorState) -> None:

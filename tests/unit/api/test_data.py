@@ -265,6 +265,77 @@ def test_bytes_changed_in_storage_are_refused(tmp_path, root):
         datafetch.fetch(ref, str(tmp_path / "pod"))
 
 
+def forge(ref: DataRef, files: dict[str, bytes]) -> str:
+    """What a namespace-mate can do: write other files into the entry and a manifest that
+    lists them faithfully, under the entry's own name. Returns the forged content hash."""
+    from kinetic.model.data import LocalFile, combined_hash, manifest_bytes
+
+    listed = []
+    for rel, data in files.items():
+        storage.write_bytes(ref.uri + rel, data)
+        digest = hashlib.sha256(rel.encode() + b"\0" + data).hexdigest()
+        sha = hashlib.sha256(data).hexdigest()
+        listed.append(LocalFile(rel, "", digest, sha, len(data)))
+    assert ref.manifest_uri is not None
+    storage.write_bytes(ref.manifest_uri, manifest_bytes(True, listed))
+    return combined_hash(True, (f.digest for f in listed))
+
+
+def test_a_manifest_forged_in_storage_is_refused_naming_the_uri_and_both_hashes(tmp_path, root):
+    src = make_tree(tmp_path / "ds", {"a.txt": b"alpha"})
+    ref = stage(Data(str(src)), root, NS)
+    genuine = Data(str(src)).content_hash()
+    forged = forge(ref, {"a.txt": b"FORGED"})
+    with pytest.raises(datafetch.FetchError) as refused:
+        datafetch.fetch(ref, str(tmp_path / "pod"))
+    message = str(refused.value)
+    assert f"data manifest {ref.manifest_uri} does not match its name" in message
+    assert f"content hash {forged}, its name says {genuine}" in message
+    assert not (tmp_path / "pod" / "a.txt").exists()  # nothing of it reached the function
+
+
+def test_genuine_digests_beside_forged_files_are_refused_file_by_file(tmp_path, root):
+    """The manifest keeps the digests its name is made of, and lies only in its sha256s:
+    each file is checked against its digest, which the name vouches for."""
+    src = make_tree(tmp_path / "ds", {"a.txt": b"alpha"})
+    ref = stage(Data(str(src)), root, NS)
+    assert ref.manifest_uri is not None
+    doc = json.loads(storage.read_bytes(ref.manifest_uri))
+    doc["files"][0]["sha256"] = hashlib.sha256(b"BETA!").hexdigest()
+    storage.write_bytes(ref.manifest_uri, json.dumps(doc).encode())
+    storage.write_bytes(ref.uri + "a.txt", b"BETA!")  # the same size, other bytes
+    with pytest.raises(datafetch.FetchError) as refused:
+        datafetch.fetch(ref, str(tmp_path / "pod"))
+    message = str(refused.value)
+    assert f"{ref.uri}a.txt changed in storage since it was uploaded: its digest is" in message
+    assert doc["files"][0]["digest"] in message and ref.manifest_uri in message
+
+
+def test_a_manifest_without_digests_cannot_be_checked_and_is_refused(tmp_path, root):
+    src = make_tree(tmp_path / "ds", {"a.txt": b"alpha"})
+    ref = stage(Data(str(src)), root, NS)
+    assert ref.manifest_uri is not None
+    doc = json.loads(storage.read_bytes(ref.manifest_uri))
+    for entry in doc["files"]:
+        del entry["digest"]  # as a client before digests wrote it
+    storage.write_bytes(ref.manifest_uri, json.dumps(doc).encode())
+    with pytest.raises(datafetch.FetchError, match=r"files\[0\] \(a.txt\) lists no digest"):
+        datafetch.fetch(ref, str(tmp_path / "pod"))
+
+
+def test_staging_uploads_again_over_a_manifest_that_does_not_match_its_name(tmp_path, root, caplog):
+    src = make_tree(tmp_path / "ds", {"a.txt": b"alpha", "b.txt": b"beta"})
+    ref = stage(Data(str(src)), root, NS)
+    forge(ref, {"a.txt": b"FORGED"})
+    with caplog.at_level("WARNING", logger="kinetic"):
+        again = stage(Data(str(src)), root, NS)
+    assert again == ref
+    assert "does not match its name" in caplog.text and "uploading the data again" in caplog.text
+    dest = tmp_path / "pod"
+    datafetch.fetch(again, str(dest))
+    assert (dest / "a.txt").read_bytes() == b"alpha" and (dest / "b.txt").read_bytes() == b"beta"
+
+
 def test_a_prefix_arrives_as_a_folder_and_escaping_names_are_refused(tmp_path, root):
     prefix = f"{root}/shared/ds/"
     storage.write_bytes(prefix + "x/1.txt", b"1")

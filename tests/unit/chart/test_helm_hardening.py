@@ -217,3 +217,73 @@ def test_operator_account_carries_its_workload_identity_annotation() -> None:
     assert identity.items() <= annotations.items()
     plain = _one(install(BASE), "ServiceAccount")["metadata"]["annotations"]
     assert not any(key.startswith("iam.gke.io/") for key in plain)  # Helm's own only
+
+
+# --- The webhook's bounds and its clients ----------------------------------------------
+
+
+def _settings(objects: list[dict[str, Any]]) -> dict[str, str]:
+    found = next(
+        c for c in of_kind(objects, "ConfigMap") if c["metadata"]["name"].endswith("settings")
+    )
+    data: dict[str, str] = found["data"]
+    return data
+
+
+def test_the_webhook_bounds_reach_the_operator_and_no_client_ca_by_default() -> None:
+    from kinetic.model.limits import MAX_REVIEW_BYTES
+
+    objects = install(BASE)
+    settings = _settings(objects)
+    assert settings["KINETIC_WEBHOOK_MAX_REVIEW_BYTES"] == str(MAX_REVIEW_BYTES)
+    assert settings["KINETIC_WEBHOOK_REVIEWS"] == "4"
+    assert settings["KINETIC_WEBHOOK_WAIT_SECONDS"] == "2"
+    assert "KINETIC_WEBHOOK_CLIENT_CAFILE" not in settings
+    assert not [c for c in of_kind(objects, "ConfigMap") if "client-ca" in c["metadata"]["name"]]
+
+
+def test_a_client_ca_is_mounted_where_the_operator_reads_it() -> None:
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    values = {**BASE, "webhook": {"clientCA": pem, "clientNames": ["kube-apiserver-webhooks"]}}
+    objects = install(values)
+    settings = _settings(objects)
+    assert settings["KINETIC_WEBHOOK_CLIENT_NAMES"] == "kube-apiserver-webhooks"
+    cafile = settings["KINETIC_WEBHOOK_CLIENT_CAFILE"]
+    (ca,) = [c for c in of_kind(objects, "ConfigMap") if "client-ca" in c["metadata"]["name"]]
+    assert ca["data"] == {"ca.crt": pem}
+    pod = _one(objects, "Deployment")["spec"]["template"]["spec"]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "webhook-client-ca"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "webhook-client-ca"]
+    assert volume["configMap"]["name"] == ca["metadata"]["name"]
+    assert cafile == f"{mount['mountPath']}/ca.crt" and mount["readOnly"] is True
+
+
+def test_client_names_without_a_client_ca_are_refused_naming_both() -> None:
+    with pytest.raises(helm.InstallError) as refused:
+        install({**BASE, "webhook": {"clientNames": ["kube-apiserver-webhooks"]}})
+    assert "webhook.clientNames is set but webhook.clientCA is not" in str(refused.value)
+
+
+def test_the_webhook_port_can_be_opened_to_the_api_server_alone() -> None:
+    apiserver = [{"ipBlock": {"cidr": "172.16.0.2/32"}}]
+    values = {**BASE, "networkPolicy": {"enabled": True, "webhookFrom": apiserver}}
+    objects = install(values)
+    spec = _one(objects, "NetworkPolicy")["spec"]
+    ports = _container_ports(objects)
+    by_port = {port["port"]: rule.get("from") for rule in spec["ingress"] for port in rule["ports"]}
+    assert by_port[ports["webhook"]] == apiserver
+    assert by_port[ports["health"]] is None  # the kubelet's probes still get in
+
+
+@pytest.mark.parametrize(
+    "webhook,where",
+    [
+        ({"maxReviewBytes": 1000}, "/webhook/maxReviewBytes"),
+        ({"reviewsAtOnce": 0}, "/webhook/reviewsAtOnce"),
+        ({"waitSeconds": 30}, "/webhook/waitSeconds"),
+    ],
+)
+def test_webhook_bounds_out_of_range_are_refused(webhook: dict[str, Any], where: str) -> None:
+    with pytest.raises(helm.InstallError) as refused:
+        install({**BASE, "webhook": webhook})
+    assert where in str(refused.value)

@@ -555,3 +555,23 @@ def test_max_jobs_per_request_refuses_a_larger_request_whole(
 ) -> None:
     source = "kinetic-policy in kinetic-system"
     assert request_size_problem(objects, limit, source) == says
+
+
+@pytest.mark.parametrize(
+    "text,images,note",
+    [
+        ("- ghcr.io/acme/\n- busybox", ("ghcr.io/acme/", "busybox"), None),
+        ("ghcr.io/acme, registry.corp.io", ("ghcr.io/acme", "registry.corp.io"), None),
+        ("*", ("*",), None),
+        ("[]", (), None),
+        ("", (), None),
+        ("ghcr.io/acme/*", (), '"*" alone allows every image'),  # the operator refuses it too
+        ("{a: 1}", (), "is not a list of images"),
+    ],
+)
+def test_the_client_reads_allowed_images_as_the_operator_does(
+    text: str, images: tuple[str, ...], note: str | None
+) -> None:
+    policy, notes = submission_policy({"allowedImages": text})
+    assert policy.allowed_images == images
+    assert (notes == []) if note is None else (len(notes) == 1 and note in notes[0])

@@ -6,15 +6,17 @@ from typing import Any
 
 import pytest
 import yaml
-from kinetic.cli.submit_file import Document, DocumentError, load_documents
+from kinetic.cli.submit_file import Document, DocumentError, Refusal, load_documents
 from kinetic.cli.submit_plan import (
     accelerator_totals,
     all_succeeded,
     batch_report,
     job_report,
     preview_rows,
+    refuse_images,
     unrecorded_endings,
 )
+from kinetic.model.policy_keys import SubmissionPolicy
 
 API = "apiVersion: kinetic.dev/v1alpha1"
 
@@ -206,3 +208,48 @@ def test_exit_status_is_success_only_if_every_job_succeeded(
 )
 def test_a_report_waits_only_for_successes_the_manifest_has_not_recorded(status, records, missing):
     assert unrecorded_endings(status, records) == missing
+
+
+# ----------------------------------------------------------------------- allowedImages
+
+
+def test_the_preview_refuses_an_image_with_the_operators_rule_and_sentence() -> None:
+    from kinetic.model.catalog import default_catalog
+    from kinetic_operator.policy import Policy, policy_violations
+
+    docs = load_documents("---".join([GRID, ITEMS, JOB]), "default")
+    allowed = ("ghcr.io/acme/train", "busybox")
+    entries = refuse_images(
+        list(docs), SubmissionPolicy(allowed_images=allowed), "runner:1", "kinetic-policy in x"
+    )
+    assert isinstance(entries[0], Document)  # ghcr.io/acme/train:1: allowed
+    assert isinstance(entries[1], Document)  # no image: the operator's default
+    refused = entries[2]
+    assert isinstance(refused, Refusal) and refused.label == "KineticJob/one in default"
+    operator = policy_violations(
+        "KineticJob",
+        "default",
+        docs[2].body["spec"],
+        Policy(allowed_images=allowed, source="kinetic-policy in x"),
+        default_catalog(),
+        "runner:1",
+    )
+    assert refused.reason == "; ".join(operator)
+    assert "spec.image 'ghcr.io/acme/tpu:2' is not an allowed image" in refused.reason
+
+
+@pytest.mark.parametrize(
+    "allowed,refused",
+    [
+        ((), False),  # no list: any image
+        (("*",), False),
+        (("ghcr.io/acme",), False),
+        (("ghcr.io/acme-other",), True),
+        (("ghcr.io",), False),
+        (("ghcr.io.evil.com",), True),
+    ],
+)
+def test_the_preview_matches_whole_path_parts(allowed: tuple[str, ...], refused: bool) -> None:
+    docs = load_documents(GRID, "default")
+    entries = refuse_images(list(docs), SubmissionPolicy(allowed_images=allowed), None, "p")
+    assert isinstance(entries[0], Refusal) is refused

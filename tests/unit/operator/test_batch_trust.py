@@ -113,8 +113,9 @@ def test_the_stored_spec_is_judged_again_before_it_is_used(settings):  # noqa: F
     problems = judge_stored(stored, live, home, settings, policy)
     assert problems == [
         f"the accepted spec {home.accepted_spec_uri}: spec.template.image 'busybox:1.36' is not "
-        "an allowed image; allowed image prefixes: registry.example/ (kinetic-policy in "
-        "kinetic-system)"
+        "an allowed image; allowed images: registry.example/ (kinetic-policy in "
+        "kinetic-system): use an image under one of them (an entry allows what is below it by "
+        "whole path parts, or exactly its tag or digest)"
     ]
     outside = stored.model_copy(
         update={"template": stored.template.model_copy(update={"output_dir": "file:///etc/x"})}  # type: ignore[union-attr]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import time
 
 import pytest
 from kinetic.model.limits import json_depth
@@ -76,3 +78,71 @@ def test_install_puts_the_safe_decoder_where_kopf_reads_watch_streams():
     # What Kopf's watch stream does with each line (kopf._cogs.clients.api.stream).
     line = deep_event(3000).encode() + b"\n"
     assert api.json.loads(line.decode("utf-8"))["object"]["metadata"]["uid"] == "u1"
+
+
+# --------------------------------------------------------------------------- loads_bounded
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": [1, {"b": "c\\"]"}], "d": null, "e": true, "f": false}',
+        "[]",
+        "{}",
+        '  {"x": -1.5e3, "y": 12345678901234567890}  ',
+        '"a ] [ { string"',
+        '{"k": "\\u00e9\\\\", "l": [[], {}]}',
+        "[NaN, Infinity]",
+    ],
+)
+def test_the_bounded_decoder_reads_shallow_documents_exactly_as_json_does(text: str) -> None:
+    assert repr(deepjson.loads_bounded(text)) == repr(json.loads(text))
+
+
+def test_the_bounded_decoder_cuts_in_one_pass_whatever_the_depth() -> None:
+    assert deepjson.loads_bounded('[[[1]],[2],{"a":{"b":[]}}]', 2) == [[None], [2], {"a": None}]
+    deep = "[" * 50_000 + "]" * 50_000  # past what json's C decoder can descend
+    assert json_depth(deepjson.loads_bounded(deep), 100_000) == deepjson.CUT_DEPTH
+    doc = deepjson.loads_bounded(deep_event(20_000))
+    assert doc["object"]["spec"]["inputs"]["items"][1] == "a ] [ { string"
+
+
+@pytest.mark.parametrize(
+    "text,says",
+    [
+        ("", "Expecting value"),
+        ("[1,", "Expecting value"),
+        ("[1] x", "Extra data"),
+        ("[" * 200, "Unterminated list or object"),  # unterminated below the cut
+        ('{"a": 1', "Expecting ',' delimiter"),
+    ],
+)
+def test_the_bounded_decoder_refuses_what_is_not_json(text: str, says: str) -> None:
+    with pytest.raises(json.JSONDecodeError, match=re.escape(says)):
+        deepjson.loads_bounded(text)
+
+
+def test_the_bounded_decoder_leaves_the_gil_to_other_threads() -> None:
+    """It runs as Python code, which a waiting thread interrupts every switch interval:
+    another thread gets to run many times while it decodes, where json's C decoder would
+    hold the GIL from start to end."""
+    import threading
+
+    body = "[" + "[]," * 300_000 + "[]]"
+    done = threading.Event()
+    turns = 0
+
+    def other() -> None:
+        nonlocal turns
+        while not done.is_set():
+            turns += 1
+            time.sleep(0)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+        assert len(deepjson.loads_bounded(body)) == 300_001
+    finally:
+        done.set()
+        thread.join()
+    assert turns > 10

@@ -20,6 +20,10 @@ from kinetic_operator.settings import OperatorSettings
 SOURCE = "kinetic-policy in kinetic-system"
 CATALOG = default_catalog()
 DEFAULT_IMAGE = "kinetic-runner:0.1.0"
+IMAGE_FIX = (
+    "use an image under one of them (an entry allows what is below it by whole path parts, "
+    "or exactly its tag or digest)"
+)
 
 
 def policy(**values: Any) -> Policy:
@@ -257,8 +261,8 @@ CASES: list[tuple[str, str, str, dict[str, Any], Policy, list[str]]] = [
         {"container": {"image": "docker.io/evil:1", "command": ["true"]}},
         policy(allowedImages=["ghcr.io/acme/"]),
         [
-            "spec.container.image 'docker.io/evil:1' is not an allowed image; allowed image "
-            f"prefixes: ghcr.io/acme/ ({SOURCE})"
+            "spec.container.image 'docker.io/evil:1' is not an allowed image; allowed images: "
+            f"ghcr.io/acme/ ({SOURCE}): {IMAGE_FIX}"
         ],
     ),
     (
@@ -290,8 +294,8 @@ CASES: list[tuple[str, str, str, dict[str, Any], Policy, list[str]]] = [
             f"batch size 3 exceeds maxBatchSize 2 ({SOURCE}): split the work into several batches",
             f"spec.template.accelerator 'gpu-l4x2' requests 2 accelerators per job, which "
             f"exceeds maxAcceleratorsPerJob 1 ({SOURCE}): choose a smaller accelerator",
-            "spec.template.image 'x:1' is not an allowed image; allowed image prefixes: y "
-            f"({SOURCE})",
+            f"spec.template.image 'x:1' is not an allowed image; allowed images: y ({SOURCE}): "
+            f"{IMAGE_FIX}",
         ],
     ),
     ("not a spec", "KineticBatch", "a", "garbage", policy(maxBatchSize=1), []),  # type: ignore[list-item]
