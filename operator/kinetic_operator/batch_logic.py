@@ -73,8 +73,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from kinetic.model.batchjobs import batch_total, retries_of
+from kinetic.model.grid import Grid
 from kinetic.model.limits import DEFAULT_MAX_DISRUPTIONS
 from kinetic.model.names import input_pod_name
+from kinetic.model.progress import Mark, StopOrder
 from kinetic.model.ranges import IndexSet, RangeError
 from kinetic.model.resources import (
     AttemptRecord,
@@ -83,13 +85,17 @@ from kinetic.model.resources import (
     KineticBatchStatus,
     Phase,
     PhaseCounts,
+    UnitDurations,
 )
 
 from kinetic_operator import gangs
-from kinetic_operator.attempts import ENDED, Limits, UnitPlan, plan_unit
+from kinetic_operator.attempts import ENDED, Limits, UnitOutcome, UnitPlan, plan_unit
 from kinetic_operator.conditions import READINESS, readiness
 from kinetic_operator.gangs import Gang
 from kinetic_operator.observed import PodView
+from kinetic_operator.unit_sizing import observe, size_next_unit, units_to_create
+from kinetic_operator.units import InputState, Sizing, UnitLimits, running_input, units_sized
+from kinetic_operator.units import plan_unit as plan_sized_unit
 
 __all__ = [
     "Action",
@@ -101,6 +107,7 @@ __all__ = [
     "StopPods",
     "UnitObservation",
     "WriteManifest",
+    "WriteStop",
     "changed_fields",
     "compact_status",
     "decide_batch",
@@ -218,6 +225,15 @@ class WriteManifest:
 
 
 @dataclass(frozen=True)
+class WriteStop:
+    """Tell a sized batch's units what not to begin: anything more (it stopped launching),
+    or the inputs cancelled one by one. Each unit reads it before its next input
+    (`kinetic.runtime.runner`)."""
+
+    order: StopOrder
+
+
+@dataclass(frozen=True)
 class Event:
     """A Kubernetes Event on the batch, for ``kubectl describe``."""
 
@@ -226,7 +242,7 @@ class Event:
     message: str
 
 
-Action = CreatePods | StopPods | WriteManifest | Event
+Action = CreatePods | StopPods | WriteManifest | WriteStop | Event
 
 
 @dataclass(frozen=True)
@@ -249,6 +265,7 @@ class BatchDecision:
     more: bool = False
     recorded: Recorded = field(default_factory=Recorded)
     plans: Mapping[int, UnitPlan] = field(default_factory=dict)
+    input_plans: Mapping[int, UnitPlan] = field(default_factory=dict)  # a sized batch's
 
     def of(self, kind: type) -> list[Any]:
         """The actions of one kind, in order (handy in handlers and tests)."""
@@ -278,7 +295,7 @@ class _Work:
     spec: KineticBatchSpec
     batch: str
     total: int
-    chunk: int
+    grid: Grid
     now: datetime
     max_disruptions: int
     unschedulable_seconds: float | None
@@ -296,16 +313,31 @@ class _Work:
     adopted: IndexSet = field(default_factory=IndexSet)
     members: dict[str, tuple[str, ...]] = field(default_factory=dict)  # gang attempt -> Pods
     dns: bool = True  # gang members reach rank 0 by name (else by its Pod IP)
+    sizing: Sizing | None = None  # chunkSize auto: how new units are sized
+    marks: Mapping[str, Sequence[Mark]] = field(default_factory=dict)  # by unit Pod
+    unread: frozenset[str] = frozenset()  # ended unit Pods whose log's end is not read yet
+    input_plans: dict[int, UnitPlan] = field(default_factory=dict)  # chunkSize auto
+    measured: list[float] = field(default_factory=list)  # durations of inputs ended now
+    queued: int = 0  # inputs live units hold and have not begun
+
+    @property
+    def chunk(self) -> int:
+        """The fixed number of inputs per unit (1 with sized units: see ``grid``)."""
+        return self.spec.fixed_chunk
+
+    @property
+    def sized(self) -> bool:
+        return self.sizing is not None
 
     @property
     def terminal(self) -> IndexSet:
         return self.succeeded | self.failed | self.cancelled
 
     def unit_of(self, index: int) -> int:
-        return index - index % self.chunk
+        return self.grid.unit_of(index)
 
     def inputs_of(self, unit: int) -> IndexSet:
-        return unit_inputs(unit, self.chunk, self.total)
+        return self.grid.inputs_of(unit, self.total)
 
 
 def decide_batch(
@@ -321,19 +353,25 @@ def decide_batch(
     extra: Recorded | None = None,
     dns: bool = True,
     unschedulable_seconds: float | None = None,
+    sizing: Sizing | None = None,
+    marks: Mapping[str, Sequence[Mark]] | None = None,
+    unread: frozenset[str] = frozenset(),
 ) -> BatchDecision:
     """Decide what a batch does next; see the module docstring for the rules.
 
     ``units`` maps unit start -> observation for every unit with Pods (or
-    Pods being created). ``extra`` adds outcomes recorded elsewhere (the
-    manifest) when the status's ranges were cut. ``max_launches`` caps how
-    many Pods one decision creates, so a 100k-input batch with
+    Pods being created). A sized batch's ``marks`` are what its unit Pods' logs said,
+    by Pod name; ``unread``, the ended ones whose log's end is not read yet. ``extra``
+    adds outcomes recorded elsewhere (the manifest) when the status's ranges were cut.
+    ``max_launches`` caps how many Pods one decision creates, so a 100k-input batch with
     ``maxConcurrent: null`` is created in bounded steps (``more`` is then
     True).
     """
     old = status if status is not None else KineticBatchStatus.model_validate({})
     w = _start(spec, old, batch, now, max_disruptions, extra)
     w.unschedulable_seconds = unschedulable_seconds
+    w.sizing = sizing if units_sized(spec) else None
+    w.marks, w.unread = marks or {}, unread
     w.members, w.dns = _gang_members(units), dns
     if Phase(old.phase).terminal:
         recorded = Recorded(w.succeeded, w.failed, w.cancelled)
@@ -364,6 +402,7 @@ def decide_batch(
         more=more,
         recorded=recorded,
         plans=dict(w.plans),
+        input_plans=dict(w.input_plans),
     )
 
 
@@ -385,7 +424,7 @@ def _start(
         spec=spec,
         batch=batch,
         total=batch_total(spec),
-        chunk=max(1, spec.chunk_size),
+        grid=Grid.parse(old.unit_grid) if spec.sized_units else Grid.fixed(spec.fixed_chunk),
         now=now,
         max_disruptions=max_disruptions,
         unschedulable_seconds=None,
@@ -457,6 +496,9 @@ def _follow_units(w: _Work, units: Mapping[int, UnitObservation], *, cancel_all:
             continue
         if unit not in active_units:
             continue  # Pods the status does not know of: `_adopt` looks at them
+        if w.sized:
+            _follow_sized(w, unit, obs, open_inputs, cancel_all, stopping, ended, running)
+            continue
         plan = _plan(w, unit, obs, cancel_all=cancel_all)
         _follow_plan(w, unit, plan, stopping)
         if plan.outcome == "running":
@@ -464,6 +506,80 @@ def _follow_units(w: _Work, units: Mapping[int, UnitObservation], *, cancel_all:
         if plan.terminal:
             _record_unit(w, plan, open_inputs, ended)
     _merge_outcomes(w, running, ended)
+
+
+def _follow_sized(
+    w: _Work,
+    unit: int,
+    obs: UnitObservation,
+    open_inputs: IndexSet,
+    cancel_all: bool,
+    stopping: set[str],
+    ended: dict[str, list[IndexSet]],
+    running: list[IndexSet],
+) -> None:
+    """One unit of a sized batch: each of its inputs as its Pods' marks and ends tell
+    (`units.plan_unit`), its next attempt, and its Pod stopped when the batch cancels."""
+    inputs = list(w.inputs_of(unit))
+    stopped = cancel_all or w.spec.cancel or _failing_fast(w)
+    step = plan_sized_unit(
+        inputs,
+        obs.pods,
+        w.marks,
+        reserved=max(1, obs.creating or 0),
+        creating=obs.creating is not None and obs.creating >= max(obs.pods, default=0),
+        limits=UnitLimits(retries_of(w.spec, unit), w.max_disruptions),
+        settled=IndexSet(inputs) - open_inputs,
+        stopping=stopped,
+        now=w.now,
+        unread=w.unread,
+    )
+    for index in open_inputs:
+        state = step.inputs[index]
+        w.input_plans[index] = input_plan(state, step.attempt)
+        if state.outcome in ("succeeded", "failed"):
+            ended[state.outcome].append(IndexSet([index]))
+            if state.seconds is not None:
+                w.measured.append(state.seconds)
+            if state.outcome == "failed" and not w.fail_messages:
+                w.fail_messages.append(f"Input {index} failed: {state.reason}: {state.message}")
+        elif state.outcome == "running":
+            running.append(IndexSet([index]))
+    settle = step.of("pending") | step.of("running") if cancel_all else step.of("pending")
+    if stopped:  # what never began is cancelled; with cancel_all, what runs too
+        ended["cancelled"].append(settle & open_inputs)
+        if cancel_all:
+            _stop(w, stopping, [p.name for p in obs.pods.values() if p.live])
+        return
+    if step.live:
+        w.queued += len(step.of("pending") & open_inputs)
+    _stop(w, stopping, step.stop or _running_cancelled(w, obs, step.attempt))
+    if step.create is not None and (unit, step.create) not in w.creates:
+        w.creates.append((unit, step.create))
+
+
+def _running_cancelled(w: _Work, obs: UnitObservation, attempt: int) -> list[str]:
+    """The unit's live Pod, when the input it runs now was cancelled: stopping it is the
+    only way to stop that input (the rest of the unit runs again, uncharged)."""
+    pod = obs.pods.get(attempt)
+    if pod is None or not pod.live:
+        return []
+    now = running_input(w.marks.get(pod.name, ()))
+    return [pod.name] if now is not None and now in w.cancelled else []
+
+
+def input_plan(state: InputState, attempt: int) -> UnitPlan:
+    """An input's story as the manifest records it (the same shape as a unit's plan)."""
+    outcome: UnitOutcome = state.outcome
+    return UnitPlan(
+        outcome,
+        max((r.attempt for r in state.records), default=attempt),
+        state.reason or outcome.title(),
+        state.message or outcome,
+        records=state.records,
+        failures=state.failures,
+        disruptions=state.disruptions,
+    )
 
 
 def _busy_units(units: Mapping[int, UnitObservation]) -> set[int]:
@@ -478,6 +594,16 @@ def _settled_strays(w: _Work, unit: int, obs: UnitObservation) -> list[str]:
     if obs.creating is not None and obs.creating not in obs.pods and obs.creating_name:
         strays.append(obs.creating_name)
     return strays
+
+
+def _stop_order(w: _Work) -> StopOrder | None:
+    """What a sized batch's running units must not begin, while any may run."""
+    if not w.sized or not (w.active - w.terminal):
+        return None
+    if w.spec.cancel or _failing_fast(w):
+        return StopOrder(everything=True)
+    cancelled = _parse(w.spec.cancel_indexes)
+    return StopOrder(cancelled=cancelled) if cancelled else None
 
 
 def _stop(w: _Work, stopping: set[str], pods: Sequence[str]) -> None:
@@ -645,7 +771,10 @@ def _launch_or_stop(
         w.cancelled = w.cancelled | unlaunched
         return IndexSet(), unlaunched, False
     slots, more = _free_slots(w, len(unlaunched), max_launches, units)
-    picked = _pick_units(w, unlaunched, slots)
+    if w.sizing is not None:
+        picked = _pick_sized_units(w, w.sizing, unlaunched, slots, units)
+    else:
+        picked = _pick_units(w, unlaunched, slots)
     w.creates.extend((unit, 1) for unit in picked)
     fresh = IndexSet().union(*(w.inputs_of(unit) - terminal - w.active for unit in picked))
     if fresh:
@@ -691,6 +820,48 @@ def _pick_units(w: _Work, unlaunched: IndexSet, slots: int) -> list[int]:
     return picked
 
 
+def _pick_sized_units(
+    w: _Work,
+    sizing: Sizing,
+    unlaunched: IndexSet,
+    slots: int,
+    units: Mapping[int, UnitObservation],
+) -> list[int]:
+    """New units from the first inputs not launched yet, each sized now
+    (`unit_sizing.size_next_unit`: about the target's work, never more than its share of
+    what is left), as many as may start at once (`unit_sizing.units_to_create`); each
+    extends the grid past every unit launched so far."""
+    starting = sum(1 for obs in units.values() if obs.live and not _runs(obs))
+    running = sum(1 for obs in units.values() if _runs(obs))
+    now = min(slots, units_to_create(slots, starting, running, sizing.rules))
+    live = len(_held_units(w, units))
+    picked: list[int] = []
+    left = unlaunched
+    for k in range(now):  # paced: but each sized as a share of every slot free
+        start = left.min()
+        if start is None:
+            break
+        size = size_next_unit(
+            len(left),
+            slots - k,
+            live + k,
+            sizing.estimate,
+            sizing.target_seconds,
+            queued=w.queued,
+            rules=sizing.rules,
+        )
+        w.grid = w.grid.with_unit(start, size)
+        unit = w.unit_of(start)
+        picked.append(unit)
+        left = left - w.inputs_of(unit)
+    return picked
+
+
+def _runs(obs: UnitObservation) -> bool:
+    """Whether a unit's Pod runs (rather than starts)."""
+    return any(p.live and p.phase == "Running" for p in obs.pods.values())
+
+
 def _status(
     w: _Work, old: KineticBatchStatus, generation: int | None, fresh: IndexSet
 ) -> KineticBatchStatus:
@@ -721,9 +892,30 @@ def _status(
             "observed_generation": generation
             if generation is not None
             else old.observed_generation,
+            **_sizing_status(w),
         },
         deep=True,
     )
+
+
+def _sizing_status(w: _Work) -> dict[str, Any]:
+    """A sized batch's grid and measured durations, as the next decision (or a restarted
+    operator) reads them back."""
+    if w.sizing is None:
+        return {}
+    estimate = w.sizing.estimate
+    for seconds in w.measured:
+        estimate = observe(estimate, seconds) or estimate
+    durations = (
+        UnitDurations(
+            count=estimate.count,
+            total_seconds=round(estimate.total_seconds, 3),
+            longest_seconds=round(estimate.longest_seconds, 3),
+        )
+        if estimate is not None
+        else None
+    )
+    return {"unit_grid": w.grid.text(), "unit_durations": durations}
 
 
 def _counts(w: _Work) -> PhaseCounts:
@@ -780,6 +972,9 @@ def _actions(
         actions.append(CreatePods(tuple(w.creates)))
     if w.stops:
         actions.append(StopPods(tuple(w.stops)))
+    order = _stop_order(w)
+    if order is not None:
+        actions.append(WriteStop(order))
     if dirty and not blocking:
         actions.append(WriteManifest(urgent=phase.terminal or manifest_missing))
     actions.extend(
@@ -812,6 +1007,7 @@ def _manifest_stale(
         or Recorded(w.succeeded, w.failed, w.cancelled).terminal != old_recorded.terminal
         or phase is not Phase(old.phase)
         or any(p.records for p in w.plans.values())
+        or any(p.records for p in w.input_plans.values())
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kinetic.model import layout
@@ -25,6 +26,7 @@ from kinetic.model.names import (
     ENV_JOB_NAMESPACE,
     ENV_PAYLOAD_URI,
     ENV_RESULT_URI,
+    ENV_STOP_URI,
     LABEL_ATTEMPT,
     LABEL_BATCH,
     LABEL_CHUNK,
@@ -44,6 +46,14 @@ class UnitRefused(Exception):
     """This unit cannot be given a Pod (e.g. an input without a hash); it fails."""
 
 
+@dataclass(frozen=True)
+class SizedUnit:
+    """A unit the operator sized: how many inputs it holds, and those its next Pod runs."""
+
+    size: int
+    inputs: tuple[int, ...]
+
+
 def build_unit_pod(
     batch: str,
     namespace: str,
@@ -55,8 +65,13 @@ def build_unit_pod(
     hashes: Sequence[str | None] | None,
     known: Mapping[int, str] | None = None,
     fuse_driver: bool | None = None,
+    sized: SizedUnit | None = None,
 ) -> dict[str, Any]:
     """The Pod of attempt ``attempt`` of the unit starting at input ``unit``.
+
+    ``sized``: a unit the operator sized (chunkSize auto): the Pod runs the unit's inputs
+    not settled yet, always as a chunk (its runner marks each input's begin and end in the
+    log, `kinetic.model.progress`), and stops before its next input once the batch stops.
 
     ``fuse_driver``: whether the cluster has the GCS FUSE CSI driver (see
     `datavolumes.apply`), asked by the caller only for a batch with fuse volumes.
@@ -68,14 +83,16 @@ def build_unit_pod(
     """
     home = layout.batch_home(settings.storage_root or "", namespace, batch, uid)
     total = batch_total(spec)
-    indexes = list(unit_inputs(unit, spec.chunk_size, total))
+    indexes = list(unit_inputs(unit, spec.fixed_chunk, total))
+    if sized is not None:
+        indexes = list(sized.inputs)
     labels = {LABEL_BATCH: batch, LABEL_INDEX: str(unit), LABEL_ATTEMPT: str(attempt)}
     env = {
         ENV_JOB_NAME: input_id(batch, unit),
         ENV_JOB_NAMESPACE: namespace,
         "KINETIC_ATTEMPT": str(attempt),
     }
-    if len(indexes) == 1:
+    if len(indexes) == 1 and sized is None:
         child = child_spec(home, spec, unit, input_sha256=_hash(hashes, unit, spec))
         if child.function is not None:  # containers get it with their input, in spec.env
             indexes_ = spec.inputs.indexes if spec.inputs is not None else None
@@ -86,14 +103,17 @@ def build_unit_pod(
         if child.function is not None and child.function.result_uri is not None:
             env[ENV_RESULT_URI] = child.function.result_uri
     else:
-        labels[LABEL_CHUNK] = str(len(indexes))
+        labels[LABEL_CHUNK] = str(sized.size if sized is not None else len(indexes))
         child = job_template(spec)  # validate_batch_spec: chunks are template batches only
         fn = child.function
         assert fn is not None  # validate_batch_spec: chunks are function templates only
         env[ENV_PAYLOAD_URI] = fn.payload_uri
         env["KINETIC_PAYLOAD_SHA256"] = fn.sha256
         env["KINETIC_INPUT_MODE"] = spec.input_mode
-        env["KINETIC_REPORT_URI"] = home.report_uri(input_pod_name(batch, unit, attempt))
+        if sized is None:  # a sized unit's inputs report their digests in its log's marks
+            env["KINETIC_REPORT_URI"] = home.report_uri(input_pod_name(batch, unit, attempt))
+        else:
+            env[ENV_STOP_URI] = home.stop_uri
         env[ENV_CHUNK] = json.dumps(
             [_chunk_entry(home, spec, i, hashes, known or {}) for i in indexes],
             separators=(",", ":"),

@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from kinetic_operator import deepjson, metrics
-from kinetic_operator.bounded_read import CHUNK, log_archive
+from kinetic_operator.bounded_read import CHUNK, first_bytes, log_archive
 from kinetic_operator.seal import Sealer
 
 log = logging.getLogger("kinetic.operator")
@@ -502,6 +502,31 @@ class Kube:
             if exc.status in (400, 404):
                 return None
             raise
+
+    def pod_log_since(
+        self, namespace: str, name: str, since_seconds: int | None, limit: int
+    ) -> bytes | None:
+        """A running Pod's log lines, each after its timestamp, from ``since_seconds`` ago
+        (None: from the start), at most ``limit`` bytes of them; None when there is no log
+        to read (the Pod is gone, or its container has not started)."""
+        try:
+            resp = self.core.read_namespaced_pod_log(
+                name,
+                namespace,
+                timestamps=True,
+                since_seconds=since_seconds,
+                limit_bytes=limit,
+                _preload_content=False,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except ApiException as exc:
+            if exc.status in (400, 404):
+                return None
+            raise
+        try:
+            return first_bytes(resp.stream(CHUNK), limit)
+        finally:
+            resp.close()
 
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         """Pods as stored now (a live read, not the index), as plain dicts."""

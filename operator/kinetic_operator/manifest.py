@@ -116,7 +116,8 @@ def build_header(
         if template is not None and template.function is not None
         else None,
         total=total,
-        chunk_size=spec.chunk_size,
+        chunk_size=spec.fixed_chunk,
+        unit_grid=status.unit_grid if spec.sized_units else None,
         input_mode=spec.input_mode,
         max_concurrent=spec.max_concurrent,
         retries=spec.retries,

@@ -16,6 +16,7 @@ from kinetic.model.limits import (
     DEFAULT_GANG_SCHEDULING_SECONDS,
     DEFAULT_MAX_DISRUPTIONS,
     DEFAULT_MAX_INPUTS,
+    DEFAULT_TARGET_UNIT_SECONDS,
     DEFAULT_UNSCHEDULABLE_SECONDS,
     MAX_INPUTS_CEILING,
     MAX_REVIEW_BYTES,
@@ -157,6 +158,20 @@ class OperatorSettings(BaseSettings):
         "attempt fails as Unschedulable (it spends a retry); 0: no bound. A request no "
         "node can ever meet (an accelerator the cluster lacks) ends instead of waiting for "
         "ever; a cluster autoscaler adding nodes has this long (KINETIC_UNSCHEDULABLE_SECONDS).",
+    )
+    unit_target_seconds: float = Field(
+        DEFAULT_TARGET_UNIT_SECONDS,
+        gt=0,
+        le=86_400,
+        description="chunkSize auto: about how many seconds of work one Pod is given, unless "
+        "a batch sets spec.targetUnitSeconds (KINETIC_UNIT_TARGET_SECONDS).",
+    )
+    progress_interval: float = Field(
+        3.0,
+        gt=0,
+        le=60,
+        description="chunkSize auto: how often a running unit's log is read for the inputs "
+        "that ended (KINETIC_PROGRESS_INTERVAL).",
     )
     pod_ttl_seconds: float = Field(
         120.0,

@@ -69,6 +69,7 @@ from kinetic.model import catalog, gang, layout, limits, names, payload
 from kinetic.model import resources as r
 from kinetic.model.data import Data, walk_data
 from kinetic.model.digest import Unverifiable
+from kinetic.model.grid import Grid
 from kinetic.model.manifest import InputRecord, ManifestHeader, ManifestShard
 from kinetic.model.ranges import IndexSet
 
@@ -159,6 +160,7 @@ class BatchHandle:
     context: str | None = None
     container: bool = False
     chunk_size: int = 1
+    sized: bool = False  # chunkSize auto: each unit's size is the status's unitGrid
     func_name: str = ""
     created_at: str = ""
     accelerator: str = "cpu"
@@ -181,6 +183,7 @@ class BatchHandle:
         if isinstance(spec.get("jobs"), list):
             return cls._from_jobs(obj, storage_root, context)
         template = spec.get("template", {})
+        chunk = spec.get("chunkSize") or 1
         failures: dict[int, Exception] = {
             f["index"]: submission_exception(f["index"], f["message"], f.get("errorType"))
             for f in spec.get("submissionFailures", [])
@@ -194,7 +197,8 @@ class BatchHandle:
             storage_root=storage_root,
             context=context,
             container="container" in template,
-            chunk_size=spec.get("chunkSize") or 1,
+            chunk_size=chunk if isinstance(chunk, int) else 1,
+            sized=chunk == "auto" and "function" in template,
             func_name=(template.get("function") or {}).get("name")
             or " ".join((template.get("container") or {}).get("command", [])),
             created_at=obj["metadata"].get("creationTimestamp", ""),
@@ -263,6 +267,7 @@ class BatchHandle:
             if header.kind == "mixed"
             else None,
             chunk_size=header.chunk_size,
+            sized=header.unit_grid is not None,
             func_name=header.function_name or "",
             created_at=header.created_at or "",
             uid=header.uid,
@@ -294,9 +299,22 @@ class BatchHandle:
             storage_root=self.storage_root,
             container=container,
             chunk_size=self.chunk_size,
+            sized=self.sized,
         )
 
     # ----------------------------------------------------------------- observing
+
+    def _unit_of(self, obj: dict | None) -> Callable[[int], int]:
+        """Input -> the first input of the unit (the Pod) that runs it: a sized batch's
+        grid as its status (or, once it is gone, its manifest) says, else every
+        ``chunk_size`` inputs."""
+        if not self.sized:
+            return lambda i: names.unit_start(i, self.chunk_size)
+        text = ((obj or {}).get("status") or {}).get("unitGrid")
+        if text is None and obj is None:
+            header = self._manifest()
+            text = header.unit_grid if header is not None else None
+        return Grid.parse(text).unit_of
 
     def _get(self) -> dict | None:
         return kube.get(r.BATCH_PLURAL, self.namespace, self.group_id, self.context)
@@ -368,7 +386,7 @@ class BatchHandle:
             return None if shard is None else shard.inputs.get(str(index))
 
         attempts = {unit: label_int(pod, names.LABEL_ATTEMPT) for unit, pod in pods.items()}
-        return InputOverview(phases, attempts, record, self.chunk_size)
+        return InputOverview(phases, attempts, record, self._unit_of(self._get()))
 
     def _statuses(self, pods: dict[int, V1Pod] | None) -> list[tuple[int, JobStatus]]:
         """`statuses`, with the newest Pods of each unit when already listed."""
@@ -391,8 +409,10 @@ class BatchHandle:
             unended = launched - outcomes.done() - IndexSet(self._submission_failures)
             newest = (self._newest_pods() if pods is None else pods) if unended else {}
 
+            unit_of = self._unit_of(obj)
+
             def live(i: int) -> JobStatus:
-                return live_phase(newest.get(names.unit_start(i, self.chunk_size)))
+                return live_phase(newest.get(unit_of(i)))
 
         launched = status.get("launched", 0)
         return [
@@ -744,13 +764,13 @@ class InputOverview:
     phases: dict[int, JobStatus]  # launched inputs (submission failures aside)
     pod_attempts: dict[int, int]  # unit start -> its newest live Pod's attempt
     record: Callable[[int], InputRecord | None]  # the manifest's record of an input
-    chunk_size: int = 1
+    unit_of: Callable[[int], int] = lambda index: index  # the unit (its first input) of one
 
     def of(self, index: int) -> dict[str, Any]:
         """Input ``index``'s phase, attempt and message, shaped like a KineticJob's status."""
         phase = self.phases.get(index, JobStatus.PENDING)
         record = self.record(index) if index in self.phases else None
-        live = self.pod_attempts.get(names.unit_start(index, self.chunk_size), 0)
+        live = self.pod_attempts.get(self.unit_of(index), 0)
         return input_summary(phase, record, live)
 
 
@@ -841,20 +861,26 @@ class _Progress:
 # --------------------------------------------------------------------------- submitting
 
 
+AUTO = r.AUTO_CHUNK
+
+
 def new_group_id() -> str:
     return f"grp-{secrets.token_hex(4)}"
 
 
-def _check_chunk_size(chunk_size: object) -> int:
+def _check_chunk_size(chunk_size: object) -> r.ChunkSize:
+    if chunk_size == AUTO:
+        return AUTO
     if (
         isinstance(chunk_size, bool)
         or not isinstance(chunk_size, int)
         or not 1 <= chunk_size <= r.MAX_CHUNK_SIZE
     ):
         raise ValueError(
-            f"chunk_size must be an integer from 1 to {r.MAX_CHUNK_SIZE} (consecutive inputs "
-            f"run by one Pod); got {chunk_size!r}. Use chunk_size=1 for one input per Pod, or "
-            f"at most {r.MAX_CHUNK_SIZE} to group very short calls."
+            f"chunk_size must be 'auto' or an integer from 1 to {r.MAX_CHUNK_SIZE} (consecutive "
+            f"inputs run by one Pod); got {chunk_size!r}. 'auto' (the default) lets the "
+            "operator size each Pod's share from the inputs' measured durations; 1 runs one "
+            f"input per Pod; at most {r.MAX_CHUNK_SIZE} fixes a size."
         )
     return chunk_size
 
@@ -881,7 +907,7 @@ def submit_map(
     cancel_running_on_fail: bool = False,
     name: str | None = None,
     tags: dict[str, str] | None = None,
-    chunk_size: int = 1,
+    chunk_size: r.ChunkSize = AUTO,
     hosts: int | None = None,
 ) -> BatchHandle:
     """Package the function once and every input, create one KineticBatch, return its handle.
@@ -904,7 +930,10 @@ def submit_map(
     limits.check_max_concurrent(max_concurrent)
     chunk_size = _check_chunk_size(chunk_size)
     gang_hosts = hosts if hosts is not None else fn.options.get("hosts")
-    if chunk_size > 1 and gang_hosts is not None and gang_hosts > 1:
+    gang_batch = gang_hosts is not None and gang_hosts > 1
+    if chunk_size == AUTO and gang_batch:
+        chunk_size = 1  # a gang runs one input on several Pods: nothing to size
+    if isinstance(chunk_size, int) and chunk_size > 1 and gang_batch:
         raise ValueError(
             f"chunk_size={chunk_size} with hosts={gang_hosts}: a chunk runs several inputs in "
             "one Pod, a gang runs one input on several Pods; use chunk_size=1 for multi-host "

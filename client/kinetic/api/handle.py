@@ -156,7 +156,7 @@ class JobHandle:
         is a mapping to read instead of `os.environ`; ``k8s_name`` and
         ``namespace`` override the two). In a Pod of a batch it is the input's
         handle (`kinetic.InputHandle`, ``group_kind == "map"``); in a Pod that
-        runs a chunk of inputs, the chunk's first input's. ``backend_name`` is
+        runs several inputs, the handle of the input running now. ``backend_name`` is
         checked like ``backend=`` ("gke" or None).
 
         Nothing is asked of the API server (the Pod's service account may read
@@ -796,9 +796,16 @@ def _input_fields(name: str, env: Mapping[str, str], from_env: bool) -> dict[str
     if from_env:
         found["container"] = names.ENV_PAYLOAD_URI not in env
     chunk = json.loads(env[names.ENV_CHUNK]) if from_env and names.ENV_CHUNK in env else []
-    if chunk:
-        found["chunk_size"] = _chunk_size(index, len(chunk))
-        found["result_uri"] = chunk[0].get("resultURI")
+    if not chunk:
+        return found
+    # The runner names the input that runs now in the job name (`runner._name_input`).
+    mine = [entry for entry in chunk if entry.get("index") == index]
+    found["result_uri"] = (mine or chunk)[0].get("resultURI")
+    if names.ENV_STOP_URI in env:
+        found["sized"] = True  # a unit the operator sized: the batch's grid says which
+    else:
+        first = chunk[0].get("index", index)
+        found["chunk_size"] = _chunk_size(first, len(chunk))
     return found
 
 

@@ -45,6 +45,7 @@ from kinetic.api.handle import (
     JobStatus,
     ResultDeleted,
     label_int,
+    last_lines,
     notify,
     recorded_pods,
     sort_by_attempt,
@@ -53,8 +54,9 @@ from kinetic.api.reference import DEFAULT_CLEANUP_TIMEOUT
 from kinetic.api.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
 from kinetic.api.submission import submission_exception
 from kinetic.api.vouched import VouchedManifest, newest_header, newest_shard
-from kinetic.model import digest, layout, names, payload
+from kinetic.model import digest, layout, names, payload, progress
 from kinetic.model import resources as r
+from kinetic.model.grid import Grid
 from kinetic.model.limits import MAX_REPORT_BYTES
 from kinetic.model.manifest import InputRecord, ManifestHeader, ManifestShard
 from kinetic.model.ranges import IndexSet
@@ -286,6 +288,7 @@ class InputHandle(JobHandle):
 
     container: bool = False
     chunk_size: int = 1
+    sized: bool = False  # its batch sizes units at run time: its unit is the grid's
     recorded_sha256: str | None = None  # the manifest's hash, when the batch read it already
     unvouched: str | None = None  # why nothing vouches for its manifest, when the batch knew
 
@@ -312,8 +315,40 @@ class InputHandle(JobHandle):
 
     @property
     def unit(self) -> int:
-        """The first input of the unit (the Pod) that runs this input."""
-        return names.unit_start(self.index, self.chunk_size)
+        """The first input of the unit (the Pod) that runs this input: every ``chunk_size``
+        inputs, or, where the operator sizes units, as the batch's grid says (its status, or
+        its manifest once it is gone)."""
+        if not self.sized:
+            return names.unit_start(self.index, self.chunk_size)
+        return self._grid().unit_of(self.index)
+
+    def _grid(self) -> Grid:
+        """The batch's grid of units (`kinetic.model.grid`)."""
+        if not self.sized:
+            return Grid.fixed(self.chunk_size)
+        obj = self._batch()
+        text = ((obj or {}).get("status") or {}).get("unitGrid")
+        if obj is None:
+            header = self._header()
+            text = header.unit_grid if header is not None else None
+        return Grid.parse(text)
+
+    def _unit_inputs(self) -> IndexSet:
+        """The inputs of this input's unit."""
+        grid = self._grid()
+        return grid.inputs_of(grid.unit_of(self.index), self._total(self._batch()))
+
+    def _log_text(self, tail: int | None, rank: int = 0) -> str:
+        """This input's part of its unit's log (the whole log of a Pod of its own)."""
+        text = super()._log_text(None, rank)
+        if self._several and progress.PREFIX.decode() in text:
+            text = progress.section(text, self.index)  # the runner marks each input's part
+        return last_lines(text, tail)
+
+    @property
+    def _several(self) -> bool:
+        """Whether its Pod runs other inputs too (a chunk, or a sized unit)."""
+        return self.sized or self.chunk_size > 1
 
     # ----------------------------------------------------------------- reading
 
@@ -389,6 +424,8 @@ class InputHandle(JobHandle):
             ended = terminated_state(pod)
             if ended is None or pod.metadata.uid is None or not _owned_by(pod, self.uid):
                 continue
+            if self.sized:
+                return None  # a unit reports each input's digest in its log: the record has it
             if self.chunk_size <= 1:
                 found = digest.reported_sha256(ended.message)
                 if found is not None:
@@ -511,6 +548,8 @@ class InputHandle(JobHandle):
         by_attempt: dict[int, dict[str, Any]] = {
             a.attempt: a.wire() for a in (record.attempts if record else [])
         }
+        if self.sized:  # its unit's Pods count their own attempts, not this input's
+            return [by_attempt[n] for n in sorted(by_attempt)]
         for pod in pods:
             number = int((pod.metadata.labels or {}).get(names.LABEL_ATTEMPT, 0))
             if number < 1:
@@ -546,7 +585,7 @@ class InputHandle(JobHandle):
         if phase == "Running":
             out["outcome"] = "running"
         elif phase in ("Succeeded", "Failed"):
-            if self.chunk_size > 1:
+            if self._several:
                 chunk = _chunk_outcome(ended.message if ended else None, self.index)
                 out["outcome"] = chunk or "running"
             else:
@@ -790,8 +829,9 @@ class InputHandle(JobHandle):
         pods = self._live_pods()
         if not pods:
             return
-        if self.chunk_size > 1:
-            siblings = range(self.unit, self.unit + self.chunk_size)
+        if self._several:
+            size = self.chunk_size if not self.sized else len(self._unit_inputs())
+            siblings = range(self.unit, self.unit + size)
             obj = self._batch()
             outcomes = RecordedOutcomes(self._header)
             if obj is not None:

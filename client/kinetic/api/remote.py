@@ -17,7 +17,7 @@ from typing import Any
 from kinetic import storage
 from kinetic.api import accelerators, reference
 from kinetic.api import project as projects  # `project` is also the reference's argument
-from kinetic.api.batches import BatchHandle, check_hosts, submit_map
+from kinetic.api.batches import AUTO, BatchHandle, check_hosts, submit_map
 from kinetic.api.config import ClientConfig, resolve
 from kinetic.api.jobs import JobHandle, new_job_id, submit_job
 from kinetic.api.mixed import Call
@@ -25,6 +25,7 @@ from kinetic.api.staging import Stager
 from kinetic.model import catalog, layout, limits, payload
 from kinetic.model import resources as r
 from kinetic.model.data import Data, call_data, check_volumes
+from kinetic.model.resources import ChunkSize
 
 
 class RemoteFunction:
@@ -87,16 +88,17 @@ class RemoteFunction:
         cancel_running_on_fail: bool = False,
         name: str | None = None,
         tags: dict[str, str] | None = None,
-        chunk_size: int = 1,
+        chunk_size: ChunkSize = AUTO,
         hosts: int | None = None,
     ) -> BatchHandle:
         """Fan out over `inputs`; see `kinetic.api.batches.submit_map` for the options.
 
         `input_mode`, `max_concurrent`, `retries`, `fail_fast`,
         `cancel_running_on_fail`, `name`, `tags` (the reference's, by keyword as
-        it documents them), `chunk_size` (consecutive inputs per Pod, for very
-        short functions), and `hosts` (Pods per input, a gang; unset, this
-        function's own `kinetic.run(hosts=...)`).
+        it documents them), `chunk_size` (inputs per Pod: ``"auto"``, the default,
+        lets the operator size each Pod's share from the inputs' measured durations;
+        ``1`` runs one input per Pod; a number fixes it), and `hosts` (Pods per input, a
+        gang; unset, this function's own `kinetic.run(hosts=...)`).
         """
         return submit_map(
             self,

@@ -138,7 +138,7 @@ def validate_jobs(spec: KineticBatchSpec) -> list[str]:
         if len(problems) >= 10:
             problems.append("(further jobs not checked)")
             break
-    if spec.chunk_size != 1:
+    if spec.fixed_chunk != 1:
         problems.append(
             f"spec.chunkSize is {spec.chunk_size}, but a batch of spec.jobs runs one job per "
             "Pod: set spec.chunkSize to 1"

@@ -80,6 +80,8 @@ def _convert_union(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]
     # `X | None = None` only means "optional"; null is a real value only
     # where the default is something else (maxConcurrent: null = unlimited).
     nullable = len(branches) < len(any_of) and node.get("default") is not None
+    if {_node_type(b) for b in branches} == {"integer", "string"} and len(branches) == 2:
+        return _int_or_string(node, nullable)
     if len(branches) != 1:
         return _free_form(node, nullable)
     inner = {**node, **branches[0]}
@@ -114,6 +116,10 @@ def _kept_keywords(node: dict[str, Any]) -> dict[str, Any]:
         # An empty-string default is read back as null by 1.20's validation: leave it out.
         if key in node and not (key == "default" and node[key] in (None, "")):
             kept[key] = copy.deepcopy(node[key])  # shared lists would become YAML anchors
+    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        if not isinstance(kept.get(exclusive), bool) and exclusive in kept:
+            kept[bound] = kept[exclusive]  # JSON Schema's number is OpenAPI v3's flag
+            kept[exclusive] = True
     return kept
 
 
@@ -132,6 +138,17 @@ def _object_members(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any
     if "oneOf" in node:
         members["oneOf"] = copy.deepcopy(node["oneOf"])
     return members
+
+
+def _int_or_string(node: dict[str, Any], nullable: bool) -> dict[str, Any]:
+    """A number or a word (``chunkSize: 16`` or ``auto``): the API server checks that it is
+    one of the two; its bounds and words are the webhook's and the operator's to judge."""
+    out: dict[str, Any] = {"x-kubernetes-int-or-string": True}
+    if "description" in node:
+        out["description"] = node["description"]
+    if nullable:
+        out["nullable"] = True
+    return out
 
 
 def _free_form(node: dict[str, Any], nullable: bool) -> dict[str, Any]:

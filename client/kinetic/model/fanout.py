@@ -438,7 +438,7 @@ def _batch_owned_template_problems(spec: KineticBatchSpec, template: KineticJobS
         )
     if template.cancel:
         problems.append("spec.template.cancel must be false; set spec.cancel to stop the batch")
-    if spec.chunk_size > 1 and template.function is None:
+    if spec.fixed_chunk > 1 and template.function is None:
         problems.append(
             f"spec.chunkSize is {spec.chunk_size}, but only function templates run several "
             "inputs per Pod: set spec.chunkSize to 1 for a container template"

@@ -355,7 +355,7 @@ def batch_hosts_problems(spec: KineticBatchSpec, catalog: Catalog) -> list[str]:
     multi = [
         path for path, job in specs if effective_hosts(job.hosts, catalog, job.accelerator) > 1
     ]
-    if multi and spec.chunk_size != 1:
+    if multi and spec.fixed_chunk != 1:
         problems.append(
             f"spec.chunkSize is {spec.chunk_size}, but {multi[0]} runs on several hosts; a gang "
             "runs one input per attempt: set spec.chunkSize to 1"

@@ -154,6 +154,11 @@ class Home:
     def input_result_uri(self, index: int) -> str:
         return self._file("results", f"{_index(index)}.pkl")
 
+    @property
+    def stop_uri(self) -> str:
+        """Where a batch that stopped launching tells its units to start no more inputs."""
+        return self._file("units", "stop")
+
     def report_uri(self, pod: str) -> str:
         """The per-input result hashes a chunk Pod reports (too many for a termination message)."""
         return self._file("reports", f"{_segment(pod, 'pod name')}.json")

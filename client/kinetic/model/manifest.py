@@ -173,6 +173,9 @@ class ManifestHeader(_Doc):
     function_name: str | None = None
     total: int = 0
     chunk_size: int = 1
+    unit_grid: str | None = Field(
+        None, description="chunkSize auto: where each unit starts (the status's unitGrid)."
+    )
     input_mode: str = "auto"
     max_concurrent: int | None = None
     retries: int = 0

@@ -70,6 +70,8 @@ class Phase(StrEnum):
 
 
 InputMode = Literal["auto", "single", "args", "kwargs"]
+ChunkSize = int | Literal["auto"]  # "auto": the operator sizes each unit from measured durations
+AUTO_CHUNK: Literal["auto"] = "auto"
 
 
 # --------------------------------------------------------------------------- spec
@@ -443,6 +445,17 @@ class KineticBatchSpec(Wire):
 
     model_config = ConfigDict(json_schema_extra={"oneOf": BATCH_FORM_ONE_OF})
 
+    @property
+    def sized_units(self) -> bool:
+        """chunkSize auto: the operator sizes each unit (`kinetic.model.grid`)."""
+        return self.chunk_size == "auto"
+
+    @property
+    def fixed_chunk(self) -> int:
+        """The inputs each Pod runs when that is fixed (1 with chunkSize auto: each unit's
+        size is the grid's)."""
+        return self.chunk_size if isinstance(self.chunk_size, int) else 1
+
     template: KineticJobSpec | None = Field(
         None,
         description="The job spec every input runs with (with inputs; not with jobs); with "
@@ -467,12 +480,18 @@ class KineticBatchSpec(Wire):
         le=L.MAX_CONCURRENT,
         description="Most Pods running at once; null starts every input at once.",
     )
-    chunk_size: int = Field(
+    chunk_size: Annotated[int, Field(ge=1, le=MAX_CHUNK_SIZE)] | Literal["auto"] = Field(
         1,
-        ge=1,
-        le=MAX_CHUNK_SIZE,
         description="Function templates: consecutive inputs each Pod runs (each input is "
-        "still recorded, retried and reported on its own).",
+        "still recorded, retried and reported on its own); auto: the operator decides, unit "
+        "by unit, from the inputs' measured durations.",
+    )
+    target_unit_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=L.MAX_TARGET_UNIT_SECONDS,
+        description="chunkSize auto: about how many seconds of work one Pod is given (the "
+        "operator's default when unset).",
     )
     cancel_indexes: str | None = Field(
         None,
@@ -630,6 +649,15 @@ class PhaseCounts(Wire):
     cancelled: int = Field(0, ge=0, description="Cancelled, or never launched after a stop.")
 
 
+class UnitDurations(Wire):
+    """How long the batch's inputs took so far, as the units' Pods measured them: what the
+    operator sizes the next units from (three numbers, so a restarted operator goes on)."""
+
+    count: int = Field(0, ge=0, description="Inputs measured.")
+    total_seconds: float = Field(0.0, ge=0, description="Their durations added up.")
+    longest_seconds: float = Field(0.0, ge=0, description="The longest of them.")
+
+
 class KineticBatchStatus(Wire):
     """A batch's progress, compact at any size: counts and index ranges, not per-child lists."""
 
@@ -671,6 +699,15 @@ class KineticBatchStatus(Wire):
         alias="acceptedSpecSHA256",
         description="Hex SHA-256 of the accepted spec the operator stored next to the "
         "manifest; it is checked, and judged again, whenever it is read back.",
+    )
+    unit_grid: str | None = Field(
+        None,
+        max_length=L.MAX_UNIT_GRID_LENGTH,
+        description="chunkSize auto: where the units start and how many inputs each holds "
+        "('0:16,320:8': from input 0 units of 16, from 320 units of 8), grown as they launch.",
+    )
+    unit_durations: UnitDurations | None = Field(
+        None, description="chunkSize auto: what the inputs' durations measured so far say."
     )
     start_time: str | None = Field(None, description="When the first input was launched.")
     completion_time: str | None = Field(None, description="When the batch ended.")

@@ -114,10 +114,19 @@ from typing import Any, NoReturn
 from kinetic import storage
 from kinetic.model import digest, payload
 from kinetic.model.logs import LOG_ARCHIVE_BYTES
-from kinetic.model.names import ENV_LOG_LIMIT, ENV_LOG_URI
+from kinetic.model.names import (
+    ENV_JOB_NAME,
+    ENV_LOG_LIMIT,
+    ENV_LOG_URI,
+    ENV_STOP_URI,
+    input_id,
+    split_any_input_id,
+)
 from kinetic.model.payload import INPUT_MODES, CallPayload, Phase, Result
+from kinetic.model.progress import StopOrder
 from kinetic.model.ranges import format_ranges
 from kinetic.runtime import debugger
+from kinetic.runtime import supervise as supervising
 from kinetic.runtime.outcome import user_failure
 from kinetic.runtime.supervise import supervise
 from kinetic.runtime.termination import (
@@ -150,6 +159,7 @@ EXIT_RUNNER_ERROR = 2
 """The runner failed in setup, download, verify, unpickle, pickle-result or upload."""
 
 _RECORD_ATTEMPTS = 5
+STOP_CHECK_SECONDS = 1.0
 _MAX_CHUNK_PROBLEMS = 10  # more would only bury the first ones in the termination message
 
 
@@ -206,6 +216,7 @@ class RunnerConfig:
     input_mode: str = "auto"
     termination_log: str | None = None
     report_uri: str | None = None
+    stop_uri: str | None = None  # a unit: stop before the next input once this exists
     debug_port: int | None = None  # a debug job: wait for a debugger on this port first
 
     @classmethod
@@ -271,6 +282,7 @@ class RunnerConfig:
             input_mode=mode,
             termination_log=termination_log_path(environ),
             report_uri=get("KINETIC_REPORT_URI"),
+            stop_uri=get(ENV_STOP_URI),
             debug_port=port,
         )
 
@@ -793,6 +805,72 @@ def _run_one(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> _Outcom
     return _Outcome(_exit_code(result), result.summary(), digest.sha256(data))
 
 
+def _run_reported(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> _Outcome:
+    """Run one input of a unit, its begin and end reported to the supervising process,
+    which writes them into the Pod's log for the operator (`kinetic.model.progress`)."""
+    assert spec.index is not None  # parse_chunk gives every chunk input its index
+    _name_input(spec.index)
+    began = time.time()
+    supervising.report(f"begin {spec.index} {int(began * 1000)}")
+    outcome = _run_one(cfg, spec, function)
+    ended = time.time()
+    ok = "ok" if outcome.code == EXIT_OK else "failed"
+    digest_part = f" {outcome.sha256}" if outcome.sha256 else ""
+    supervising.report(
+        f"end {spec.index} {ok} {int(ended * 1000)} {ended - began:.3f}{digest_part}"
+    )
+    return outcome
+
+
+def _name_input(index: int) -> None:
+    """While an input of a unit runs, the Pod's job name is that input's (``<batch>-<i>``),
+    so `kinetic.JobHandle.from_job_context` in the function answers for its own input."""
+    split = split_any_input_id(os.environ.get(ENV_JOB_NAME, ""))
+    if split is not None:
+        os.environ[ENV_JOB_NAME] = input_id(split[0], index)
+
+
+def _skip(rest: tuple[InputSpec, ...], why: str) -> None:
+    """The unit stops before these inputs begin: each is reported skipped."""
+    log(f"skipping {len(rest)} input(s): {why}")
+    for spec in rest:
+        supervising.report(f"skipped {spec.index} {why}")
+
+
+@dataclass
+class _StopCheck:
+    """What the operator asks of the batch's units (`kinetic.model.progress.StopOrder`):
+    an object at ``uri`` (a fail-fast or a cancel stops everything; inputs cancelled one by
+    one are skipped). Looked at once a second at most, before an input.
+
+    Anyone who may write the namespace's storage can write one: the worst it does is make
+    this unit skip inputs, which the operator runs again (charging a disruption to the
+    first skipped one, so a stop object left there cannot loop for ever)."""
+
+    uri: str | None
+    checked: float = 0.0
+    order: StopOrder | None = None
+
+    def skips(self, index: int) -> str | None:
+        """Why input ``index`` must not begin now (None: it may)."""
+        self._look()
+        return self.order.skips(index) if self.order is not None else None
+
+    def _look(self) -> None:
+        now = time.monotonic()
+        if self.uri is None or now - self.checked < STOP_CHECK_SECONDS:
+            return
+        if self.order is not None and self.order.everything:
+            return  # nothing can undo a stop
+        self.checked = now
+        try:
+            found = storage.read_if_exists(self.uri)
+        except (storage.StorageError, ValueError):
+            return  # storage not answering: go on, the operator stops the Pod if it must
+        if found is not None:
+            self.order = StopOrder.parse(found[0][:65536])
+
+
 def chunk_termination_message(
     succeeded: list[int], failed: list[int], report_sha256: str | None = None
 ) -> str:
@@ -830,9 +908,17 @@ def run(cfg: RunnerConfig) -> int:
     succeeded: list[int] = []
     failed: list[int] = []
     hashes: dict[int, str] = {}
-    for spec in cfg.inputs:
+    stop = _StopCheck(cfg.stop_uri)
+    for n, spec in enumerate(cfg.inputs):
         assert spec.index is not None  # parse_chunk gives every chunk input its index
-        outcome = _run_one(cfg, spec, function)
+        why = stop.skips(spec.index)
+        if why is not None and stop.order is not None and stop.order.everything:
+            _skip(cfg.inputs[n:], why)
+            break
+        if why is not None:
+            _skip((spec,), why)
+            continue
+        outcome = _run_reported(cfg, spec, function)
         (succeeded if outcome.code == EXIT_OK else failed).append(spec.index)
         if outcome.sha256 is not None:
             hashes[spec.index] = outcome.sha256

@@ -29,6 +29,7 @@ thread, so it is safe whatever the user's code imports afterwards.
 from __future__ import annotations
 
 import os
+import secrets
 import select
 import signal
 import sys
@@ -39,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kinetic import storage
+from kinetic.model import progress
 from kinetic.model.logs import cut_archive
 from kinetic.runtime.termination import write_termination_log
 
@@ -80,7 +82,15 @@ def supervise(
     termination_log: str | None,
 ) -> int:
     """Run ``work`` in a child process and return its exit code (128 + the signal that
-    killed it), archiving the end of its output to ``log_uri`` when set."""
+    killed it), archiving the end of its output to ``log_uri`` when set.
+
+    The child reports its inputs' progress with `report`, on its own output, after a
+    token made here before the fork; this process writes each as a marker line
+    (`kinetic.model.progress`) in its place, which nothing else the child prints can
+    imitate.
+    """
+    global _TOKEN
+    _TOKEN = b"\x00" + secrets.token_hex(16).encode() + b" "
     read_end, write_end = os.pipe()
     oom_before = oom_kills()
     pid = os.fork()
@@ -89,18 +99,42 @@ def supervise(
         _run_child(work, write_end)
     os.close(write_end)
     signal.signal(signal.SIGTERM, lambda signum, frame: _forward(pid, signum))
-    tail = Tail(limit)
-    status = _relay(read_end, pid, tail)
+    out = Output(Tail(limit), progress.Shield(_TOKEN, _marker))
+    status = _relay(read_end, pid, out)
     os.close(read_end)
     code = _exit_code(status)
     if os.WIFSIGNALED(status) or not _termination_written(termination_log):
         why = _death(status, oom_kills() > oom_before)
-        _say(tail, f"kinetic runner: {why}\n")
+        out.line(f"kinetic runner: {why}\n".encode())
         if not _termination_written(termination_log):
             write_termination_log(termination_log, f"runner: {why}")
             code = code or 2  # nothing was recorded: not a success, whatever the exit code
-    _archive(tail, log_uri)
+    _archive(out.tail, log_uri)
     return code
+
+
+_TOKEN: bytes | None = None  # set before the fork: the child's progress lines start with it
+
+
+def report(line: str) -> None:
+    """Tell the supervising process about an input (the child's side; a no-op outside a
+    supervised child): ``begin <i> <ms>``, ``end <i> ok|failed <ms> <s> [<sha>]`` or
+    ``skipped <i> <why>``. Written on the child's own output, after what it printed."""
+    if _TOKEN is None:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001, S110 - a closed stream has nothing to flush
+            pass
+    try:
+        os.write(1, _TOKEN + " ".join(line.split()).encode() + b"\n")
+    except OSError:
+        pass  # nobody to tell
+
+
+def _marker(message: bytes) -> bytes | None:
+    return progress.message(message.decode("ascii", "replace"))
 
 
 def _run_child(work: Callable[[], int], write_end: int) -> None:
@@ -132,7 +166,26 @@ def _forward(pid: int, signum: int) -> None:
         pass
 
 
-def _relay(read_end: int, pid: int, tail: Tail) -> int:
+@dataclass
+class Output:
+    """The container's log as this process writes it: the child's output, shielded (its
+    progress messages made markers), and this process's own lines, each from a line start."""
+
+    tail: Tail
+    shield: progress.Shield = field(default_factory=progress.Shield)
+
+    def child(self, data: bytes) -> None:
+        _say(self.tail, self.shield.feed(data))
+
+    def line(self, text: bytes) -> None:
+        """One line of this process's own, after the child's output so far."""
+        held = self.shield.flush()  # a line of the child's not ended yet: end it first
+        lead = b"" if self.shield.at_line_start else b"\n"
+        _say(self.tail, held + lead + text)
+        self.shield.at_line_start = True
+
+
+def _relay(read_end: int, pid: int, out: Output) -> int:
     """Copy the child's output to this process's stdout until it ends; its wait status.
 
     The pipe may outlive the child (a process it started holds it open), so
@@ -148,13 +201,14 @@ def _relay(read_end: int, pid: int, tail: Tail) -> int:
             data = os.read(read_end, READ_SIZE)
             if not data:
                 break
-            _say(tail, data)
+            out.child(data)
         if status is None:
             done, raw = os.waitpid(pid, os.WNOHANG)
             if done:
                 status, deadline = raw, _now() + DRAIN_SECONDS
         elif not ready and _now() >= (deadline or 0.0):
             break
+    _say(out.tail, out.shield.flush())
     if status is None:
         _, status = os.waitpid(pid, 0)
     return status
@@ -163,6 +217,8 @@ def _relay(read_end: int, pid: int, tail: Tail) -> int:
 def _say(tail: Tail, data: bytes | str) -> None:
     """Write to the container's log, and keep it in the tail."""
     raw = data.encode() if isinstance(data, str) else data
+    if not raw:
+        return
     tail.add(raw)
     view = memoryview(raw)
     while view:

@@ -19,6 +19,7 @@ from kinetic.model.resources import AttemptRecord, KineticBatchSpec
 
 from kinetic_operator.accepted import Stored
 from kinetic_operator.batch_logic import Recorded
+from kinetic_operator.handlers.batch_units import UnitProgress
 from kinetic_operator.handlers.events import ObjectMemory, Wake
 from kinetic_operator.manifest import Debouncer, ManifestBook
 from kinetic_operator.observed import PodView
@@ -128,6 +129,7 @@ class BatchMemory(ObjectMemory):
     pods: UnitPods = field(default_factory=UnitPods)
     outcomes: Outcomes = field(default_factory=Outcomes)
     timers: Timers = field(default_factory=Timers)
+    units: UnitProgress = field(default_factory=UnitProgress)  # a sized batch's progress
 
     def forget(self, uid: str | None) -> None:
         """A batch of the same name but another uid: nothing remembered applies to it."""

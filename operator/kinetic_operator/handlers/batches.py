@@ -47,8 +47,10 @@ from kinetic.model import digest, layout
 from kinetic.model.batchjobs import batch_total, is_container, retries_of
 from kinetic.model.catalog import is_tpu
 from kinetic.model.data import GCSFUSE_DRIVER
+from kinetic.model.grid import Grid
 from kinetic.model.manifest import Anchor
 from kinetic.model.names import LABEL_BATCH, gang_pod_name, input_pod_name
+from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import (
     BATCH_KIND,
     BATCH_PLURAL,
@@ -69,11 +71,13 @@ from kinetic_operator.batch_logic import (
     StopPods,
     UnitObservation,
     WriteManifest,
+    WriteStop,
     compact_status,
     unit_inputs,
     with_condition,
 )
 from kinetic_operator.batch_pods import (
+    SizedUnit,
     UnitRefused,
     build_unit_pod,
     log_uri,
@@ -93,6 +97,13 @@ from kinetic_operator.handlers.batch_accept import (
     spec_condition,
 )
 from kinetic_operator.handlers.batch_memory import BatchMemory
+from kinetic_operator.handlers.batch_units import (
+    grid_of,
+    pod_unit_inputs,
+    read_progress,
+    sizing_of,
+    write_stop,
+)
 from kinetic_operator.handlers.events import Key, Kind
 from kinetic_operator.handlers.owned import create_sealed, ensure_gang_objects
 from kinetic_operator.kube import Conflict, Kube, Rejected
@@ -106,6 +117,8 @@ from kinetic_operator.observed import PodView, batch_key, summarize_pod
 from kinetic_operator.policy import Policy, first_acceptance_violations
 from kinetic_operator.reaper import due_pods, stop_pod
 from kinetic_operator.settings import OperatorSettings
+from kinetic_operator.units import UnitLimits, units_sized
+from kinetic_operator.units import plan_unit as plan_sized_unit
 
 log = logging.getLogger("kinetic.operator")
 
@@ -357,10 +370,14 @@ class _Decided:
         return batch_total(self.spec)
 
     def note_plans(self) -> None:
-        """Tell the manifest book the attempts this decision planned."""
+        """Tell the manifest book the attempts this decision planned (a sized batch's, input
+        by input)."""
+        if units_sized(self.spec):
+            self.book.note(self.decision.input_plans, 1, self.total, container=False)
+            return
         self.book.note(
             self.decision.plans,
-            self.spec.chunk_size,
+            self.spec.fixed_chunk,
             self.total,
             container=_is_container(self.spec),
         )
@@ -482,6 +499,8 @@ def _observe(
         timedelta(seconds=batch.settings.gang_scheduling_seconds),
         mem.pods.settled,
     )
+    if units_sized(spec):
+        read_progress(batch.kube, batch.namespace, units, mem.units, batch.now)
     return _checked_reports(mem, batch.home, spec, units)
 
 
@@ -500,6 +519,9 @@ def _decide(batch: _Batch, accepted: _Accepted, units: dict[int, UnitObservation
         extra=mem.outcomes.extra,
         dns=settings.rendezvous == "dns",
         unschedulable_seconds=settings.unschedulable_seconds,
+        sizing=sizing_of(spec, batch.old, settings),
+        marks=mem.units.marks(),
+        unread=mem.units.unread(units) if units_sized(spec) else frozenset(),
     )
     status, spec_events = spec_condition(decision.status, accepted.refused, batch.now)
     status = _vouching(compact_status(status), mem)
@@ -564,7 +586,7 @@ def _act(batch: _Batch, decided: _Decided) -> None:
         _do(batch, decided, action)
     if mem.timers.debouncer.due(decided.clock):
         decided.manifest.run(decided.clock, vouch=Phase(decided.status.phase).terminal)
-    _prune(mem, decided.spec.chunk_size, decided.total)
+    _prune(mem, grid_of(decided.spec, decided.status), decided.total)
     _report_tampering(batch.kube, batch.body, mem)
 
 
@@ -575,10 +597,14 @@ def _do(batch: _Batch, decided: _Decided, action: Any) -> None:
             _write_manifest(batch, decided, urgent=urgent, blocking=blocking)
         case CreatePods(units=todo):
             causes = {u: p.cause for u, p in decided.decision.plans.items()}
-            _create(batch, decided.spec, todo, causes, decided.units)
+            grid = grid_of(decided.spec, decided.status)
+            settled = decided.decision.recorded.terminal
+            _create(batch, decided.spec, todo, causes, decided.units, (grid, settled))
         case StopPods(pods=pods):
             views = _views_by_name(decided.units)
             _each(functools.partial(_delete, batch, views), pods)
+        case WriteStop(order=order):
+            write_stop(batch.home, batch.mem.units, order)
         case Event(type=type_, reason=reason, message=message):
             batch.kube.post_event(batch.body, type_, reason, message)
 
@@ -620,9 +646,13 @@ def _next_look(batch: _Batch, decided: _Decided) -> float | None:
     waits = [mem.timers.debouncer.delay(time.monotonic()), mem.timers.recheck]
     if book.latest is not None and book.latest is not book.anchored:
         waits.append(batch.settings.status_interval)  # the next status write vouches for it
-    waits.append(_expire(batch, decided.units, decided.spec.chunk_size, decided.total))
+    waits.append(
+        _expire(batch, decided.units, grid_of(decided.spec, decided.status), decided.total)
+    )
     if decision.more or mem.pods.refused.keys() & {u for u, _ in decision.creates}:
         waits.append(0.0)
+    if units_sized(decided.spec) and any(obs.live for obs in decided.units.values()):
+        waits.append(batch.settings.progress_interval)  # read the running units' progress
     found = [w for w in waits if w is not None]
     return min(found) if found else None
 
@@ -639,15 +669,19 @@ def _note_settled(batch: _Batch, decided: _Decided) -> bool:
     gets one (with the result hash its Pod reported). Returns whether any did.
     """
     spec, outcomes = decided.spec, batch.mem.outcomes
-    total, chunk = decided.total, spec.chunk_size
+    total, grid = decided.total, grid_of(spec, decided.status)
     terminal = outcomes.recorded.terminal
-    plans = {}
+    plans: dict[int, Any] = {}
     for unit, obs in decided.units.items():
         if unit in outcomes.settled_seen or unit in decided.decision.plans or not obs.pods:
             continue
-        if unit_inputs(unit, chunk, total) - terminal:
+        inputs = grid.inputs_of(unit, total)
+        if inputs - terminal:
             continue
         outcomes.settled_seen.add(unit)
+        if units_sized(spec):
+            plans |= _settled_sized(batch, spec, unit, inputs, obs)
+            continue
         plans[unit] = plan_unit(
             obs.pods,
             reserved=max(obs.pods),
@@ -657,7 +691,26 @@ def _note_settled(batch: _Batch, decided: _Decided) -> bool:
             pod_name=functools.partial(input_pod_name, batch.name, unit),
             now=batch.now,
         )
+    chunk = 1 if units_sized(spec) else spec.fixed_chunk
     return decided.book.note_missing(plans, chunk, total, container=_is_container(spec))
+
+
+def _settled_sized(
+    batch: _Batch, spec: KineticBatchSpec, unit: int, inputs: IndexSet, obs: UnitObservation
+) -> dict[int, Any]:
+    """The input plans of a sized unit whose inputs all ended, from its Pods' marks."""
+    step = plan_sized_unit(
+        list(inputs),
+        obs.pods,
+        batch.mem.units.marks(),
+        reserved=max(obs.pods),
+        creating=False,
+        limits=UnitLimits(retries_of(spec, unit), batch.settings.max_disruptions),
+        settled=IndexSet(),
+        stopping=True,
+        now=batch.now,
+    )
+    return {i: batch_logic.input_plan(state, step.attempt) for i, state in step.inputs.items()}
 
 
 def _own_units(units: dict[int, UnitObservation], uid: str | None) -> dict[int, UnitObservation]:
@@ -753,7 +806,7 @@ def _checked_reports(
     results cannot be checked. Storage not answering leaves the Pod looking
     as if still running, to be looked at again shortly.
     """
-    chunk, total = spec.chunk_size, batch_total(spec)
+    chunk, total = spec.fixed_chunk, batch_total(spec)
     if chunk <= 1 or spec.template is None or spec.template.function is None:
         return units
     reports = _Reports(mem, home, mem.outcomes.book_for(home))
@@ -823,8 +876,12 @@ def _create(
     todo: Iterable[tuple[int, int]],
     causes: Mapping[int, AttemptCause | None] | None = None,
     units: Mapping[int, UnitObservation] | None = None,
+    where: tuple[Grid, IndexSet] | None = None,
 ) -> None:
     """Create the Pods for ``(unit, attempt)`` pairs, a few at a time; AlreadyExists is fine.
+
+    ``where``: the batch's grid and the inputs already settled (a sized unit's Pod runs
+    only those of its inputs that are not).
 
     A multi-host unit's pair creates the members `gangs.ranks_to_create` names.
 
@@ -838,6 +895,14 @@ def _create(
     uid = batch.meta.get("uid", "")
 
     hosts_of = unit_hosts(spec, settings.accelerator_catalog)
+    grid, settled = where or (grid_of(spec, batch.old), IndexSet())
+    total = batch_total(spec)
+
+    def sized(unit: int) -> SizedUnit | None:
+        if not units_sized(spec):
+            return None
+        inputs = grid.inputs_of(unit, total)
+        return SizedUnit(len(inputs), tuple(inputs - settled))
 
     def rename(manifest: dict[str, Any], name: str) -> dict[str, Any]:
         return podspec.renamed(manifest, name, batch.home)
@@ -856,6 +921,7 @@ def _create(
                 mem.accepted.hashes,
                 known,
                 fuse_driver=fuse,
+                sized=sized(unit),
             )
             gang = (units or {}).get(unit, UnitObservation()).gang
             todo = _unit_pods(batch, spec, pod, gang, unit, attempt, hosts_of(unit))
@@ -874,7 +940,7 @@ def _create(
                 first = {pod["metadata"]["name"], gang_pod_name(pod["metadata"]["name"], 0)}
                 pairs_made = zip(made, todo, strict=True)
                 if any(m.created for m, b in pairs_made if b["metadata"]["name"] in first):
-                    inputs = len(unit_inputs(unit, spec.chunk_size, batch_total(spec)))
+                    inputs = len(grid.inputs_of(unit, batch_total(spec)))
                     cause = "first" if attempt == 1 else (causes or {}).get(unit)
                     metrics.attempt_created(metrics.KIND_BATCH, cause, inputs)
             except Exception:
@@ -950,8 +1016,8 @@ def _each(fn: Any, items: Any) -> None:
         list(pool.map(fn, items))
 
 
-def _prune(mem: BatchMemory, chunk: int, total: int) -> None:
-    """Forget tombstones and refusals of units whose inputs have all been recorded.
+def _prune(mem: BatchMemory, grid: Grid, total: int) -> None:
+    """Forget tombstones, refusals and progress of units whose inputs have all been recorded.
 
     Runs in a worker thread while Pod events (on the event loop) add
     tombstones, so it walks a copy of the keys: iterating the dict itself
@@ -959,12 +1025,16 @@ def _prune(mem: BatchMemory, chunk: int, total: int) -> None:
     """
     terminal = mem.outcomes.recorded.terminal
     for source in (mem.pods.gone, mem.pods.refused, mem.pods.members_gone, mem.pods.settled):
-        for unit in [u for u in list(source) if not unit_inputs(u, chunk, total) - terminal]:
+        for unit in [u for u in list(source) if not grid.inputs_of(u, total) - terminal]:
             source.pop(unit, None)
+    done = {
+        name for name in list(mem.units.pods) if not pod_unit_inputs(name, grid, total) - terminal
+    }
+    mem.units.forget(done)
 
 
 def _expire(
-    batch: _Batch, units: dict[int, UnitObservation], chunk: int, total: int
+    batch: _Batch, units: dict[int, UnitObservation], grid: Grid, total: int
 ) -> float | None:
     """Hand the reaper the finished Pods past their TTL whose outcomes the manifest holds.
 
@@ -977,7 +1047,7 @@ def _expire(
     clock = batch.now.timestamp()
     if timers.expire_at is not None and clock < timers.expire_at:
         return timers.expire_at - clock
-    done = _recorded_pods(mem, units, chunk, total)
+    done = _recorded_pods(mem, units, grid, total)
     due, wait = due_pods(done, batch.now, settings.pod_ttl_seconds, mem.reaping)
     archive = settings.storage_root
     mem.due = [(p.name, log_uri(batch.home, p.name) if archive else None, p.uid) for p in due]
@@ -986,14 +1056,14 @@ def _expire(
 
 
 def _recorded_pods(
-    mem: BatchMemory, units: dict[int, UnitObservation], chunk: int, total: int
+    mem: BatchMemory, units: dict[int, UnitObservation], grid: Grid, total: int
 ) -> list[PodView]:
     """The Pods of units whose every outcome is safe in the stored manifest."""
     safe = (mem.outcomes.durable or Recorded()).terminal
     return [
         pod
         for unit, obs in units.items()
-        if unit not in mem.pods.refused and not (unit_inputs(unit, chunk, total) - safe)
+        if unit not in mem.pods.refused and not (grid.inputs_of(unit, total) - safe)
         for pod in (obs.members if obs.gang is not None else obs.pods.values())
     ]
 

@@ -16,7 +16,7 @@ from kinetic.api.handle import JobHandle
 from kinetic.api.inputs import InputHandle
 from kinetic.model import layout
 from kinetic.model.resources import KineticBatchSpec, KineticJobSpec
-from kinetic_operator.batch_pods import build_unit_pod
+from kinetic_operator.batch_pods import SizedUnit, build_unit_pod
 from kinetic_operator.podspec import Owner, job_env
 from kinetic_operator.settings import OperatorSettings
 
@@ -139,3 +139,27 @@ def test_every_input_handle_of_a_batch_is_of_the_map_group() -> None:
     assert saved["group_kind"] == "map"
     again = JobHandle.from_dict(saved)  # the key is read back as what it is: derived
     assert isinstance(again, InputHandle) and again.group_kind == "map"
+
+
+def test_inside_a_chunk_the_running_input_names_itself() -> None:
+    """The runner renames the Pod's job to the input running now (`runner._name_input`)."""
+    env = unit_env(function_batch(10, chunkSize=4), 4) | {"KINETIC_JOB_NAME": "grp-1a2b3c4d-6"}
+    handle = JobHandle.from_job_context(env)
+    assert isinstance(handle, InputHandle)
+    assert (handle.group_index, handle.unit, handle.chunk_size) == (6, 4, 4)
+    home = layout.batch_home(ROOT, "team-a", "grp-1a2b3c4d", "uid-9")
+    assert handle.result_uri == home.input_result_uri(6)
+
+
+def test_a_sized_units_pod_gives_the_running_inputs_handle() -> None:
+    """A unit the operator sized says no chunk size: the handle asks the batch's grid."""
+    parsed = KineticBatchSpec.model_validate(function_batch(40, chunkSize="auto"))
+    unit = SizedUnit(size=8, inputs=(18, 19, 20, 21, 22, 23))  # 16-17 settled already
+    pod = build_unit_pod("grp-1a2b3c4d", "team-a", "uid-9", parsed, SETTINGS, 16, 2, None,
+                         sized=unit)  # fmt: skip
+    env = pod_env(pod) | {"KINETIC_JOB_NAME": "grp-1a2b3c4d-20"}
+    handle = JobHandle.from_job_context(env)
+    assert isinstance(handle, InputHandle) and handle.sized
+    assert handle.group_index == 20
+    home = layout.batch_home(ROOT, "team-a", "grp-1a2b3c4d", "uid-9")
+    assert handle.result_uri == home.input_result_uri(20)

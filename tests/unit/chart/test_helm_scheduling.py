@@ -7,6 +7,7 @@ from typing import Any
 import helm_sdkpy as helm
 import pytest
 from helm_render import install, of_kind
+from kinetic.model.limits import DEFAULT_TARGET_UNIT_SECONDS
 from kinetic_operator.settings import OperatorSettings
 
 BASE: dict[str, Any] = {"storageRoot": "gs://bucket/kinetic"}
@@ -51,4 +52,34 @@ def test_bad_scheduling_values_are_refused_by_the_schema(
 ) -> None:
     with pytest.raises(helm.InstallError) as refused:
         install({**BASE, "scheduling": scheduling})
+    assert path in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("units", "target", "interval"),
+    [
+        (None, 30.0, 3.0),  # by default: about half a minute of work per Pod
+        ({"targetSeconds": 120}, 120.0, 3.0),
+        ({"targetSeconds": 2.5, "progressSeconds": 1}, 2.5, 1.0),
+    ],
+)
+def test_the_work_a_unit_is_given_is_the_charts(
+    units: dict[str, Any] | None, target: float, interval: float
+) -> None:
+    settings = _settings(BASE if units is None else {**BASE, "units": units})
+    assert (settings.unit_target_seconds, settings.progress_interval) == (target, interval)
+    assert DEFAULT_TARGET_UNIT_SECONDS == _settings(BASE).unit_target_seconds  # one default
+
+
+@pytest.mark.parametrize(
+    ("units", "path"),
+    [
+        ({"targetSeconds": 0}, "/units/targetSeconds"),
+        ({"progressSeconds": 600}, "/units/progressSeconds"),
+        ({"target": 10}, "target"),
+    ],
+)
+def test_bad_unit_values_are_refused_by_the_schema(units: dict[str, Any], path: str) -> None:
+    with pytest.raises(helm.InstallError) as refused:
+        install({**BASE, "units": units})
     assert path in str(refused.value)

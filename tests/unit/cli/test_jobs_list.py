@@ -62,7 +62,7 @@ def test_the_overview_reads_each_input_from_its_unit() -> None:
         phases={0: JobStatus.SUCCEEDED, 2: JobStatus.FAILED, 5: JobStatus.RUNNING},
         pod_attempts={4: 1},  # the unit of inputs 4-5 (chunks of 2) runs attempt 1
         record=records.get,
-        chunk_size=2,
+        unit_of=lambda index: index - index % 2,
     )
     assert seen.of(2) == {"phase": "FAILED", "attempt": 2, "message": DIVIDE}
     assert seen.of(5) == {"phase": "RUNNING", "attempt": 1}

@@ -41,9 +41,13 @@ def _schemas():
 def test_schema_is_structural(kind: str, schema: dict[str, Any]) -> None:
     for path, node in _walk(schema, kind):
         assert "$ref" not in node and "anyOf" not in node, path
-        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), (
-            f"{path} has no type"
-        )
+        assert (
+            "type" in node
+            or node.get("x-kubernetes-preserve-unknown-fields")
+            or node.get("x-kubernetes-int-or-string")  # chunkSize: a number, or auto
+        ), f"{path} has no type"
+        for flag in ("exclusiveMinimum", "exclusiveMaximum"):  # OpenAPI v3: a flag, not a bound
+            assert isinstance(node.get(flag, False), bool), f"{path}.{flag} is not true/false"
 
 
 @pytest.mark.parametrize("kind,schema", list(_schemas()))

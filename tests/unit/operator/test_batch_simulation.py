@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from kinetic.model.grid import Grid
 from kinetic.model.names import input_pod_name
 from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus, Phase
@@ -230,7 +231,7 @@ class World:
                     self._write(done, d.recorded)
             elif isinstance(action, Event):
                 self.events.append(action)
-        _prune(self.mem, self.chunk, self.total)
+        _prune(self.mem, Grid.fixed(self.chunk), self.total)
         return "ok"
 
     def restart(self) -> None:
