@@ -24,7 +24,6 @@ from pathlib import Path
 import kinetic
 import pytest
 from kinetic import storage
-from kinetic.api import kube as kinetic_kube
 from kinetic.api.accelerators import (
     AUTOSCALER_STATUS,
     AcceleratorNotChecked,
@@ -33,12 +32,15 @@ from kinetic.api.accelerators import (
 from kinetic.api.batches import BatchError
 from kinetic.api.config import resolve
 from kinetic.api.jobs import JobStatus
+from kinetic.api.kube import KubeClient
 from kinetic.model import digest, layout, names
 from kinetic.model import resources as r
 from kube_helpers import Kube, wait_for
 from kubernetes import client
 
 pytestmark = pytest.mark.integration
+
+kinetic_kube = KubeClient()  # the client's own calls, through the current context
 
 TIMEOUT = 240
 CLI = str(Path(sys.executable).with_name("kinetic"))

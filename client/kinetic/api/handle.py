@@ -3,7 +3,9 @@
 A handle is a small, JSON-serialisable description of one KineticJob. It holds
 no live state: every question (status, result, logs) goes to the API server
 or to storage, so a handle rebuilt in another process by `attach()` is as
-good as the original.
+good as the original. It asks the API server through its `KubeClient`
+(``kube``: the one it was given, else one for its context), which is how to
+ask, never part of what is saved.
 
 A handle knows its object's UID: everything it reads or deletes in storage is
 under that object's own prefix (`kinetic.model.layout.Home`), and a result is
@@ -40,9 +42,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kinetic import storage
 from kinetic.api import debug as debugging
-from kinetic.api import kube, reference
+from kinetic.api import reference
 from kinetic.api.cleanup import delete_stored
 from kinetic.api.config import resolve
+from kinetic.api.kube import KubeClient, client_for
 from kinetic.api.logstream import LogFollower
 from kinetic.model import catalog, digest, gang, layout, names, payload
 from kinetic.model import resources as r
@@ -101,6 +104,9 @@ class JobHandle:
     function: bool = False
     payload_uri: str | None = None
     debug: bool = False  # started with debug=True: the runner waits for a debugger
+    # How the handle asks the API server: the client it was given (the dashboard gives every
+    # handle its one), else one made for ``context`` on first use. Never saved with the handle.
+    kube: KubeClient | None = field(default=None, repr=False, compare=False)
     # The result hash the API server held just before `cleanup(gcs=False)` deleted the
     # job: held in memory only, never saved with the handle.
     _sha256_before_deletion: str | None = field(default=None, init=False, repr=False)
@@ -115,7 +121,11 @@ class JobHandle:
 
     @classmethod
     def from_resource(
-        cls, obj: dict, context: str | None = None, storage_root: str | None = None
+        cls,
+        obj: dict,
+        context: str | None = None,
+        storage_root: str | None = None,
+        kube: KubeClient | None = None,
     ) -> JobHandle:
         meta, spec = obj["metadata"], obj.get("spec", {})
         fn = spec.get("function") or {}
@@ -138,6 +148,7 @@ class JobHandle:
             function=bool(fn),
             payload_uri=fn.get("payloadURI"),
             debug=bool(spec.get("debug")),
+            kube=kube,
         )
 
     @classmethod
@@ -230,8 +241,21 @@ class JobHandle:
         root = self.storage_root or ""
         return root.removeprefix("gs://").split("/", 1)[0] if root.startswith("gs://") else None
 
+    def __post_init__(self) -> None:
+        """A handle given a client talks through that client's context (`client_for`)."""
+        if self.kube is not None:
+            self.context = client_for(self.context, self.kube).context
+
+    @property
+    def _kube(self) -> KubeClient:
+        """The client this handle asks through: the one it was given, else one made for its
+        context (again if the context was changed since)."""
+        if self.kube is None or self.kube.context != self.context:
+            self.kube = KubeClient(self.context)
+        return self.kube
+
     def to_dict(self) -> dict[str, Any]:
-        saved = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        saved = {f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name != "kube"}
         if self.group_kind is not None:  # for readers of the reference's saved handles
             saved["group_kind"] = self.group_kind
         return saved
@@ -248,7 +272,7 @@ class JobHandle:
             kind = next((k for k in JobHandle._kinds if k.describes(d)), None)
             if kind is not None:
                 return kind.from_dict(d)
-        known = {f.name for f in fields(cls) if f.init}
+        known = {f.name for f in fields(cls) if f.init and f.name != "kube"}
         return cls(**{k: v for k, v in d.items() if k in known})
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -313,7 +337,7 @@ class JobHandle:
     # ----------------------------------------------------------------- observing
 
     def _get(self) -> dict | None:
-        return kube.get(r.JOB_PLURAL, self.namespace, self.job_id, self.context)
+        return self._kube.get(r.JOB_PLURAL, self.namespace, self.job_id)
 
     def status(self) -> JobStatus:
         return JobStatus.of(self._get())
@@ -330,7 +354,7 @@ class JobHandle:
     ) -> JobStatus:
         """Block on a watch until the job is terminal or gone; TimeoutError leaves it running."""
         last: JobStatus | None = None
-        for obj in kube.watch_one(r.JOB_PLURAL, self.namespace, self.job_id, timeout, self.context):
+        for obj in self._kube.watch_one(r.JOB_PLURAL, self.namespace, self.job_id, timeout):
             current = JobStatus.of(obj)
             if current != last:
                 last = current
@@ -466,7 +490,7 @@ class JobHandle:
     def _live_pods(self) -> list[V1Pod]:
         """This job's Pods that still exist, oldest attempt first: only those the operator
         recorded as its attempts' (`recorded_pods`), whatever other Pods carry its labels."""
-        listed = kube.list_pods(self.namespace, self._pod_selector(), self.context)
+        listed = self._kube.list_pods(self.namespace, self._pod_selector())
         return sort_by_attempt(self._trusted(listed))
 
     def _trusted(self, pods: list[V1Pod]) -> list[V1Pod]:
@@ -494,13 +518,8 @@ class JobHandle:
         return dict(max(attempts, key=lambda a: a.get("attempt", 0)))
 
     def _hosts(self, attempt: dict[str, Any] | None) -> int:
-        """Pods per attempt: what the spec asks, or more when ``attempt`` recorded more
-        members (an accelerator only the cluster's own catalog knows counts as 1 here)."""
-        spec = self._spec()
-        asked = gang.effective_hosts(
-            spec.get("hosts"), catalog.default_catalog(), spec.get("accelerator")
-        )
-        return max(asked, recorded_hosts(attempt))
+        """Pods per attempt (`hosts_of` this job's spec and ``attempt``)."""
+        return hosts_of(self._spec(), attempt)
 
     def _archived_log_uri(self, pod: str) -> str | None:
         home = self._home()
@@ -520,7 +539,7 @@ class JobHandle:
         the archive."""
         pod = self._pod(rank)
         if pod is not None:
-            text = kube.pod_log(pod, self.namespace, tail, self.context)
+            text = self._kube.pod_log(pod, self.namespace, tail)
             if text is not None:
                 return text
             # Deleted between the LIST and the read; the operator archived it first.
@@ -573,9 +592,7 @@ class JobHandle:
         pod = pod or self._pod()
         if pod is None:
             return
-        resp = kube.core(self.context).read_namespaced_pod_log(
-            pod, self.namespace, follow=True, _preload_content=False
-        )
+        resp = self._kube.follow_log(pod, self.namespace)
         try:
             for chunk in resp.stream(amt=4096, decode_content=True):
                 yield chunk.decode(errors="replace")
@@ -629,7 +646,7 @@ class JobHandle:
         while True:
             pod = self._pod()
             if pod is not None and names.DEBUG_READY_LINE in (
-                kube.pod_log(pod, self.namespace, 200, self.context) or ""
+                self._kube.pod_log(pod, self.namespace, 200) or ""
             ):
                 return pod
             status = self.status()
@@ -705,9 +722,7 @@ class JobHandle:
         """
         wait = self._cleanup_wait("cancel", timeout, cleanup_timeout, cleanup_poll_interval)
         if (
-            kube.patch_spec(
-                r.JOB_PLURAL, self.namespace, self.job_id, {"cancel": True}, self.context
-            )
+            self._kube.patch_spec(r.JOB_PLURAL, self.namespace, self.job_id, {"cancel": True})
             is None
         ):
             return JobStatus.NOT_FOUND
@@ -758,10 +773,8 @@ class JobHandle:
 
     def _delete(self, timeout: float) -> None:
         """Delete the KineticJob (its Pods go with it) and wait until it is gone."""
-        if kube.delete(r.JOB_PLURAL, self.namespace, self.job_id, self.context):
-            for obj in kube.watch_one(
-                r.JOB_PLURAL, self.namespace, self.job_id, timeout, self.context
-            ):
+        if self._kube.delete(r.JOB_PLURAL, self.namespace, self.job_id):
+            for obj in self._kube.watch_one(r.JOB_PLURAL, self.namespace, self.job_id, timeout):
                 if obj is None:
                     break
 
@@ -869,6 +882,16 @@ def pod_of_rank(pods: list[V1Pod], rank: int) -> V1Pod | None:
         if label_int(p, names.LABEL_ATTEMPT) == newest and label_int(p, names.LABEL_RANK) == rank
     ]
     return ranked[-1] if ranked else None
+
+
+def hosts_of(spec: dict[str, Any], attempt: dict[str, Any] | None) -> int:
+    """Pods per attempt of a job with this spec: what it asks (``hosts``, else its
+    accelerator's host count in the built-in catalog), or more when ``attempt`` recorded
+    more members (an accelerator only the cluster's own catalog knows counts as 1 here)."""
+    asked = gang.effective_hosts(
+        spec.get("hosts"), catalog.default_catalog(), spec.get("accelerator")
+    )
+    return max(asked, recorded_hosts(attempt))
 
 
 def recorded_hosts(attempt: dict[str, Any] | None) -> int:
