@@ -141,14 +141,14 @@ def test_pod_deleted_mid_run_is_retried_without_using_retries(ns: str, kube: Kub
 
     job = slow_once.run_async(marker)
     wait_for(lambda: storage.exists(marker), timeout=120, what="the first attempt to start")
-    pod = job._pod()
+    pod = job.pod()
     kube.core.delete_namespaced_pod(pod, ns)
     assert job.result(timeout=180, cleanup=False) == "second pod finished"
     status = job.describe()
     # The deleted Pod is a disruption: attempt 2 runs without spending a retry.
     assert status["failures"] == 0 and status["disruptions"] >= 1
     assert [a["outcome"] for a in status["attempts"]] == ["disruption", "success"]
-    assert status["attempts"][0]["pod"] == pod and job._pod() != pod
+    assert status["attempts"][0]["pod"] == pod and job.pod() != pod
     job.cleanup()
     storage.delete(marker)
 

@@ -152,9 +152,9 @@ def test_cli_job_result_cleans_up_unless_kept(ns: str, client_env: dict[str, str
     kept, cleaned = double.run_async(1), double.run_async(2)
     out = _cli(client_env, "jobs", "result", kept.job_id, "-n", ns, "--keep", "-o", "json")
     assert json.loads(out.stdout) == {"result": 2}
-    assert kept.status() is JobStatus.SUCCEEDED and storage.exists(kept._result_location())
+    assert kept.status() is JobStatus.SUCCEEDED and storage.exists(kept.result_location())
 
-    result_uri = cleaned._result_location()
+    result_uri = cleaned.result_location()
     out = _cli(client_env, "jobs", "result", cleaned.job_id, "-n", ns, "-o", "json")
     assert json.loads(out.stdout) == {"result": 4}
     assert cleaned.status() is JobStatus.NOT_FOUND and not storage.exists(result_uri)
@@ -170,7 +170,7 @@ def test_cli_cleanup_no_gcs_keeps_the_artifacts(
 
     job = one.run_async()
     job.wait(timeout=TIMEOUT)
-    result_uri = job._result_location()
+    result_uri = job.result_location()
     _cli(client_env, "jobs", "cleanup", job.job_id, "-n", ns, flag)
     assert job.status() is JobStatus.NOT_FOUND and storage.exists(result_uri)
     # Kept, but nothing vouches for it once the job is gone: refused, then --gcs deletes it.

@@ -296,16 +296,23 @@ class JobHandle:
             return None
         return layout.job_home(self._root(), self.namespace, self.job_id, self.uid)
 
-    def _result_location(self) -> str | None:
+    def result_location(self) -> str | None:
+        """Where a function's result is stored (None for a container job, or a handle that
+        knows neither the URI nor the job's UID). Knowing it reads nothing: nothing vouches
+        for what is there until `result_anchor` does."""
         if self.result_uri:
             return self.result_uri
         home = self._home() if self.function else None
         return home.result_uri if home is not None else None
 
-    def _result_anchor(self) -> tuple[str | None, str | None]:
+    def result_anchor(self) -> tuple[str | None, str | None]:
         """The result hash the API server holds (``status.resultSHA256``), and, when it holds
         none, why not if that means nothing vouches for the stored result (else None: the
-        job simply recorded none)."""
+        job simply recorded none).
+
+        What a reader checks stored bytes against before it trusts them: `read_result`
+        does, and so does the dashboard before it shows a failure's traceback.
+        """
         obj = self._get()
         if obj is None:
             if self._sha256_before_deletion is not None:
@@ -326,7 +333,7 @@ class JobHandle:
 
     def _expected_sha256(self) -> str | None:
         """The result hash the API server holds for this job (None: none, or it is gone)."""
-        return self._result_anchor()[0]
+        return self.result_anchor()[0]
 
     def _root(self) -> str:
         """The storage root the job's artifacts live under."""
@@ -392,16 +399,16 @@ class JobHandle:
         final = self._wait_streaming(timeout, on_status_change, bool(stream_logs))
         if final is JobStatus.CANCELLED:
             raise JobCancelled(f"job {self.job_id} was cancelled before it finished")
-        outcome = self._read_result()
+        outcome = self.read_result()
         if outcome is None:
             if final is JobStatus.NOT_FOUND:
                 raise self._gone()
-            if final is JobStatus.SUCCEEDED and not self._is_function():
+            if final is JobStatus.SUCCEEDED and not self.is_function():
                 return self.describe().get("result")  # container job: its termination message
             if final is JobStatus.SUCCEEDED:
                 raise ResultDeleted(
                     f"job {self.job_id} succeeded, but its result is no longer at "
-                    f"{self._result_location()}: it was deleted from storage (by a cleanup, "
+                    f"{self.result_location()}: it was deleted from storage (by a cleanup, "
                     "or by hand). The job's status and logs are still readable; run it again "
                     "for its value"
                 )
@@ -458,25 +465,29 @@ class JobHandle:
         with LogFollower(self):
             return self.wait(timeout=timeout, on_status_change=on_status_change)
 
-    def _is_function(self) -> bool:
+    def is_function(self) -> bool:
+        """Whether the job runs a function (its result is a stored pickle, `read_result`)
+        rather than a container (its result is the termination message, in `describe`)."""
         return self.function or self.result_uri is not None
 
-    def _read_result(self) -> payload.Result | None:
-        """The stored result, checked against the recorded sha256 before it is unpickled.
+    def read_result(self) -> payload.Result | None:
+        """The stored result, checked against the recorded sha256 before it is unpickled
+        (None when there is none stored). Unpickling runs code from whoever ran the job:
+        `result()` calls this once the job has ended, the dashboard only on an explicit ask.
 
         Raises `kinetic.model.digest.ResultMismatch` (naming the URI and both hashes)
         when the bytes differ or no hash was recorded, and its subclass
         `kinetic.model.digest.Unverifiable` (saying why) when nothing in the API
         server vouches for a hash any more.
         """
-        uri = self._result_location()
+        uri = self.result_location()
         if not uri:
             return None
         try:
             data = storage.read_bytes(uri)
         except storage.NotFound:
             return None
-        expected, why = self._result_anchor()
+        expected, why = self.result_anchor()
         if expected is None and why is not None:
             raise digest.Unverifiable(uri, why)
         digest.verify(data, expected, uri)
@@ -501,8 +512,9 @@ class JobHandle:
         """The attempts the operator recorded, as the job's status holds them."""
         return list(((self._get() or {}).get("status") or {}).get("attempts") or [])
 
-    def _pod(self, rank: int = 0) -> str | None:
-        """The Pod of rank ``rank`` of the newest attempt while it exists, else None."""
+    def pod(self, rank: int = 0) -> str | None:
+        """The Pod of rank ``rank`` of the newest attempt while it exists, else None: the
+        one whose log `stream_logs` follows (only a Pod the operator recorded counts)."""
         pod = pod_of_rank(self._live_pods(), rank)
         return pod.metadata.name if pod is not None else None
 
@@ -517,8 +529,9 @@ class JobHandle:
             return None
         return dict(max(attempts, key=lambda a: a.get("attempt", 0)))
 
-    def _hosts(self, attempt: dict[str, Any] | None) -> int:
-        """Pods per attempt (`hosts_of` this job's spec and ``attempt``)."""
+    def hosts(self, attempt: dict[str, Any] | None) -> int:
+        """Pods per attempt of this job (`hosts_of` its spec and ``attempt``, a recorded
+        attempt or None): the ranks whose logs `logs(rank=...)` can read."""
         return hosts_of(self._spec(), attempt)
 
     def _archived_log_uri(self, pod: str) -> str | None:
@@ -530,14 +543,14 @@ class JobHandle:
         exists, so asking for it costs no lookup."""
         if isinstance(rank, int) and not isinstance(rank, bool) and rank == 0:
             return
-        problem = rank_problem(self.job_id, rank, self._hosts(self._last_recorded_attempt()))
+        problem = rank_problem(self.job_id, rank, self.hosts(self._last_recorded_attempt()))
         if problem is not None:
             raise ValueError(problem)
 
     def _log_text(self, tail: int | None, rank: int = 0) -> str:
         """Rank ``rank``'s log of the newest attempt: from its Pod while it exists, else from
         the archive."""
-        pod = self._pod(rank)
+        pod = self.pod(rank)
         if pod is not None:
             text = self._kube.pod_log(pod, self.namespace, tail)
             if text is not None:
@@ -547,7 +560,7 @@ class JobHandle:
         attempt = self._last_recorded_attempt()
         if attempt is None or not attempt.get("pod"):
             return ""
-        return self._archived_log(member_pod(attempt, rank, self._hosts(attempt)), tail)
+        return self._archived_log(member_pod(attempt, rank, self.hosts(attempt)), tail)
 
     def _archived_log(self, pod: str, tail: int | None) -> str:
         """The log the operator archived for ``pod`` before deleting it ('' if none)."""
@@ -578,7 +591,7 @@ class JobHandle:
         self._check_rank(rank)
         if not follow:
             return self._log_text(None, rank)
-        pod = self._pod(rank)
+        pod = self.pod(rank)
         if pod is None:
             sys.stdout.write(self._log_text(None, rank))
         else:
@@ -589,7 +602,7 @@ class JobHandle:
 
     def stream_logs(self, pod: str | None = None) -> Iterator[str]:
         """Yield log lines as the pod writes them."""
-        pod = pod or self._pod()
+        pod = pod or self.pod()
         if pod is None:
             return
         resp = self._kube.follow_log(pod, self.namespace)
@@ -644,7 +657,7 @@ class JobHandle:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            pod = self._pod()
+            pod = self.pod()
             if pod is not None and names.DEBUG_READY_LINE in (
                 self._kube.pod_log(pod, self.namespace, 200) or ""
             ):
@@ -760,7 +773,7 @@ class JobHandle:
         """
         timeout = self._cleanup_wait("cleanup", timeout, cleanup_timeout, cleanup_poll_interval)
         if k8s and not gcs:
-            self._sha256_before_deletion = self._result_anchor()[0]
+            self._sha256_before_deletion = self.result_anchor()[0]
         if k8s:
             self._delete(timeout)
         if gcs:  # a container job has no result file, but may have archived logs there

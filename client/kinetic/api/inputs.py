@@ -346,9 +346,9 @@ class InputHandle(JobHandle):
         shard = manifest.shard(layout.shard_of(self.index)) if manifest is not None else None
         return None if shard is None else shard.inputs.get(str(self.index))
 
-    def _result_anchor(self) -> tuple[str | None, str | None]:
+    def result_anchor(self) -> tuple[str | None, str | None]:
         """The hash the runner reported for this input's result, and, when there is none the
-        API server vouches for, why (see `JobHandle._result_anchor`).
+        API server vouches for, why (see `JobHandle.result_anchor`).
 
         From its manifest record as the batch status vouches for it, else from
         its ended Pod's termination message (a chunk's: the report that message
@@ -377,7 +377,7 @@ class InputHandle(JobHandle):
         return (record.result_sha256 if record is not None else None), None
 
     def _expected_sha256(self) -> str | None:
-        return self._result_anchor()[0]
+        return self.result_anchor()[0]
 
     def _reported_by_pod(self) -> str | None:
         """The result hash a Pod the manifest records for this input reported (none before
@@ -668,7 +668,7 @@ class InputHandle(JobHandle):
             if final is JobStatus.SUCCEEDED:
                 return self._container_result()
             raise self._failure(final)
-        outcome = self._read_result()
+        outcome = self.read_result()
         if outcome is None:
             raise self._failure(final)
         if cleanup if cleanup is not None else outcome.ok:

@@ -182,11 +182,11 @@ def detail(handle: JobHandle) -> dict[str, Any]:
         "message": described.get("message"),
         "attempts": attempts,
         "ranks": _ranks(handle, described),
-        "container": not handle._is_function(),
+        "container": not handle.is_function(),
     }
     if isinstance(handle, InputHandle):
         out |= {"batch": handle.group, "index": handle.index}
-    if not handle._is_function():
+    if not handle.is_function():
         out["result"] = described.get("result") if phase == "SUCCEEDED" else None
     elif phase in ("SUCCEEDED", "FAILED"):
         out |= result_info(handle)
@@ -197,17 +197,17 @@ def _ranks(handle: JobHandle, described: dict[str, Any]) -> int:
     """How many Pods each attempt has (a gang's members), from what the operator recorded."""
     attempts = described.get("attempts") or []
     newest = max(attempts, key=lambda a: a.get("attempt", 0)) if attempts else None
-    return handle._hosts(newest)
+    return handle.hosts(newest)
 
 
 def result_info(handle: JobHandle) -> dict[str, Any]:
     """Where a function's result is, its size, and the digest the API server vouches for
     (or why none does); a failure's type, message and traceback, read as text."""
-    uri = handle._result_location()
+    uri = handle.result_location()
     info: dict[str, Any] = {"resultURI": uri, "resultBytes": None, "resultSHA256": None}
     if not uri:
         return info
-    expected, why = handle._result_anchor()
+    expected, why = handle.result_anchor()
     info["resultSHA256"], info["unverifiable"] = expected, why
     data, problem = _bounded(uri)
     if data is None:
@@ -253,20 +253,20 @@ def _judged(
 
 def failure_of(handle: JobHandle) -> tuple[Failure | None, str | None]:
     """A failed call's text, checked as the client checks a result; else None and why not."""
-    uri = handle._result_location()
+    uri = handle.result_location()
     if not uri:
         return None, None
     data, problem = _bounded(uri)
     if data is None:
         return None, problem
-    return _judged(data, *handle._result_anchor(), uri)
+    return _judged(data, *handle.result_anchor(), uri)
 
 
 def reveal(handle: JobHandle) -> dict[str, Any]:
     """The value (or the exception) a function's result holds, loaded as the client loads
-    it: `JobHandle._read_result` checks the digest first. Only on the user's explicit ask."""
+    it: `JobHandle.read_result` checks the digest first. Only on the user's explicit ask."""
     try:
-        outcome = handle._read_result()
+        outcome = handle.read_result()
     except (digest.ResultMismatch, payload.PayloadError, storage.NotFound) as e:
         return {"ok": False, "refused": str(e)}
     if outcome is None:
@@ -285,7 +285,7 @@ def log_of(handle: JobHandle, rank: int = 0) -> dict[str, Any]:
     """The end of the newest attempt's log (rank ``rank``'s), and the Pod that is writing
     it while one runs (the page then follows it live)."""
     text = handle.tail(LOG_LINES, rank=rank)
-    pod = handle._pod(rank)
+    pod = handle.pod(rank)
     return {"text": text, "pod": pod, "live": pod is not None and not handle.status().terminal}
 
 

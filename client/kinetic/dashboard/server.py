@@ -392,7 +392,7 @@ async def follow(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     handle = await _handle(request)
     rank = _rank(request)
-    pod = await state.run(handle._pod, rank)
+    pod = await state.run(handle.pod, rank)
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
     )
