@@ -30,12 +30,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kinetic.api import kube
+from kinetic.api.kube import KubeClient
 from kinetic.model import resources as r
 from kinetic_dev import LocalConfig
 from kubernetes import client, watch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+kube = KubeClient()  # the client's own calls to the API server, through the current context
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -72,7 +74,7 @@ def scrape_requests() -> Counts:
 
 def get_raw(path: str) -> bytes:
     """GET a non-resource path of the API server with the client's credentials."""
-    api = kube.api_client()
+    api = kube.api
     if hasattr(api, "param_serialize"):  # kubernetes client >= 32 (new generator)
         response = api.call_api(*api.param_serialize("GET", path, auth_settings=["BearerToken"]))
         data = response.read()
@@ -221,7 +223,7 @@ class ForeignActivity(threading.Thread):
         self.join(timeout=10)
 
     def run(self) -> None:
-        core = kube.core()
+        core = kube.core
         try:
             version = core.list_pod_for_all_namespaces(
                 field_selector=self.selector, limit=1
@@ -408,7 +410,7 @@ def ensure_namespace(name: str, timeout: float = 60) -> None:
     On 1.20 a Pod is admitted only once the namespace's default ServiceAccount
     has its token Secret; submitting earlier would time the token controller.
     """
-    core = kube.core()
+    core = kube.core
     try:
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     except client.ApiException as e:
@@ -427,14 +429,14 @@ def ensure_namespace(name: str, timeout: float = 60) -> None:
 
 def pod_count(namespace: str) -> int:
     """Pods in the namespace, from one cheap LIST (limit=1 and remainingItemCount)."""
-    pods = kube.core().list_namespaced_pod(namespace, limit=1)
+    pods = kube.core.list_namespaced_pod(namespace, limit=1)
     return len(pods.items) + (pods.metadata.remaining_item_count or 0)
 
 
 def leftovers(namespace: str) -> dict[str, int]:
     """What still exists in the namespace that a benchmark created: Jobs, Kinetic objects, Pods."""
     found = {"pods": pod_count(namespace)}
-    found["jobs"] = len(client.BatchV1Api(kube.api_client()).list_namespaced_job(namespace).items)
+    found["jobs"] = len(client.BatchV1Api(kube.api).list_namespaced_job(namespace).items)
     for plural in (r.BATCH_PLURAL, r.JOB_PLURAL):
         found[plural] = len(kube.list_(plural, namespace))
     return {k: v for k, v in found.items() if v}
@@ -442,7 +444,7 @@ def leftovers(namespace: str) -> dict[str, int]:
 
 def delete_everything(namespace: str) -> None:
     """Delete whatever a previous (interrupted) run left, so a window starts clean."""
-    batch = client.BatchV1Api(kube.api_client())
+    batch = client.BatchV1Api(kube.api)
     for job in batch.list_namespaced_job(namespace).items:
         batch.delete_namespaced_job(job.metadata.name, namespace, propagation_policy="Background")
     for plural in (r.BATCH_PLURAL, r.JOB_PLURAL):
@@ -477,7 +479,7 @@ def status_bytes(obj: dict | None) -> int | None:
 
 
 def server_version() -> str:
-    return client.VersionApi(kube.api_client()).get_code().git_version
+    return client.VersionApi(kube.api).get_code().git_version
 
 
 # --------------------------------------------------------------------------- results

@@ -39,10 +39,12 @@ from pathlib import Path
 from typing import Any
 
 import benchlib as bl
-from kinetic.api import kube
+from kinetic.api.kube import KubeClient
 from kinetic.model import resources as r
 from kinetic_dev import use_local_cluster
 from rich.console import Console
+
+kube = KubeClient()  # the client's own calls to the API server, through the current context
 
 console = Console() if sys.stdout.isatty() else Console(width=120)
 
@@ -247,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             proc.terminate()
             proc.wait(timeout=15)
         shutil.rmtree(profile, ignore_errors=True)
-        kube.core().delete_namespace(ns, propagation_policy="Background")
+        kube.core.delete_namespace(ns, propagation_policy="Background")
 
 
 if __name__ == "__main__":

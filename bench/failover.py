@@ -42,14 +42,16 @@ from pathlib import Path
 from typing import Any
 
 import benchlib as bl
-from kinetic.api import kube
 from kinetic.api.doctor import WEBHOOK_SUFFIX, invalid_job
+from kinetic.api.kube import KubeClient
 from kinetic.model import resources as r
 from kinetic_dev import LocalConfig
 from kinetic_dev import operator as local_operator
 from kubernetes import client
 from rich.console import Console
 from rich.table import Table
+
+kube = KubeClient()  # the client's own calls to the API server, through the current context
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "kinetic-bench-failover"
@@ -71,7 +73,7 @@ class Admission:
     stop: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def probe(self) -> None:
-        custom = kube.custom()
+        custom = kube.custom
         body = {**invalid_job(), "metadata": {"generateName": "failover-probe-"}}
         while not self.stop.is_set():
             try:

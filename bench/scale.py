@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import benchlib as bl
-from kinetic.api import kube
+from kinetic.api.kube import KubeClient
 from kinetic.model import resources as r
 from kinetic_dev import use_local_cluster
 from kubernetes import watch
 from rich.console import Console
+
+kube = KubeClient()  # the client's own calls to the API server, through the current context
 
 # A log file or CI gets a table wide enough to read; a terminal keeps its own width.
 console = Console() if sys.stdout.isatty() else Console(width=120)
@@ -111,7 +113,7 @@ def probe(ns: str, during: str, t0: float, timeout: float) -> dict[str, Any]:
     past Pending (the node's), all on a Pod watch opened before the job was
     created, so nothing is missed and no polling interval is added.
     """
-    core = kube.core()
+    core = kube.core
     name = f"probe-{uuid.uuid4().hex[:8]}"
     selector = f"{r.LABEL_JOB}={name}"
     rv = core.list_namespaced_pod(ns, label_selector=selector).metadata.resource_version
@@ -279,7 +281,7 @@ def plain_job_baseline(args: argparse.Namespace) -> int:
     ns, probe_ns = args.namespace, args.probe_namespace
     for name in (ns, probe_ns):
         bl.ensure_namespace(name)
-    api = client.BatchV1Api(kube.api_client())
+    api = client.BatchV1Api(kube.api)
     name = f"plain-{uuid.uuid4().hex[:6]}"
     task = {"name": "task", "image": "busybox", "command": ["true"]}
     body = {

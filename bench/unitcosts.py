@@ -242,10 +242,10 @@ class RunningWatch(threading.Thread):
         self.stop_event = threading.Event()
 
     def run(self) -> None:
-        from kinetic.api import kube
+        from kinetic.api.kube import KubeClient
         from kubernetes import watch
 
-        core = kube.core()
+        core = KubeClient().core
         listed = core.list_namespaced_pod(NAMESPACE, label_selector=self.selector, limit=1)
         version = listed.metadata.resource_version
         self.ready.set()
@@ -284,9 +284,9 @@ class RunningWatch(threading.Thread):
 def run_wave(size: int, timeout: float) -> Wave:
     """Create `size` Pods at once, wait for them to end, delete them, wait until gone."""
     import benchlib as bl
-    from kinetic.api import kube
+    from kinetic.api.kube import KubeClient
 
-    core = kube.core()
+    core = KubeClient().core
     tag = uuid.uuid4().hex[:6]
     times = {f"w{tag}-{i}": PodTimes(name=f"w{tag}-{i}") for i in range(size)}
     watcher = RunningWatch(tag, times)

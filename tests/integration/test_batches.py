@@ -24,17 +24,19 @@ import uuid
 import kinetic
 import pytest
 from kinetic import storage
-from kinetic.api import kube as kinetic_kube
 from kinetic.api.batches import BatchError, BatchHandle, read_manifest, read_shard
 from kinetic.api.config import resolve
 from kinetic.api.handle import ResultDeleted
 from kinetic.api.jobs import JobCancelled, JobStatus
+from kinetic.api.kube import KubeClient
 from kinetic.model import digest, names
 from kinetic.model import resources as r
 from kube_helpers import Kube, kill_operator, run_client, wait_for, wait_operator_ready
 from kubernetes import watch
 
 pytestmark = pytest.mark.integration
+
+kinetic_kube = KubeClient()  # the client's own calls, through the current context
 
 TIMEOUT = 240
 

@@ -20,15 +20,17 @@ from pathlib import Path
 import kinetic
 import pytest
 from kinetic import storage
-from kinetic.api import kube as kinetic_kube
 from kinetic.api.config import resolve
 from kinetic.api.inputs import InputHandle
 from kinetic.api.jobs import JobCancelled, JobStatus
+from kinetic.api.kube import KubeClient
 from kinetic.model import names
 from kube_helpers import Kube, run_client, wait_for
 from kubernetes import client
 
 pytestmark = pytest.mark.integration
+
+kinetic_kube = KubeClient()  # the client's own calls, through the current context
 
 TIMEOUT = 240
 SETTINGS = ("kinetic-system", "kinetic-operator-settings")  # the chart's operator settings

@@ -19,16 +19,18 @@ from pathlib import Path
 import kinetic
 import pytest
 from kinetic import storage
-from kinetic.api import kube as kinetic_kube
 from kinetic.api.config import resolve
 from kinetic.api.handle import ResultDeleted
 from kinetic.api.jobs import JobFailed, JobStatus, new_job_id, submit_job
+from kinetic.api.kube import KubeClient
 from kinetic.model import digest, layout, names, payload
 from kinetic.model import resources as r
 from kube_helpers import Kube, run_client, wait_for
 from kubernetes import watch
 
 pytestmark = pytest.mark.integration
+
+kinetic_kube = KubeClient()  # the client's own calls, through the current context
 
 
 @pytest.fixture
@@ -139,14 +141,14 @@ def test_pod_deleted_mid_run_is_retried_without_using_retries(ns: str, kube: Kub
 
     job = slow_once.run_async(marker)
     wait_for(lambda: storage.exists(marker), timeout=120, what="the first attempt to start")
-    pod = job._pod()
+    pod = job.pod()
     kube.core.delete_namespaced_pod(pod, ns)
     assert job.result(timeout=180, cleanup=False) == "second pod finished"
     status = job.describe()
     # The deleted Pod is a disruption: attempt 2 runs without spending a retry.
     assert status["failures"] == 0 and status["disruptions"] >= 1
     assert [a["outcome"] for a in status["attempts"]] == ["disruption", "success"]
-    assert status["attempts"][0]["pod"] == pod and job._pod() != pod
+    assert status["attempts"][0]["pod"] == pod and job.pod() != pod
     job.cleanup()
     storage.delete(marker)
 
@@ -316,6 +318,13 @@ def test_logs_and_tail_go_through_the_api_server(ns: str) -> None:
     tail = job.tail(3).splitlines()
     assert len(tail) == 3 and tail[-1].startswith("kinetic runner")  # the runner's last word
     assert "line 29" in job.tail(10)
+    # One host, so one log: another rank is refused, naming why.
+    with pytest.raises(ValueError) as refused:
+        job.tail(10, rank=1)
+    assert str(refused.value) == (
+        f"rank=1: job {job.job_id} runs on 1 host, so its only rank is 0: "
+        "leave rank out (or pass 0)"
+    )
     job.cleanup()
 
 

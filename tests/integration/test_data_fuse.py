@@ -15,9 +15,11 @@ The local cluster has no such driver (no CSI driver at all). So:
   volume of that driver at each mount path. The object is cluster-scoped: it is
   deleted afterwards whatever happens.
 
-The first test is the client's alone; the others need the operator (image and
-chart: the webhook's check, the Pod's csi volume, and the chart's RBAC rule on
-csidrivers) built from this tree.
+The client reads the CSIDriver once per submission: present, absent, or
+"cannot tell" for an identity that may not read it (then the operator's
+webhook judges). The client's tests are its alone; the others need the
+operator (image and chart: the webhook's check, the Pod's csi volume, and the
+chart's RBAC rule on csidrivers) built from this tree.
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ import kinetic
 import pytest
 from kinetic import storage
 from kinetic.api.config import resolve
-from kinetic.api.fuse import FuseUnavailable
+from kinetic.api.fuse import FuseUnavailable, driver_present
 from kinetic.model import layout
 from kinetic.model.data import FUSE_ARGUMENTS_ROOT, GCSFUSE_DRIVER
 from kinetic.model.names import LABEL_JOB
 from kube_helpers import Kube, wait_for
 from kubernetes import client
+from test_doctor_live import service_account_kubeconfig
 
 pytestmark = pytest.mark.integration
 
@@ -107,6 +110,7 @@ def fuse_job(name: str, ns: str) -> dict[str, Any]:
 def test_run_async_refuses_fuse_data_before_uploading_or_creating_anything(
     ns: str, kube: Kube, no_driver: None, tmp_path: Path
 ) -> None:
+    assert driver_present(None) is False  # the client's one read: absent
     (tmp_path / "ds").mkdir()
     (tmp_path / "ds" / "a.txt").write_bytes(b"alpha")
     local = kinetic.Data(str(tmp_path / "ds"))  # staged first, were the call not refused
@@ -140,6 +144,16 @@ def test_run_async_refuses_fuse_data_before_uploading_or_creating_anything(
     assert str(batch.submission_failures[1]).startswith("input 1['ds'] Data(")
     values = batch.results(timeout=240, return_exceptions=True)
     assert values[0] == 2 and isinstance(values[1], FuseUnavailable)
+
+
+def test_an_identity_that_may_not_read_csidrivers_leaves_fuse_to_the_operator(
+    ns: str, kube: Kube, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ServiceAccount without rights is refused the read (403): the client cannot tell,
+    refuses nothing itself, and the operator's webhook judges the submission."""
+    kubeconfig = service_account_kubeconfig(kube, ns, "onlooker", tmp_path / "config")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    assert driver_present(None) is None
 
 
 # ----------------------------------------------------------------------- the operator
@@ -250,6 +264,7 @@ def test_with_the_driver_the_pod_mounts_the_data_with_gcs_fuse(
     def peek(weights: str) -> str:
         return weights
 
+    assert driver_present(None) is True
     job = peek.run_async(kinetic.Data(object_uri, fuse=True))  # the client sees the driver
     try:
 

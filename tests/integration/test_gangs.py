@@ -23,6 +23,7 @@ import pytest
 from kinetic import storage
 from kinetic.api.config import resolve
 from kinetic.api.inputs import read_manifest, read_shard
+from kinetic.api.kube import KubeClient
 from kinetic.model import layout, names
 from kinetic.model.resources import GROUP, VERSION
 from kube_helpers import Kube, ended_status, wait_for
@@ -277,6 +278,18 @@ def test_three_host_container_job_from_kubectl(kube: Kube, ns: str) -> None:
         assert env["LOCAL_RANK"] == "0"
     logs = kube.core.read_namespaced_pod_log(member("trio", 1, 2), ns)
     assert f"rank 2 of 3 dials {fqdn('trio', ns)}:29500" in logs
+    # Each rank's own log through the client's handle (its Pod's, or once the operator
+    # reaped it, the archive); a rank the gang lacks is refused naming its hosts.
+    handle = kinetic.attach("trio", namespace=ns, kube=KubeClient())
+    assert handle.logs().startswith("rank 0 of 3 dials")  # rank 0, the coordinator
+    assert handle.logs(rank=2).startswith("rank 2 of 3 dials")
+    assert handle.tail(1, rank=1).startswith("rank 1 of 3 dials")
+    with pytest.raises(ValueError) as refused:
+        handle.logs(rank=3)
+    assert str(refused.value) == (
+        "rank=3: job trio runs on 3 hosts, ranks 0 to 2: pass a rank in that range "
+        "(0, the coordinator, is the default)"
+    )
     # kubectl shows the gang by its rank label.
     table = kube.kubectl("get", "pods", "-n", ns, "-L", "kinetic.dev/rank").stdout
     assert "RANK" in table.splitlines()[0]
@@ -322,6 +335,10 @@ def test_rank_one_fails_and_the_whole_gang_stops(
     for attempt in (1, 2):
         archived = storage.read_bytes(home.log_uri(member("split", attempt, 0))).decode()
         assert f"rank 0 of attempt {attempt} starts" in archived, archived
+    # The handle reads the newest attempt's: rank 0's from that archive, rank 1's Pod.
+    handle = kinetic.attach("split", namespace=ns)
+    assert handle.logs().startswith("rank 0 of attempt 2 starts")
+    assert handle.tail(5, rank=1).startswith("rank 1 of attempt 2 starts")
     wrong = subprocess.run(
         [*cli, "--rank", "2"], env=client_env, capture_output=True, text=True, timeout=120
     )

@@ -18,14 +18,16 @@ from typing import Any
 import kinetic
 import pytest
 from kinetic import storage
-from kinetic.api import kube as kinetic_kube
 from kinetic.api.config import resolve
 from kinetic.api.jobs import JobHandle, JobStatus, submit_job
+from kinetic.api.kube import KubeClient
 from kinetic.model import digest, layout, payload
 from kinetic.model import resources as r
 from kube_helpers import Kube, fresh_namespace
 
 pytestmark = pytest.mark.integration
+
+kinetic_kube = KubeClient()  # the client's own calls, through the current context
 
 
 @pytest.fixture
@@ -70,7 +72,7 @@ def _function_job(ns: str, name: str, *args: Any) -> JobHandle:
 
 
 def _wait_gone(ns: str, name: str) -> None:
-    for obj in kinetic_kube.watch_one(r.JOB_PLURAL, ns, name, 60, None):
+    for obj in kinetic_kube.watch_one(r.JOB_PLURAL, ns, name, 60):
         if obj is None:
             return
 

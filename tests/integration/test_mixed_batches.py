@@ -20,13 +20,15 @@ from pathlib import Path
 import kinetic
 import pytest
 import yaml
-from kinetic.api import kube as kinetic_kube
 from kinetic.api.batches import BatchError, SubmissionError, read_manifest
 from kinetic.api.jobs import JobCancelled, JobStatus
+from kinetic.api.kube import KubeClient
 from kinetic.model import digest, names
 from kube_helpers import REPO, Kube, wait_for
 
 pytestmark = pytest.mark.integration
+
+kinetic_kube = KubeClient()  # the client's own calls, through the current context
 
 TIMEOUT = 240
 TERM_LOG = "/dev/termination-log"

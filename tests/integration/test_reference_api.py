@@ -24,7 +24,6 @@ from pathlib import Path
 import kinetic
 import pytest
 from kinetic import storage
-from kinetic.api import kube as kinetic_kube
 from kinetic.api.accelerators import (
     AUTOSCALER_STATUS,
     AcceleratorNotChecked,
@@ -33,12 +32,15 @@ from kinetic.api.accelerators import (
 from kinetic.api.batches import BatchError
 from kinetic.api.config import resolve
 from kinetic.api.jobs import JobStatus
+from kinetic.api.kube import KubeClient
 from kinetic.model import digest, layout, names
 from kinetic.model import resources as r
 from kube_helpers import Kube, wait_for
 from kubernetes import client
 
 pytestmark = pytest.mark.integration
+
+kinetic_kube = KubeClient()  # the client's own calls, through the current context
 
 TIMEOUT = 240
 CLI = str(Path(sys.executable).with_name("kinetic"))
@@ -150,9 +152,9 @@ def test_cli_job_result_cleans_up_unless_kept(ns: str, client_env: dict[str, str
     kept, cleaned = double.run_async(1), double.run_async(2)
     out = _cli(client_env, "jobs", "result", kept.job_id, "-n", ns, "--keep", "-o", "json")
     assert json.loads(out.stdout) == {"result": 2}
-    assert kept.status() is JobStatus.SUCCEEDED and storage.exists(kept._result_location())
+    assert kept.status() is JobStatus.SUCCEEDED and storage.exists(kept.result_location())
 
-    result_uri = cleaned._result_location()
+    result_uri = cleaned.result_location()
     out = _cli(client_env, "jobs", "result", cleaned.job_id, "-n", ns, "-o", "json")
     assert json.loads(out.stdout) == {"result": 4}
     assert cleaned.status() is JobStatus.NOT_FOUND and not storage.exists(result_uri)
@@ -168,7 +170,7 @@ def test_cli_cleanup_no_gcs_keeps_the_artifacts(
 
     job = one.run_async()
     job.wait(timeout=TIMEOUT)
-    result_uri = job._result_location()
+    result_uri = job.result_location()
     _cli(client_env, "jobs", "cleanup", job.job_id, "-n", ns, flag)
     assert job.status() is JobStatus.NOT_FOUND and storage.exists(result_uri)
     # Kept, but nothing vouches for it once the job is gone: refused, then --gcs deletes it.

@@ -23,10 +23,10 @@ from typing import Any
 import kinetic
 import pytest
 from kinetic import storage
-from kinetic.api import kube as kinetic_kube
 from kinetic.api.batches import BatchError
 from kinetic.api.config import resolve
 from kinetic.api.jobs import JobStatus
+from kinetic.api.kube import KubeClient
 from kinetic.model import digest, layout
 from kinetic.model import resources as r
 from kube_helpers import Kube, fresh_namespace, leader_pod_name, local_up, operator_pod, wait_for
@@ -36,6 +36,8 @@ from test_operator_metrics import scrape
 from test_policy_live import job, policy  # noqa: F401 - policy is a fixture
 
 pytestmark = pytest.mark.integration
+
+kinetic_kube = KubeClient()  # the client's own calls, through the current context
 
 TIMEOUT = 300
 OPERATOR_NS = "kinetic-system"

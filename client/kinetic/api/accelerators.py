@@ -220,10 +220,10 @@ def list_nodes(context: str | None) -> list[NodeOffer] | None:
     """Every Node's offer; None when this user may not list Nodes (or the list fails)."""
     from kubernetes.client import ApiException
 
-    from kinetic.api import kube
+    from kinetic.api.kube import KubeClient
 
     try:
-        listed = kube.core(context).list_node(_request_timeout=30).items
+        listed = KubeClient(context).core.list_node(_request_timeout=30).items
     except ApiException as e:
         log.info("cannot list Nodes (HTTP %s): accelerators are not checked", e.status)
         return None
@@ -240,9 +240,9 @@ def cluster_can_grow(context: str | None) -> bool | None:
     from kubernetes import client
     from kubernetes.client import ApiException
 
-    from kinetic.api import kube
+    from kinetic.api.kube import KubeClient
 
-    api = kube.api_client(context)
+    api = KubeClient(context).api
     try:
         groups = client.ApisApi(api).get_api_versions(_request_timeout=30).groups or []
     except ApiException:

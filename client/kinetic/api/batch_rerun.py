@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 from kubernetes.client import ApiException
 
-from kinetic.api import kube
 from kinetic.api.config import ClientConfig
 from kinetic.api.inputs import vouched_manifest
+from kinetic.api.kube import KubeClient, kube_reason
 from kinetic.model import layout, names
 from kinetic.model import resources as r
 from kinetic.model.manifest import ManifestHeader
@@ -63,9 +63,9 @@ class SourceView:
     failed: str
 
 
-def source_view(group_id: str, namespace: str, root: str, context: str | None) -> SourceView:
+def source_view(group_id: str, namespace: str, root: str, kube: KubeClient) -> SourceView:
     """The source batch, from its object (and its manifest, as its status vouches for it)."""
-    obj = kube.get(r.BATCH_PLURAL, namespace, group_id, context)
+    obj = kube.get(r.BATCH_PLURAL, namespace, group_id)
     uid = (obj or {}).get("metadata", {}).get("uid")
     if obj is None or not uid:
         raise LookupError(
@@ -78,7 +78,7 @@ def source_view(group_id: str, namespace: str, root: str, context: str | None) -
     live = obj.get("status") or {}
     header = None
     if live.get("truncated"):  # its ranges were cut: the manifest it vouches for has them
-        manifest = vouched_manifest(home, namespace, group_id, context)
+        manifest = vouched_manifest(home, namespace, group_id, kube)
         manifest.seen(live)
         header = manifest.header()
     phase, total, failed = source_state(group_id, live, header)
@@ -149,28 +149,26 @@ def rerun_body(
 
 
 def create_rerun(
-    cfg: ClientConfig, group_id: str, *, failed: bool, new_name: str
+    cfg: ClientConfig, group_id: str, kube: KubeClient, *, failed: bool, new_name: str
 ) -> dict[str, Any]:
     """Create batch ``new_name`` running the failed (or all) inputs of batch ``group_id``
-    again; return the created object.
+    again, through ``kube``; return the created object.
 
     The source batch must still exist (see the module docstring). Raises
     LookupError (no such batch) or ValueError (nothing to rerun, the source
     has not finished and ``failed`` is set, or the API server refused it).
     """
-    source = source_view(group_id, cfg.namespace, cfg.storage_root, cfg.context)
+    source = source_view(group_id, cfg.namespace, cfg.storage_root, kube)
     body, _ = rerun_body(source, failed=failed, namespace=cfg.namespace, new_name=new_name)
     try:
-        return kube.create(r.BATCH_PLURAL, cfg.namespace, body, cfg.context)
+        return kube.create(r.BATCH_PLURAL, cfg.namespace, body)
     except ApiException as exc:
         if exc.status == 409:
             raise ValueError(
                 f"A batch named {body['metadata']['name']} already exists in namespace "
                 f"{cfg.namespace}: choose another --name (or leave it out for a fresh one)."
             ) from None
-        raise ValueError(
-            f"The API server refused the rerun batch: {kube.kube_reason(exc)}"
-        ) from None
+        raise ValueError(f"The API server refused the rerun batch: {kube_reason(exc)}") from None
 
 
 @dataclass(frozen=True)

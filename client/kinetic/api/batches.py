@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kinetic import storage
-from kinetic.api import kube, reference
+from kinetic.api import reference
 from kinetic.api.batch_rerun import create_rerun
 from kinetic.api.cleanup import delete_stored
 from kinetic.api.config import ClientConfig, default_namespace, resolve
@@ -55,6 +55,7 @@ from kinetic.api.inputs import (
     vouched_manifest,
 )
 from kinetic.api.inputs import read_shard as read_shard  # kinetic.api.batches.read_shard, as before
+from kinetic.api.kube import KubeClient, client_for
 from kinetic.api.staging import Stager
 from kinetic.api.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
 from kinetic.api.submission import (
@@ -172,16 +173,34 @@ class BatchHandle:
     # `func_name` and `accelerator` sum up the whole batch.
     input_names: tuple[str, ...] | None = None
     input_accelerators: tuple[str, ...] | None = None
+    # How the handle asks the API server: the client it was given (the dashboard gives every
+    # handle its one), else one made for ``context`` on first use; its inputs' handles get it.
+    kube: KubeClient | None = field(default=None, repr=False, compare=False)
     _submission_failures: dict[int, Exception] = field(default_factory=dict, repr=False)
     _cached_failures: list[JobHandle] | None = field(default=None, repr=False)
 
     # ----------------------------------------------------------------- building
 
+    def __post_init__(self) -> None:
+        """A handle given a client talks through that client's context (`client_for`)."""
+        if self.kube is not None:
+            self.context = client_for(self.context, self.kube).context
+
+    @property
+    def _kube(self) -> KubeClient:
+        """The client this handle asks through: the one it was given, else one made for its
+        context (again if the context was changed since)."""
+        if self.kube is None or self.kube.context != self.context:
+            self.kube = KubeClient(self.context)
+        return self.kube
+
     @classmethod
-    def from_resource(cls, obj: dict, storage_root: str, context: str | None) -> BatchHandle:
+    def from_resource(
+        cls, obj: dict, storage_root: str, context: str | None, kube: KubeClient | None = None
+    ) -> BatchHandle:
         spec = obj["spec"]
         if isinstance(spec.get("jobs"), list):
-            return cls._from_jobs(obj, storage_root, context)
+            return cls._from_jobs(obj, storage_root, context, kube)
         template = spec.get("template", {})
         chunk = spec.get("chunkSize") or 1
         failures: dict[int, Exception] = {
@@ -205,11 +224,14 @@ class BatchHandle:
             accelerator=template.get("accelerator", "cpu"),
             uid=obj["metadata"].get("uid"),
             payload_uri=(template.get("function") or {}).get("payloadURI"),
+            kube=kube,
             _submission_failures=failures,
         )
 
     @classmethod
-    def _from_jobs(cls, obj: dict, storage_root: str, context: str | None) -> BatchHandle:
+    def _from_jobs(
+        cls, obj: dict, storage_root: str, context: str | None, kube: KubeClient | None
+    ) -> BatchHandle:
         """A handle for a heterogeneous batch: each input is a function or a container."""
         spec = obj["spec"]
         jobs: list[dict] = spec["jobs"]
@@ -233,6 +255,7 @@ class BatchHandle:
             container_inputs=IndexSet(i for i, j in enumerate(jobs) if "container" in j),
             input_names=tuple(n or "" for n in names_),
             input_accelerators=tuple(j.get("accelerator", "cpu") for j in jobs),
+            kube=kube,
             _submission_failures={
                 f["index"]: SubmissionError(f["index"], f["message"])
                 for f in spec.get("submissionFailures", [])
@@ -247,7 +270,12 @@ class BatchHandle:
 
     @classmethod
     def from_manifest(
-        cls, header: ManifestHeader, namespace: str, storage_root: str, context: str | None
+        cls,
+        header: ManifestHeader,
+        namespace: str,
+        storage_root: str,
+        context: str | None,
+        kube: KubeClient | None = None,
     ) -> BatchHandle:
         """A handle for a batch whose resource is gone but whose manifest remains."""
         failures: dict[int, Exception] = {
@@ -271,6 +299,7 @@ class BatchHandle:
             func_name=header.function_name or "",
             created_at=header.created_at or "",
             uid=header.uid,
+            kube=kube,
             _submission_failures=failures,
         )
 
@@ -300,6 +329,7 @@ class BatchHandle:
             container=container,
             chunk_size=self.chunk_size,
             sized=self.sized,
+            kube=self._kube,
         )
 
     # ----------------------------------------------------------------- observing
@@ -317,14 +347,14 @@ class BatchHandle:
         return Grid.parse(text).unit_of
 
     def _get(self) -> dict | None:
-        return kube.get(r.BATCH_PLURAL, self.namespace, self.group_id, self.context)
+        return self._kube.get(r.BATCH_PLURAL, self.namespace, self.group_id)
 
     def _vouched(self) -> VouchedManifest | None:
         """The manifest as the batch's status vouches for it (None: the UID is unknown)."""
         home = self._home()
         if home is None:
             return None
-        return vouched_manifest(home, self.namespace, self.group_id, self.context)
+        return vouched_manifest(home, self.namespace, self.group_id, self._kube)
 
     def _manifest(self) -> ManifestHeader | None:
         """The manifest header the operator keeps in storage, as the batch's status vouches
@@ -423,7 +453,7 @@ class BatchHandle:
 
     def _newest_pods(self) -> dict[int, V1Pod]:
         """The newest attempt's Pod of every unit that has one (one LIST)."""
-        pods = kube.list_pods(self.namespace, f"{names.LABEL_BATCH}={self.group_id}", self.context)
+        pods = self._kube.list_pods(self.namespace, f"{names.LABEL_BATCH}={self.group_id}")
         newest: dict[int, V1Pod] = {}
         for pod in sort_by_attempt(pods):
             index = (pod.metadata.labels or {}).get(names.LABEL_INDEX)
@@ -439,9 +469,7 @@ class BatchHandle:
 
     def _watch(self, timeout: float | None) -> Iterator[dict]:
         """Yield the batch's status on every change until it is terminal (or deleted)."""
-        for obj in kube.watch_one(
-            r.BATCH_PLURAL, self.namespace, self.group_id, timeout, self.context
-        ):
+        for obj in self._kube.watch_one(r.BATCH_PLURAL, self.namespace, self.group_id, timeout):
             if obj is None:
                 # Deleted: what the manifest recorded is all there will ever be.
                 header = self._manifest()
@@ -671,7 +699,7 @@ class BatchHandle:
         if not indexes or manifest is None:
             return found
         wanted = set(indexes)
-        pods = kube.list_pods(self.namespace, f"{names.LABEL_BATCH}={self.group_id}", self.context)
+        pods = self._kube.list_pods(self.namespace, f"{names.LABEL_BATCH}={self.group_id}")
         deadline = time.monotonic() + RECORD_WAIT
         while True:
             records = self._manifest_records(wanted - set(found), manifest)
@@ -700,16 +728,14 @@ class BatchHandle:
 
     def cancel(self) -> None:
         """Stop launching and cancel every running input; the batch ends CANCELLED."""
-        kube.patch_spec(
-            r.BATCH_PLURAL, self.namespace, self.group_id, {"cancel": True}, self.context
-        )
+        self._kube.patch_spec(r.BATCH_PLURAL, self.namespace, self.group_id, {"cancel": True})
 
     def cancel_inputs(self, indexes: Iterable[int]) -> None:
         """Cancel some inputs only (added to spec.cancelIndexes); the others carry on.
 
         Returns at once; `jobs[i].wait()` or `statuses()` show when they ended.
         """
-        add_cancel_indexes(self.namespace, self.group_id, indexes, self.context)
+        add_cancel_indexes(self.namespace, self.group_id, indexes, self._kube)
 
     def rerun(self, *, failed: bool = True, name: str | None = None) -> BatchHandle:
         """A new batch running this batch's failed inputs (``failed=False``: all) again.
@@ -722,7 +748,7 @@ class BatchHandle:
             failed=failed,
             name=name,
             namespace=self.namespace,
-            context=self.context,
+            kube=self._kube,
         )
 
     def cleanup(self, *, k8s: bool = True, gcs: bool = True) -> None:
@@ -732,10 +758,8 @@ class BatchHandle:
         UID) and the upload folder the client made for it. Outputs under
         KINETIC_OUTPUT_DIR are kept.
         """
-        if k8s and kube.delete(r.BATCH_PLURAL, self.namespace, self.group_id, self.context):
-            for obj in kube.watch_one(
-                r.BATCH_PLURAL, self.namespace, self.group_id, 180, self.context
-            ):
+        if k8s and self._kube.delete(r.BATCH_PLURAL, self.namespace, self.group_id):
+            for obj in self._kube.watch_one(r.BATCH_PLURAL, self.namespace, self.group_id, 180):
                 if obj is None:
                     break
         if gcs:
@@ -1078,7 +1102,7 @@ def create_batch(cfg: ClientConfig, group_id: str, spec: r.KineticBatchSpec) -> 
             body["spec"], storage_root=cfg.storage_root, max_inputs=cfg.max_inputs
         )
     )
-    return kube.create(r.BATCH_PLURAL, cfg.namespace, body, cfg.context)
+    return KubeClient(cfg.context).create(r.BATCH_PLURAL, cfg.namespace, body)
 
 
 def _spec_body(spec: r.KineticBatchSpec) -> dict[str, Any]:
@@ -1135,11 +1159,14 @@ def _upload_inputs(
     return hashes, failures
 
 
-def _attach(group_id: str, cfg: ClientConfig) -> tuple[BatchHandle, dict[str, Any]]:
+def _attach(
+    group_id: str, cfg: ClientConfig, kube: KubeClient
+) -> tuple[BatchHandle, dict[str, Any]]:
     """The batch's handle and status, from its resource or, once deleted, its manifest."""
-    obj = kube.get(r.BATCH_PLURAL, cfg.namespace, group_id, cfg.context)
+    obj = kube.get(r.BATCH_PLURAL, cfg.namespace, group_id)
     if obj is not None:
-        return BatchHandle.from_resource(obj, cfg.storage_root, cfg.context), obj.get("status", {})
+        handle = BatchHandle.from_resource(obj, cfg.storage_root, kube.context, kube)
+        return handle, obj.get("status", {})
     uid = last_uid(cfg.storage_root, cfg.namespace, "batches", group_id)
     home = (
         None if uid is None else layout.batch_home(cfg.storage_root, cfg.namespace, group_id, uid)
@@ -1152,7 +1179,7 @@ def _attach(group_id: str, cfg: ClientConfig) -> tuple[BatchHandle, dict[str, An
             f"{layout.namespace_prefix(cfg.storage_root, cfg.namespace)}. Check the id and "
             "namespace (`kinetic batches list -n NAMESPACE`)."
         )
-    handle = BatchHandle.from_manifest(header, cfg.namespace, cfg.storage_root, cfg.context)
+    handle = BatchHandle.from_manifest(header, cfg.namespace, cfg.storage_root, kube.context, kube)
     return handle, status_from_header(header)
 
 
@@ -1181,6 +1208,7 @@ def attach_batch(
     zone: str | None = None,
     backend: str | None = None,
     base_image_repo: str | None = None,
+    kube: KubeClient | None = None,
 ) -> BatchHandle:
     """Pick up a batch from any process; index alignment and submission failures are kept.
 
@@ -1192,6 +1220,10 @@ def attach_batch(
     the start, so there are no late inputs to poll for. The positional order
     is the reference's; a second positional argument (the namespace before
     this order) warns (`ArgumentMoved`).
+
+    ``kube`` is the client the handle (and its inputs' handles) asks the API
+    server through: pass one to share it (the dashboard does); by default one
+    is made for the context.
     """
     reference.accept(
         "kinetic.attach_batch",
@@ -1202,9 +1234,9 @@ def attach_batch(
         poll_interval=poll_interval,
         poll_timeout=poll_timeout,
     )
-    context = reference.context_for("kinetic.attach_batch", cluster, context)
-    cfg = resolve(namespace=namespace, context=context)
-    handle, status = _attach(group_id, cfg)
+    kube = reference.kube_for("kinetic.attach_batch", cluster, context, kube)
+    cfg = resolve(namespace=namespace, context=kube.context)
+    handle, status = _attach(group_id, cfg, kube)
     launched = status.get("launched", 0)
     if launched < handle.total and r.Phase(status.get("phase", "PENDING")).terminal:
         log.warning(
@@ -1213,9 +1245,12 @@ def attach_batch(
     return handle
 
 
-def attach_input(group_id: str, index: int, cfg: ClientConfig) -> InputHandle:
-    """The handle of input `index` of a batch (`kinetic.attach("<group>-<index>")`)."""
-    batch, _ = _attach(group_id, cfg)
+def attach_input(
+    group_id: str, index: int, cfg: ClientConfig, kube: KubeClient | None = None
+) -> InputHandle:
+    """The handle of input `index` of a batch (`kinetic.attach("<group>-<index>")`), asking
+    through ``kube`` (by default a client for the configuration's context)."""
+    batch, _ = _attach(group_id, cfg, kube or KubeClient(cfg.context))
     if not 0 <= index < batch.total:
         raise LookupError(
             f"Batch {group_id} has {batch.total} inputs (indexes 0 to {batch.total - 1}); "
@@ -1231,6 +1266,7 @@ def rerun_batch(
     name: str | None = None,
     namespace: str | None = None,
     context: str | None = None,
+    kube: KubeClient | None = None,
 ) -> BatchHandle:
     """Create a batch that runs the failed (or all) inputs of batch ``group_id`` again.
 
@@ -1240,13 +1276,16 @@ def rerun_batch(
     LookupError (no such batch) or ValueError (nothing to rerun, or the
     source has not finished and ``failed`` is set).
     """
+    if kube is not None:
+        context = client_for(context, kube).context
     cfg = resolve(namespace=namespace, context=context)
-    created = create_rerun(cfg, group_id, failed=failed, new_name=name or new_group_id())
-    return BatchHandle.from_resource(created, cfg.storage_root, cfg.context)
+    kube = kube or KubeClient(cfg.context)
+    created = create_rerun(cfg, group_id, kube, failed=failed, new_name=name or new_group_id())
+    return BatchHandle.from_resource(created, cfg.storage_root, kube.context, kube)
 
 
 def list_batches(namespace: str | None = None, context: str | None = None) -> list[dict[str, Any]]:
     """The batches in a namespace with their status, oldest first."""
     ns = namespace or default_namespace(context)
-    items = kube.list_(r.BATCH_PLURAL, ns, context)
+    items = KubeClient(context).list_(r.BATCH_PLURAL, ns)
     return sorted(items, key=lambda o: o["metadata"].get("creationTimestamp", ""))

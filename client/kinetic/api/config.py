@@ -108,18 +108,18 @@ def _published(context: str | None) -> dict[str, str]:
     """The operator's published settings, or {} when there is no operator or no access."""
     from kubernetes.client import ApiException
 
-    from kinetic.api import kube
+    from kinetic.api.kube import ClusterUnreachable, KubeClient
 
     try:
-        cm = kube.core(context).read_namespaced_config_map(CONFIGMAP_NAME, operator_namespace())
+        cm = KubeClient(context).config_map(operator_namespace(), CONFIGMAP_NAME)
     except ApiException:
         return {}
-    except kube.ClusterUnreachable:
+    except ClusterUnreachable:
         return {}
     return dict(cm.data or {})
 
 
 def _kubeconfig_namespace(context: str | None) -> str:
-    from kinetic.api import kube
+    from kinetic.api.kube import KubeClient
 
-    return kube.current_namespace(context)
+    return KubeClient(context).current_namespace()

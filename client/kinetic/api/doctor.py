@@ -47,6 +47,7 @@ from urllib3.exceptions import HTTPError, MaxRetryError, SSLError
 
 from kinetic import __version__, storage
 from kinetic.api import config, kube
+from kinetic.api.kube import KubeClient
 from kinetic.model import crdgen, layout
 from kinetic.model import resources as r
 from kinetic.model.names import LEADER_ELECTION_FLAG, LEADER_LEASE, holder_pod, parse_time
@@ -593,8 +594,12 @@ class Target:
         self.identity = self.identity or identity_in(kube.kube_reason(e))
 
     @cached_property
+    def kube(self) -> KubeClient:
+        return KubeClient(self.context)
+
+    @property
     def api(self) -> client.ApiClient:
-        return kube.api_client(self.context)
+        return self.kube.api
 
     @cached_property
     def settings(self) -> config.ClientConfig | config.ConfigError:
@@ -611,7 +616,7 @@ class Target:
         return (
             self.namespace_arg
             or os.environ.get("KINETIC_NAMESPACE")
-            or kube.current_namespace(self.context)
+            or self.kube.current_namespace()
         )
 
     @property
@@ -723,7 +728,7 @@ def _elected(t: Target) -> bool | None:
 
 def check_webhook(t: Target) -> CheckResult:
     try:
-        kube.custom(t.context).create_namespaced_custom_object(
+        t.kube.custom.create_namespaced_custom_object(
             r.GROUP,
             r.VERSION,
             t.namespace,

@@ -108,10 +108,10 @@ def driver_present(context: str | None) -> bool | None:
     from kubernetes import client
     from kubernetes.client import ApiException
 
-    from kinetic.api import kube
+    from kinetic.api.kube import ClusterUnreachable, KubeClient
 
     try:
-        client.StorageV1Api(kube.api_client(context)).read_csi_driver(
+        client.StorageV1Api(KubeClient(context).api).read_csi_driver(
             GCSFUSE_DRIVER, _request_timeout=30
         )
     except ApiException as e:
@@ -123,6 +123,6 @@ def driver_present(context: str | None) -> bool | None:
             e.status,
         )
         return None
-    except kube.ClusterUnreachable:
+    except ClusterUnreachable:
         return None
     return True

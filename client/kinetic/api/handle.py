@@ -3,7 +3,9 @@
 A handle is a small, JSON-serialisable description of one KineticJob. It holds
 no live state: every question (status, result, logs) goes to the API server
 or to storage, so a handle rebuilt in another process by `attach()` is as
-good as the original.
+good as the original. It asks the API server through its `KubeClient`
+(``kube``: the one it was given, else one for its context), which is how to
+ask, never part of what is saved.
 
 A handle knows its object's UID: everything it reads or deletes in storage is
 under that object's own prefix (`kinetic.model.layout.Home`), and a result is
@@ -40,9 +42,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kinetic import storage
 from kinetic.api import debug as debugging
-from kinetic.api import kube, reference
+from kinetic.api import reference
 from kinetic.api.cleanup import delete_stored
 from kinetic.api.config import resolve
+from kinetic.api.kube import KubeClient, client_for
 from kinetic.api.logstream import LogFollower
 from kinetic.model import catalog, digest, gang, layout, names, payload
 from kinetic.model import resources as r
@@ -101,6 +104,9 @@ class JobHandle:
     function: bool = False
     payload_uri: str | None = None
     debug: bool = False  # started with debug=True: the runner waits for a debugger
+    # How the handle asks the API server: the client it was given (the dashboard gives every
+    # handle its one), else one made for ``context`` on first use. Never saved with the handle.
+    kube: KubeClient | None = field(default=None, repr=False, compare=False)
     # The result hash the API server held just before `cleanup(gcs=False)` deleted the
     # job: held in memory only, never saved with the handle.
     _sha256_before_deletion: str | None = field(default=None, init=False, repr=False)
@@ -115,7 +121,11 @@ class JobHandle:
 
     @classmethod
     def from_resource(
-        cls, obj: dict, context: str | None = None, storage_root: str | None = None
+        cls,
+        obj: dict,
+        context: str | None = None,
+        storage_root: str | None = None,
+        kube: KubeClient | None = None,
     ) -> JobHandle:
         meta, spec = obj["metadata"], obj.get("spec", {})
         fn = spec.get("function") or {}
@@ -138,6 +148,7 @@ class JobHandle:
             function=bool(fn),
             payload_uri=fn.get("payloadURI"),
             debug=bool(spec.get("debug")),
+            kube=kube,
         )
 
     @classmethod
@@ -230,8 +241,21 @@ class JobHandle:
         root = self.storage_root or ""
         return root.removeprefix("gs://").split("/", 1)[0] if root.startswith("gs://") else None
 
+    def __post_init__(self) -> None:
+        """A handle given a client talks through that client's context (`client_for`)."""
+        if self.kube is not None:
+            self.context = client_for(self.context, self.kube).context
+
+    @property
+    def _kube(self) -> KubeClient:
+        """The client this handle asks through: the one it was given, else one made for its
+        context (again if the context was changed since)."""
+        if self.kube is None or self.kube.context != self.context:
+            self.kube = KubeClient(self.context)
+        return self.kube
+
     def to_dict(self) -> dict[str, Any]:
-        saved = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        saved = {f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name != "kube"}
         if self.group_kind is not None:  # for readers of the reference's saved handles
             saved["group_kind"] = self.group_kind
         return saved
@@ -248,7 +272,7 @@ class JobHandle:
             kind = next((k for k in JobHandle._kinds if k.describes(d)), None)
             if kind is not None:
                 return kind.from_dict(d)
-        known = {f.name for f in fields(cls) if f.init}
+        known = {f.name for f in fields(cls) if f.init and f.name != "kube"}
         return cls(**{k: v for k, v in d.items() if k in known})
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -272,16 +296,23 @@ class JobHandle:
             return None
         return layout.job_home(self._root(), self.namespace, self.job_id, self.uid)
 
-    def _result_location(self) -> str | None:
+    def result_location(self) -> str | None:
+        """Where a function's result is stored (None for a container job, or a handle that
+        knows neither the URI nor the job's UID). Knowing it reads nothing: nothing vouches
+        for what is there until `result_anchor` does."""
         if self.result_uri:
             return self.result_uri
         home = self._home() if self.function else None
         return home.result_uri if home is not None else None
 
-    def _result_anchor(self) -> tuple[str | None, str | None]:
+    def result_anchor(self) -> tuple[str | None, str | None]:
         """The result hash the API server holds (``status.resultSHA256``), and, when it holds
         none, why not if that means nothing vouches for the stored result (else None: the
-        job simply recorded none)."""
+        job simply recorded none).
+
+        What a reader checks stored bytes against before it trusts them: `read_result`
+        does, and so does the dashboard before it shows a failure's traceback.
+        """
         obj = self._get()
         if obj is None:
             if self._sha256_before_deletion is not None:
@@ -302,7 +333,7 @@ class JobHandle:
 
     def _expected_sha256(self) -> str | None:
         """The result hash the API server holds for this job (None: none, or it is gone)."""
-        return self._result_anchor()[0]
+        return self.result_anchor()[0]
 
     def _root(self) -> str:
         """The storage root the job's artifacts live under."""
@@ -313,7 +344,7 @@ class JobHandle:
     # ----------------------------------------------------------------- observing
 
     def _get(self) -> dict | None:
-        return kube.get(r.JOB_PLURAL, self.namespace, self.job_id, self.context)
+        return self._kube.get(r.JOB_PLURAL, self.namespace, self.job_id)
 
     def status(self) -> JobStatus:
         return JobStatus.of(self._get())
@@ -330,7 +361,7 @@ class JobHandle:
     ) -> JobStatus:
         """Block on a watch until the job is terminal or gone; TimeoutError leaves it running."""
         last: JobStatus | None = None
-        for obj in kube.watch_one(r.JOB_PLURAL, self.namespace, self.job_id, timeout, self.context):
+        for obj in self._kube.watch_one(r.JOB_PLURAL, self.namespace, self.job_id, timeout):
             current = JobStatus.of(obj)
             if current != last:
                 last = current
@@ -368,16 +399,16 @@ class JobHandle:
         final = self._wait_streaming(timeout, on_status_change, bool(stream_logs))
         if final is JobStatus.CANCELLED:
             raise JobCancelled(f"job {self.job_id} was cancelled before it finished")
-        outcome = self._read_result()
+        outcome = self.read_result()
         if outcome is None:
             if final is JobStatus.NOT_FOUND:
                 raise self._gone()
-            if final is JobStatus.SUCCEEDED and not self._is_function():
+            if final is JobStatus.SUCCEEDED and not self.is_function():
                 return self.describe().get("result")  # container job: its termination message
             if final is JobStatus.SUCCEEDED:
                 raise ResultDeleted(
                     f"job {self.job_id} succeeded, but its result is no longer at "
-                    f"{self._result_location()}: it was deleted from storage (by a cleanup, "
+                    f"{self.result_location()}: it was deleted from storage (by a cleanup, "
                     "or by hand). The job's status and logs are still readable; run it again "
                     "for its value"
                 )
@@ -434,25 +465,29 @@ class JobHandle:
         with LogFollower(self):
             return self.wait(timeout=timeout, on_status_change=on_status_change)
 
-    def _is_function(self) -> bool:
+    def is_function(self) -> bool:
+        """Whether the job runs a function (its result is a stored pickle, `read_result`)
+        rather than a container (its result is the termination message, in `describe`)."""
         return self.function or self.result_uri is not None
 
-    def _read_result(self) -> payload.Result | None:
-        """The stored result, checked against the recorded sha256 before it is unpickled.
+    def read_result(self) -> payload.Result | None:
+        """The stored result, checked against the recorded sha256 before it is unpickled
+        (None when there is none stored). Unpickling runs code from whoever ran the job:
+        `result()` calls this once the job has ended, the dashboard only on an explicit ask.
 
         Raises `kinetic.model.digest.ResultMismatch` (naming the URI and both hashes)
         when the bytes differ or no hash was recorded, and its subclass
         `kinetic.model.digest.Unverifiable` (saying why) when nothing in the API
         server vouches for a hash any more.
         """
-        uri = self._result_location()
+        uri = self.result_location()
         if not uri:
             return None
         try:
             data = storage.read_bytes(uri)
         except storage.NotFound:
             return None
-        expected, why = self._result_anchor()
+        expected, why = self.result_anchor()
         if expected is None and why is not None:
             raise digest.Unverifiable(uri, why)
         digest.verify(data, expected, uri)
@@ -466,7 +501,7 @@ class JobHandle:
     def _live_pods(self) -> list[V1Pod]:
         """This job's Pods that still exist, oldest attempt first: only those the operator
         recorded as its attempts' (`recorded_pods`), whatever other Pods carry its labels."""
-        listed = kube.list_pods(self.namespace, self._pod_selector(), self.context)
+        listed = self._kube.list_pods(self.namespace, self._pod_selector())
         return sort_by_attempt(self._trusted(listed))
 
     def _trusted(self, pods: list[V1Pod]) -> list[V1Pod]:
@@ -477,8 +512,9 @@ class JobHandle:
         """The attempts the operator recorded, as the job's status holds them."""
         return list(((self._get() or {}).get("status") or {}).get("attempts") or [])
 
-    def _pod(self, rank: int = 0) -> str | None:
-        """The Pod of rank ``rank`` of the newest attempt while it exists, else None."""
+    def pod(self, rank: int = 0) -> str | None:
+        """The Pod of rank ``rank`` of the newest attempt while it exists, else None: the
+        one whose log `stream_logs` follows (only a Pod the operator recorded counts)."""
         pod = pod_of_rank(self._live_pods(), rank)
         return pod.metadata.name if pod is not None else None
 
@@ -493,14 +529,10 @@ class JobHandle:
             return None
         return dict(max(attempts, key=lambda a: a.get("attempt", 0)))
 
-    def _hosts(self, attempt: dict[str, Any] | None) -> int:
-        """Pods per attempt: what the spec asks, or more when ``attempt`` recorded more
-        members (an accelerator only the cluster's own catalog knows counts as 1 here)."""
-        spec = self._spec()
-        asked = gang.effective_hosts(
-            spec.get("hosts"), catalog.default_catalog(), spec.get("accelerator")
-        )
-        return max(asked, recorded_hosts(attempt))
+    def hosts(self, attempt: dict[str, Any] | None) -> int:
+        """Pods per attempt of this job (`hosts_of` its spec and ``attempt``, a recorded
+        attempt or None): the ranks whose logs `logs(rank=...)` can read."""
+        return hosts_of(self._spec(), attempt)
 
     def _archived_log_uri(self, pod: str) -> str | None:
         home = self._home()
@@ -511,16 +543,16 @@ class JobHandle:
         exists, so asking for it costs no lookup."""
         if isinstance(rank, int) and not isinstance(rank, bool) and rank == 0:
             return
-        problem = rank_problem(self.job_id, rank, self._hosts(self._last_recorded_attempt()))
+        problem = rank_problem(self.job_id, rank, self.hosts(self._last_recorded_attempt()))
         if problem is not None:
             raise ValueError(problem)
 
     def _log_text(self, tail: int | None, rank: int = 0) -> str:
         """Rank ``rank``'s log of the newest attempt: from its Pod while it exists, else from
         the archive."""
-        pod = self._pod(rank)
+        pod = self.pod(rank)
         if pod is not None:
-            text = kube.pod_log(pod, self.namespace, tail, self.context)
+            text = self._kube.pod_log(pod, self.namespace, tail)
             if text is not None:
                 return text
             # Deleted between the LIST and the read; the operator archived it first.
@@ -528,7 +560,7 @@ class JobHandle:
         attempt = self._last_recorded_attempt()
         if attempt is None or not attempt.get("pod"):
             return ""
-        return self._archived_log(member_pod(attempt, rank, self._hosts(attempt)), tail)
+        return self._archived_log(member_pod(attempt, rank, self.hosts(attempt)), tail)
 
     def _archived_log(self, pod: str, tail: int | None) -> str:
         """The log the operator archived for ``pod`` before deleting it ('' if none)."""
@@ -559,7 +591,7 @@ class JobHandle:
         self._check_rank(rank)
         if not follow:
             return self._log_text(None, rank)
-        pod = self._pod(rank)
+        pod = self.pod(rank)
         if pod is None:
             sys.stdout.write(self._log_text(None, rank))
         else:
@@ -570,12 +602,10 @@ class JobHandle:
 
     def stream_logs(self, pod: str | None = None) -> Iterator[str]:
         """Yield log lines as the pod writes them."""
-        pod = pod or self._pod()
+        pod = pod or self.pod()
         if pod is None:
             return
-        resp = kube.core(self.context).read_namespaced_pod_log(
-            pod, self.namespace, follow=True, _preload_content=False
-        )
+        resp = self._kube.follow_log(pod, self.namespace)
         try:
             for chunk in resp.stream(amt=4096, decode_content=True):
                 yield chunk.decode(errors="replace")
@@ -627,9 +657,9 @@ class JobHandle:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            pod = self._pod()
+            pod = self.pod()
             if pod is not None and names.DEBUG_READY_LINE in (
-                kube.pod_log(pod, self.namespace, 200, self.context) or ""
+                self._kube.pod_log(pod, self.namespace, 200) or ""
             ):
                 return pod
             status = self.status()
@@ -705,9 +735,7 @@ class JobHandle:
         """
         wait = self._cleanup_wait("cancel", timeout, cleanup_timeout, cleanup_poll_interval)
         if (
-            kube.patch_spec(
-                r.JOB_PLURAL, self.namespace, self.job_id, {"cancel": True}, self.context
-            )
+            self._kube.patch_spec(r.JOB_PLURAL, self.namespace, self.job_id, {"cancel": True})
             is None
         ):
             return JobStatus.NOT_FOUND
@@ -745,7 +773,7 @@ class JobHandle:
         """
         timeout = self._cleanup_wait("cleanup", timeout, cleanup_timeout, cleanup_poll_interval)
         if k8s and not gcs:
-            self._sha256_before_deletion = self._result_anchor()[0]
+            self._sha256_before_deletion = self.result_anchor()[0]
         if k8s:
             self._delete(timeout)
         if gcs:  # a container job has no result file, but may have archived logs there
@@ -758,10 +786,8 @@ class JobHandle:
 
     def _delete(self, timeout: float) -> None:
         """Delete the KineticJob (its Pods go with it) and wait until it is gone."""
-        if kube.delete(r.JOB_PLURAL, self.namespace, self.job_id, self.context):
-            for obj in kube.watch_one(
-                r.JOB_PLURAL, self.namespace, self.job_id, timeout, self.context
-            ):
+        if self._kube.delete(r.JOB_PLURAL, self.namespace, self.job_id):
+            for obj in self._kube.watch_one(r.JOB_PLURAL, self.namespace, self.job_id, timeout):
                 if obj is None:
                     break
 
@@ -876,6 +902,16 @@ def pod_of_rank(pods: list[V1Pod], rank: int) -> V1Pod | None:
         if label_int(p, names.LABEL_ATTEMPT) == newest and label_int(p, names.LABEL_RANK) == rank
     ]
     return ranked[-1] if ranked else None
+
+
+def hosts_of(spec: dict[str, Any], attempt: dict[str, Any] | None) -> int:
+    """Pods per attempt of a job with this spec: what it asks (``hosts``, else its
+    accelerator's host count in the built-in catalog), or more when ``attempt`` recorded
+    more members (an accelerator only the cluster's own catalog knows counts as 1 here)."""
+    asked = gang.effective_hosts(
+        spec.get("hosts"), catalog.default_catalog(), spec.get("accelerator")
+    )
+    return max(asked, recorded_hosts(attempt))
 
 
 def recorded_hosts(attempt: dict[str, Any] | None) -> int:

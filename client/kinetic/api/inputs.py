@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from annotated_types import MaxLen
 
 from kinetic import storage
-from kinetic.api import kube, reference
+from kinetic.api import reference
 from kinetic.api.handle import (
     JobCancelled,
     JobFailed,
@@ -50,6 +50,7 @@ from kinetic.api.handle import (
     recorded_pods,
     sort_by_attempt,
 )
+from kinetic.api.kube import KubeClient
 from kinetic.api.reference import DEFAULT_CLEANUP_TIMEOUT
 from kinetic.api.submission import SubmissionError as SubmissionError  # kinetic.SubmissionError
 from kinetic.api.submission import submission_exception
@@ -102,12 +103,12 @@ def read_shard(home: layout.Home, shard: int) -> ManifestShard | None:
 
 
 def vouched_manifest(
-    home: layout.Home, namespace: str, group: str, context: str | None
+    home: layout.Home, namespace: str, group: str, kube: KubeClient
 ) -> VouchedManifest:
     """The manifest as the status of batch ``group`` (the one with ``home``'s UID) vouches."""
 
     def status() -> dict[str, Any] | None:
-        obj = kube.get(r.BATCH_PLURAL, namespace, group, context)
+        obj = kube.get(r.BATCH_PLURAL, namespace, group)
         if obj is None or (obj.get("metadata") or {}).get("uid") != home.uid:
             return None  # gone, or another batch of that name now
         return obj.get("status") or {}
@@ -353,7 +354,7 @@ class InputHandle(JobHandle):
     # ----------------------------------------------------------------- reading
 
     def _batch(self) -> dict | None:
-        return kube.get(r.BATCH_PLURAL, self.namespace, self.group, self.context)
+        return self._kube.get(r.BATCH_PLURAL, self.namespace, self.group)
 
     def _home(self) -> layout.Home | None:
         """The batch's own storage prefix (inputs have none of their own)."""
@@ -365,7 +366,7 @@ class InputHandle(JobHandle):
         home = self._home()
         if home is None:
             return None
-        return vouched_manifest(home, self.namespace, self.group, self.context)
+        return vouched_manifest(home, self.namespace, self.group, self._kube)
 
     def _header(self) -> ManifestHeader | None:
         """The manifest header: as the batch's status vouches for it, or, once the batch is
@@ -380,9 +381,9 @@ class InputHandle(JobHandle):
         shard = manifest.shard(layout.shard_of(self.index)) if manifest is not None else None
         return None if shard is None else shard.inputs.get(str(self.index))
 
-    def _result_anchor(self) -> tuple[str | None, str | None]:
+    def result_anchor(self) -> tuple[str | None, str | None]:
         """The hash the runner reported for this input's result, and, when there is none the
-        API server vouches for, why (see `JobHandle._result_anchor`).
+        API server vouches for, why (see `JobHandle.result_anchor`).
 
         From its manifest record as the batch status vouches for it, else from
         its ended Pod's termination message (a chunk's: the report that message
@@ -411,7 +412,7 @@ class InputHandle(JobHandle):
         return (record.result_sha256 if record is not None else None), None
 
     def _expected_sha256(self) -> str | None:
-        return self._result_anchor()[0]
+        return self.result_anchor()[0]
 
     def _reported_by_pod(self) -> str | None:
         """The result hash a Pod the manifest records for this input reported (none before
@@ -419,7 +420,7 @@ class InputHandle(JobHandle):
         home = self._home()
         record = self._record()
         attempts = [a.wire() for a in record.attempts] if record is not None else []
-        listed = kube.list_pods(self.namespace, self._pod_selector(), self.context)
+        listed = self._kube.list_pods(self.namespace, self._pod_selector())
         for pod in reversed(sort_by_attempt(recorded_pods(listed, attempts))):
             ended = terminated_state(pod)
             if ended is None or pod.metadata.uid is None or not _owned_by(pod, self.uid):
@@ -485,12 +486,8 @@ class InputHandle(JobHandle):
         return max(record.attempts, key=lambda a: a.attempt).wire()
 
     def _spec(self) -> dict[str, Any]:
-        """What this input runs: its entry of ``spec.jobs``, else the batch's template."""
-        spec = (self._batch() or {}).get("spec") or {}
-        jobs = spec.get("jobs")
-        if isinstance(jobs, list):
-            return jobs[self.index] if self.index < len(jobs) else {}
-        return spec.get("template") or {}
+        """What this input runs (`input_job_spec` of the batch's spec)."""
+        return input_job_spec((self._batch() or {}).get("spec") or {}, self.index)
 
     # ----------------------------------------------------------------- observing
 
@@ -655,9 +652,7 @@ class InputHandle(JobHandle):
         """
         outcomes = RecordedOutcomes(self._header)
         last: JobStatus | None = None
-        for obj in kube.watch_one(
-            r.BATCH_PLURAL, self.namespace, self.group, timeout, self.context
-        ):
+        for obj in self._kube.watch_one(r.BATCH_PLURAL, self.namespace, self.group, timeout):
             if obj is None:
                 current = self._status_after_batch()
             else:
@@ -712,7 +707,7 @@ class InputHandle(JobHandle):
             if final is JobStatus.SUCCEEDED:
                 return self._container_result()
             raise self._failure(final)
-        outcome = self._read_result()
+        outcome = self.read_result()
         if outcome is None:
             raise self._failure(final)
         if cleanup if cleanup is not None else outcome.ok:
@@ -793,7 +788,7 @@ class InputHandle(JobHandle):
         by default; `cleanup_poll_interval` cannot matter (it is a watch) and warns once.
         """
         timeout = self._cleanup_wait("cancel", timeout, cleanup_timeout, cleanup_poll_interval)
-        if add_cancel_indexes(self.namespace, self.group, [self.index], self.context) is None:
+        if add_cancel_indexes(self.namespace, self.group, [self.index], self._kube) is None:
             return self._status_after_batch()
         return self.wait(timeout=timeout)
 
@@ -848,12 +843,12 @@ class InputHandle(JobHandle):
             name = pod.metadata.name
             if archive_logs:
                 self._archive_log(name)
-            kube.delete_pod(name, self.namespace, self.context)
+            self._kube.delete_pod(name, self.namespace)
 
     def _archive_log(self, pod: str) -> None:
         """Keep a Pod's log where the operator would have put it (if it has not already)."""
         uri = self._archived_log_uri(pod)
-        text = kube.pod_log(pod, self.namespace, None, self.context)
+        text = self._kube.pod_log(pod, self.namespace, None)
         if not text or uri is None:
             return
         try:
@@ -869,7 +864,7 @@ class InputHandle(JobHandle):
 
 
 def add_cancel_indexes(
-    namespace: str, group_id: str, indexes: Iterable[int], context: str | None
+    namespace: str, group_id: str, indexes: Iterable[int], kube: KubeClient
 ) -> dict | None:
     """Add inputs to the batch's spec.cancelIndexes; None when the batch is gone.
 
@@ -901,7 +896,16 @@ def add_cancel_indexes(
             )
         return {"cancelIndexes": text}
 
-    return kube.update_spec(r.BATCH_PLURAL, namespace, group_id, change, context)
+    return kube.update_spec(r.BATCH_PLURAL, namespace, group_id, change)
+
+
+def input_job_spec(spec: dict, index: int) -> dict[str, Any]:
+    """What input ``index`` of a batch with this raw spec runs: its entry of ``spec.jobs``,
+    else the batch's template ({} when it has neither)."""
+    jobs = spec.get("jobs")
+    if isinstance(jobs, list):
+        return jobs[index] if 0 <= index < len(jobs) else {}
+    return spec.get("template") or {}
 
 
 def spec_input_total(spec: dict) -> int:

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from kinetic import storage
-from kinetic.api import kube, reference
+from kinetic.api import reference
 from kinetic.api.batches import BatchHandle, InputOverview, attach_input
 from kinetic.api.config import ClientConfig, default_namespace, resolve
 from kinetic.api.handle import JobCancelled as JobCancelled  # kinetic.api.jobs.*, as before
@@ -34,6 +34,7 @@ from kinetic.api.handle import JobStatus as JobStatus
 from kinetic.api.handle import last_lines as last_lines
 from kinetic.api.handle import last_uid as last_uid
 from kinetic.api.handle import sort_by_attempt as sort_by_attempt
+from kinetic.api.kube import KubeClient
 from kinetic.model import layout, names
 from kinetic.model import resources as r
 
@@ -71,8 +72,9 @@ def submit_job(
         },
         "spec": spec.wire(),
     }
-    created = kube.create(r.JOB_PLURAL, cfg.namespace, body, cfg.context)
-    return JobHandle.from_resource(created, cfg.context, cfg.storage_root)
+    kube = KubeClient(cfg.context)
+    created = kube.create(r.JOB_PLURAL, cfg.namespace, body)
+    return JobHandle.from_resource(created, cfg.context, cfg.storage_root, kube)
 
 
 @reference.moved_positions("kinetic.attach", ("job_id", "namespace", "cluster"))
@@ -86,6 +88,7 @@ def attach(
     zone: str | None = None,
     backend: str | None = None,
     base_image_repo: str | None = None,
+    kube: KubeClient | None = None,
 ) -> JobHandle:
     """Rebuild the handle of a job, or of one input of a batch (``<group>-<i>``), anywhere.
 
@@ -103,6 +106,10 @@ def attach(
     the kubeconfig context (a name that selects none is a `ConfigError`
     listing them); `backend` is "gke" or None; `project`, `zone` and
     `base_image_repo` cannot matter here and warn once, naming the equivalent.
+
+    ``kube`` is the client the handle asks the API server through: pass one to
+    share it between handles (the dashboard does); by default one is made for
+    the context.
     """
     reference.accept(
         "kinetic.attach",
@@ -111,18 +118,18 @@ def attach(
         zone=zone,
         base_image_repo=base_image_repo,
     )
-    context = reference.context_for("kinetic.attach", cluster, context)
-    cfg = resolve(namespace=namespace, context=context)
+    kube = reference.kube_for("kinetic.attach", cluster, context, kube)
+    cfg = resolve(namespace=namespace, context=kube.context)
     split = names.split_input_id(job_id)
     if split is not None:
-        return attach_input(split[0], split[1], cfg)
-    obj = kube.get(r.JOB_PLURAL, cfg.namespace, job_id, cfg.context)
+        return attach_input(split[0], split[1], cfg, kube)
+    obj = kube.get(r.JOB_PLURAL, cfg.namespace, job_id)
     if obj is not None:
-        return JobHandle.from_resource(obj, cfg.context, cfg.storage_root)
+        return JobHandle.from_resource(obj, kube.context, cfg.storage_root, kube)
     match = _TRAILING_INDEX.match(job_id)
     if match is not None:  # an input of a batch named by hand (kubectl), e.g. "sweep-3"
         try:
-            return attach_input(match.group(1), int(match.group(2)), cfg)
+            return attach_input(match.group(1), int(match.group(2)), cfg, kube)
         except LookupError:
             pass
     uid = last_uid(cfg.storage_root, cfg.namespace, "jobs", job_id)
@@ -133,10 +140,11 @@ def attach(
                 job_id=job_id,
                 namespace=cfg.namespace,
                 result_uri=home.result_uri,
-                context=cfg.context,
+                context=kube.context,
                 storage_root=cfg.storage_root,
                 uid=uid,
                 function=True,
+                kube=kube,
             )
     raise LookupError(
         f"No KineticJob {job_id!r} in namespace {cfg.namespace!r} and no result recorded "
@@ -217,17 +225,18 @@ def iter_jobs_with_status(
     """Each handle, newest first, with how to read its status: a job's came with the LIST;
     a batch input's is read (once per batch, for all its inputs) only when asked for."""
     ns = namespace or default_namespace(context)
+    kube = KubeClient(context)  # one client for every handle listed
     owners: list[tuple[str, str, JobHandle | BatchHandle]] = []
     jobs: dict[str, dict[str, Any]] = {}
-    for obj in kube.iter_list(r.JOB_PLURAL, ns, context):
-        h = JobHandle.from_resource(obj, context)
+    for obj in kube.iter_list(r.JOB_PLURAL, ns):
+        h = JobHandle.from_resource(obj, context, kube=kube)
         jobs[h.job_id] = obj.get("status", {})
         owners.append((h.created_at, h.job_id, h))
     if include_batches:
         root: str | None = None  # resolved at the first batch: a namespace may have none
-        for obj in kube.iter_list(r.BATCH_PLURAL, ns, context):
+        for obj in kube.iter_list(r.BATCH_PLURAL, ns):
             root = root or resolve(namespace=ns, context=context).storage_root
-            b = BatchHandle.from_resource(obj, root, context)
+            b = BatchHandle.from_resource(obj, root, context, kube)
             owners.append((b.created_at, b.group_id, b))
     # Creation times are RFC 3339 in UTC, so they sort as text.
     for _, name, owner in sorted(owners, key=lambda o: (o[0], o[1]), reverse=True):

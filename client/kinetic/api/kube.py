@@ -1,4 +1,11 @@
-"""The client's few calls to the Kubernetes API: clients, the two resources, watches.
+"""The client's calls to the Kubernetes API: `KubeClient`, one object per kubeconfig context.
+
+Every handle (`JobHandle`, `InputHandle`, `BatchHandle`) asks the API server
+through one `KubeClient`: the one it was given (``kube=`` of `kinetic.attach`
+and `kinetic.attach_batch`), or one made for its context. A process that holds
+many handles, such as the dashboard's server, gives them all its one client,
+so every handle, watch and action goes the same way. The client is never saved
+with a handle: it is how to ask, not what was asked.
 
 The client never orchestrates; it creates resources, reads their status and
 deletes them. Waiting is done with watches (resumed from the last
@@ -23,10 +30,15 @@ from kinetic.model import names
 from kinetic.model import resources as r
 
 _IN_CLUSTER_NS = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+LIST_PAGE = 250  # objects per LIST response: a namespace of many large batches stays bounded
 
 
 class ClusterUnreachable(RuntimeError):
     """No kubeconfig, or the API server does not answer."""
+
+
+class ConflictError(RuntimeError):
+    """A guarded update kept losing to other writers."""
 
 
 def in_cluster() -> bool:
@@ -34,25 +46,25 @@ def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")
 
 
+def _kubeconfig() -> str:
+    return os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+
+
 @lru_cache(maxsize=8)
-def api_client(context: str | None = None) -> client.ApiClient:
-    """An API client for the kubeconfig context (or in-cluster config inside a pod)."""
-    if in_cluster():
+def _connect(kubeconfig: str | None, context: str | None) -> client.ApiClient:
+    """One API client per kubeconfig file and context (None: the Pod's service account),
+    shared by every `KubeClient` that names them: one connection pool, one credential read."""
+    if kubeconfig is None:
         config.load_incluster_config()
         return client.ApiClient()
     try:
-        # The library reads KUBECONFIG once, at import; read it now instead.
-        return config.new_client_from_config(config_file=_kubeconfig(), context=context)
+        return config.new_client_from_config(config_file=kubeconfig, context=context)
     except (ConfigException, FileNotFoundError) as e:
         where = os.environ.get("KUBECONFIG", "~/.kube/config")
         raise ClusterUnreachable(
             f"No usable kubeconfig ({where}): {e}. Point KUBECONFIG at your cluster, "
             "or start the local one with `kinetic local up` and `source .local/env`."
         ) from e
-
-
-def _kubeconfig() -> str:
-    return os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
 
 
 def kubeconfig_contexts() -> tuple[list[dict[str, Any]], str | None, str]:
@@ -68,267 +80,294 @@ def kubeconfig_contexts() -> tuple[list[dict[str, Any]], str | None, str]:
     return list(contexts or []), (active or {}).get("name"), path
 
 
-def core(context: str | None = None) -> client.CoreV1Api:
-    return client.CoreV1Api(api_client(context))
-
-
-def custom(context: str | None = None) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(api_client(context))
-
-
-def current_namespace(context: str | None = None) -> str:
-    """The namespace of the kubeconfig context, or of the pod when in-cluster."""
-    if os.path.exists(_IN_CLUSTER_NS) and not os.environ.get("KUBECONFIG"):
-        with open(_IN_CLUSTER_NS) as f:
-            return f.read().strip()
-    try:
-        contexts, active = config.list_kube_config_contexts(config_file=_kubeconfig())
-    except (ConfigException, FileNotFoundError):
-        return "default"
-    chosen = next((c for c in contexts if c["name"] == context), active) if context else active
-    return (chosen or {}).get("context", {}).get("namespace") or "default"
-
-
-# --------------------------------------------------------------------------- resources
-
-
-def get(plural: str, namespace: str, name: str, context: str | None = None) -> dict | None:
-    """The resource, or None when it does not exist."""
-    try:
-        return custom(context).get_namespaced_custom_object(
-            r.GROUP, r.VERSION, namespace, plural, name
-        )
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-
-
-def create(plural: str, namespace: str, body: dict, context: str | None = None) -> dict:
-    # Say it is JSON: recent clients send no Content-Type on a create.
-    return custom(context).create_namespaced_custom_object(
-        r.GROUP, r.VERSION, namespace, plural, body, _content_type="application/json"
-    )
-
-
-def list_(plural: str, namespace: str, context: str | None = None, selector: str = "") -> list:
-    return list(iter_list(plural, namespace, context, selector))
-
-
-LIST_PAGE = 250  # objects per LIST response: a namespace of many large batches stays bounded
-
-
-def iter_list(
-    plural: str,
-    namespace: str,
-    context: str | None = None,
-    selector: str = "",
-    page: int = LIST_PAGE,
-) -> Iterator[dict[str, Any]]:
-    """Every object of `plural` in the namespace, fetched `page` at a time (limit/continue)."""
-    token: str | None = None
-    while True:
-        got = custom(context).list_namespaced_custom_object(
-            r.GROUP,
-            r.VERSION,
-            namespace,
-            plural,
-            label_selector=selector,
-            limit=page,
-            **({"_continue": token} if token else {}),
-        )
-        yield from got["items"]
-        token = (got.get("metadata") or {}).get("continue")
-        if not token:
-            return
-
-
-def patch_spec(
-    plural: str, namespace: str, name: str, spec: dict, context: str | None = None
-) -> dict[str, Any] | None:
-    """Merge-patch the spec (cancel, maxConcurrent); returns None when it is gone."""
-    try:
-        return custom(context).patch_namespaced_custom_object(
-            r.GROUP, r.VERSION, namespace, plural, name, {"spec": spec}
-        )
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-
-
-class ConflictError(RuntimeError):
-    """A guarded update kept losing to other writers."""
-
-
-def update_spec(
-    plural: str,
-    namespace: str,
-    name: str,
-    change: Callable[[dict], dict | None],
-    context: str | None = None,
-    attempts: int = 20,
-) -> dict | None:
-    """Merge-patch the spec that ``change`` computes from a fresh read, never from a stale one.
-
-    The patch carries the resourceVersion it was computed from, so the API
-    server refuses it (409) if anyone wrote the object in between; then the
-    object is read again and ``change`` asked again. ``change`` returns None
-    when nothing needs writing. Returns the object as written (or as read,
-    when nothing changed), None when it does not exist.
-    """
-    for attempt in range(attempts):
-        obj = get(plural, namespace, name, context)
-        if obj is None:
-            return None
-        patch = change(obj)
-        if patch is None:
-            return obj
-        body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "spec": patch}
-        try:
-            return custom(context).patch_namespaced_custom_object(
-                r.GROUP, r.VERSION, namespace, plural, name, body
-            )
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            if e.status != 409:
-                raise
-        time.sleep(min(0.05 * (attempt + 1), 0.5))
-    raise ConflictError(
-        f"{waiting.kind_of(plural)} {namespace}/{name} changed under every one of {attempts} "
-        "attempts to update it; try again"
-    )
-
-
-def delete(plural: str, namespace: str, name: str, context: str | None = None) -> bool:
-    """Delete and let the garbage collector remove the owned Pods. False if absent."""
-    try:
-        custom(context).delete_namespaced_custom_object(
-            r.GROUP,
-            r.VERSION,
-            namespace,
-            plural,
-            name,
-            body=client.V1DeleteOptions(propagation_policy="Background"),
-        )
-        return True
-    except ApiException as e:
-        if e.status == 404:
-            return False
-        raise
-
-
-# --------------------------------------------------------------------------- pods
-
-
-def list_pods(namespace: str, selector: str, context: str | None = None) -> list[client.V1Pod]:
-    """The Pods matching a label selector (one LIST)."""
-    return core(context).list_namespaced_pod(namespace, label_selector=selector).items
-
-
-def pod_log(
-    name: str, namespace: str, tail_lines: int | None = None, context: str | None = None
-) -> str | None:
-    """A Pod's log; None when the Pod is gone, '' when its container has not started yet."""
-    kwargs = {} if tail_lines is None else {"tail_lines": tail_lines}
-    try:
-        return core(context).read_namespaced_pod_log(name, namespace, **kwargs)
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        if e.status == 400:  # "container ... is waiting to start": nothing written yet
-            return ""
-        raise
-
-
-def delete_pod(name: str, namespace: str, context: str | None = None) -> bool:
-    """Delete a Pod; False when it was already gone."""
-    try:
-        core(context).delete_namespaced_pod(name, namespace)
-        return True
-    except ApiException as e:
-        if e.status == 404:
-            return False
-        raise
-
-
-def watch_one(
-    plural: str,
-    namespace: str,
-    name: str,
-    timeout: float | None = None,
-    context: str | None = None,
-) -> Iterator[dict | None]:
-    """Yield the resource now and after every change; None once it is deleted.
-
-    Ends when the caller stops iterating; raises TimeoutError after `timeout`, naming the
-    object's kind, its phase and what it waits on (`kinetic.api.waiting`).
-    """
-    deadline = None if timeout is None else time.monotonic() + timeout
-    api = custom(context)
-    while True:
-        obj = get(plural, namespace, name, context)
-        yield obj
-        if obj is None:
-            return
-        version = obj["metadata"]["resourceVersion"]
-        while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise TimeoutError(_timed_out(plural, namespace, name, timeout or 0, obj, context))
-            w = watch.Watch()
-            try:
-                for event in w.stream(
-                    api.list_namespaced_custom_object,
-                    r.GROUP,
-                    r.VERSION,
-                    namespace,
-                    plural,
-                    field_selector=f"metadata.name={name}",
-                    resource_version=version,
-                    timeout_seconds=int(min(remaining or 60, 60)) or 1,
-                    allow_watch_bookmarks=True,
-                ):
-                    kind, body = event["type"], event["object"]
-                    version = body["metadata"]["resourceVersion"]
-                    if kind == "DELETED":
-                        yield None
-                        return
-                    if kind in ("ADDED", "MODIFIED"):
-                        obj = body
-                        yield body
-                    if deadline is not None and time.monotonic() >= deadline:
-                        break
-            except ApiException as e:
-                if e.status == 410:  # our resourceVersion is too old: list again
-                    break
-                raise
-            finally:
-                w.stop()
-
-
-def _timed_out(
-    plural: str, namespace: str, name: str, timeout: float, obj: dict, context: str | None
-) -> str:
-    """What a timed-out wait says: a batch's waiting Pods are read now, once, for their
-    reasons (its status only counts inputs); a job's status message already has its own.
-    Only Pods the batch owns count: another Pod may carry its label."""
-    pods: list[waiting.PodWait] = []
-    if plural == r.BATCH_PLURAL:
-        try:
-            listed = list_pods(namespace, f"{names.LABEL_BATCH}={name}", context)
-        except ApiException:  # no right to list Pods: the status alone is said
-            listed = []
-        uid = obj["metadata"].get("uid")
-        owned = [p for p in listed if any(o.uid == uid for o in p.metadata.owner_references or [])]
-        pods = [w for w in map(waiting.pod_wait, owned) if w is not None]
-    return waiting.timed_out(plural, namespace, name, timeout, obj, pods)
-
-
 def kube_reason(exc: ApiException) -> str:
     """The API server's own message (a webhook's or the schema's), else the HTTP reason."""
     try:
         return str(json.loads(exc.body or "{}").get("message") or exc.reason)
     except ValueError:
         return str(exc.reason)
+
+
+class KubeClient:
+    """The API server of one kubeconfig context (None: the current one, or the Pod's own
+    service account inside a Pod), and every call the client makes to it.
+
+    Making one reads nothing: the kubeconfig is read at the first call, when
+    ``KUBECONFIG`` names the file (the library would read it once, at import).
+    It holds only its context, so it is cheap to make, copy and pickle, and
+    is safe to share between threads.
+    """
+
+    __slots__ = ("context",)
+
+    def __init__(self, context: str | None = None) -> None:
+        self.context = context
+
+    def __repr__(self) -> str:
+        return f"KubeClient(context={self.context!r})"
+
+    # ----------------------------------------------------------------- the connection
+
+    @property
+    def api(self) -> client.ApiClient:
+        """The API client under every call (raises `ClusterUnreachable` without a kubeconfig)."""
+        return _connect(None if in_cluster() else _kubeconfig(), self.context)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    def current_namespace(self) -> str:
+        """The namespace of the kubeconfig context, or of the Pod when in-cluster."""
+        if os.path.exists(_IN_CLUSTER_NS) and not os.environ.get("KUBECONFIG"):
+            with open(_IN_CLUSTER_NS) as f:
+                return f.read().strip()
+        try:
+            contexts, active = config.list_kube_config_contexts(config_file=_kubeconfig())
+        except (ConfigException, FileNotFoundError):
+            return "default"
+        chosen = active
+        if self.context:
+            chosen = next((c for c in contexts if c["name"] == self.context), active)
+        return (chosen or {}).get("context", {}).get("namespace") or "default"
+
+    # ----------------------------------------------------------------- resources
+
+    def get(self, plural: str, namespace: str, name: str) -> dict | None:
+        """The resource, or None when it does not exist."""
+        try:
+            return self.custom.get_namespaced_custom_object(
+                r.GROUP, r.VERSION, namespace, plural, name
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def create(self, plural: str, namespace: str, body: dict) -> dict:
+        # Say it is JSON: recent clients send no Content-Type on a create.
+        return self.custom.create_namespaced_custom_object(
+            r.GROUP, r.VERSION, namespace, plural, body, _content_type="application/json"
+        )
+
+    def list_(self, plural: str, namespace: str, selector: str = "") -> list:
+        return list(self.iter_list(plural, namespace, selector))
+
+    def iter_list(
+        self, plural: str, namespace: str, selector: str = "", page: int = LIST_PAGE
+    ) -> Iterator[dict[str, Any]]:
+        """Every object of `plural` in the namespace, fetched `page` at a time (limit/continue)."""
+        token: str | None = None
+        while True:
+            got = self.custom.list_namespaced_custom_object(
+                r.GROUP,
+                r.VERSION,
+                namespace,
+                plural,
+                label_selector=selector,
+                limit=page,
+                **({"_continue": token} if token else {}),
+            )
+            yield from got["items"]
+            token = (got.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    def patch_spec(
+        self, plural: str, namespace: str, name: str, spec: dict
+    ) -> dict[str, Any] | None:
+        """Merge-patch the spec (cancel, maxConcurrent); returns None when it is gone."""
+        try:
+            return self.custom.patch_namespaced_custom_object(
+                r.GROUP, r.VERSION, namespace, plural, name, {"spec": spec}
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def update_spec(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        change: Callable[[dict], dict | None],
+        attempts: int = 20,
+    ) -> dict | None:
+        """Merge-patch the spec that ``change`` computes from a fresh read, never from a stale one.
+
+        The patch carries the resourceVersion it was computed from, so the API
+        server refuses it (409) if anyone wrote the object in between; then the
+        object is read again and ``change`` asked again. ``change`` returns None
+        when nothing needs writing. Returns the object as written (or as read,
+        when nothing changed), None when it does not exist.
+        """
+        for attempt in range(attempts):
+            obj = self.get(plural, namespace, name)
+            if obj is None:
+                return None
+            patch = change(obj)
+            if patch is None:
+                return obj
+            version = obj["metadata"]["resourceVersion"]
+            body = {"metadata": {"resourceVersion": version}, "spec": patch}
+            try:
+                return self.custom.patch_namespaced_custom_object(
+                    r.GROUP, r.VERSION, namespace, plural, name, body
+                )
+            except ApiException as e:
+                if e.status == 404:
+                    return None
+                if e.status != 409:
+                    raise
+            time.sleep(min(0.05 * (attempt + 1), 0.5))
+        raise ConflictError(
+            f"{waiting.kind_of(plural)} {namespace}/{name} changed under every one of "
+            f"{attempts} attempts to update it; try again"
+        )
+
+    def delete(self, plural: str, namespace: str, name: str) -> bool:
+        """Delete and let the garbage collector remove the owned Pods. False if absent."""
+        try:
+            self.custom.delete_namespaced_custom_object(
+                r.GROUP,
+                r.VERSION,
+                namespace,
+                plural,
+                name,
+                body=client.V1DeleteOptions(propagation_policy="Background"),
+            )
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    # ----------------------------------------------------------------- pods, config maps
+
+    def list_pods(self, namespace: str, selector: str) -> list[client.V1Pod]:
+        """The Pods matching a label selector (one LIST)."""
+        return self.core.list_namespaced_pod(namespace, label_selector=selector).items
+
+    def pod_log(self, name: str, namespace: str, tail_lines: int | None = None) -> str | None:
+        """A Pod's log; None when the Pod is gone, '' when its container has not started yet."""
+        kwargs = {} if tail_lines is None else {"tail_lines": tail_lines}
+        try:
+            return self.core.read_namespaced_pod_log(name, namespace, **kwargs)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            if e.status == 400:  # "container ... is waiting to start": nothing written yet
+                return ""
+            raise
+
+    def follow_log(self, name: str, namespace: str) -> Any:
+        """A Pod's log from its first line, as the Pod writes it: the open response (read it
+        with ``stream()``, end it with ``close()``, give it back with ``release_conn()``)."""
+        return self.core.read_namespaced_pod_log(
+            name, namespace, follow=True, _preload_content=False
+        )
+
+    def delete_pod(self, name: str, namespace: str) -> bool:
+        """Delete a Pod; False when it was already gone."""
+        try:
+            self.core.delete_namespaced_pod(name, namespace)
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    def config_map(self, namespace: str, name: str) -> client.V1ConfigMap:
+        """A ConfigMap (the operator's published settings, the policy); ApiException as the
+        API server answers (404 when there is none)."""
+        return self.core.read_namespaced_config_map(name, namespace)
+
+    # ----------------------------------------------------------------- waiting
+
+    def watch_one(
+        self, plural: str, namespace: str, name: str, timeout: float | None = None
+    ) -> Iterator[dict | None]:
+        """Yield the resource now and after every change; None once it is deleted.
+
+        Ends when the caller stops iterating; raises TimeoutError after `timeout`, naming the
+        object's kind, its phase and what it waits on (`kinetic.api.waiting`).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            obj = self.get(plural, namespace, name)
+            yield obj
+            if obj is None:
+                return
+            version = obj["metadata"]["resourceVersion"]
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    said = self._timed_out(plural, namespace, name, timeout or 0, obj)
+                    raise TimeoutError(said)
+                w = watch.Watch()
+                try:
+                    for event in w.stream(
+                        self.custom.list_namespaced_custom_object,
+                        r.GROUP,
+                        r.VERSION,
+                        namespace,
+                        plural,
+                        field_selector=f"metadata.name={name}",
+                        resource_version=version,
+                        timeout_seconds=int(min(remaining or 60, 60)) or 1,
+                        allow_watch_bookmarks=True,
+                    ):
+                        kind, body = event["type"], event["object"]
+                        version = body["metadata"]["resourceVersion"]
+                        if kind == "DELETED":
+                            yield None
+                            return
+                        if kind in ("ADDED", "MODIFIED"):
+                            obj = body
+                            yield body
+                        if deadline is not None and time.monotonic() >= deadline:
+                            break
+                except ApiException as e:
+                    if e.status == 410:  # our resourceVersion is too old: list again
+                        break
+                    raise
+                finally:
+                    w.stop()
+
+    def _timed_out(self, plural: str, namespace: str, name: str, timeout: float, obj: dict) -> str:
+        """What a timed-out wait says: a batch's waiting Pods are read now, once, for their
+        reasons (its status only counts inputs); a job's status message already has its own.
+        Only Pods the batch owns count: another Pod may carry its label."""
+        pods: list[waiting.PodWait] = []
+        if plural == r.BATCH_PLURAL:
+            try:
+                listed = self.list_pods(namespace, f"{names.LABEL_BATCH}={name}")
+            except ApiException:  # no right to list Pods: the status alone is said
+                listed = []
+            uid = obj["metadata"].get("uid")
+            owned = [
+                p for p in listed if any(o.uid == uid for o in p.metadata.owner_references or [])
+            ]
+            pods = [w for w in map(waiting.pod_wait, owned) if w is not None]
+        return waiting.timed_out(plural, namespace, name, timeout, obj, pods)
+
+
+def client_for(context: str | None, kube: KubeClient | None) -> KubeClient:
+    """``kube`` when given, else a client for ``context``; refuses a ``kube`` of another context.
+
+    Where a call takes both (`kinetic.attach(..., context=, kube=)`), the handle
+    it returns talks through ``kube``: a different ``context`` would say otherwise.
+    """
+    if kube is None:
+        return KubeClient(context)
+    if context is not None and context != kube.context:
+        raise ValueError(
+            f"context={context!r} and kube={kube!r} name two kubeconfig contexts; pass one "
+            "of them (a handle talks through its kube client's context)"
+        )
+    return kube

@@ -16,11 +16,12 @@ import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
-from kinetic.api import kube
 from kinetic.model import names
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
+
+    from kinetic.api.kube import KubeClient
 
 
 class Followed(Protocol):
@@ -28,7 +29,9 @@ class Followed(Protocol):
     its `tail` makes a `LogFollower`), as far as following reads it."""
 
     namespace: str
-    context: str | None
+
+    @property
+    def _kube(self) -> KubeClient: ...
 
     def logs(self) -> str | None: ...
 
@@ -103,9 +106,7 @@ class LogFollower:
         from kubernetes.client import ApiException
 
         try:
-            resp = kube.core(self.handle.context).read_namespaced_pod_log(
-                pod, self.handle.namespace, follow=True, _preload_content=False
-            )
+            resp = self.handle._kube.follow_log(pod, self.handle.namespace)
         except ApiException:
             return  # not readable yet (or just deleted): the next look tries again
         self._printed.add(pod)

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from kubernetes.client import ApiException
 
-from kinetic.api import kube
 from kinetic.api.config import operator_namespace
+from kinetic.api.kube import KubeClient
 from kinetic.model.policy_keys import POLICY_CONFIG_MAP, SubmissionPolicy, submission_policy
 
 _DEFAULTS = "following no policy (its defaults: preview first, no default GPU type)"
@@ -35,7 +35,7 @@ def read_submission_policy(context: str | None = None) -> tuple[SubmissionPolicy
     """
     source = policy_source()
     try:
-        cm = kube.core(context).read_namespaced_config_map(POLICY_CONFIG_MAP, operator_namespace())
+        cm = KubeClient(context).config_map(operator_namespace(), POLICY_CONFIG_MAP)
     except ApiException as exc:
         if exc.status == 404:
             return SubmissionPolicy(), None

@@ -42,8 +42,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from kinetic.api import kube
 from kinetic.api.config import CONTEXT_ENV, ConfigError
+from kinetic.api.kube import KubeClient, client_for, in_cluster, kubeconfig_contexts
 
 DEFAULT_CLEANUP_TIMEOUT = 180.0
 
@@ -194,13 +194,13 @@ def context_for(where: str, cluster: str | None, context: str | None) -> str | N
         return _context_from_environment(where)
     if cluster is None:
         return context
-    if kube.in_cluster():
+    if in_cluster():
         raise ConfigError(
             f"{where}(cluster={cluster!r}): cluster= selects a kubeconfig context, but this "
             "process runs in a Pod and talks to its own cluster (KUBECONFIG is not set). "
             "Leave cluster= out, or set KUBECONFIG to a kubeconfig with that context."
         )
-    contexts, active, path = kube.kubeconfig_contexts()
+    contexts, active, path = kubeconfig_contexts()
     chosen = _select(f"{where}(cluster={cluster!r})", cluster, contexts, active, path)
     if context is not None and context != chosen:
         raise ConfigError(
@@ -208,6 +208,22 @@ def context_for(where: str, cluster: str | None, context: str | None) -> str | N
             f"kubeconfig context {chosen!r}, not {context!r}; pass only one of them."
         )
     return chosen
+
+
+def kube_for(
+    where: str, cluster: str | None, context: str | None, kube: KubeClient | None
+) -> KubeClient:
+    """The client a call talks through: ``kube`` when given (then ``cluster`` or ``context``,
+    if given too, must select its context), else one for the context `context_for` selects.
+
+    A caller that passes its own client has chosen the cluster: the environment's
+    ``KINETIC_CONTEXT`` and ``KINETIC_CLUSTER`` are not asked.
+    """
+    if kube is None:
+        return KubeClient(context_for(where, cluster, context))
+    if cluster is None and context is None:
+        return kube
+    return client_for(context_for(where, cluster, context), kube)
 
 
 def _context_from_environment(where: str) -> str | None:
@@ -221,7 +237,7 @@ def _context_from_environment(where: str) -> str | None:
     cluster = os.environ.get(CLUSTER_ENV) or None
     if cluster is None:
         return named
-    if kube.in_cluster():
+    if in_cluster():
         warnings.warn(
             f"{CLUSTER_ENV}={cluster!r} is ignored in a Pod: it selects a kubeconfig context, "
             "and this process talks to its own cluster (KUBECONFIG is not set)",
@@ -229,7 +245,7 @@ def _context_from_environment(where: str) -> str | None:
             stacklevel=1,  # a fixed place: once per process and value
         )
         return named
-    contexts, active, path = kube.kubeconfig_contexts()
+    contexts, active, path = kubeconfig_contexts()
     said = f"{CLUSTER_ENV}={cluster!r} (read by {where})"
     chosen = _select(said, cluster, contexts, active, path, how=f"set {CLUSTER_ENV} to")
     if named is not None and named != chosen:

@@ -60,9 +60,9 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from kinetic.api import kube
 from kinetic.api.config import default_namespace, resolve
 from kinetic.api.inputs import read_shard
+from kinetic.api.kube import ClusterUnreachable, KubeClient, kube_reason
 from kinetic.api.policy import policy_source, read_submission_policy
 from kinetic.cli.jobs import CONTEXT, NAMESPACE
 from kinetic.cli.output import console, errors, fail
@@ -166,7 +166,7 @@ def submit(
         raise fail(f"not submitted: {how}", code=1)
 
     def create(doc: Document) -> object:
-        return kube.create(doc.plural, doc.namespace, doc.body, context)
+        return KubeClient(context).create(doc.plural, doc.namespace, doc.body)
 
     outcomes = create_all(entries, create, stop_on_error=on_error is False)
     _print_summary(outcomes)
@@ -251,7 +251,7 @@ def _server_dry_run(entries: list[Entry], context: str | None) -> list[Entry]:
     for entry in entries:
         if isinstance(entry, Document):
             try:
-                kube.custom(context).create_namespaced_custom_object(
+                KubeClient(context).custom.create_namespaced_custom_object(
                     r.GROUP,
                     r.VERSION,
                     entry.namespace,
@@ -261,8 +261,8 @@ def _server_dry_run(entries: list[Entry], context: str | None) -> list[Entry]:
                     _content_type="application/json",
                 )
             except ApiException as exc:
-                entry = Refusal(entry.label, kube.kube_reason(exc))
-            except kube.ClusterUnreachable as exc:
+                entry = Refusal(entry.label, kube_reason(exc))
+            except ClusterUnreachable as exc:
                 raise fail(str(exc)) from None
         checked.append(entry)
     return checked
@@ -360,7 +360,8 @@ def _follow(doc: Document, i: int, context: str | None, timeout: float | None, o
     deleted or the watch fails, so the waiter never waits for a silent thread.
     """
     try:
-        for obj in kube.watch_one(doc.plural, doc.namespace, doc.name, timeout, context):
+        kube = KubeClient(context)
+        for obj in kube.watch_one(doc.plural, doc.namespace, doc.name, timeout):
             status = (obj or {}).get("status") or {}
             out.put((i, status if obj is not None else None))
             if obj is None or r.Phase(status.get("phase") or "PENDING").terminal:
@@ -421,7 +422,7 @@ def _batch_rows(doc: Document, status: dict[str, Any], context: str | None) -> l
     manifest to catch up, a bounded while, rather than show an ended input
     with no attempt.
     """
-    obj = kube.get(doc.plural, doc.namespace, doc.name, context) or {}
+    obj = KubeClient(context).get(doc.plural, doc.namespace, doc.name) or {}
     root = _storage_root(context)
     uid = (obj.get("metadata") or {}).get("uid")
     records: dict[int, dict[str, Any]] = {}

@@ -7,8 +7,8 @@ happen or the API server's refusal in its own words. The second (``confirm``
 true, after the user said yes) dry-runs it again (rights can change in
 between) and then makes it with the same call the client's handles make.
 
-The server acts with the user's kubeconfig only: what they may not do, it
-cannot do either.
+The server acts with the user's kubeconfig only, through its one
+`kinetic.api.kube.KubeClient`: what they may not do, it cannot do either.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kubernetes import client
 from kubernetes.client import ApiException
 
-from kinetic.api import kube
 from kinetic.api.batch_rerun import rerun_body, source_view
 from kinetic.api.batches import new_group_id, rerun_batch
 from kinetic.api.config import resolve
 from kinetic.api.inputs import add_cancel_indexes
+from kinetic.api.kube import KubeClient, kube_reason
 from kinetic.model import resources as r
 from kinetic.model.ranges import IndexSet
 
@@ -87,16 +86,16 @@ class Outcome:
         return {"ok": self.ok, "done": self.done, "says": self.says}
 
 
-def take(ask: Ask, confirm: bool, context: str | None) -> Outcome:
+def take(ask: Ask, confirm: bool, kube: KubeClient) -> Outcome:
     """Dry-run the action; with ``confirm``, then take it. A refusal is an Outcome, not an
     error: the page shows it as the API server said it."""
     ask = ask.check()
     plan = _PLANS[ask.action]
     try:
-        says, dry_run, act = plan(ask, context)
+        says, dry_run, act = plan(ask, kube)
         dry_run()
     except ApiException as e:
-        return Outcome(False, False, f"the API server refused it: {e.status} {kube.kube_reason(e)}")
+        return Outcome(False, False, f"the API server refused it: {e.status} {kube_reason(e)}")
     except (LookupError, ValueError) as e:  # nothing to rerun, the batch is gone, ...
         return Outcome(False, False, str(e))
     if not confirm:
@@ -104,7 +103,7 @@ def take(ask: Ask, confirm: bool, context: str | None) -> Outcome:
     try:
         return Outcome(True, True, act())
     except ApiException as e:
-        return Outcome(False, False, f"the API server refused it: {e.status} {kube.kube_reason(e)}")
+        return Outcome(False, False, f"the API server refused it: {e.status} {kube_reason(e)}")
     except (LookupError, ValueError) as e:
         return Outcome(False, False, str(e))
 
@@ -112,17 +111,13 @@ def take(ask: Ask, confirm: bool, context: str | None) -> Outcome:
 Plan = tuple[str, Callable[[], Any], Callable[[], str]]
 
 
-def _custom(context: str | None) -> client.CustomObjectsApi:
-    return kube.custom(context)
-
-
-def _patch_dry(ask: Ask, context: str | None, spec: dict[str, Any]) -> None:
-    _custom(context).patch_namespaced_custom_object(
+def _patch_dry(ask: Ask, kube: KubeClient, spec: dict[str, Any]) -> None:
+    kube.custom.patch_namespaced_custom_object(
         r.GROUP, r.VERSION, ask.namespace, ask.plural, ask.name, {"spec": spec}, dry_run=DRY_RUN
     )
 
 
-def _cancel(ask: Ask, context: str | None) -> Plan:
+def _cancel(ask: Ask, kube: KubeClient) -> Plan:
     what = "batch" if ask.plural == r.BATCH_PLURAL else "job"
     says = (
         f"Cancel {what} {ask.namespace}/{ask.name}: sets spec.cancel; the operator stops its "
@@ -130,16 +125,16 @@ def _cancel(ask: Ask, context: str | None) -> Plan:
     )
 
     def act() -> str:
-        if kube.patch_spec(ask.plural, ask.namespace, ask.name, {"cancel": True}, context) is None:
+        if kube.patch_spec(ask.plural, ask.namespace, ask.name, {"cancel": True}) is None:
             raise LookupError(f"{what} {ask.namespace}/{ask.name} is gone")
         return f"{what} {ask.name}: spec.cancel is set; the operator is stopping it"
 
-    return says, lambda: _patch_dry(ask, context, {"cancel": True}), act
+    return says, lambda: _patch_dry(ask, kube, {"cancel": True}), act
 
 
-def _cancel_input(ask: Ask, context: str | None) -> Plan:
+def _cancel_input(ask: Ask, kube: KubeClient) -> Plan:
     index = ask.index if ask.index is not None else -1
-    obj = kube.get(r.BATCH_PLURAL, ask.namespace, ask.name, context)
+    obj = kube.get(r.BATCH_PLURAL, ask.namespace, ask.name)
     if obj is None:
         raise LookupError(f"batch {ask.namespace}/{ask.name} is gone")
     current = IndexSet.parse((obj.get("spec") or {}).get("cancelIndexes", ""))
@@ -150,16 +145,16 @@ def _cancel_input(ask: Ask, context: str | None) -> Plan:
     )
 
     def act() -> str:
-        if add_cancel_indexes(ask.namespace, ask.name, [index], context) is None:
+        if add_cancel_indexes(ask.namespace, ask.name, [index], kube) is None:
             raise LookupError(f"batch {ask.namespace}/{ask.name} is gone")
         return f"input {index} of {ask.name}: cancel asked (spec.cancelIndexes)"
 
-    return says, lambda: _patch_dry(ask, context, {"cancelIndexes": wanted}), act
+    return says, lambda: _patch_dry(ask, kube, {"cancelIndexes": wanted}), act
 
 
-def _rerun(ask: Ask, context: str | None) -> Plan:
-    cfg = resolve(namespace=ask.namespace, context=context)
-    source = source_view(ask.name, ask.namespace, cfg.storage_root, context)
+def _rerun(ask: Ask, kube: KubeClient) -> Plan:
+    cfg = resolve(namespace=ask.namespace, context=kube.context)
+    source = source_view(ask.name, ask.namespace, cfg.storage_root, kube)
     new_name = new_group_id()
     body, chosen = rerun_body(source, failed=True, namespace=ask.namespace, new_name=new_name)
     says = (
@@ -168,39 +163,37 @@ def _rerun(ask: Ask, context: str | None) -> Plan:
     )
 
     def dry_run() -> None:
-        _custom(context).create_namespaced_custom_object(
+        kube.custom.create_namespaced_custom_object(
             r.GROUP, r.VERSION, ask.namespace, r.BATCH_PLURAL, body, dry_run=DRY_RUN
         )
 
     def act() -> str:
-        made = rerun_batch(
-            ask.name, failed=True, name=new_name, namespace=ask.namespace, context=context
-        )
+        made = rerun_batch(ask.name, failed=True, name=new_name, namespace=ask.namespace, kube=kube)
         return f"created batch {made.group_id} ({made.total} input(s))"
 
     return says, dry_run, act
 
 
-def _delete(ask: Ask, context: str | None) -> Plan:
+def _delete(ask: Ask, kube: KubeClient) -> Plan:
     says = (
         f"Delete {ask.kind} {ask.namespace}/{ask.name}: its Pods go with it. Stored results, "
         "logs and the manifest stay (`kinetic jobs cleanup` or `batches cleanup` deletes them)."
     )
 
     def dry_run() -> None:
-        _custom(context).delete_namespaced_custom_object(
+        kube.custom.delete_namespaced_custom_object(
             r.GROUP, r.VERSION, ask.namespace, ask.plural, ask.name, dry_run=DRY_RUN
         )
 
     def act() -> str:
-        if not kube.delete(ask.plural, ask.namespace, ask.name, context):
+        if not kube.delete(ask.plural, ask.namespace, ask.name):
             raise LookupError(f"{ask.kind} {ask.namespace}/{ask.name} was already gone")
         return f"{ask.kind} {ask.name} is being deleted"
 
     return says, dry_run, act
 
 
-_PLANS: dict[str, Callable[[Ask, str | None], Plan]] = {
+_PLANS: dict[str, Callable[[Ask, KubeClient], Plan]] = {
     "cancel-batch": _cancel,
     "cancel-job": _cancel,
     "cancel-input": _cancel_input,

@@ -10,7 +10,9 @@ A namespace the user may not read is not an error page: the API server's
 refusal is kept as the stream's ``refused`` text, shown where its objects
 would be, and the list is tried again now and then (rights can be granted).
 
-The Kubernetes client is synchronous, so each stream runs in a daemon thread;
+Every stream asks through the server's one `kinetic.api.kube.KubeClient`, the
+one its handles and actions use. The Kubernetes client is synchronous, so each
+stream runs in a daemon thread;
 listeners are called in that thread and must only hand the change on
 (`asyncio.AbstractEventLoop.call_soon_threadsafe`).
 """
@@ -26,7 +28,7 @@ from typing import Any
 from kubernetes import watch
 from kubernetes.client import ApiException
 
-from kinetic.api import kube
+from kinetic.api.kube import LIST_PAGE, KubeClient, kube_reason
 from kinetic.model import resources as r
 
 log = logging.getLogger("kinetic.dashboard")
@@ -58,7 +60,7 @@ class Stream:
 
     plural: str
     namespace: str
-    context: str | None
+    kube: KubeClient
     publish: Listener
     objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     refused: str | None = None
@@ -94,14 +96,14 @@ class Stream:
             except ApiException as e:
                 if e.status == 410:
                     continue  # our resourceVersion is too old: list again at once
-                self._refuse(f"{e.status} {kube.kube_reason(e)}")
+                self._refuse(f"{e.status} {kube_reason(e)}")
             except Exception as e:  # noqa: BLE001 — a broken connection: say so, try again
                 log.warning("watch of %s in %s: %s", self.plural, self.namespace or "all", e)
                 self._refuse(f"the API server did not answer: {e}")
             self._stop.wait(RETRY_SECONDS)
 
     def _call(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-        api = kube.custom(self.context)
+        api = self.kube.custom
         if self.namespace == ALL:
             return api.list_cluster_custom_object, (r.GROUP, r.VERSION, self.plural)
         return api.list_namespaced_custom_object, (r.GROUP, r.VERSION, self.namespace, self.plural)
@@ -113,7 +115,7 @@ class Stream:
         token: str | None = None
         while True:
             extra = {"_continue": token} if token else {}
-            got = call(*args, limit=kube.LIST_PAGE, **extra)
+            got = call(*args, limit=LIST_PAGE, **extra)
             for obj in got["items"]:
                 obj.setdefault("kind", _kind(self.plural))
                 seen[_key(obj)] = obj
@@ -171,8 +173,8 @@ def _kind(plural: str) -> str:
 class Hub:
     """Every stream the server runs, started on first need and shared by every page."""
 
-    def __init__(self, context: str | None) -> None:
-        self.context = context
+    def __init__(self, kube: KubeClient) -> None:
+        self.kube = kube
         self._streams: dict[tuple[str, str], Stream] = {}
         self._listeners: list[Listener] = []
         self._lock = threading.Lock()
@@ -199,7 +201,7 @@ class Hub:
             for plural in KINDS:
                 stream = self._streams.get((plural, namespace))
                 if stream is None:
-                    stream = Stream(plural, namespace, self.context, self._publish)
+                    stream = Stream(plural, namespace, self.kube, self._publish)
                     self._streams[(plural, namespace)] = stream
                     stream.start()
                 out.append(stream)

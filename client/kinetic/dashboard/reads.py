@@ -2,7 +2,8 @@
 
 A batch, an input and a job are read exactly as `kinetic.attach_batch`,
 `kinetic.attach` and their handles read them (the batch status, the Pods the
-operator recorded, the manifest as the status vouches for it, archived logs).
+operator recorded, the manifest as the status vouches for it, archived logs),
+each handle given the server's one `KubeClient`.
 Everything here is synchronous; the server runs it in worker threads.
 
 Nothing is unpickled on its own. A result's size and digest are shown as
@@ -22,16 +23,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client
 from kubernetes.client import ApiException
 
 from kinetic import storage
-from kinetic.api import doctor, kube
+from kinetic.api import doctor
 from kinetic.api.batches import BatchHandle, attach_batch, attach_input
 from kinetic.api.config import operator_namespace, resolve
 from kinetic.api.handle import JobHandle
 from kinetic.api.inputs import InputHandle
 from kinetic.api.jobs import attach
+from kinetic.api.kube import ClusterUnreachable, KubeClient, kube_reason
 from kinetic.dashboard import charts
 from kinetic.dashboard.tables import Attempt, InputRow, input_row, summary
 from kinetic.dashboard.tracebacks import MAX_FAILURE_BYTES, Failure, read_failure
@@ -50,12 +51,12 @@ _READERS = 8
 # --------------------------------------------------------------------------- a batch
 
 
-def warm_up(context: str | None) -> None:
+def warm_up(kube: KubeClient) -> None:
     """Load what the first page's read needs (the Kubernetes client's Pod API takes seconds
     to import) and the operator's published settings, before anyone asks."""
     try:
-        kube.core(context)
-        resolve(context=context)
+        kube.core  # noqa: B018 — made for its import, not its value
+        resolve(context=kube.context)
     except Exception as e:  # noqa: BLE001 — the first page's read will say what is wrong
         log.info("warming up: %s", e)
 
@@ -95,11 +96,11 @@ class BatchView:
         }
 
 
-def open_batch(namespace: str, group_id: str, context: str | None) -> BatchView:
+def open_batch(namespace: str, group_id: str, kube: KubeClient) -> BatchView:
     """Read a batch and every input's phase, attempts and message (`BatchHandle.overview`:
     one read of the batch, one LIST of its Pods, one read per manifest shard)."""
-    handle = attach_batch(group_id, namespace=namespace, context=context)
-    obj = kube.get(r.BATCH_PLURAL, namespace, group_id, context)
+    handle = attach_batch(group_id, namespace=namespace, kube=kube)
+    obj = kube.get(r.BATCH_PLURAL, namespace, group_id)
     return BatchView(handle, obj, batch_rows(handle), time.time())
 
 
@@ -158,12 +159,13 @@ def read_failures(view: BatchView, indexes: Iterable[int]) -> None:
 # --------------------------------------------------------------------------- an input, a job
 
 
-def input_handle(namespace: str, group_id: str, index: int, context: str | None) -> InputHandle:
-    return attach_input(group_id, index, resolve(namespace=namespace, context=context))
+def input_handle(namespace: str, group_id: str, index: int, kube: KubeClient) -> InputHandle:
+    cfg = resolve(namespace=namespace, context=kube.context)
+    return attach_input(group_id, index, cfg, kube)
 
 
-def job_handle(namespace: str, name: str, context: str | None) -> JobHandle:
-    return attach(name, namespace=namespace, context=context)
+def job_handle(namespace: str, name: str, kube: KubeClient) -> JobHandle:
+    return attach(name, namespace=namespace, kube=kube)
 
 
 def detail(handle: JobHandle) -> dict[str, Any]:
@@ -180,11 +182,11 @@ def detail(handle: JobHandle) -> dict[str, Any]:
         "message": described.get("message"),
         "attempts": attempts,
         "ranks": _ranks(handle, described),
-        "container": not handle._is_function(),
+        "container": not handle.is_function(),
     }
     if isinstance(handle, InputHandle):
         out |= {"batch": handle.group, "index": handle.index}
-    if not handle._is_function():
+    if not handle.is_function():
         out["result"] = described.get("result") if phase == "SUCCEEDED" else None
     elif phase in ("SUCCEEDED", "FAILED"):
         out |= result_info(handle)
@@ -195,17 +197,17 @@ def _ranks(handle: JobHandle, described: dict[str, Any]) -> int:
     """How many Pods each attempt has (a gang's members), from what the operator recorded."""
     attempts = described.get("attempts") or []
     newest = max(attempts, key=lambda a: a.get("attempt", 0)) if attempts else None
-    return handle._hosts(newest)
+    return handle.hosts(newest)
 
 
 def result_info(handle: JobHandle) -> dict[str, Any]:
     """Where a function's result is, its size, and the digest the API server vouches for
     (or why none does); a failure's type, message and traceback, read as text."""
-    uri = handle._result_location()
+    uri = handle.result_location()
     info: dict[str, Any] = {"resultURI": uri, "resultBytes": None, "resultSHA256": None}
     if not uri:
         return info
-    expected, why = handle._result_anchor()
+    expected, why = handle.result_anchor()
     info["resultSHA256"], info["unverifiable"] = expected, why
     data, problem = _bounded(uri)
     if data is None:
@@ -251,20 +253,20 @@ def _judged(
 
 def failure_of(handle: JobHandle) -> tuple[Failure | None, str | None]:
     """A failed call's text, checked as the client checks a result; else None and why not."""
-    uri = handle._result_location()
+    uri = handle.result_location()
     if not uri:
         return None, None
     data, problem = _bounded(uri)
     if data is None:
         return None, problem
-    return _judged(data, *handle._result_anchor(), uri)
+    return _judged(data, *handle.result_anchor(), uri)
 
 
 def reveal(handle: JobHandle) -> dict[str, Any]:
     """The value (or the exception) a function's result holds, loaded as the client loads
-    it: `JobHandle._read_result` checks the digest first. Only on the user's explicit ask."""
+    it: `JobHandle.read_result` checks the digest first. Only on the user's explicit ask."""
     try:
-        outcome = handle._read_result()
+        outcome = handle.read_result()
     except (digest.ResultMismatch, payload.PayloadError, storage.NotFound) as e:
         return {"ok": False, "refused": str(e)}
     if outcome is None:
@@ -283,32 +285,30 @@ def log_of(handle: JobHandle, rank: int = 0) -> dict[str, Any]:
     """The end of the newest attempt's log (rank ``rank``'s), and the Pod that is writing
     it while one runs (the page then follows it live)."""
     text = handle.tail(LOG_LINES, rank=rank)
-    pod = handle._pod(rank)
+    pod = handle.pod(rank)
     return {"text": text, "pod": pod, "live": pod is not None and not handle.status().terminal}
 
 
 # --------------------------------------------------------------------------- the operator
 
 
-def operator_info(context: str | None) -> dict[str, Any]:
+def operator_info(kube: KubeClient) -> dict[str, Any]:
     """The operator as this identity may see it: its replicas, the leader Lease's holder,
     the policy in force; each says "cannot tell" and why where it may not."""
-    target = doctor.Target(None, context)
+    target = doctor.Target(None, kube.context)
     checks = {}
     for name, check in (("replicas", doctor.check_operator), ("leader", doctor.check_leader)):
         try:
             result = check(target)
             checks[name] = {"status": result.status.value, "detail": result.detail}
-        except (ApiException, kube.ClusterUnreachable) as e:
+        except (ApiException, ClusterUnreachable) as e:
             checks[name] = {"status": "fail", "detail": f"cannot tell: {_why(e)}"}
-    return {"namespace": operator_namespace(), **checks, "policy": _policy(context)}
+    return {"namespace": operator_namespace(), **checks, "policy": _policy(kube)}
 
 
-def _policy(context: str | None) -> dict[str, Any]:
+def _policy(kube: KubeClient) -> dict[str, Any]:
     try:
-        cm = client.CoreV1Api(kube.api_client(context)).read_namespaced_config_map(
-            POLICY_CONFIG_MAP, operator_namespace()
-        )
+        cm = kube.config_map(operator_namespace(), POLICY_CONFIG_MAP)
     except ApiException as e:
         if e.status == 404:
             return {"found": False, "detail": f"no {POLICY_CONFIG_MAP}: no policy in force"}
@@ -318,7 +318,7 @@ def _policy(context: str | None) -> dict[str, Any]:
 
 def _why(e: Exception) -> str:
     if isinstance(e, ApiException):
-        return f"{e.status} {kube.kube_reason(e)}"
+        return f"{e.status} {kube_reason(e)}"
     return str(e)
 
 

@@ -4,7 +4,9 @@ Every request passes `kinetic.dashboard.guard` first and every response carries
 its headers (a strict Content-Security-Policy among them). Changes reach the
 pages as server-sent events from the shared watches (`kinetic.dashboard.hub`);
 a batch's inputs are read once per change of the batch, by whichever tab asked
-first, and every tab pages through that one read (`BatchViews`).
+first, and every tab pages through that one read (`BatchViews`). The server
+holds one `kinetic.api.kube.KubeClient` (`State.kube`): the watches, every
+handle a page reads through and every action ask the API server through it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 from aiohttp import web
 from kubernetes.client import ApiException
 
-from kinetic.api import kube
+from kinetic.api.kube import ClusterUnreachable, KubeClient, kube_reason
 from kinetic.dashboard import actions, export, guard, reads, tables
 from kinetic.dashboard.hub import ALL, Change, Hub
 from kinetic.model import resources as r
@@ -72,9 +74,7 @@ class BatchViews:
                 entry.building = asyncio.ensure_future(self._build(namespace, name))
             await asyncio.shield(entry.building)
         if entry.view is None:  # the read failed: read again here, so its error is raised
-            entry.view = await self.state.run(
-                reads.open_batch, namespace, name, self.state.settings.context
-            )
+            entry.view = await self.state.run(reads.open_batch, namespace, name, self.state.kube)
         return entry.view
 
     def changed(self, namespace: str, name: str) -> None:
@@ -95,7 +95,7 @@ class BatchViews:
                 entry.dirty = False
                 try:
                     entry.view = await self.state.run(
-                        reads.open_batch, namespace, name, self.state.settings.context
+                        reads.open_batch, namespace, name, self.state.kube
                     )
                 except Exception as e:  # noqa: BLE001 — shown when a page asks
                     log.info("reading batch %s/%s: %s", namespace, name, e)
@@ -109,11 +109,13 @@ class BatchViews:
 
 
 class State:
-    """Everything one server holds: its settings, watches, batch views and open streams."""
+    """Everything one server holds: its settings, its one client of the API server, watches,
+    batch views and open streams."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.hub = Hub(settings.context)
+        self.kube = KubeClient(settings.context)
+        self.hub = Hub(self.kube)
         self.views = BatchViews(self)
         self.queues: set[asyncio.Queue[str]] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -122,9 +124,9 @@ class State:
         self.loop = loop
         self.hub.listen(self._from_thread)
         wanted = [ALL] if self.settings.all_namespaces else list(self.settings.namespaces)
-        for namespace in wanted or [kube.current_namespace(self.settings.context)]:
+        for namespace in wanted or [self.kube.current_namespace()]:
             self.hub.watch_namespace(namespace)
-        loop.run_in_executor(None, reads.warm_up, self.settings.context)
+        loop.run_in_executor(None, reads.warm_up, self.kube)
 
     def _from_thread(self, change: Change) -> None:
         if self.loop is None or self.loop.is_closed():
@@ -211,8 +213,8 @@ async def _guard(
     except LookupError as e:
         return _error(404, str(e))
     except ApiException as e:
-        return _error(e.status or 502, f"the API server said: {e.status} {kube.kube_reason(e)}")
-    except kube.ClusterUnreachable as e:
+        return _error(e.status or 502, f"the API server said: {e.status} {kube_reason(e)}")
+    except ClusterUnreachable as e:
         return _error(502, str(e))
 
 
@@ -343,10 +345,8 @@ async def _handle(request: web.Request) -> Any:
     info = request.match_info
     if "index" in info:
         index = _index(info["index"])
-        return await state.run(
-            reads.input_handle, info["ns"], info["name"], index, state.settings.context
-        )
-    return await state.run(reads.job_handle, info["ns"], info["name"], state.settings.context)
+        return await state.run(reads.input_handle, info["ns"], info["name"], index, state.kube)
+    return await state.run(reads.job_handle, info["ns"], info["name"], state.kube)
 
 
 def _index(text: str) -> int:
@@ -392,7 +392,7 @@ async def follow(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     handle = await _handle(request)
     rank = _rank(request)
-    pod = await state.run(handle._pod, rank)
+    pod = await state.run(handle.pod, rank)
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
     )
@@ -444,15 +444,13 @@ async def act(request: web.Request) -> web.Response:
         index=index if isinstance(index, int) else None,
     )
     state = request.app[STATE]
-    outcome = await state.run(
-        actions.take, ask, body.get("confirm") is True, state.settings.context
-    )
+    outcome = await state.run(actions.take, ask, body.get("confirm") is True, state.kube)
     return _json(outcome.wire())
 
 
 async def operator(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    return _json(await state.run(reads.operator_info, state.settings.context))
+    return _json(await state.run(reads.operator_info, state.kube))
 
 
 # --------------------------------------------------------------------------- the app

@@ -2,8 +2,8 @@
 
 `kinetic.api.fuse.refusal` is pure and table-tested; `Stager` is tested with
 the real file:// storage backend in a temporary folder and a stand-in for
-the one cluster read (the CSIDriver), so "nothing was uploaded" is checked
-on real storage.
+the one cluster read (the CSIDriver, whose read is tested on the local
+cluster), so "nothing was uploaded" is checked on real storage.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from kinetic.model.data import (
     inputs_data,
 )
 from kinetic.model.resources import DataVolume
-from kubernetes.client import ApiException
 
 NS = "team-a"
 GS_ROOT = "gs://kinetic"
@@ -167,43 +166,16 @@ def test_uploaded_local_fuse_data_is_mounted_from_the_cache(tmp_path: Path) -> N
     assert volume.manifest_uri == layout.data_manifest_uri(root, NS, h)
 
 
-# --------------------------------------------------------------------------- the one read
-
-
-class _Storage:
-    def __init__(self, answer: BaseException | None) -> None:
-        self.answer = answer
-
-    def __call__(self, _api: Any) -> _Storage:
-        return self
-
-    def read_csi_driver(self, name: str, **_: Any) -> None:
-        assert name == GCSFUSE_DRIVER
-        if self.answer is not None:
-            raise self.answer
-
-
-@pytest.mark.parametrize(
-    ("answer", "expected"),
-    [(None, True), (ApiException(status=404), False), (ApiException(status=403), None)],
-    ids=["present", "absent", "forbidden"],
-)
-def test_the_csidriver_is_read_once(monkeypatch, answer, expected) -> None:
-    from kinetic.api import kube
-    from kubernetes import client
-
-    monkeypatch.setattr(kube, "api_client", lambda context=None: object())
-    monkeypatch.setattr(client, "StorageV1Api", _Storage(answer))
-    assert fuse.driver_present("ctx") is expected
-
-
 # --------------------------------------------------------------------------- whole submissions
 
 
 @pytest.fixture
 def refusing_cluster(monkeypatch, tmp_path: Path) -> str:
-    """A file:// root, a cluster without the driver, and no resource may be created."""
-    from kinetic.api import batches, jobs, remote
+    """A file:// root, a cluster without the driver, and no resource may be created.
+
+    (The CSIDriver read itself, present, absent and unreadable, is tested on the
+    local cluster: tests/integration/test_data_fuse.py.)"""
+    from kinetic.api import batches, remote
     from kinetic.api.config import ClientConfig
 
     root = f"file://{tmp_path / 'store'}"
@@ -217,7 +189,9 @@ def refusing_cluster(monkeypatch, tmp_path: Path) -> str:
 
     monkeypatch.setattr(remote, "submit_job", no_create)
     monkeypatch.setattr(batches, "create_batch", no_create)
-    monkeypatch.setattr(jobs, "kube", None)  # any other way to the API server fails loudly
+    # No kubeconfig: any other way to the API server fails loudly (ClusterUnreachable).
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
     return root
 
 

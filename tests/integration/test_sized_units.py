@@ -18,15 +18,16 @@ from collections import Counter
 import kinetic
 import pytest
 from kinetic import storage
-from kinetic.api import kube as kinetic_kube
 from kinetic.api.config import resolve
 from kinetic.api.jobs import JobStatus
+from kinetic.api.kube import KubeClient
 from kinetic.model import names
 from kinetic.model import resources as r
 from kinetic.model.grid import Grid
 from kube_helpers import Kube, kill_operator, wait_for, wait_operator_ready
 
 pytestmark = pytest.mark.integration
+kinetic_kube = KubeClient()  # the client's own calls, through the current context
 
 TIMEOUT = 240
 
