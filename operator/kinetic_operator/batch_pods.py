@@ -143,6 +143,9 @@ def _chunk_entry(
     fn = one.function
     assert fn is not None  # validate_batch_spec: chunks are function templates only
     entry: dict[str, Any] = {"index": index, "resultURI": fn.result_uri}
+    original = original_index(spec.inputs.indexes if spec.inputs else None, index)
+    if original != index:  # a rerun's input keeps its KINETIC_INDEX (older runners: no key)
+        entry["originalIndex"] = original
     if index in known:
         entry["resultSHA256"] = known[index]
     if one.output_dir:

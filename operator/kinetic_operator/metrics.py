@@ -33,6 +33,7 @@ __all__ = [
     "phases_collector",
     "reconcile_timer",
     "serve",
+    "slot_refilled",
     "watch_queue",
 ]
 
@@ -77,6 +78,13 @@ QUEUE_DEPTH = Gauge(
     "kinetic_work_queue_depth",
     "Jobs and batches with a reconcile running, queued or waiting to retry.",
 )
+SLOT_REFILL_SECONDS = Histogram(
+    "kinetic_slot_refill_seconds",
+    "From a batch Pod's end (its container's finish time) to the creation of the Pod that "
+    "takes its slot: how long a slot a batch could use stays empty.",
+    ["kind"],
+    buckets=(0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 30, 120),
+)
 LEADER = Gauge(
     "kinetic_leader",
     "1 while this replica holds the leader Lease and reconciles; 0 while it stands by "
@@ -96,6 +104,12 @@ def attempt_created(kind: str, cause: str | None, inputs: int = 1) -> None:
         INPUTS_LAUNCHED.labels(kind).inc(inputs)
     elif cause in _CAUSE_COUNTERS:
         _CAUSE_COUNTERS[cause].labels(kind).inc(inputs)
+
+
+def slot_refilled(kind: str, waited: Iterable[float]) -> None:
+    """Pods just created in slots that Pods ended in ``waited`` seconds ago."""
+    for seconds in waited:
+        SLOT_REFILL_SECONDS.labels(kind).observe(max(0.0, seconds))
 
 
 def inputs_ended(kind: str, *, succeeded: int = 0, failed: int = 0) -> None:

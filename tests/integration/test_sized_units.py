@@ -152,6 +152,39 @@ def test_a_unit_killed_mid_input_charges_that_input_alone(ns: str, scratch: str)
         assert [a["outcome"] for a in batch.jobs[i].attempts()] == ["success"]
 
 
+def test_an_input_over_the_memory_limit_is_charged_as_oomkilled(
+    ns: str, scratch: str, kube: Kube
+) -> None:
+    """The namespace's LimitRange gives the unit Pod 160 MiB; input 3 asks for far more the
+    first time. The kernel kills the process running it: input 3 alone spends a retry, as
+    OOMKilled, and the inputs after it run in the next Pod."""
+    limit = {"type": "Container", "default": {"memory": "160Mi"}}
+    kube.core.create_namespaced_limit_range(
+        ns, {"metadata": {"name": "memory"}, "spec": {"limits": [limit]}}
+    )
+
+    @kinetic.run(namespace=ns)
+    def hungry(i: int) -> int:
+        from kinetic import storage as s
+
+        work(scratch, i)
+        if i == 3:
+            try:
+                s.write_if_generation(f"{scratch}/hog", b"", 0)  # only the first time
+            except s.PreconditionFailed:
+                return i
+            hog = [bytearray(32 << 20) for _ in range(40)]  # 1.25 GiB, page by page
+            return len(hog)
+        return i
+
+    batch = hungry.run_async_map(range(5), max_concurrent=1, retries=1)
+    assert batch.results(timeout=TIMEOUT) == list(range(5))
+    assert witnessed(scratch) == Counter({0: 1, 1: 1, 2: 1, 3: 2, 4: 1})
+    killed = batch.jobs[3].attempts()
+    assert [(a["outcome"], a.get("reason")) for a in killed][0] == ("failure", "OOMKilled"), killed
+    assert [a["outcome"] for a in batch.jobs[4].attempts()] == ["success"]
+
+
 def test_a_deleted_unit_pod_is_a_disruption_of_the_input_it_ran(
     ns: str, scratch: str, kube: Kube
 ) -> None:

@@ -115,6 +115,7 @@ from kinetic import storage
 from kinetic.model import digest, payload
 from kinetic.model.logs import LOG_ARCHIVE_BYTES
 from kinetic.model.names import (
+    ENV_INDEX,
     ENV_JOB_NAME,
     ENV_LOG_LIMIT,
     ENV_LOG_URI,
@@ -191,6 +192,7 @@ class InputSpec:
     input_sha256: str | None = None
     input_json: str | None = None
     result_sha256: str | None = None  # a recorded result the operator vouches for
+    original_index: int | None = None  # a rerun's input: its index in the batch it reruns
 
     @property
     def has_input(self) -> bool:
@@ -332,6 +334,7 @@ _CHUNK_KEYS = (
     "inputSHA256",
     "inputJSON",
     "resultSHA256",
+    "originalIndex",
 )
 
 
@@ -385,6 +388,7 @@ def parse_chunk(text: str, default_output_dir: str | None = None) -> tuple[Input
                 input_sha256=entry.get("inputSHA256"),
                 input_json=json.dumps(entry["inputJSON"]) if has_json else None,
                 result_sha256=entry.get("resultSHA256"),
+                original_index=entry.get("originalIndex"),
             )
         )
     if problems:
@@ -415,6 +419,9 @@ def _chunk_entry_problems(entry: dict[str, Any], where: str) -> list[str]:
         problems.append(f"{where}: set exactly one of inputURI and inputJSON")
     if "inputURI" in entry and "inputSHA256" not in entry:
         problems.append(f"{where}.inputSHA256 is missing (required with inputURI)")
+    original = entry.get("originalIndex", 0)
+    if isinstance(original, bool) or not isinstance(original, int) or original < 0:
+        problems.append(f"{where}.originalIndex must be a non-negative integer, got {original!r}")
     return problems
 
 
@@ -809,7 +816,7 @@ def _run_reported(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> _O
     """Run one input of a unit, its begin and end reported to the supervising process,
     which writes them into the Pod's log for the operator (`kinetic.model.progress`)."""
     assert spec.index is not None  # parse_chunk gives every chunk input its index
-    _name_input(spec.index)
+    _name_input(spec.index, spec.original_index)
     began = time.time()
     supervising.report(f"begin {spec.index} {int(began * 1000)}")
     outcome = _run_one(cfg, spec, function)
@@ -822,12 +829,15 @@ def _run_reported(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> _O
     return outcome
 
 
-def _name_input(index: int) -> None:
+def _name_input(index: int, original: int | None) -> None:
     """While an input of a unit runs, the Pod's job name is that input's (``<batch>-<i>``),
-    so `kinetic.JobHandle.from_job_context` in the function answers for its own input."""
+    so `kinetic.JobHandle.from_job_context` in the function answers for its own input, and
+    ``KINETIC_INDEX`` is its index (a rerun's input: its index in the batch it reruns), as
+    in a Pod of its own."""
     split = split_any_input_id(os.environ.get(ENV_JOB_NAME, ""))
     if split is not None:
         os.environ[ENV_JOB_NAME] = input_id(split[0], index)
+    os.environ[ENV_INDEX] = str(index if original is None else original)
 
 
 def _skip(rest: tuple[InputSpec, ...], why: str) -> None:

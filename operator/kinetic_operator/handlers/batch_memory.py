@@ -12,9 +12,12 @@ and the manifest book (`Outcomes`), and when to write or look again
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 
 from kinetic.model import layout
+from kinetic.model.names import parse_time
 from kinetic.model.resources import AttemptRecord, KineticBatchSpec
 
 from kinetic_operator.accepted import Stored
@@ -121,6 +124,38 @@ class Timers:
 
 
 @dataclass
+class Refills:
+    """Slots freed by the batch's Pods' ends and not yet taken by a new Pod: when each
+    freed, so that a create can say how long the slot it takes stood empty
+    (`metrics.slot_refilled`). Only a Pod's first end counts, once."""
+
+    freed: list[tuple[float, str]] = field(default_factory=list)  # (end, Pod name), oldest first
+    counted: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # creates run in threads
+
+    def saw(self, pods: Iterable[PodView]) -> None:
+        """Note the ends of Pods seen ended for the first time (and forget Pods gone)."""
+        present: set[str] = set()
+        with self.lock:
+            self._saw(pods, present)
+
+    def _saw(self, pods: Iterable[PodView], present: set[str]) -> None:
+        for pod in pods:
+            present.add(pod.name)
+            if pod.terminal and pod.finished_at and pod.name not in self.counted:
+                self.counted.add(pod.name)
+                self.freed.append((parse_time(pod.finished_at).timestamp(), pod.name))
+        self.freed.sort()
+        self.counted &= present | {name for _, name in self.freed}
+
+    def taken(self, count: int, now: float) -> list[float]:
+        """``count`` new Pods took the oldest freed slots: how long each stood empty."""
+        with self.lock:
+            taken, self.freed = self.freed[:count], self.freed[count:]
+        return [now - end for end, _ in taken]
+
+
+@dataclass
 class BatchMemory(ObjectMemory):
     """What the operator remembers about one batch (``uid``) between reconciles."""
 
@@ -130,6 +165,7 @@ class BatchMemory(ObjectMemory):
     outcomes: Outcomes = field(default_factory=Outcomes)
     timers: Timers = field(default_factory=Timers)
     units: UnitProgress = field(default_factory=UnitProgress)  # a sized batch's progress
+    refills: Refills = field(default_factory=Refills)
 
     def forget(self, uid: str | None) -> None:
         """A batch of the same name but another uid: nothing remembered applies to it."""

@@ -501,6 +501,7 @@ def _observe(
     )
     if units_sized(spec):
         read_progress(batch.kube, batch.namespace, units, mem.units, batch.now)
+    mem.refills.saw(p for obs in units.values() for p in obs.pods.values() if not p.gone)
     return _checked_reports(mem, batch.home, spec, units)
 
 
@@ -943,6 +944,8 @@ def _create(
                     inputs = len(grid.inputs_of(unit, batch_total(spec)))
                     cause = "first" if attempt == 1 else (causes or {}).get(unit)
                     metrics.attempt_created(metrics.KIND_BATCH, cause, inputs)
+                    waited = batch.mem.refills.taken(1, batch.now.timestamp())
+                    metrics.slot_refilled(metrics.KIND_BATCH, waited)
             except Exception:
                 pods.creating.pop(unit, None)  # not created: the next reconcile tries again
                 pods.creating_names.pop(unit, None)

@@ -286,3 +286,25 @@ def test_the_runner_imports_nothing_heavy() -> None:
         "tempfile",
     }
     assert not top & heavy, sorted(top & heavy)
+
+
+def test_a_rerun_input_in_a_chunk_carries_its_original_index() -> None:
+    (spec,) = parse_chunk(json.dumps([entry(0, originalIndex=17)]))
+    assert (spec.index, spec.original_index) == (0, 17)
+    (plain,) = parse_chunk(json.dumps([entry(3)]))
+    assert plain.original_index is None
+    assert "originalIndex must be a non-negative integer" in config_error(
+        chunk_env([entry(0, originalIndex=-1)])
+    )
+
+
+def test_while_an_input_of_a_unit_runs_the_environment_names_it(monkeypatch) -> None:
+    """`JobHandle.from_job_context()` and KINETIC_INDEX answer for the input running now."""
+    from kinetic.runtime import runner
+
+    monkeypatch.setenv("KINETIC_JOB_NAME", "sweep-4")
+    monkeypatch.delenv("KINETIC_INDEX", raising=False)
+    runner._name_input(6, None)
+    assert (os.environ["KINETIC_JOB_NAME"], os.environ["KINETIC_INDEX"]) == ("sweep-6", "6")
+    runner._name_input(7, 40)  # a rerun's input: its index in the batch it reruns
+    assert (os.environ["KINETIC_JOB_NAME"], os.environ["KINETIC_INDEX"]) == ("sweep-7", "40")
