@@ -157,18 +157,18 @@ kind-e2e: venv ## The integration suite on a kind cluster (needs a Docker engine
 demo: cluster-up ## Run the main example on the local cluster
 	$(PY) examples/demo.py
 
-# make bench N=300 P=30 CHUNK=10; make bench-scale SCALE_N=10000 SCALE_P=30
+# make bench N=300 P=30 CHUNKS=5,10,20; make bench-scale SCALE_N=10000 SCALE_P=30
 N ?= 300
 P ?= 30
-CHUNK ?= 10
+CHUNKS ?= 5,10,20
 SCALE_N ?= 10000
 SCALE_P ?= 30
 SCALE_BASELINE_N ?= 1000
 DASH_SOAK ?= 600
 
 .PHONY: bench
-bench: cluster-up ## Benchmark N tasks, P at once: plain Job vs container, function, chunked batches
-	$(PY) bench/run.py --tasks $(N) --parallel $(P) --chunk-size $(CHUNK)
+bench: cluster-up ## Benchmark N tasks, P at once: plain Job vs container, function (sized units), per-input, chunk-K, skewed and gang batches
+	$(PY) bench/run.py --tasks $(N) --parallel $(P) --chunk-sizes $(CHUNKS)
 
 .PHONY: bench-failover
 bench-failover: cluster-up ## Operator failover: one replica vs two with leader election (SIGKILL, force-delete, rollout)
