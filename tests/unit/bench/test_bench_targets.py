@@ -1,6 +1,6 @@
-"""The modes of `make bench` and its targets as the printed table and the JSON state them:
-met, missed, or n/a when a mode they need did not run (never a made-up figure). Pure
-functions: no cluster."""
+"""The modes of `make bench` and the targets of `make bench` and `make bench-scale` as the
+printed table and the JSON state them: met, missed, or n/a when a mode they need did not
+run (never a made-up figure). Pure functions: no cluster."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from bench_scripts import load
 
 run = load("run")
+scale = load("scale")
 
 
 # --------------------------------------------------------------------------- make bench
@@ -135,3 +136,94 @@ def test_the_gang_is_compared_with_one_pod_per_input():
     run.add_ratios(modes)
     assert modes["gang"]["wall_ratio_to_per_input"] == 2.0
     assert modes["per-input"]["wall_ratio_to_job"] == 2.0
+
+
+# --------------------------------------------------------------------------- make bench-scale
+
+
+@pytest.mark.parametrize(
+    "seconds, expected",
+    [
+        ([], None),
+        ([3.0], 3.0),
+        ([1.0, 2.0, None], 2.0),  # the one that never started is the slowest
+        ([1.0, None, None], None),  # the median one never started
+        ([4.0, 1.0, 2.0, 3.0], 2.5),
+    ],
+)
+def test_a_probes_median_counts_a_probe_that_never_started_as_the_slowest(seconds, expected):
+    assert scale.median_or_never(seconds) == expected
+
+
+def scale_result(**over: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "inputs": 10_000,
+        "parallel": 30,
+        "wall_seconds": 240.0,
+        "operator_rss_mb": {"max": 180.0},
+        "writes": {"run": {"writes_per_input": 0.15}},
+        "status_bytes": {"max": 3000},
+        "probe_summary": {"run": {"probes": 16, "median_start_seconds": 4.2}},
+        "results_right": True,
+        "final_phase": "SUCCEEDED",
+    }
+    result.update(over)
+    return result
+
+
+def test_a_function_batch_at_scale_meeting_every_target():
+    assert scale.function_targets(scale_result()) == {
+        "wall_within_300s_for_10000_at_30": True,
+        "rss_under_250mb": True,
+        "writes_per_input_at_most_0.2": True,
+        "status_under_64kib": True,
+        "probe_median_start_within_5s_while_running": True,
+        "all_results_returned": True,
+        "batch_succeeded": True,
+    }
+
+
+@pytest.mark.parametrize(
+    "over, target, verdict",
+    [
+        ({"wall_seconds": 301.0}, "wall_within_300s_for_10000_at_30", False),
+        ({"wall_seconds": None}, "wall_within_300s_for_10000_at_30", False),  # results() failed
+        ({"inputs": 2000}, "wall_within_300s_for_10000_at_30", None),  # the limit is for 10,000
+        ({"parallel": 10}, "wall_within_300s_for_10000_at_30", None),
+        ({"operator_rss_mb": {"max": 250.0}}, "rss_under_250mb", False),
+        ({"operator_rss_mb": {"max": None}}, "rss_under_250mb", None),  # no operator sampled
+        ({"writes": {"run": {"writes_per_input": 0.21}}}, "writes_per_input_at_most_0.2", False),
+        ({"status_bytes": {"max": 65536}}, "status_under_64kib", False),
+        (
+            {"probe_summary": {"run": {"probes": 9, "median_start_seconds": 5.1}}},
+            "probe_median_start_within_5s_while_running",
+            False,
+        ),
+        (
+            {"probe_summary": {"run": {"probes": 9, "median_start_seconds": None}}},
+            "probe_median_start_within_5s_while_running",
+            False,  # the median probe never started
+        ),
+        (
+            {"probe_summary": {"run": {"probes": 0, "median_start_seconds": None}}},
+            "probe_median_start_within_5s_while_running",
+            None,  # no probe ran: no verdict
+        ),
+        ({"results_right": False}, "all_results_returned", False),
+        ({"final_phase": "FAILED"}, "batch_succeeded", False),
+    ],
+)
+def test_each_function_target_at_scale_says_met_missed_or_na(over, target, verdict):
+    assert scale.function_targets(scale_result(**over))[target] is verdict
+
+
+def test_the_probe_summary_has_the_median_beside_the_worst():
+    probes = [
+        {"during": "run", "at_seconds": t, "pod_seconds": 0.2, "start_seconds": s}
+        for t, s in [(0, 3.0), (15, 9.0), (30, 4.0), (45, None)]
+    ]
+    summary = scale.summarise_probes(probes, None)["run"]
+    assert summary["probes"] == 4 and summary["not_started"] == 1
+    assert summary["max_start_seconds"] == 9.0
+    assert summary["median_start_seconds"] == 6.5  # 3, 4, 9, never: between 4 and 9
+    assert summary["median_pod_seconds"] == 0.2
