@@ -157,27 +157,35 @@ kind-e2e: venv ## The integration suite on a kind cluster (needs a Docker engine
 demo: cluster-up ## Run the main example on the local cluster
 	$(PY) examples/demo.py
 
-# make bench N=300 P=30 CHUNK=10; make bench-scale SCALE_N=10000 SCALE_P=30
+# make bench N=300 P=30 CHUNKS=5,10,20; make bench-scale SCALE_N=10000 SCALE_P=30
 N ?= 300
 P ?= 30
-CHUNK ?= 10
+CHUNKS ?= 5,10,20
 SCALE_N ?= 10000
 SCALE_P ?= 30
 SCALE_BASELINE_N ?= 1000
 DASH_SOAK ?= 600
 
 .PHONY: bench
-bench: cluster-up ## Benchmark N tasks, P at once: plain Job vs container, function, chunked batches
-	$(PY) bench/run.py --tasks $(N) --parallel $(P) --chunk-size $(CHUNK)
+bench: cluster-up ## Benchmark N tasks, P at once: plain Job vs container, function (sized units), per-input, chunk-K, skewed and gang batches
+	$(PY) bench/run.py --tasks $(N) --parallel $(P) --chunk-sizes $(CHUNKS)
 
 .PHONY: bench-failover
 bench-failover: cluster-up ## Operator failover: one replica vs two with leader election (SIGKILL, force-delete, rollout)
 	$(PY) bench/failover.py
 
 .PHONY: bench-scale
-bench-scale: cluster-up ## A SCALE_N-input batch: operator RSS, status size, a probe job's start latency (first beside a plain Job)
-	$(PY) bench/scale.py --plain-job --inputs $(SCALE_BASELINE_N) --parallel $(SCALE_P)
-	$(PY) bench/scale.py --inputs $(SCALE_N) --parallel $(SCALE_P)
+# Each step runs even when one before it missed a target; the target fails if any step did.
+bench-scale: cluster-up ## SCALE_N-input batches, container then function: operator RSS, status size, writes, a probe job's start latency (first beside a plain Job)
+	@status=0; \
+	$(PY) bench/scale.py --plain-job --inputs $(SCALE_BASELINE_N) --parallel $(SCALE_P) || status=1; \
+	$(PY) bench/scale.py --inputs $(SCALE_N) --parallel $(SCALE_P) || status=1; \
+	$(PY) bench/scale.py --function --inputs $(SCALE_N) --parallel $(SCALE_P) || status=1; \
+	exit $$status
+
+.PHONY: bench-scale-function
+bench-scale-function: cluster-up ## The function batch of bench-scale alone: SCALE_N inputs of 0.2 s, the default chunk size
+	$(PY) bench/scale.py --function --inputs $(SCALE_N) --parallel $(SCALE_P)
 
 .PHONY: bench-dashboard
 bench-dashboard: cluster-up ## `kinetic dashboard` on a SCALE_N-input batch: page loads, table pages, server RSS over DASH_SOAK s

@@ -14,24 +14,36 @@ bookkeeping:
   process's high-water mark (VmHWM) cannot be reset between windows.
 * Sizes are the compact JSON of `.status`, which is what every watcher and
   every status write carries.
+* Times that must be compared across processes (an input's end in the manifest, the
+  moment the bench's watch saw it) are wall-clock seconds since the epoch: the local
+  cluster's node shares this machine's clock.
+
+The pure measures (percentiles, which inputs a skewed run slows, lags, Pod start
+latencies) sit at the end of this module, apart from the code that talks to the
+cluster, and have table tests (`tests/unit/bench/`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
 import re
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from kinetic.api.kube import KubeClient
+from kinetic.model import names
 from kinetic.model import resources as r
+from kinetic.model.manifest import InputRecord
+from kinetic.model.ranges import IndexSet
 from kinetic_dev import LocalConfig
 from kubernetes import client, watch
 from rich.console import Console
@@ -523,3 +535,124 @@ def progress_bar(console: Console) -> Progress:
         TextColumn("{task.fields[detail]}"),
         console=console,
     )
+
+
+# --------------------------------------------------------------------------- pure measures
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0 to 100) by linear interpolation between the sorted values
+    (numpy's default), or None for no values: a summary of nothing is not zero. An
+    infinite value (something that never happened) sorts last and stays infinite."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile q must be between 0 and 100, got {q}")
+    if not values:
+        return None
+    xs = sorted(values)
+    at = (len(xs) - 1) * q / 100
+    lo = math.floor(at)
+    hi = min(lo + 1, len(xs) - 1)
+    if at == lo or xs[lo] == xs[hi]:
+        return xs[lo]
+    return xs[lo] + (xs[hi] - xs[lo]) * (at - lo)
+
+
+def rounded(x: float | None, digits: int = 2) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+# The skewed workload: 5% of the inputs, spread at random, take 20x longer. The seed is
+# the unit simulation's (`bench/unitsim.py`, workload c), so that at 300 inputs the bench
+# runs the very inputs the simulation slowed.
+SKEW_SHARE = 0.05
+SKEW_SEED = 30
+SHORT_SECONDS = 0.2
+SLOW_SECONDS = 4.0  # 20x SHORT_SECONDS
+
+
+def slow_inputs(n: int, share: float = SKEW_SHARE, seed: int = SKEW_SEED) -> frozenset[int]:
+    """The inputs of ``n`` a skewed run slows: ``share`` of them (at least one, so a small
+    run is still skewed), chosen at random with a fixed seed: the same ones every run."""
+    if n <= 0:
+        return frozenset()
+    k = min(n, max(1, round(n * share)))
+    return frozenset(random.Random(seed).sample(range(n), k))
+
+
+def input_seconds(
+    n: int, slow: frozenset[int], short: float = SHORT_SECONDS, long: float = SLOW_SECONDS
+) -> list[float]:
+    """How long each of ``n`` inputs sleeps: ``long`` for the slow ones, else ``short``."""
+    return [long if i in slow else short for i in range(n)]
+
+
+def epoch_seconds(text: str | None) -> float | None:
+    """An RFC 3339 time as the API server and the manifest write it, in seconds since the
+    epoch (None for none)."""
+    return None if not text else names.parse_time(text).timestamp()
+
+
+def input_end_times(records: Mapping[str, InputRecord]) -> dict[int, float]:
+    """Each input's end as its manifest record says: its last attempt's ``endTime`` (the
+    Pod's clock; whole seconds, cut down). Inputs whose last attempt has not ended are left
+    out."""
+    out: dict[int, float] = {}
+    for key, record in records.items():
+        end = epoch_seconds(record.attempts[-1].end_time) if record.attempts else None
+        if end is not None:
+            out[int(key)] = end
+    return out
+
+
+class FirstSeen:
+    """When a watch of a batch first showed each input ended (in the status's succeeded or
+    failed ranges): the moment a client following the batch could know it.
+
+    ``saw`` takes the time as an argument, so that it stays a pure bookkeeping of what
+    the statuses said and when.
+    """
+
+    def __init__(self) -> None:
+        self.at: dict[int, float] = {}
+        self.truncated = False  # some status cut its ranges: inputs past the cut go unseen
+        self._ended = IndexSet()
+
+    def saw(self, status: Mapping[str, Any], now: float) -> None:
+        ended = IndexSet.parse(status.get("succeededIndexes")).union(
+            IndexSet.parse(status.get("failedIndexes"))
+        )
+        for i in ended.difference(self._ended):
+            self.at[i] = now
+        self._ended = self._ended.union(ended)
+        self.truncated = self.truncated or bool(status.get("truncated"))
+
+
+def lag_summary(ends: Mapping[int, float], seen: Mapping[int, float]) -> dict[str, Any]:
+    """From each input's end to the moment the watch first showed it ended: p50, p95 and
+    the worst, in seconds, over the inputs both know; and how many each side lacks."""
+    lags = [seen[i] - end for i, end in ends.items() if i in seen]
+    return {
+        "p50_seconds": rounded(percentile(lags, 50)),
+        "p95_seconds": rounded(percentile(lags, 95)),
+        "max_seconds": rounded(max(lags, default=None)),
+        "inputs": len(lags),
+        "ended_never_seen": sum(1 for i in ends if i not in seen),
+        "seen_without_end": sum(1 for i in seen if i not in ends),
+    }
+
+
+def pod_start_seconds(pods: Iterable[Mapping[str, Any]]) -> list[float]:
+    """For each Pod (as the API server returns it, as a dict) whose container has started:
+    seconds from its ``creationTimestamp`` to its first container's ``startedAt``
+    (running or terminated). Both are whole seconds, so each is within a second."""
+    out = []
+    for pod in pods:
+        created = epoch_seconds((pod.get("metadata") or {}).get("creationTimestamp"))
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        state = (statuses[0].get("state") or {}) if statuses else {}
+        started = epoch_seconds(
+            (state.get("terminated") or state.get("running") or {}).get("startedAt")
+        )
+        if created is not None and started is not None:
+            out.append(started - created)
+    return out
