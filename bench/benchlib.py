@@ -656,3 +656,30 @@ def pod_start_seconds(pods: Iterable[Mapping[str, Any]]) -> list[float]:
         if created is not None and started is not None:
             out.append(started - created)
     return out
+
+
+def slot_refill_seconds(pods: Iterable[Mapping[str, Any]], parallel: int) -> list[float]:
+    """How long each freed slot stood empty: Pods (API dicts) in creation order; the first
+    ``parallel`` fill the slots, and each later one takes the slot of the earliest Pod that
+    ended before it was created and whose slot no Pod took yet. Whole seconds (the API's
+    times), so each figure is within a second; the same for a Job and a KineticBatch."""
+    created: list[float] = []
+    ended: list[float] = []
+    for pod in pods:
+        at = epoch_seconds((pod.get("metadata") or {}).get("creationTimestamp"))
+        if at is not None:
+            created.append(at)
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        state = (statuses[0].get("state") or {}) if statuses else {}
+        end = epoch_seconds((state.get("terminated") or {}).get("finishedAt"))
+        if end is not None:
+            ended.append(end)
+    created.sort()
+    ended.sort()
+    waits: list[float] = []
+    free = 0  # ends handed out so far
+    for at in created[parallel:]:
+        if free < len(ended) and ended[free] <= at:
+            waits.append(at - ended[free])
+            free += 1
+    return waits

@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from kinetic.model import digest
-from kinetic.model.names import fmt_time
+from kinetic.model.names import fmt_micro_time
 from kinetic.model.progress import Mark
 from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import AttemptRecord, KineticBatchSpec
@@ -386,7 +386,8 @@ def _state(entry: _Input, limits: UnitLimits) -> InputState:
 
 
 def _time(at_ms: int | None) -> str | None:
-    """A Pod-clock time in milliseconds, as the API writes times."""
+    """A Pod-clock time in milliseconds, kept to the microsecond (an input may take far
+    less than a second, and its start, end and duration are in its record)."""
     if at_ms is None:
         return None
-    return fmt_time(datetime.fromtimestamp(at_ms / 1000, UTC))
+    return fmt_micro_time(datetime.fromtimestamp(at_ms / 1000, UTC))

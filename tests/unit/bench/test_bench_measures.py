@@ -145,3 +145,22 @@ def test_a_pods_start_runs_from_its_creation_to_its_containers_start():
         pod("2026-11-28T10:00:04Z", None),  # no container status at all
     ]
     assert bl.pod_start_seconds(pods) == [7.0, 2.0]
+
+
+def _pod(created: str, finished: str | None) -> dict:
+    state = {"terminated": {"finishedAt": finished}} if finished else {"running": {}}
+    return {
+        "metadata": {"creationTimestamp": created},
+        "status": {"containerStatuses": [{"state": state}]},
+    }
+
+
+def test_each_later_pod_takes_the_slot_of_the_earliest_pod_ended_before_it() -> None:
+    pods = [
+        _pod("2026-11-28T08:00:00Z", "2026-11-28T08:00:03Z"),
+        _pod("2026-11-28T08:00:00Z", "2026-11-28T08:00:05Z"),
+        _pod("2026-11-28T08:00:04Z", "2026-11-28T08:00:09Z"),  # took the 08:00:03 slot
+        _pod("2026-11-28T08:00:07Z", None),  # took the 08:00:05 slot, still running
+    ]
+    assert bl.slot_refill_seconds(pods, parallel=2) == [1.0, 2.0]
+    assert bl.slot_refill_seconds(pods[:2], parallel=2) == []  # the first wave takes none

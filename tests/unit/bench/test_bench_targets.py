@@ -59,10 +59,18 @@ def mode(wall: float, ok: bool = True, **more: Any) -> dict[str, Any]:
 def full_run() -> dict[str, dict[str, Any]]:
     """A run of every mode, with figures chosen so that each target's verdict is known."""
     modes = {
-        "job": mode(80.0, pod_start={"median_seconds": 6.0}, run={"writes_per_input": 10.9}),
+        "job": mode(
+            80.0,
+            pod_start={"median_seconds": 6.0},
+            run={"writes_per_input": 10.9},
+            slot_refill={"p95_seconds": 2.0},
+        ),
         "python-job": mode(90.0),
         "container": mode(
-            82.0, run={"writes_per_input": 11.5, "conflict_share": 0.0}, throughput_vs_job=0.976
+            82.0,
+            run={"writes_per_input": 11.5, "conflict_share": 0.0},
+            throughput_vs_job=0.976,
+            slot_refill={"p95_seconds": 3.0},
         ),
         "function": mode(18.0, first_result_seconds=9.5, lag={"p95_seconds": 3.2}),
         "per-input": mode(150.0),
@@ -98,6 +106,7 @@ def test_the_targets_of_a_full_run():
         ("container", "throughput vs job >="): (0.976, True),
         ("container", "writes/input - job's <="): (0.6, True),
         ("container", "409 share <="): (0.0, True),
+        ("container", "p95 slot refill - job's <="): (1.0, False),  # 3 s against the Job's 2
     }
     by_target = {(r["mode"], r["target"]): r for r in rows}
     assert by_target[("function", "wall vs best chunk-K <=")]["best_chunk"] == "chunk-10"
@@ -116,6 +125,7 @@ def test_a_target_whose_modes_did_not_run_is_na_never_a_stand_in():
         ("container", "throughput vs job >="),
         ("container", "writes/input - job's <="),
         ("container", "409 share <="),
+        ("container", "p95 slot refill - job's <="),
     ]:
         assert got[needs_another] == (None, None), needs_another
     assert len(got) == len(run.check_targets(full_run(), parallel=30))  # every row, still
