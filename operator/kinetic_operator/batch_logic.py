@@ -492,7 +492,8 @@ def _follow_units(w: _Work, units: Mapping[int, UnitObservation], *, cancel_all:
         obs = units.get(unit, UnitObservation())
         open_inputs = w.inputs_of(unit) - terminal
         if not open_inputs:  # settled: stop any Pod still live, or still being created
-            _stop(w, stopping, _settled_strays(w, unit, obs))
+            if not (w.sized and _exits_by_itself(w, obs, cancel_all)):
+                _stop(w, stopping, _settled_strays(w, unit, obs))
             continue
         if unit not in active_units:
             continue  # Pods the status does not know of: `_adopt` looks at them
@@ -556,6 +557,16 @@ def _follow_sized(
     _stop(w, stopping, step.stop or _running_cancelled(w, obs, step.attempt))
     if step.create is not None and (unit, step.create) not in w.creates:
         w.creates.append((unit, step.create))
+
+
+def _exits_by_itself(w: _Work, obs: UnitObservation, cancel_all: bool) -> bool:
+    """A sized unit whose inputs are all recorded, its Pod about to exit on its own (its
+    marks say it ended them): left to exit, holding its slot until it has. Stopped
+    instead when the batch cancels what runs, or the input it runs was cancelled."""
+    if cancel_all or (obs.creating is not None and obs.creating not in obs.pods):
+        return False
+    pod = obs.pods.get(max(obs.pods, default=0))
+    return pod is not None and not _running_cancelled(w, obs, pod.attempt)
 
 
 def _running_cancelled(w: _Work, obs: UnitObservation, attempt: int) -> list[str]:

@@ -237,14 +237,17 @@ class ManifestBook:
         *,
         container: bool | Callable[[int], bool],
     ) -> bool:
-        """Like `note`, for inputs whose shard (in memory or stored) has no record yet."""
+        """Like `note`, for inputs whose shard (in memory or stored) has no record of how
+        they ended yet: none at all, or one written while they ran (the manifest is written
+        debounced, so an operator that stopped between may have left it so)."""
         missing: dict[int, UnitPlan] = {}
         for unit, plan in plans.items():
             for index in unit_inputs(unit, chunk, total):
                 shard = layout.shard_of(index)
                 if index in self.dropped.get(shard, ()):
                     continue  # written by this process, and settled
-                if index not in self._merged(shard):
+                record = self._merged(shard).get(index)
+                if record is None or record.outcome in ("PENDING", "RUNNING"):
                     missing[unit] = plan
         if missing:
             self.note(missing, chunk, total, container=container)

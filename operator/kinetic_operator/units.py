@@ -226,8 +226,8 @@ def _next_step(
     """Whether the unit's current attempt runs on, needs its Pod, or a next attempt
     takes over; ``finished``: nothing left to run (or the batch stops)."""
     live = pod is not None and pod.live
-    if finished:
-        return UnitStep(states, current, stop=(pod.name,) if live and pod else (), live=live)
+    if finished:  # a live Pod has ended its inputs and exits, or the batch decides its fate
+        return UnitStep(states, current, live=live)
     if current == 0:
         return UnitStep(states, 1, create=1, live=True)
     if pod is None:  # committed, not seen: create it (again: its name makes that idempotent)

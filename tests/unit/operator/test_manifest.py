@@ -33,6 +33,7 @@ from kinetic_operator.manifest import (
 )
 from manifest_history import BATCH, T0, UID, home, make_spec, plan, pod, running, succeeded
 
+SHA = "c" * 64
 CREATED = "2024-05-01T11:59:58Z"
 
 
@@ -527,3 +528,24 @@ def test_a_shard_a_pod_could_inflate_is_kept_under_its_budget() -> None:
     assert 1000 * one < SHARD_BUDGET < MAX_SHARD_BYTES
     small = ManifestShard(group_id="g", shard=0)
     assert shard_bytes(small) == small.encode()
+
+
+def test_an_ended_input_stored_as_running_is_recorded_again(root):
+    """The manifest is written debounced: an operator that stopped after the status said an
+    input ended, but before the manifest did, left it RUNNING there. The next one to see
+    the input settled writes how it ended, its result's hash with it."""
+    spec = make_spec(2)
+    book = ManifestBook(home(root))
+    book.note({0: running(0)}, 1, 2, container=False)
+    book.write(header_for(spec, Recorded()), Recorded())
+    again = ManifestBook(home(root))  # the next operator process
+    again.load(Anchor(None, None), 2)
+    from kinetic.model.resources import AttemptRecord
+
+    ok = AttemptRecord(attempt=1, pod="g-i0-1", outcome="success", message=f"ok sha256={SHA}")
+    assert again.note_missing({0: UnitPlan("succeeded", 1, "", "", records=(ok,))}, 1, 2,
+                              container=False)  # fmt: skip
+    recorded = Recorded(IndexSet([0]), IndexSet(), IndexSet())
+    again.write(header_for(spec, recorded), recorded)
+    stored = read_shard(root, 0).inputs["0"]
+    assert (stored.outcome, stored.result_sha256) == ("SUCCEEDED", SHA)

@@ -343,3 +343,31 @@ def test_the_sized_chaos_really_happens() -> None:
         reruns = sum(1 for n in w.began.values() if n > 1)
         totals.update(crashes=w.crashes, disruptions=sum(w.disrupted.values()), reruns=reruns)
     assert totals["crashes"] > 10 and totals["disruptions"] > 10 and totals["reruns"] > 10
+
+
+def test_a_unit_that_ended_its_inputs_keeps_its_slot_until_its_pod_exits() -> None:
+    """Its marks say every input ended while its Pod still runs (the runner on its way
+    out): the Pod is left to exit, not deleted, and no unit takes its slot before."""
+    w = sized(0, n=8, maxConcurrent=1)
+    w.doomed.clear()
+    w.flaky.clear()
+    w.lag = 0.0
+    w.reconcile()
+    w.deliver(everything=True)
+    (pod,) = w.pods.values()
+    assert isinstance(pod, UnitPod) and len(pod.todo) == 8  # one unit: ceil(8 / 1)
+    while pod.todo or pod.now is not None or pod.phase == "Pending":
+        if pod.phase == "Pending":
+            pod.phase = "Running"
+        elif pod.now is not None:
+            w._end_input(pod)
+        else:
+            i = pod.todo.pop(0)
+            pod.log.append(Mark(i, "begin", at_ms=MS))
+            pod.now = i
+    w.undelivered.add(pod.name)
+    w.deliver(everything=True)
+    assert w.reconcile() == "ok"
+    assert w.status is not None and w.status.succeeded_indexes == "0-7"
+    assert pod.name in w.pods and pod.live  # neither deleted nor replaced
+    assert len(w.pods) == 1
