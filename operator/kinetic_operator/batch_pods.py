@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kinetic.model import layout
-from kinetic.model.batchjobs import batch_total
+from kinetic.model.batchjobs import batch_total, retries_of
 from kinetic.model.catalog import Catalog
 from kinetic.model.fanout import child_spec, job_template
 from kinetic.model.gang import effective_hosts
 from kinetic.model.names import (
     ENV_CHUNK,
+    ENV_FAIL_FAST,
     ENV_INDEX,
     ENV_JOB_NAME,
     ENV_JOB_NAMESPACE,
@@ -114,6 +115,8 @@ def build_unit_pod(
             env["KINETIC_REPORT_URI"] = home.report_uri(input_pod_name(batch, unit, attempt))
         else:
             env[ENV_STOP_URI] = home.stop_uri
+            if spec.fail_fast and retries_of(spec, unit) == 0:  # every failure is final
+                env[ENV_FAIL_FAST] = "1"
         env[ENV_CHUNK] = json.dumps(
             [_chunk_entry(home, spec, i, hashes, known or {}) for i in indexes],
             separators=(",", ":"),

@@ -147,8 +147,12 @@ def _fail_fast_step(i: int) -> int:
 def test_fail_fast_rows(ns: str, fail_fast: bool, cancel_running: bool) -> None:
     """The four rows of the upstream table, with input 0 failing while input 1 runs."""
     step = kinetic.run(namespace=ns)(_fail_fast_step)
-    batch = step.run_async_map(
-        range(5), max_concurrent=2, fail_fast=fail_fast, cancel_running_on_fail=cancel_running
+    batch = step.run_async_map(  # a Pod per input: the table as upstream states it
+        range(5),
+        max_concurrent=2,
+        fail_fast=fail_fast,
+        cancel_running_on_fail=cancel_running,
+        chunk_size=1,
     )
     with pytest.raises(BatchError) as info:
         batch.results(timeout=TIMEOUT)
@@ -366,7 +370,9 @@ def test_cancel_stops_launching_and_cancels_running_inputs(ns: str, kube: Kube) 
             s.write_bytes(f"{prefix}/{i}", str(beat).encode())
             t.sleep(0.5)
 
-    batch = forever.run_async_map([[i, scratch] for i in range(4)], max_concurrent=2)
+    batch = forever.run_async_map(  # a Pod per input (units: test_sized_units.py)
+        [[i, scratch] for i in range(4)], max_concurrent=2, chunk_size=1
+    )
     wait_for(lambda: len(storage.list_prefix(scratch + "/")) == 2, timeout=120, what="2 to start")
     batch.cancel()
     batch.wait(timeout=120)

@@ -318,7 +318,7 @@ def test_chunked_batch_results_equal_the_unchunked_ones(ns: str, kube: Kube) -> 
     # One Pod per unit of 5 inputs: the attempt of input 8 ran in the unit starting at 5.
     assert chunked.jobs[8].attempts()[-1]["pod"] == names.input_pod_name(chunked.group_id, 5, 1)
 
-    with pytest.raises(ValueError, match="chunk_size must be an integer from 1 to 256"):
+    with pytest.raises(ValueError, match="chunk_size must be 'auto' or an integer from 1 to 256"):
         check.run_async_map(inputs, chunk_size=0)
 
 

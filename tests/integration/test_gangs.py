@@ -27,6 +27,7 @@ from kinetic.api.kube import KubeClient
 from kinetic.model import layout, names
 from kinetic.model.resources import GROUP, VERSION
 from kube_helpers import Kube, ended_status, wait_for
+from kubernetes import client
 
 pytestmark = pytest.mark.integration
 
@@ -198,6 +199,20 @@ def status_uid(kube: Kube, ns: str, name: str) -> str:
     return got.stdout.strip()
 
 
+def created_pod(kube: Kube, ns: str, name: str) -> client.V1Pod:
+    """The Pod once the operator has created it."""
+
+    def read() -> client.V1Pod | None:
+        try:
+            return kube.core.read_namespaced_pod(name, ns)
+        except client.ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    return wait_for(read, timeout=120, what=f"Pod {name}")  # type: ignore[return-value]
+
+
 def test_names_others_hold_are_never_dialled(kube: Kube, ns: str) -> None:
     """Two gangs beside two traps. For ``held``, someone made a Service under the name its
     own would have: it takes another name, and the squatter's is left as it was. For
@@ -231,6 +246,8 @@ def test_names_others_hold_are_never_dialled(kube: Kube, ns: str) -> None:
         # What a relative name would have reached: the decoy (this is the hole closed).
         job(kube, ns, held, python_gang(meet))
         job(kube, ns, lure, python_gang(meet))
+        # rank 1's environment while its Pod exists (a gang's members go once it ends)
+        rank1 = {name: env_of(created_pod(kube, ns, member(name, 1, 1))) for name in (held, lure)}
         for name in (held, lure):
             status = ended_status(kube, "kj", ns, name, timeout=240)
             assert status["phase"] == "SUCCEEDED", status["message"]
@@ -241,13 +258,11 @@ def test_names_others_hold_are_never_dialled(kube: Kube, ns: str) -> None:
         (ours,) = {s for s in services if s.startswith(held)} - {f"{held}-gang"}
         assert ours.startswith(f"{held}-gang-x")
         assert kube.core.read_namespaced_pod(member(held, 1, 0), ns).spec.subdomain == ours
-        env = env_of(kube.core.read_namespaced_pod(member(held, 1, 1), ns))
-        assert env["MASTER_ADDR"] == fqdn(held, ns, ours)
+        assert rank1[held]["MASTER_ADDR"] == fqdn(held, ns, ours)
         kept = kube.core.read_namespaced_service(f"{held}-gang", ns)
         assert names.ANNOTATION_SEAL not in (kept.metadata.annotations or {})
         assert kept.spec.selector == {"app": "someone-else"}
-        lured = env_of(kube.core.read_namespaced_pod(member(lure, 1, 1), ns))
-        assert lured["MASTER_ADDR"] == fqdn(lure, ns)
+        assert rank1[lure]["MASTER_ADDR"] == fqdn(lure, ns)
     finally:
         kube.kubectl("delete", "namespace", trap, "--wait=false", check=False)
 

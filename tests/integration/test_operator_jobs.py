@@ -260,10 +260,8 @@ def test_cancel_ends_cancelled_and_the_process_is_gone(kube: Kube, ns: str, hear
 
 
 def test_invalid_jobs_are_refused_or_failed_naming_the_field(kube: Kube, ns: str):
-    # The schema refuses these at admission, naming the field.
-    no_command = apply(kube, ns, "nocmd", {"container": {"image": "busybox"}})
-    assert no_command.returncode != 0
-    assert "spec.container" in no_command.stderr and "command" in no_command.stderr
+    # The schema refuses this at admission, naming the field (no command at all runs the
+    # image's own entrypoint; an empty one is a mistake).
     empty_command = apply(kube, ns, "emptycmd", {"container": {"command": []}})
     assert empty_command.returncode != 0
     assert "spec.container.command" in empty_command.stderr

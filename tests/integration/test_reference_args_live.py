@@ -162,10 +162,9 @@ def test_code_in_the_pod_builds_its_own_handle_and_imports_job_status(ns: str) -
     assert mine["group"] == [None, None, None]
     assert mine["status_names"] == [s.value for s in JobStatus]
 
-    # In a batch whose Pods run two inputs each, each input's code gets the handle of the
-    # input its Pod ran first.
+    # In a batch whose Pods run two inputs each, each input's code gets its own handle,
+    # as if it had a Pod of its own.
     batch = whoami.run_async_map([0, 1, 2], chunk_size=2)
     got = batch.results(timeout=TIMEOUT)
-    first_of_unit = [0, 0, 2]
-    assert [g["group"] for g in got] == [[batch.group_id, "map", i] for i in first_of_unit]
-    assert [g["job_id"] for g in got] == [f"{batch.group_id}-{i}" for i in first_of_unit]
+    assert [g["group"] for g in got] == [[batch.group_id, "map", i] for i in range(3)]
+    assert [g["job_id"] for g in got] == [f"{batch.group_id}-{i}" for i in range(3)]

@@ -81,6 +81,15 @@ def operator_pods(kube: Kube) -> dict[str, dict[str, Any]]:
     return pods
 
 
+def terminating_operator_pods(kube: Kube) -> list[str]:
+    """Operator Pods on their way out (a rollout, a deleted replica)."""
+    got = kube.kubectl(
+        "get", "pods", "-n", OPERATOR_NAMESPACE, "-l", OPERATOR_SELECTOR, "-o", "json"
+    )
+    items = json.loads(got.stdout)["items"]
+    return [p["metadata"]["name"] for p in items if p["metadata"].get("deletionTimestamp")]
+
+
 def working_sets(kube: Kube, pods: dict[str, dict[str, Any]]) -> dict[str, int]:
     """Each operator Pod's memory working set, as its node's kubelet reports it."""
     found: dict[str, int] = {}
@@ -206,6 +215,9 @@ def test_a_flood_from_a_pod_restarts_no_replica_and_lets_nothing_past_the_policy
         ),
         timeout=20,
         what="the policy to hold",
+    )
+    wait_for(  # a rollout an earlier test started is over: only serving replicas remain
+        lambda: not terminating_operator_pods(kube), timeout=120, what="the rollout to end"
     )
     before = operator_pods(kube)
     kube.apply(namespace, job("steady", namespace))

@@ -710,6 +710,7 @@ class BatchHandle:
             if wanted <= set(found) or time.monotonic() > deadline:
                 return found
             time.sleep(1.0)
+            manifest = self._vouched() or manifest  # what the status vouches for now
 
     def failures(self) -> list[JobHandle]:
         """Inputs that FAILED (cached after `results()`).

@@ -536,7 +536,11 @@ class InputHandle(JobHandle):
         exitCode, reason, message, outcome). The manifest is written
         debounced, so the newest attempts come from their Pods.
         """
-        merged = self._merged_attempts(self._record(), self._live_pods())
+        record = self._record()
+        if self.sized and (record is None or record.outcome not in _RECORDED):
+            if self.status() in (JobStatus.SUCCEEDED, JobStatus.FAILED):  # it ran, and ended:
+                record = self._wait_for_record()  # the manifest catches up within ~10 s
+        merged = self._merged_attempts(record, self._live_pods())
         if merged and merged[-1].get("outcome") in _UNENDED:
             return self._settled(merged, self.status())
         return merged

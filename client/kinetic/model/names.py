@@ -87,6 +87,7 @@ ENV_DEBUG_PORT = "KINETIC_DEBUG_PORT"  # a debug job: the port debugpy listens o
 ENV_LOG_URI = "KINETIC_LOG_URI"  # a function Pod: where its runner archives the end of its log
 ENV_LOG_LIMIT = "KINETIC_LOG_LIMIT"  # ... and the most bytes it keeps there
 ENV_STOP_URI = "KINETIC_STOP_URI"  # a unit Pod: start no more inputs once this object exists
+ENV_FAIL_FAST = "KINETIC_FAIL_FAST"  # a unit Pod: an input's failure is final, and fails fast
 
 # Environment variables every member of a gang gets (`kinetic.model.gang.rendezvous_env`):
 # the names frameworks read, so that user code needs no Kinetic-specific setup.

@@ -115,6 +115,7 @@ from kinetic import storage
 from kinetic.model import digest, payload
 from kinetic.model.logs import LOG_ARCHIVE_BYTES
 from kinetic.model.names import (
+    ENV_FAIL_FAST,
     ENV_INDEX,
     ENV_JOB_NAME,
     ENV_LOG_LIMIT,
@@ -219,6 +220,7 @@ class RunnerConfig:
     termination_log: str | None = None
     report_uri: str | None = None
     stop_uri: str | None = None  # a unit: stop before the next input once this exists
+    fail_fast: bool = False  # a unit: a failed input is final and stops the batch: stop too
     debug_port: int | None = None  # a debug job: wait for a debugger on this port first
 
     @classmethod
@@ -285,6 +287,7 @@ class RunnerConfig:
             termination_log=termination_log_path(environ),
             report_uri=get("KINETIC_REPORT_URI"),
             stop_uri=get(ENV_STOP_URI),
+            fail_fast=get(ENV_FAIL_FAST) == "1",
             debug_port=port,
         )
 
@@ -932,6 +935,9 @@ def run(cfg: RunnerConfig) -> int:
         (succeeded if outcome.code == EXIT_OK else failed).append(spec.index)
         if outcome.sha256 is not None:
             hashes[spec.index] = outcome.sha256
+        if outcome.code != EXIT_OK and cfg.fail_fast:  # the batch stops: begin nothing more
+            _skip(cfg.inputs[n + 1 :], f"input {spec.index} failed and the batch fails fast")
+            break
     report = _write_report(cfg.report_uri, hashes)
     message = chunk_termination_message(succeeded, failed, report)
     log(f"chunk done: {message}")

@@ -284,3 +284,25 @@ def test_every_unit_pod_is_restricted(seed):
     assert ("KINETIC_CHUNK" in env) == chunked
     if not chunked:
         assert env["KINETIC_INDEX"] == str(unit)
+
+
+@pytest.mark.parametrize(
+    ("extra", "fails_fast"),
+    [
+        ({"failFast": True}, True),  # every failure is final: the unit stops on it at once
+        ({"failFast": True, "retries": 1}, False),  # a failure may be retried: the operator decides
+        ({}, False),
+    ],
+)
+def test_a_sized_unit_stops_on_its_own_failure_only_when_it_is_final(
+    extra: dict[str, Any], fails_fast: bool
+) -> None:
+    from kinetic_operator.batch_pods import SizedUnit
+
+    spec = function_batch(chunkSize="auto", **extra)
+    pod = build_unit_pod(GRP, "ns", "uid-9", spec, SETTINGS, 4, 1, HASHES,
+                         sized=SizedUnit(size=3, inputs=(4, 5, 6)))  # fmt: skip
+    env = env_of(pod)
+    assert env["KINETIC_STOP_URI"] == HOME.stop_uri
+    assert (env.get("KINETIC_FAIL_FAST") == "1") is fails_fast
+    assert [e["index"] for e in json.loads(env["KINETIC_CHUNK"])] == [4, 5, 6]

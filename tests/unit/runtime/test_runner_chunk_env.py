@@ -308,3 +308,8 @@ def test_while_an_input_of_a_unit_runs_the_environment_names_it(monkeypatch) -> 
     assert (os.environ["KINETIC_JOB_NAME"], os.environ["KINETIC_INDEX"]) == ("sweep-6", "6")
     runner._name_input(7, 40)  # a rerun's input: its index in the batch it reruns
     assert (os.environ["KINETIC_JOB_NAME"], os.environ["KINETIC_INDEX"]) == ("sweep-7", "40")
+
+
+def test_a_unit_that_fails_fast_is_told_so() -> None:
+    assert RunnerConfig.from_env(chunk_env([entry(0)], KINETIC_FAIL_FAST="1")).fail_fast
+    assert not RunnerConfig.from_env(chunk_env([entry(0)])).fail_fast
