@@ -82,15 +82,43 @@ def stop_pod(kube: Kube, namespace: str, name: str, view: PodView | None, uri: s
 
     One that is running gets its log archived first (when there is a URI),
     so an attempt stopped mid-way, or a gang member stopped once rank 0
-    finished, keeps its log: deleted, a Pod's log is gone. One whose
-    container never started goes at once (grace period 0): nothing runs in
-    it, and a graceful delete waited on the kubelet's image pulls, which
-    kept a Pod in ImagePullBackOff Terminating for a minute or more.
+    finished, keeps its log: deleted, a Pod's log is gone. One that cannot
+    have started goes at once (`cannot_have_started`).
     """
     if view is not None and view.phase == "Running" and uri is not None:
         archive_log(kube, namespace, name, uri)
-    never_started = view is not None and view.phase == "Pending"
-    kube.delete_pod(namespace, name, now=never_started, uid=view.uid if view else None)
+    now = view is not None and cannot_have_started(view)
+    kube.delete_pod(namespace, name, now=now, uid=view.uid if view else None)
+
+
+# Why a container is waiting when the kubelet could not make it at all: no process of it
+# has run, and none will before the reason changes.
+NEVER_MADE = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+
+
+def cannot_have_started(view: PodView) -> bool:
+    """Whether a Pod may be deleted with no grace period: one never scheduled, or whose
+    container the kubelet could not make (its image cannot be pulled, its config is
+    wrong). A graceful delete of those waited on the kubelet's image pulls, which kept a
+    Pod in ImagePullBackOff Terminating for a minute or more.
+
+    Phase ``Pending`` alone is not enough: it lasts while the container starts, and the
+    watch may not have shown ``Running`` yet. Deleted at once, such a Pod leaves the API
+    while its process still runs, until the kubelet notices: a cancelled input went on
+    writing for seconds after its Pod was gone.
+    """
+    if view.phase != "Pending":
+        return False
+    return view.unschedulable is not None or view.waiting_reason in NEVER_MADE
 
 
 def reap_one(kube: Kube, namespace: str, pod: str, uri: str | None, uid: str | None = None) -> None:

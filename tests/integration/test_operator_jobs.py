@@ -260,11 +260,12 @@ def test_cancel_ends_cancelled_and_the_process_is_gone(kube: Kube, ns: str, hear
 
 
 def test_invalid_jobs_are_refused_or_failed_naming_the_field(kube: Kube, ns: str):
-    # The schema refuses this at admission, naming the field (no command at all runs the
-    # image's own entrypoint; an empty one is a mistake).
-    empty_command = apply(kube, ns, "emptycmd", {"container": {"command": []}})
-    assert empty_command.returncode != 0
-    assert "spec.container.command" in empty_command.stderr
+    # The schema refuses this at admission, naming the field (a command left out or empty runs
+    # the image's own entrypoint; a shell line where a list belongs is a mistake).
+    string_command = apply(kube, ns, "strcmd", {"container": {"command": "echo hi"}})
+    assert string_command.returncode != 0
+    assert "spec.container.command" in string_command.stderr
+    assert "array" in string_command.stderr
 
     # These pass the schema; the operator fails them with a message naming the field.
     assert apply(kube, ns, "gpu", sh("true", accelerator="gpu-v100")).returncode == 0

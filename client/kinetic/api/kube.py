@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from functools import lru_cache
@@ -30,6 +31,17 @@ from kinetic.model import names
 from kinetic.model import resources as r
 
 _IN_CLUSTER_NS = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+# What the kubelet answers, in place of a log, for a container it has begun to remove.
+_KUBELET_LOST_LOG = re.compile(r"unable to retrieve container logs for [a-z]+://[0-9a-f]+")
+
+
+def kubelet_lost_log(text: str) -> bool:
+    """Whether ``text`` is not a log but the kubelet's word that the container is being
+    removed (its log file went with it), sent as if it were the log: the Pod is as good as
+    gone, and its log is the one archived before it was deleted."""
+    return _KUBELET_LOST_LOG.fullmatch(text.strip()) is not None
+
+
 LIST_PAGE = 250  # objects per LIST response: a namespace of many large batches stays bounded
 
 
@@ -257,13 +269,14 @@ class KubeClient:
         """A Pod's log; None when the Pod is gone, '' when its container has not started yet."""
         kwargs = {} if tail_lines is None else {"tail_lines": tail_lines}
         try:
-            return self.core.read_namespaced_pod_log(name, namespace, **kwargs)
+            text = self.core.read_namespaced_pod_log(name, namespace, **kwargs)
         except ApiException as e:
             if e.status == 404:
                 return None
             if e.status == 400:  # "container ... is waiting to start": nothing written yet
                 return ""
             raise
+        return None if kubelet_lost_log(text) else text
 
     def follow_log(self, name: str, namespace: str) -> Any:
         """A Pod's log from its first line, as the Pod writes it: the open response (read it

@@ -21,7 +21,7 @@ import yaml
 from kinetic.api.batches import BatchHandle
 from kinetic.api.handle import JobHandle
 from kinetic.api.inputs import InputHandle
-from kinetic.api.kube import ClusterUnreachable, KubeClient
+from kinetic.api.kube import ClusterUnreachable, KubeClient, kubelet_lost_log
 
 NS = "team-a"
 
@@ -120,3 +120,24 @@ def test_a_client_of_another_context_is_refused_naming_both(no_pod: None) -> Non
         kinetic.attach("train-1", namespace=NS, context="dev", kube=KubeClient("prod"))
     with pytest.raises(ValueError, match=re.escape(said)):
         kinetic.attach_batch("grp-1a2b3c4d", namespace=NS, context="dev", kube=KubeClient("prod"))
+
+
+@pytest.mark.parametrize(
+    ("text", "lost"),
+    [
+        (
+            "unable to retrieve container logs for containerd://a3c23eb52b35f055bac6663fb5a51\n",
+            True,
+        ),
+        ("unable to retrieve container logs for docker://0f3e", True),
+        ("", False),
+        ("epoch 1 loss 0.3\n", False),
+        # A user's own line that quotes the kubelet is still the user's log.
+        ("retrying: unable to retrieve container logs for containerd://ab\nok\n", False),
+        ("unable to retrieve container logs for my-pod", False),
+    ],
+)
+def test_the_kubelet_word_for_a_removed_container_is_not_taken_for_its_log(
+    text: str, lost: bool
+) -> None:
+    assert kubelet_lost_log(text) is lost

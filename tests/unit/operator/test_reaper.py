@@ -6,10 +6,11 @@ import threading
 import time
 from datetime import timedelta
 
+import pytest
 from kinetic import storage
 from kinetic.model.names import fmt_time
 from kinetic_operator.observed import PodView
-from kinetic_operator.reaper import Reaper, due_pods
+from kinetic_operator.reaper import Reaper, cannot_have_started, due_pods
 from test_operator_reconcile import NOW, FakeKube, reap_due
 
 
@@ -103,3 +104,26 @@ def test_a_pod_made_again_under_the_name_by_someone_else_is_not_reaped(tmp_path)
     kube.logs["a"] = b"not ours"
     reap_due(kube, [("a", None, "the-operators")])
     assert "a" in kube.pods and ("not ours", "a") in kube.calls
+
+
+@pytest.mark.parametrize(
+    ("phase", "waiting", "unschedulable", "at_once"),
+    [
+        ("Pending", "ImagePullBackOff", None, True),  # the image is not there: nothing ran
+        ("Pending", "ErrImagePull", None, True),
+        ("Pending", "CreateContainerConfigError", None, True),
+        ("Pending", None, "0/1 nodes are available: 1 Insufficient cpu.", True),
+        # Starting, or started before the watch said so: its process may be running.
+        ("Pending", "ContainerCreating", None, False),
+        ("Pending", None, None, False),
+        ("Running", None, None, False),
+        ("Running", "CrashLoopBackOff", None, False),
+    ],
+)
+def test_only_a_pod_that_cannot_have_started_is_deleted_without_grace(
+    phase: str, waiting: str | None, unschedulable: str | None, at_once: bool
+) -> None:
+    view = PodView(
+        name="b-i0-1", attempt=1, phase=phase, waiting_reason=waiting, unschedulable=unschedulable
+    )
+    assert cannot_have_started(view) is at_once
