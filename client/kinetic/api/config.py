@@ -61,13 +61,20 @@ def resolve(
 ) -> ClientConfig:
     """Resolve the client configuration; raises ConfigError naming what is missing."""
     context = context or os.environ.get(CONTEXT_ENV) or None
-    published = _published(context)
+    published, unread = _published(context)
     root = storage_root or os.environ.get(STORAGE_ROOT_ENV) or published.get("storageRoot")
     if not root:
+        where = f"ConfigMap {operator_namespace()}/{CONFIGMAP_NAME}"
+        if unread is not None:
+            raise ConfigError(
+                f"Could not read the operator's settings ({where}): {unread}. They name the "
+                f"storage root; try again, or pass storage_root='gs://bucket/prefix' or set "
+                f"{STORAGE_ROOT_ENV}."
+            )
         raise ConfigError(
             "No storage root for payloads and results. Pass storage_root='gs://bucket/prefix', "
             f"set {STORAGE_ROOT_ENV}, or install the Kinetic operator, which publishes it in "
-            f"ConfigMap {operator_namespace()}/{CONFIGMAP_NAME}."
+            f"{where}."
         )
     ns = namespace or default_namespace(context)
     image = os.environ.get(IMAGE_ENV) or published.get("defaultImage")
@@ -103,19 +110,39 @@ def default_namespace(context: str | None = None) -> str:
     return os.environ.get(NAMESPACE_ENV) or _kubeconfig_namespace(context)
 
 
+class _Unread(Exception):
+    """The API server failed to answer for the published settings (the message says how)."""
+
+
+def _published(context: str | None) -> tuple[dict[str, str], str | None]:
+    """The operator's published settings ({} when there is no operator or no access), and
+    why they could not be read when the API server failed to answer (None otherwise): a
+    busy or restarting API server is not the same as no operator, and must not read so.
+    Only an answer is kept for the process; a failure is asked again next time."""
+    from kinetic.api.kube import kubeconfig_path
+
+    try:
+        return _read_published(kubeconfig_path(), context), None
+    except _Unread as e:
+        return {}, str(e)
+
+
 @lru_cache(maxsize=8)
-def _published(context: str | None) -> dict[str, str]:
-    """The operator's published settings, or {} when there is no operator or no access."""
+def _read_published(kubeconfig: str, context: str | None) -> dict[str, str]:
+    """The published settings of ``context`` in ``kubeconfig`` (the cache's key: another
+    kubeconfig is another cluster); raises `_Unread` when the API server failed to answer."""
     from kubernetes.client import ApiException
 
-    from kinetic.api.kube import ClusterUnreachable, KubeClient
+    from kinetic.api.kube import ClusterUnreachable, KubeClient, kube_reason
 
     try:
         cm = KubeClient(context).config_map(operator_namespace(), CONFIGMAP_NAME)
-    except ApiException:
-        return {}
-    except ClusterUnreachable:
-        return {}
+    except ApiException as e:
+        if e.status in (401, 403, 404):  # no operator here, or not ours to read
+            return {}
+        raise _Unread(f"the API server answered {e.status} {kube_reason(e)}") from e
+    except ClusterUnreachable as e:
+        raise _Unread(str(e)) from e
     return dict(cm.data or {})
 
 

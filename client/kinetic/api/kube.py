@@ -58,7 +58,8 @@ def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")
 
 
-def _kubeconfig() -> str:
+def kubeconfig_path() -> str:
+    """The kubeconfig file this process reads: KUBECONFIG, else ~/.kube/config."""
     return os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
 
 
@@ -84,7 +85,7 @@ def kubeconfig_contexts() -> tuple[list[dict[str, Any]], str | None, str]:
 
     No contexts (an empty list) when there is no usable kubeconfig.
     """
-    path = _kubeconfig()
+    path = kubeconfig_path()
     try:
         contexts, active = config.list_kube_config_contexts(config_file=path)
     except (ConfigException, FileNotFoundError):
@@ -123,7 +124,7 @@ class KubeClient:
     @property
     def api(self) -> client.ApiClient:
         """The API client under every call (raises `ClusterUnreachable` without a kubeconfig)."""
-        return _connect(None if in_cluster() else _kubeconfig(), self.context)
+        return _connect(None if in_cluster() else kubeconfig_path(), self.context)
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -139,7 +140,7 @@ class KubeClient:
             with open(_IN_CLUSTER_NS) as f:
                 return f.read().strip()
         try:
-            contexts, active = config.list_kube_config_contexts(config_file=_kubeconfig())
+            contexts, active = config.list_kube_config_contexts(config_file=kubeconfig_path())
         except (ConfigException, FileNotFoundError):
             return "default"
         chosen = active
