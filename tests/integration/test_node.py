@@ -244,6 +244,39 @@ def test_an_address_in_the_service_range_that_nothing_serves_is_refused_here(
     assert rc != 0 and seconds < 5, message  # refused at once, no 20 s timeout
 
 
+def test_pods_coming_and_going_never_change_the_gateways_address(
+    kube: Kube, namespace: str
+) -> None:
+    """The bridge keeps an address of its own. Left to follow its ports' lowest, it
+    changed as Pods came and went, and a running Pod's connections to the node (storage,
+    DNS) stalled for seconds until it learnt the new one."""
+    if not kube.is_local:
+        pytest.skip("the bridge is the local cluster's")
+    from kinetic_dev import network
+    from kinetic_dev.config import LocalConfig
+
+    cfg = LocalConfig()
+    fixed = network.bridge_mac(cfg.bridge)
+    # Each Pod reaches the node (the storage emulator's port), then reports the address
+    # its neighbour table holds for the gateway; the second starts while the first runs.
+    script = (
+        f"timeout 5 wget -q -O- http://{cfg.node_ip}:4443/ >/dev/null 2>&1; "
+        f"grep '^{cfg.node_ip} ' /proc/net/arp > /dev/termination-log; sleep 2"
+    )
+    kube.core.create_namespaced_pod(namespace, pod("first", script))
+    wait_for(lambda: running(kube, namespace, "first"), 120, what="the first Pod")
+    kube.core.create_namespaced_pod(namespace, pod("second", script))
+    seen = [
+        str(wait_for(lambda n=n: termination_message(kube, namespace, n), 120, what=n)).split()
+        for n in ("first", "second")
+    ]
+    assert [fields[3] for fields in seen] == [fixed, fixed], seen
+    link = subprocess.run(
+        ["ip", "-o", "link", "show", cfg.bridge], capture_output=True, text=True, check=True
+    ).stdout
+    assert f"link/ether {fixed} " in link, link
+
+
 def test_a_job_over_its_memory_limit_is_oom_killed_and_charged_to_retries(
     kube: Kube, namespace: str, client_env: dict[str, str]
 ) -> None:

@@ -100,6 +100,16 @@ def test_cni_gives_each_pod_an_address_on_the_bridge(cfg: LocalConfig) -> None:
     assert bridge["ipam"]["dataDir"].startswith(str(cfg.state_dir))
 
 
+def test_the_bridge_has_a_fixed_unicast_local_address_of_its_own() -> None:
+    mac = network.bridge_mac("kinetic0")
+    first = int(mac.split(":")[0], 16)
+    assert len(mac.split(":")) == 6 and all(len(part) == 2 for part in mac.split(":"))
+    assert first & 0b01 == 0, "a multicast address cannot be a bridge's"
+    assert first & 0b10, "locally administered: no vendor's address"
+    assert network.bridge_mac("kinetic0") == mac  # the same every start
+    assert network.bridge_mac("kinetic-test") != mac  # another cluster's bridge, another
+
+
 def test_the_guard_rejects_the_service_range_before_anything_is_accepted(
     cfg: LocalConfig,
 ) -> None:
