@@ -195,7 +195,7 @@ def _say(
                 meta.get("name", ""),
                 {"conditions": conditions},
                 {},
-                None,
+                meta.get("resourceVersion"),  # conditions read from this version
                 plural=plural,
             )
             if written is not None:

@@ -525,8 +525,10 @@ def _reject(
     meta = body["metadata"]
     message = f"Kubernetes rejected the Pod of attempt {attempt}: {why}"
     failed = job_logic.rejected(status, message, now).wire()
-    # Our own patch above bumped the resourceVersion; this write follows it unconditionally.
-    mem.body.set(kube.patch_status(meta["namespace"], meta["name"], failed, written, None))
+    # Conditional on the version our own write above left (or the one read): a status
+    # someone changed meanwhile is decided again (Conflict), never overwritten.
+    version = ((mem.body.get() or body).get("metadata") or {}).get("resourceVersion")
+    mem.body.set(kube.patch_status(meta["namespace"], meta["name"], failed, written, version))
     metrics.inputs_ended(metrics.KIND_JOB, failed=1)
     kube.post_event(body, "Warning", "Rejected", message)
 

@@ -334,6 +334,31 @@ def test_acting_without_a_status_change_needs_a_fresh_read_first(settings):
     assert kube.calls == [("get", "kj"), ("create", "kj-a1")]
 
 
+def test_a_rejected_pods_failure_is_written_only_over_the_status_it_was_decided_from(settings):
+    """The FAILED write after Kubernetes refused the Pod is conditional like every other: a
+    cancel that lands meanwhile is decided again, not overwritten."""
+    kube = FakeKube()
+    kube.reject["kj-a1"] = 'Pod "kj-a1" is invalid: spec.containers[0].resources: bad quantity'
+    job = Job(kube, settings)
+    real_create = kube.create_pod
+
+    def create_while_cancelled(manifest: dict[str, Any]) -> bool:
+        kube.someone_writes(JOB_PLURAL, "kj", cancel=True)  # the user cancels just now
+        return real_create(manifest)
+
+    kube.create_pod = create_while_cancelled  # type: ignore[method-assign]
+    job.reconcile()
+    # The FAILED write met the moved version, and the round was decided again from a
+    # fresh read: the user's cancel stands (written blindly, FAILED would have hidden it).
+    assert kube.calls[:4] == [
+        ("get", "kj"),
+        ("patch", "PENDING"),
+        ("rejected", "kj-a1"),
+        ("conflict", "kj"),
+    ]
+    assert job.status["phase"] == "CANCELLED"
+
+
 def test_endless_conflicts_give_up_for_a_retry_later(settings):
     kube = FakeKube()
     job = Job(kube, settings)
