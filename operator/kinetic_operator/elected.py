@@ -16,9 +16,10 @@ Leaving the lead has two ways, as in controller-runtime:
 * **Lost** (the renew deadline passed: a stall, a partition, an API server
   that does not answer): the process exits at once (`election.lose`) and the
   kubelet restarts it as a standby. A watchdog thread and a fence under
-  every write of the reconciler (`kube.fenced` → `Elector.require`) make sure
-  nothing is written after the deadline, even by a reconcile that was
-  running when the process stalled.
+  every write of the reconciler, to the API server (`kube.fenced`) and to
+  storage (`storage.fence_writes`), both `Elector.require`, make sure nothing
+  is written after the deadline, even by a reconcile that was running when
+  the process stalled.
 * **Clean shutdown** (SIGTERM: a rollout, a drain, `helm upgrade`): writes
   are refused from that moment, the Lease is released so a standby takes it
   at its next look, the reconciler stops, and admission goes on answering for
@@ -41,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import kopf
+from kinetic import storage
 from kinetic.model.names import holder_identity
 
 from kinetic_operator import metrics
@@ -169,6 +171,7 @@ async def _lead(
     metrics.leading(True)
     _start_watchdog(elector)
     state = OperatorState(settings=reconciler_settings(settings), fence=elector.require)
+    storage.fence_writes(elector.require)  # storage too: only the leader writes
     reconcile_stop = asyncio.Event()
     reconciler = asyncio.create_task(
         _kopf(

@@ -29,7 +29,7 @@ import errno
 import fcntl
 import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from stat import S_ISREG
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
@@ -525,6 +525,27 @@ def use_lean_gcs() -> None:
     _BACKENDS["gs"] = _LeanOnFirstUse()
 
 
+# Called before every write and delete (`fence_writes`); process-wide, as the backend is.
+_WRITE_FENCES: list[Callable[[], None]] = []
+
+
+def fence_writes(fence: Callable[[], None] | None) -> None:
+    """Call ``fence`` before every write and delete this process makes; it raises (or
+    exits) to stop one. None removes it.
+
+    The operator's elected reconciler passes the leader Lease's check
+    (`Elector.require`), so a replica that may have been replaced writes no
+    more to storage (manifests, accepted specs, stop orders, log archives)
+    than it writes to the API server.
+    """
+    _WRITE_FENCES[:] = [] if fence is None else [fence]
+
+
+def _before_write() -> None:
+    for fence in _WRITE_FENCES:
+        fence()
+
+
 def _dispatch(uri: str) -> tuple[_Backend, _Parsed]:
     p = _parse(uri)
     return _BACKENDS[p.scheme], p
@@ -585,6 +606,7 @@ def write_if_generation(uri: str, data: bytes, generation: int | None) -> int:
     if generation is not None and (not isinstance(generation, int) or generation < 0):
         raise ValueError(f"generation must be a non-negative int or None, got {generation!r}")
     backend, p = _dispatch(uri)
+    _before_write()
     return backend.write(p, uri, bytes(data), generation)
 
 
@@ -602,6 +624,7 @@ def exists(uri: str) -> bool:
 def delete(uri: str) -> bool:
     """Delete the object; a missing one is fine. Returns whether something was deleted."""
     backend, p = _dispatch(uri)
+    _before_write()
     return backend.delete(p, uri)
 
 
