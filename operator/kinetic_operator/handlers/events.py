@@ -39,6 +39,20 @@ Key = tuple[str, str]  # (namespace, name)
 STRANGER_REPORT_SECONDS = 60.0  # one Event a minute per object about Pods not the operator's
 
 
+def made_again(uids: dict[tuple[str, str], str], view: PodView) -> str | None:
+    """The UID of the Pod first seen under ``view``'s name for its owner, when ``view`` is
+    another Pod (one made again under that name, with the seal copied); None when ``view``
+    is that first Pod, or the first seen (``uids`` then remembers it).
+
+    Per owner: a job deleted and created again under its name makes its Pods under the
+    same names, and the old Pods' last events may come after the new object's first. Kept
+    by name alone, the old Pod's UID made the new job's own Pod a stranger, and the job
+    waited for it for good.
+    """
+    first = uids.setdefault((view.owner_uid or "", view.name), view.uid or "")
+    return first if view.uid and first and first != view.uid else None
+
+
 @dataclass
 class ObjectMemory:
     """What the operator keeps of any one object and the shared plumbing uses.
@@ -51,7 +65,8 @@ class ObjectMemory:
 
     body: Fresh = field(default_factory=Fresh)
     failing: Failing = field(default_factory=Failing)  # the error last reported, if any
-    uids: dict[str, str] = field(default_factory=dict)  # Pod name -> the UID seen first
+    # (owner UID, Pod name) -> the Pod UID seen first (`made_again`)
+    uids: dict[tuple[str, str], str] = field(default_factory=dict)
     warned_at: float | None = None  # when a Pod that is not ours was last reported
     due: list[Due] = field(default_factory=list)  # Pods to reap now
     reaping: set[str] = field(default_factory=set)
@@ -129,8 +144,8 @@ class Kind(Generic[Mem, Seen]):
         verdict = sealer.verdict(body) if sealer is not None else "sealed"
         if verdict == "stranger":
             return f"Pod {view.name} has this {self.name}'s labels but not the operator's seal"
-        first = self.memory(memo, key).uids.setdefault(view.name, view.uid or "")
-        if view.uid and first and first != view.uid:
+        first = made_again(self.memory(memo, key).uids, view)
+        if first is not None:
             return (
                 f"Pod {view.name} was made again under the name of a Pod the operator made "
                 f"(UID {view.uid}, not {first})"
