@@ -421,14 +421,17 @@ def _end_job(w: _Work, spec: KineticJobSpec, plan: UnitPlan, phase: Phase) -> No
     if phase is Phase.SUCCEEDED and spec.container is not None and plan.last is not None:
         st.result = _clip(plan.last.termination_message)
     if spec.function is not None:
-        st.result_sha256 = reported_result_sha256(plan)
+        stored = reported_result(plan)
+        st.result_sha256 = stored.sha256 if stored is not None else None
+        st.result_bytes = stored.size if stored is not None else None
     _finish(w, phase, plan.message)
     kind: Literal["Normal", "Warning"] = "Warning" if phase is Phase.FAILED else "Normal"
     w.event(kind, phase.value.title(), plan.message)
 
 
-def reported_result_sha256(plan: UnitPlan) -> str | None:
-    """The result hash the runner reported: the successful attempt's, else the last failure's.
+def reported_result(plan: UnitPlan) -> digest.Reported | None:
+    """The result hash and size the runner reported: the successful attempt's, else the last
+    failure's.
 
     A unit that succeeded takes only a successful attempt's hash: the stored
     result is that attempt's, and a failed attempt's hash would make the
@@ -438,7 +441,7 @@ def reported_result_sha256(plan: UnitPlan) -> str | None:
     ended = [r for r in plan.records if r.outcome in wanted]
     ended.sort(key=lambda r: (r.outcome == "success", r.attempt))
     for rec in reversed(ended):
-        found = digest.reported_sha256(rec.message)
+        found = digest.reported_result(rec.message)
         if found is not None:
             return found
     return None

@@ -36,10 +36,12 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from kinetic import storage
 from kinetic.model import digest, layout
 from kinetic.model.batchjobs import batch_total, container_indexes
+from kinetic.model.digest import Reported
 from kinetic.model.limits import MAX_REPORT_BYTES, MAX_SHARD_BYTES, header_max_bytes
 from kinetic.model.manifest import (
     Anchor,
@@ -60,7 +62,7 @@ from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
 from kinetic_operator.attempts import UnitPlan
 from kinetic_operator.batch_logic import Recorded, UnitObservation, unit_inputs
 from kinetic_operator.bounded_read import TooLarge, read_at_most
-from kinetic_operator.job_logic import reported_result_sha256
+from kinetic_operator.job_logic import reported_result
 from kinetic_operator.observed import PodView
 
 log = logging.getLogger("kinetic.operator")
@@ -186,7 +188,7 @@ class ManifestBook:
     # Inputs with a record in each shard dropped from memory, as ranges (a few per shard),
     # so asking whether a settled input is recorded does not read the shard back for good.
     dropped: dict[int, IndexSet] = field(default_factory=dict)
-    hashes: dict[int, str] = field(default_factory=dict)  # from chunk reports read
+    hashes: dict[int, Reported] = field(default_factory=dict)  # from chunk reports read
     reports: dict[tuple[int, int], tuple[str, str]] = field(default_factory=dict)
     read_reports: dict[str, int] = field(default_factory=dict)  # chunk Pod -> its unit
     observed: Mapping[int, UnitObservation] = field(default_factory=dict)  # this reconcile's
@@ -211,7 +213,7 @@ class ManifestBook:
         for unit, plan in plans.items():
             indexes = unit_inputs(unit, chunk, total)
             container_unit = container(unit) if callable(container) else container
-            single = None if container_unit else reported_result_sha256(plan)
+            single = None if container_unit else reported_result(plan)
             if not container_unit and len(indexes) > 1:
                 self._note_reports(unit, plan)
             for index in indexes:
@@ -222,8 +224,8 @@ class ManifestBook:
                     outcome=_OUTCOME[plan.outcome],  # type: ignore[arg-type]
                     attempts=list(plan.records),
                     result=_result(plan) if container_unit else None,
-                    result_sha256=single if len(indexes) == 1 else self.hashes.get(index),
                     message=plan.message if plan.outcome == "failed" else None,
+                    **_stored(single if len(indexes) == 1 else self.hashes.get(index)),
                 )
                 if old is None or old != new:
                     records[index] = new
@@ -283,7 +285,7 @@ class ManifestBook:
             self.take_report(key[0], pod, found, chunk_of)
 
     def take_report(
-        self, unit: int, pod: str, found: Mapping[int, str], chunk_of: Mapping[int, int]
+        self, unit: int, pod: str, found: Mapping[int, Reported], chunk_of: Mapping[int, int]
     ) -> None:
         """A chunk Pod's checked report: its own unit's inputs get their result hashes."""
         self.read_reports[pod] = unit
@@ -294,8 +296,8 @@ class ManifestBook:
             shard = layout.shard_of(index)
             records = self.shards.setdefault(shard, {})
             rec = records.get(index)
-            if rec is not None and rec.result_sha256 != value:
-                records[index] = rec.model_copy(update={"result_sha256": value})
+            if rec is not None and (rec.result_sha256, rec.result_bytes) != value:
+                records[index] = rec.model_copy(update=_stored(value))
                 self.dirty.add(shard)
 
     def _hashes_from_pods(self, chunk: int) -> None:
@@ -320,8 +322,8 @@ class ManifestBook:
         """
         unit = index - index % chunk
         for pod in reversed(_usable_pods(self.observed.get(unit), rec.outcome)):
-            if chunk == 1 and (found := digest.reported_sha256(pod.termination_message)):
-                self.shards[shard][index] = rec.model_copy(update={"result_sha256": found})
+            if chunk == 1 and (found := digest.reported_result(pod.termination_message)):
+                self.shards[shard][index] = rec.model_copy(update=_stored(found))
                 return
             report = digest.chunk_report(pod.termination_message) if chunk > 1 else None
             if report is not None and pod.name not in self.read_reports:
@@ -335,7 +337,7 @@ class ManifestBook:
                 if outcome is not None and rec.outcome != outcome:
                     # the hash noted for the old outcome may be another attempt's
                     records[index] = _settled(rec, outcome).model_copy(
-                        update={"result_sha256": self.hashes.get(index)}
+                        update=_stored(self.hashes.get(index))
                     )
                     self.dirty.add(shard)
 
@@ -523,7 +525,7 @@ class ManifestBook:
         return decode_shard(data)
 
 
-def check_report(home: layout.Home, pod: str, expected: str) -> dict[int, str]:
+def check_report(home: layout.Home, pod: str, expected: str) -> dict[int, Reported]:
     """A chunk Pod's report, read no further than a report can be, checked against the hash
     its Pod reported through the API server. Raises ValueError saying what is wrong with it
     (missing, too large, changed), StorageError when storage does not answer."""
@@ -538,6 +540,13 @@ def check_report(home: layout.Home, pod: str, expected: str) -> dict[int, str]:
         return digest.parse_report(data, expected)
     except ValueError as exc:
         raise ValueError(f"the chunk's report {uri} is refused: {exc}") from None
+
+
+def _stored(reported: Reported | None) -> dict[str, Any]:
+    """An input record's result fields for what its runner reported (None: nothing)."""
+    if reported is None:
+        return {"result_sha256": None, "result_bytes": None}
+    return {"result_sha256": reported.sha256, "result_bytes": reported.size}
 
 
 def _settled(rec: InputRecord, outcome: str) -> InputRecord:

@@ -304,7 +304,7 @@ def _ended(entry: _Input, mark: Mark, begin: Mark | None, pod: PodView) -> None:
         entry.failures += 1
         entry.reason = "Error"
         entry.message = summary = "the function raised: its result holds the exception"
-    message = digest.with_sha256(summary, mark.sha256) if mark.sha256 else summary
+    message = digest.with_sha256(summary, mark.sha256, size=mark.size) if mark.sha256 else summary
     entry.records.append(
         AttemptRecord(
             attempt=len(entry.records) + 1,

@@ -56,6 +56,11 @@ class Run:
         """The hash of the bytes at the result URI, as a reader would check them."""
         return digest.sha256(storage.read_bytes(self.result_uri))
 
+    def stored_digest(self) -> str:
+        """The size and hash of the stored result, as the runner reports them."""
+        data = storage.read_bytes(self.result_uri)
+        return f"bytes={len(data)} sha256={digest.sha256(data)}"
+
 
 class Job:
     """A job's storage area plus the env the operator would give its pod."""
@@ -172,7 +177,7 @@ def test_success_records_the_value_and_says_so(job: Job, tmp_path: Path) -> None
         "output_dir": out_dir,
         "wandb": "offline",
     }
-    assert run.termination == f"ok sha256={run.stored_sha256()}"
+    assert run.termination == f"ok {run.stored_digest()}"
     lines = run.stdout.splitlines()
     assert any(line.startswith("kinetic runner: downloaded payload (") for line in lines)
     assert "kinetic runner: calling train(1 arg, 2 kwargs)" in lines
@@ -193,7 +198,7 @@ def test_user_exception_is_recorded_with_its_traceback(job: Job) -> None:
     job.call(fail, 0.1)
     run = job.run()
     assert run.code == EXIT_USER_ERROR
-    assert run.termination == f"ValueError: bad lr 0.1 sha256={run.stored_sha256()}"
+    assert run.termination == f"ValueError: bad lr 0.1 {run.stored_digest()}"
     result = run.result()
     assert result.phase == "call"
     with pytest.raises(ValueError, match="bad lr 0.1") as info:

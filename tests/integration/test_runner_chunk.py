@@ -203,15 +203,16 @@ def test_each_inputs_result_hash_goes_to_the_report_named_by_its_own_hash(chunk:
     assert run.outcome() == {"succeeded": [0, 1, 2], "failed": [3]}
     expected = digest.chunk_report(run.termination)
     hashes = digest.parse_report(storage.read_bytes(report_uri), expected)
-    # Failures are recorded results too: every input has the hash of what is stored for it.
-    stored = {i: digest.sha256(storage.read_bytes(chunk.result_uri(i))) for i in range(4)}
-    assert hashes == stored
+    # Failures are recorded results too: every input has the hash and size of what is stored
+    # for it (the client reads no more than that size).
+    stored = {i: storage.read_bytes(chunk.result_uri(i)) for i in range(4)}
+    assert hashes == {i: digest.Reported(digest.sha256(d), len(d)) for i, d in stored.items()}
     # A second Pod of the same chunk (a retry) reports the same hashes for what it kept.
     again = chunk.run(KINETIC_REPORT_URI=report_uri)
     again_hashes = digest.parse_report(
         storage.read_bytes(report_uri), digest.chunk_report(again.termination)
     )
-    assert {i: again_hashes[i] for i in range(3)} == {i: stored[i] for i in range(3)}
+    assert {i: again_hashes[i] for i in range(3)} == {i: hashes[i] for i in range(3)}
 
 
 def test_all_inputs_succeeding_exits_zero(chunk: Chunk) -> None:

@@ -17,6 +17,7 @@ namespace. Witnesses are in storage or in return values, never on the host.
 from __future__ import annotations
 
 import json
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -239,6 +240,62 @@ def test_a_result_swapped_from_another_job_is_refused(ns: str, kube: Kube) -> No
     recorded = mine.describe()["resultSHA256"]
     assert mine.result_uri in text and recorded in text and digest.sha256(planted) in text
     still_serves_another_namespace(kube)
+
+
+def huge_forgery(genuine: bytes) -> bytes:
+    """A stand-in for ``result.pkl`` far larger than the genuine one: 48 MiB."""
+    return genuine + b"\0" * (48 << 20)
+
+
+def refused_within(reading: Callable[[], object], limit: int) -> tuple[str, int]:
+    """The ResultMismatch ``reading`` raises, and the most Python memory it held meanwhile."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(digest.ResultMismatch) as err:
+            reading()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < limit, f"the refusal held {peak} bytes: the forgery was read"
+    return str(err.value), peak
+
+
+def test_a_result_swapped_for_a_huge_object_is_refused_without_being_read(ns: str) -> None:
+    """Issue 29: the client read ``result.pkl`` whole before hashing it, so a namespace-mate
+    who swaps it for a huge object costs the reader its memory. The runner reports the
+    size beside the hash (a job's status, each input's manifest record: a one-input Pod's
+    termination message, a unit's log marks and a chunk's report all carry it), and the
+    client reads no further."""
+    fn = kinetic.run(namespace=ns)(value_of)
+    job = fn.run_async(1)
+    units = fn.run_async_map([0, 1, 2])  # sized units: the sizes come from the log marks
+    chunks = fn.run_async_map([0, 1, 2], chunk_size=2)  # from the chunk's report
+    assert job.wait(timeout=TIMEOUT) is JobStatus.SUCCEEDED
+    genuine = storage.read_bytes(job.result_uri)
+    assert job.describe()["resultBytes"] == len(genuine)
+    for batch in (units, chunks):
+        assert batch.results(timeout=TIMEOUT, cleanup=False) == [value_of(i) for i in range(3)]
+        home = batch._home()
+        assert home is not None
+        shard_uri, _ = vouched_shard(home, final_status(ns, batch.group_id), 0)
+        records = json.loads(storage.read_bytes(shard_uri))["inputs"]
+        sizes = {i: len(storage.read_bytes(home.input_result_uri(i))) for i in range(3)}
+        assert {i: records[str(i)].get("resultBytes") for i in range(3)} == sizes
+
+    storage.write_bytes(job.result_uri, huge_forgery(genuine))
+    attached = kinetic.attach(job.job_id, namespace=ns)
+    text, _ = refused_within(lambda: attached.result(timeout=60, cleanup=False), 16 << 20)
+    assert job.result_uri in text and f"larger than the {len(genuine)} bytes" in text
+    assert job.status() is JobStatus.SUCCEEDED  # nothing was cleaned up on the way
+
+    home = units._home()
+    assert home is not None
+    uri = home.input_result_uri(1)
+    storage.write_bytes(uri, huge_forgery(storage.read_bytes(uri)))
+    again = kinetic.attach_batch(units.group_id, namespace=ns)
+    text, _ = refused_within(lambda: again.jobs[1].result(timeout=60, cleanup=False), 16 << 20)
+    assert uri in text and "larger than the" in text
+    assert again.jobs[0].result(timeout=60, cleanup=False) == value_of(0)  # untouched
 
 
 # --------------------------------------------------------------------------- accepted spec

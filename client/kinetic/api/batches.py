@@ -66,7 +66,7 @@ from kinetic.api.submission import (
 )
 from kinetic.api.unread import unread_error, unread_note
 from kinetic.api.vouched import VouchedManifest
-from kinetic.model import catalog, gang, layout, limits, names, payload
+from kinetic.model import catalog, digest, gang, layout, limits, names, payload
 from kinetic.model import resources as r
 from kinetic.model.data import Data, walk_data
 from kinetic.model.digest import Unverifiable
@@ -628,7 +628,7 @@ class BatchHandle:
         def one(i: int) -> tuple[int, bool, Any]:
             final = outcomes.of(i) or JobStatus.NOT_FOUND
             handle = self.child(i)
-            handle.recorded_sha256 = hashes.get(i)
+            handle.recorded_sha256, handle.recorded_bytes = hashes.get(i) or (None, None)
             handle.unvouched = unvouched
             try:
                 if self.is_container(i) and final is JobStatus.SUCCEEDED:
@@ -671,8 +671,9 @@ class BatchHandle:
 
     def _recorded_hashes(
         self, indexes: list[int], manifest: VouchedManifest | None
-    ) -> dict[int, str]:
-        """The result hashes the vouched-for manifest already records for ``indexes``.
+    ) -> dict[int, digest.Reported]:
+        """The result hashes (and sizes) the vouched-for manifest already records for
+        ``indexes``.
 
         Inputs not recorded yet are left out; their handles find the hash
         themselves (from the Pod, or by waiting for the record). With no
@@ -681,7 +682,11 @@ class BatchHandle:
         if manifest is None or not indexes:
             return {}
         records = self._manifest_records(indexes, manifest)
-        return {i: rec.result_sha256 for i, rec in records.items() if rec.result_sha256}
+        return {
+            i: digest.Reported(rec.result_sha256, rec.result_bytes)
+            for i, rec in records.items()
+            if rec.result_sha256
+        }
 
     def _container_results(
         self, indexes: list[int], manifest: VouchedManifest | None

@@ -107,9 +107,9 @@ class JobHandle:
     # How the handle asks the API server: the client it was given (the dashboard gives every
     # handle its one), else one made for ``context`` on first use. Never saved with the handle.
     kube: KubeClient | None = field(default=None, repr=False, compare=False)
-    # The result hash the API server held just before `cleanup(gcs=False)` deleted the
-    # job: held in memory only, never saved with the handle.
-    _sha256_before_deletion: str | None = field(default=None, init=False, repr=False)
+    # The result hash and size the API server held just before `cleanup(gcs=False)` deleted
+    # the job: held in memory only, never saved with the handle.
+    _stored_before_deletion: digest.Reported | None = field(default=None, init=False, repr=False)
     # What this handle's own cleanup deleted ("result" after result(), "cleanup" after
     # cleanup(), "cancel" after cancel()), so a later result() says so: in memory only,
     # never saved with the handle.
@@ -313,10 +313,16 @@ class JobHandle:
         What a reader checks stored bytes against before it trusts them: `read_result`
         does, and so does the dashboard before it shows a failure's traceback.
         """
+        stored, why = self.stored_result()
+        return (stored.sha256 if stored is not None else None), why
+
+    def stored_result(self) -> tuple[digest.Reported | None, str | None]:
+        """`result_anchor` with the size the runner reported beside the hash
+        (``status.resultBytes``): `read_result` reads no further."""
         obj = self._get()
         if obj is None:
-            if self._sha256_before_deletion is not None:
-                return self._sha256_before_deletion, None
+            if self._stored_before_deletion is not None:
+                return self._stored_before_deletion, None
             return None, (
                 f"job {self.job_id} no longer exists in namespace {self.namespace}, so the API "
                 "server holds no sha256 to check its result against, and storage alone can be "
@@ -329,7 +335,7 @@ class JobHandle:
                 f"the job named {self.job_id} in namespace {self.namespace} is another one now "
                 "(created again since): nothing vouches for this one's result any more"
             )
-        return (obj.get("status") or {}).get("resultSHA256"), None
+        return reported_in(obj.get("status") or {}), None
 
     def _expected_sha256(self) -> str | None:
         """The result hash the API server holds for this job (None: none, or it is gone)."""
@@ -483,14 +489,18 @@ class JobHandle:
         uri = self.result_location()
         if not uri:
             return None
+        stored, why = self.stored_result()
+        if stored is None:  # nothing to check the bytes against: none are read
+            if not storage.exists(uri):
+                return None
+            if why is not None:
+                raise digest.Unverifiable(uri, why)
+            raise digest.ResultMismatch(uri, None, "")
         try:
-            data = storage.read_bytes(uri)
+            data = read_stored(uri, stored)
         except storage.NotFound:
             return None
-        expected, why = self.result_anchor()
-        if expected is None and why is not None:
-            raise digest.Unverifiable(uri, why)
-        digest.verify(data, expected, uri)
+        digest.verify(data, stored.sha256, uri)
         return payload.load_result(data)
 
     # ----------------------------------------------------------------- logs
@@ -773,7 +783,7 @@ class JobHandle:
         """
         timeout = self._cleanup_wait("cleanup", timeout, cleanup_timeout, cleanup_poll_interval)
         if k8s and not gcs:
-            self._sha256_before_deletion = self.result_anchor()[0]
+            self._stored_before_deletion = self.stored_result()[0]
         if k8s:
             self._delete(timeout)
         if gcs:  # a container job has no result file, but may have archived logs there
@@ -803,6 +813,31 @@ def _say_connected(handle: JobHandle, port: int) -> None:
         f"A debugger connected to job {handle.job_id} (localhost:{port}); the call runs now.",
         flush=True,
     )
+
+
+def reported_in(record: Mapping[str, Any]) -> digest.Reported | None:
+    """The result hash and size a status or manifest record holds (``resultSHA256``,
+    ``resultBytes``), or None when it holds no hash."""
+    sha = record.get("resultSHA256")
+    if not isinstance(sha, str) or not sha:
+        return None
+    size = record.get("resultBytes")
+    ok = isinstance(size, int) and not isinstance(size, bool) and size >= 0
+    return digest.Reported(sha, size if ok else None)
+
+
+def read_stored(uri: str, stored: digest.Reported) -> bytes:
+    """A result's bytes, read no further than the size its runner reported: a result swapped
+    for a larger object is refused before it costs memory. A runner that predates sizes
+    reported none: its result is read whole, then checked, as before."""
+    if stored.size is None:
+        return storage.read_bytes(uri)
+    try:
+        return storage.read_at_most(uri, stored.size)
+    except storage.TooLarge:
+        raise digest.ResultMismatch(
+            uri, stored.sha256, f"an object larger than the {stored.size} bytes reported"
+        ) from None
 
 
 def _input_fields(name: str, env: Mapping[str, str], from_env: bool) -> dict[str, Any]:

@@ -291,6 +291,7 @@ class InputHandle(JobHandle):
     chunk_size: int = 1
     sized: bool = False  # its batch sizes units at run time: its unit is the grid's
     recorded_sha256: str | None = None  # the manifest's hash, when the batch read it already
+    recorded_bytes: int | None = None  # and the size recorded beside it
     unvouched: str | None = None  # why nothing vouches for its manifest, when the batch knew
 
     @classmethod
@@ -381,9 +382,9 @@ class InputHandle(JobHandle):
         shard = manifest.shard(layout.shard_of(self.index)) if manifest is not None else None
         return None if shard is None else shard.inputs.get(str(self.index))
 
-    def result_anchor(self) -> tuple[str | None, str | None]:
-        """The hash the runner reported for this input's result, and, when there is none the
-        API server vouches for, why (see `JobHandle.result_anchor`).
+    def stored_result(self) -> tuple[digest.Reported | None, str | None]:
+        """The hash and size the runner reported for this input's result, and, when there is
+        none the API server vouches for, why (see `JobHandle.stored_result`).
 
         From its manifest record as the batch status vouches for it, else from
         its ended Pod's termination message (a chunk's: the report that message
@@ -392,7 +393,7 @@ class InputHandle(JobHandle):
         record — else the record once the manifest catches up.
         """
         if self.recorded_sha256:
-            return self.recorded_sha256, None
+            return digest.Reported(self.recorded_sha256, self.recorded_bytes), None
         if self.unvouched is not None:
             return None, self.unvouched
         manifest = self._vouched()
@@ -402,19 +403,19 @@ class InputHandle(JobHandle):
         if vouched:
             record = self._record(manifest)
             if record is not None and record.result_sha256:
-                return record.result_sha256, None
+                return _stored(record), None
         reported = self._reported_by_pod()
         if reported is not None:
             return reported, None
         if not vouched:
             return None, manifest.why_not()
         record = self._wait_for_record()
-        return (record.result_sha256 if record is not None else None), None
+        return (_stored(record) if record is not None else None), None
 
     def _expected_sha256(self) -> str | None:
         return self.result_anchor()[0]
 
-    def _reported_by_pod(self) -> str | None:
+    def _reported_by_pod(self) -> digest.Reported | None:
         """The result hash a Pod the manifest records for this input reported (none before
         the manifest records it: a hash decides what is unpickled)."""
         home = self._home()
@@ -428,7 +429,7 @@ class InputHandle(JobHandle):
             if self.sized:
                 return None  # a unit reports each input's digest in its log: the record has it
             if self.chunk_size <= 1:
-                found = digest.reported_sha256(ended.message)
+                found = digest.reported_result(ended.message)
                 if found is not None:
                     return found
                 continue
@@ -933,3 +934,10 @@ def input_total(inputs: dict) -> int:
     for values in inputs.get("grid", {}).values():
         total *= len(values)
     return total
+
+
+def _stored(record: InputRecord) -> digest.Reported | None:
+    """The result hash and size an input's manifest record holds (None: no hash)."""
+    if not record.result_sha256:
+        return None
+    return digest.Reported(record.result_sha256, record.result_bytes)

@@ -2,11 +2,14 @@
 
 The runner hashes every result it records and reports the hash where the
 storage holding the result cannot change it: a single input in its
-termination message (``<summary> sha256=<hex>``), a chunk in a small report
-whose own hash is in its termination message (``"report": "<hex>"``; the
+termination message (``<summary> bytes=<n> sha256=<hex>``), a chunk in a small
+report whose own hash is in its termination message (``"report": "<hex>"``; the
 hashes of up to 256 inputs do not fit in 4096 bytes). The operator copies the
-hash into the KineticJob's status (``resultSHA256``) or the input's manifest
-record; the client refuses to unpickle a result whose bytes differ.
+hash and the size into the KineticJob's status (``resultSHA256``,
+``resultBytes``) or the input's manifest record; the client reads no more than
+that size (a result swapped for a huge object costs it nothing) and refuses to
+unpickle a result whose bytes differ. Reports of runners that predate sizes
+have none: their results are read whole, then checked, as before.
 
 Standard library only: the runner imports it at every Pod start.
 """
@@ -16,19 +19,24 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from typing import NamedTuple
 
 __all__ = [
     "ResultMismatch",
     "Unverifiable",
+    "Reported",
     "sha256",
     "json_sha256",
     "with_sha256",
     "reported_sha256",
+    "reported_result",
     "chunk_report",
+    "chunk_report_bytes",
     "verify",
 ]
 
-_SUFFIX = re.compile(r"(?:^|\s)sha256=([0-9a-f]{64})\s*$")
+_SUFFIX = re.compile(r"(?:^|\s)(?:bytes=(\d{1,15})\s+)?sha256=([0-9a-f]{64})\s*$")
+SIZES = "bytes"  # a chunk report's key for its inputs' result sizes
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 MAX_MESSAGE = 4096
 
@@ -80,6 +88,14 @@ class Unverifiable(ResultMismatch):
         Exception.__init__(self, f"refusing to {verb} at {uri}: {why}")
 
 
+class Reported(NamedTuple):
+    """A stored result as its runner reported it: its hash, and its size in bytes (None from
+    a runner that predates sizes)."""
+
+    sha256: str
+    size: int | None = None
+
+
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -90,9 +106,13 @@ def json_sha256(doc: object) -> str:
     return sha256(text.encode())
 
 
-def with_sha256(summary: str, digest: str, limit: int = MAX_MESSAGE) -> str:
-    """``summary`` with `` sha256=<hex>`` appended, the summary cut so both fit ``limit`` bytes."""
-    tail = f" sha256={digest}"
+def with_sha256(
+    summary: str, digest: str, limit: int = MAX_MESSAGE, size: int | None = None
+) -> str:
+    """``summary`` with `` [bytes=<size> ]sha256=<hex>`` appended, the summary cut so that
+    both fit ``limit`` bytes. The size goes first: a reader that knows no sizes still finds
+    the hash at the end."""
+    tail = (f" bytes={size}" if size is not None else "") + f" sha256={digest}"
     room = limit - len(tail)
     line = " ".join(summary.split())
     head = line.encode("utf-8")[:room].decode("utf-8", "ignore")
@@ -101,10 +121,16 @@ def with_sha256(summary: str, digest: str, limit: int = MAX_MESSAGE) -> str:
 
 def reported_sha256(message: str | None) -> str | None:
     """The hash a single input's termination message reports, or None."""
-    if not message:
+    found = reported_result(message)
+    return found.sha256 if found is not None else None
+
+
+def reported_result(message: str | None) -> Reported | None:
+    """The hash and size a single input's termination message reports, or None."""
+    match = _SUFFIX.search(message) if message else None
+    if match is None:
         return None
-    match = _SUFFIX.search(message)
-    return match.group(1) if match else None
+    return Reported(match.group(2), int(match.group(1)) if match.group(1) else None)
 
 
 def chunk_report(message: str | None) -> str | None:
@@ -117,18 +143,31 @@ def chunk_report(message: str | None) -> str | None:
     return value if isinstance(value, str) and _HEX.match(value) else None
 
 
-def parse_report(data: bytes, expected: str) -> dict[int, str]:
-    """A chunk report ``{"<index>": "<hex>"}``, checked against the hash the Pod reported."""
+def chunk_report_bytes(hashes: dict[int, Reported]) -> bytes:
+    """A chunk report: ``{"<index>": "<hex>", …, "bytes": {"<index>": <size>, …}}``."""
+    doc: dict[str, object] = {str(i): r.sha256 for i, r in hashes.items()}
+    sizes = {str(i): r.size for i, r in hashes.items() if r.size is not None}
+    if sizes:
+        doc[SIZES] = sizes
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def parse_report(data: bytes, expected: str) -> dict[int, Reported]:
+    """A chunk report (`chunk_report_bytes`), checked against the hash the Pod reported."""
     actual = sha256(data)
     if actual != expected:
         raise ValueError(f"report hash mismatch: the Pod reported {expected}, storage has {actual}")
     doc = json.loads(data)
     if not isinstance(doc, dict):
         raise ValueError("a chunk report must be a JSON object")
-    out: dict[int, str] = {}
+    sizes = doc.get(SIZES)
+    sizes = sizes if isinstance(sizes, dict) else {}
+    out: dict[int, Reported] = {}
     for key, value in doc.items():
         if key.isdigit() and isinstance(value, str) and _HEX.match(value):
-            out[int(key)] = value
+            size = sizes.get(key)
+            ok = isinstance(size, int) and not isinstance(size, bool) and size >= 0
+            out[int(key)] = Reported(value, size if ok else None)
     return out
 
 

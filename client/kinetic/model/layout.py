@@ -215,6 +215,7 @@ class CurrentRecord(BaseModel):
 
     uid: str = Field(min_length=1)
     result_sha256: str | None = Field(None, alias="resultSHA256")
+    result_bytes: int | None = Field(None, ge=0, alias="resultBytes")
 
     def to_bytes(self) -> bytes:
         """Compact JSON; a job's result hash is kept, a batch's absent one left out."""

@@ -91,6 +91,13 @@ class InputRecord(_Doc):
         alias="resultSHA256",
         description="Function inputs: hex SHA-256 of the result as the runner reported it.",
     )
+    result_bytes: int | None = Field(
+        None,
+        ge=0,
+        alias="resultBytes",
+        description="Function inputs: the result's size as the runner reported it; clients "
+        "read no more (absent from runners that predate it).",
+    )
     message: str | None = Field(None, max_length=4096)
 
 

@@ -8,7 +8,7 @@ one that supervises the work, `kinetic.runtime.supervise`) writes one line per
 event, each starting with `PREFIX`:
 
     kinetic-unit/1 <index> begin <unix ms>
-    kinetic-unit/1 <index> end <ok|failed> <unix ms> <seconds> [<sha256>]
+    kinetic-unit/1 <index> end <ok|failed> <unix ms> <seconds> [<sha256> [<bytes>]]
     kinetic-unit/1 <index> skipped <why>
 
 ``end`` carries how long the input ran (by the Pod's clock) and the SHA-256 of
@@ -46,7 +46,7 @@ _LINE = re.compile(
 )
 _END = re.compile(
     r"^(?P<outcome>ok|failed) (?P<at>\d{1,16}) (?P<seconds>\d{1,9}(?:\.\d{1,6})?)"
-    r"(?: (?P<sha>[0-9a-f]{64}))?$"
+    r"(?: (?P<sha>[0-9a-f]{64})(?: (?P<size>\d{1,15}))?)?$"
 )
 _BEGIN = re.compile(r"^(?P<at>\d{1,16})$")
 
@@ -61,6 +61,7 @@ class Mark:
     ok: bool | None = None  # end: whether the input succeeded
     seconds: float | None = None  # end: how long it ran
     sha256: str | None = None  # end: the digest of the result it stored
+    size: int | None = None  # end: that result's size in bytes (None from older runners)
     why: str | None = None  # skipped: why
 
 
@@ -68,8 +69,12 @@ def begin(index: int, at_ms: int) -> bytes:
     return PREFIX + f"{index} begin {at_ms}\n".encode()
 
 
-def end(index: int, ok: bool, at_ms: int, seconds: float, sha256: str | None) -> bytes:
+def end(
+    index: int, ok: bool, at_ms: int, seconds: float, sha256: str | None, size: int | None = None
+) -> bytes:
     digest = f" {sha256}" if sha256 else ""
+    if sha256 and size is not None:
+        digest += f" {size}"
     outcome = "ok" if ok else "failed"
     return PREFIX + f"{index} end {outcome} {at_ms} {seconds:.3f}{digest}\n".encode()
 
@@ -101,6 +106,7 @@ def parse(line: bytes) -> Mark | None:
         ok=ended["outcome"] == "ok",
         seconds=float(ended["seconds"]),
         sha256=ended["sha"],
+        size=int(ended["size"]) if ended["size"] else None,
     )
 
 
@@ -207,14 +213,16 @@ MAX_MESSAGE = 1024  # a progress message is one short line
 
 def message(line: str) -> bytes | None:
     """The marker for one progress message of the runner's (``begin <i> <ms>``, ``end <i>
-    ok|failed <ms> <seconds> [<sha>]``, ``skipped <i> <why>``), or None if malformed."""
+    ok|failed <ms> <seconds> [<sha> [<bytes>]]``, ``skipped <i> <why>``), or None if
+    malformed."""
     parts = line.split(" ")
     try:
         if parts[0] == "begin" and len(parts) == 3:
             return begin(int(parts[1]), int(parts[2]))
-        if parts[0] == "end" and len(parts) in (5, 6):
-            sha = parts[5] if len(parts) == 6 else None
-            return end(int(parts[1]), parts[2] == "ok", int(parts[3]), float(parts[4]), sha)
+        if parts[0] == "end" and len(parts) in (5, 6, 7):
+            sha = parts[5] if len(parts) >= 6 else None
+            size = int(parts[6]) if len(parts) == 7 else None
+            return end(int(parts[1]), parts[2] == "ok", int(parts[3]), float(parts[4]), sha, size)
         if parts[0] == "skipped" and len(parts) >= 2:
             return skipped(int(parts[1]), " ".join(parts[2:]))
     except ValueError:

@@ -620,6 +620,13 @@ class KineticJobStatus(Wire):
         description="Hex SHA-256 of result.pkl as the runner reported it; clients refuse "
         "to unpickle other bytes.",
     )
+    result_bytes: int | None = Field(
+        None,
+        ge=0,
+        alias="resultBytes",
+        description="Size of result.pkl in bytes as the runner reported it; clients read "
+        "no more than this.",
+    )
     result: str | None = Field(
         None, max_length=4096, description="Container jobs: the termination message."
     )

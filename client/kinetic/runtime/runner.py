@@ -707,17 +707,17 @@ def record_result(
     generation: int | None = None,
     *,
     vouched: str | None = None,
-) -> str | None:
+) -> digest.Reported | None:
     """Write ``data`` unless a success that must be kept is already there.
 
     ``generation`` is what the caller last saw at ``result_uri`` (0: absent),
     which saves a read; the write is conditional on it either way, so a
     result that changed since is re-read and re-checked rather than clobbered.
-    Returns None when written; else the hash of the success kept instead:
-    ``vouched`` (the one the operator vouches for) when that is what is
-    there, or "" for any other success (kept, never overwritten, but not to
-    be vouched for: see the module docstring). Raises StorageError when
-    storage fails.
+    Returns None when written; else the hash and size of the success kept
+    instead: its hash is ``vouched`` (the one the operator vouches for) when
+    that is what is there, or "" for any other success (kept, never
+    overwritten, but not to be vouched for: see the module docstring).
+    Raises StorageError when storage fails.
     """
     known = generation
     for _ in range(_RECORD_ATTEMPTS):
@@ -725,7 +725,7 @@ def record_result(
             found = storage.read_if_exists(result_uri)
             if found is not None and _records_success(found[0]):
                 held = digest.sha256(found[0])
-                return held if held == vouched else ""
+                return digest.Reported(held if held == vouched else "", len(found[0]))
             known = 0 if found is None else found[1]
         try:
             storage.write_if_generation(result_uri, data, known)
@@ -740,8 +740,8 @@ def record_result(
     )
 
 
-def _earlier_result(spec: InputSpec) -> tuple[str | None, int | None]:
-    """(sha256 of a success already recorded, generation seen) in one read.
+def _earlier_result(spec: InputSpec) -> tuple[digest.Reported | None, int | None]:
+    """(hash and size of a success already recorded, generation seen) in one read.
 
     The generation (0 when absent, None when storage could not be asked)
     lets the final write skip its own read, and replace an earlier success
@@ -754,7 +754,9 @@ def _earlier_result(spec: InputSpec) -> tuple[str | None, int | None]:
         return None, None
     if found is None:
         return None, 0
-    return (digest.sha256(found[0]) if _records_success(found[0]) else None), found[1]
+    data = found[0]
+    success = digest.Reported(digest.sha256(data), len(data)) if _records_success(data) else None
+    return success, found[1]
 
 
 def _exit_code(result: Result) -> int:
@@ -765,18 +767,21 @@ def _exit_code(result: Result) -> int:
 
 @dataclass(frozen=True)
 class _Outcome:
-    """How one input ended: exit code, one-line summary, and the stored result's sha256."""
+    """How one input ended: exit code, one-line summary, and the stored result's hash and
+    size (`kinetic.model.digest.Reported`)."""
 
     code: int
     summary: str
-    sha256: str | None = None
+    stored: digest.Reported | None = None
 
     @property
     def message(self) -> str:
-        """The termination message: the summary, and the hash when a result is stored."""
-        if self.sha256 is None:
+        """The termination message: the summary, and the hash and size when a result is
+        stored."""
+        if self.stored is None:
             return self.summary
-        return digest.with_sha256(self.summary, self.sha256, MAX_TERMINATION_MESSAGE)
+        sha, size = self.stored
+        return digest.with_sha256(self.summary, sha, MAX_TERMINATION_MESSAGE, size)
 
 
 def _run_one(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> _Outcome:
@@ -785,15 +790,15 @@ def _run_one(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> _Outcom
     if prefix:
         log(f"{prefix}begin")  # where this input's part of a chunk's log starts
     kept, generation = _earlier_result(spec)
-    if kept is not None and kept == spec.result_sha256:
+    if kept is not None and kept.sha256 == spec.result_sha256:
         log(
             f"{prefix}result already recorded at {spec.result_uri} by an earlier run; nothing to do"
         )
         return _Outcome(EXIT_OK, "ok (result already recorded)", kept)
     if kept is not None:
         log(
-            f"{prefix}a success is stored at {spec.result_uri} (sha256 {kept}) that the operator "
-            "does not vouch for: running the input again, its result replaces it"
+            f"{prefix}a success is stored at {spec.result_uri} (sha256 {kept.sha256}) that the "
+            "operator does not vouch for: running the input again, its result replaces it"
         )
     result, data = _encode(execute(cfg, spec, function), prefix)
     try:
@@ -802,7 +807,7 @@ def _run_one(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> _Outcom
         message = f"cannot upload the result: {e}"
         log(f"{prefix}failed in phase upload: {message}")
         return _Outcome(EXIT_RUNNER_ERROR, f"runner failed in phase upload: {message}")
-    if kept:
+    if kept is not None and kept.sha256:
         log(f"{prefix}result already recorded at {spec.result_uri} by an earlier run; kept")
         return _Outcome(EXIT_OK, "ok (result already recorded)", kept)
     if kept is not None:
@@ -812,7 +817,8 @@ def _run_one(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> _Outcom
         )
         return _Outcome(EXIT_OK, "ok (another run recorded a result meanwhile; not checked)")
     log(f"{prefix}uploaded result ({len(data)} bytes) to {spec.result_uri}: {result.summary()}")
-    return _Outcome(_exit_code(result), result.summary(), digest.sha256(data))
+    stored = digest.Reported(digest.sha256(data), len(data))
+    return _Outcome(_exit_code(result), result.summary(), stored)
 
 
 def _run_reported(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> _Outcome:
@@ -825,7 +831,7 @@ def _run_reported(cfg: RunnerConfig, spec: InputSpec, function: _Function) -> _O
     outcome = _run_one(cfg, spec, function)
     ended = time.time()
     ok = "ok" if outcome.code == EXIT_OK else "failed"
-    digest_part = f" {outcome.sha256}" if outcome.sha256 else ""
+    digest_part = f" {outcome.stored.sha256} {outcome.stored.size}" if outcome.stored else ""
     supervising.report(
         f"end {spec.index} {ok} {int(ended * 1000)} {ended - began:.3f}{digest_part}"
     )
@@ -894,11 +900,11 @@ def chunk_termination_message(
     return json.dumps(doc, separators=(",", ":"))
 
 
-def _write_report(uri: str | None, hashes: dict[int, str]) -> str | None:
-    """Store a chunk's per-input result hashes; returns the report's own sha256."""
+def _write_report(uri: str | None, hashes: dict[int, digest.Reported]) -> str | None:
+    """Store a chunk's per-input result hashes and sizes; returns the report's own sha256."""
     if uri is None:
         return None
-    data = json.dumps({str(i): h for i, h in hashes.items()}, separators=(",", ":")).encode()
+    data = digest.chunk_report_bytes(hashes)
     try:
         storage.write_bytes(uri, data)
     except storage.StorageError as e:
@@ -920,7 +926,7 @@ def run(cfg: RunnerConfig) -> int:
         return outcome.code
     succeeded: list[int] = []
     failed: list[int] = []
-    hashes: dict[int, str] = {}
+    hashes: dict[int, digest.Reported] = {}
     stop = _StopCheck(cfg.stop_uri)
     for n, spec in enumerate(cfg.inputs):
         assert spec.index is not None  # parse_chunk gives every chunk input its index
@@ -933,8 +939,8 @@ def run(cfg: RunnerConfig) -> int:
             continue
         outcome = _run_reported(cfg, spec, function)
         (succeeded if outcome.code == EXIT_OK else failed).append(spec.index)
-        if outcome.sha256 is not None:
-            hashes[spec.index] = outcome.sha256
+        if outcome.stored is not None:
+            hashes[spec.index] = outcome.stored
         if outcome.code != EXIT_OK and cfg.fail_fast:  # the batch stops: begin nothing more
             _skip(cfg.inputs[n + 1 :], f"input {spec.index} failed and the batch fails fast")
             break
@@ -955,7 +961,9 @@ def _setup_failure(message: str, environ: Mapping[str, str]) -> int:
             storage.validate_uri(result_uri)
             data = data or payload.dump_result(payload.runner_failure("setup", message))
             if record_result(result_uri, data) is None and not _chunked(environ):
-                summary = digest.with_sha256(summary, digest.sha256(data))
+                summary = digest.with_sha256(
+                    summary, digest.sha256(data), MAX_TERMINATION_MESSAGE, len(data)
+                )
         except (ValueError, storage.StorageError) as e:
             log(f"could not record the failure at {result_uri}: {e}")
     write_termination_log(termination_log_path(environ), summary)

@@ -892,7 +892,7 @@ def _create(
     """
     kube, settings, mem = batch.kube, batch.settings, batch.mem
     book, pods = mem.outcomes.book, mem.pods
-    known = dict(book.hashes) if book is not None else {}
+    known = {i: r.sha256 for i, r in book.hashes.items()} if book is not None else {}
     uid = batch.meta.get("uid", "")
 
     hosts_of = unit_hosts(spec, settings.accelerator_catalog)

@@ -504,7 +504,9 @@ def _ends_with_result(old: dict[str, Any], new: KineticJobStatus) -> bool:
 def _write_current(home: layout.Home, status: KineticJobStatus) -> None:
     """Name -> UID and result hash, so a handle can find and check the result once the job is
     deleted. Best effort: storage being down must not keep the job from ending."""
-    record = layout.CurrentRecord(uid=home.uid, result_sha256=status.result_sha256)
+    record = layout.CurrentRecord(
+        uid=home.uid, result_sha256=status.result_sha256, result_bytes=status.result_bytes
+    )
     try:
         storage.write_bytes(home.current_uri, record.to_bytes())
     except storage.StorageError as exc:

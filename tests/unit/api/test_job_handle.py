@@ -6,16 +6,17 @@ import json
 
 from kinetic.api.inputs import InputHandle
 from kinetic.api.jobs import JobHandle
+from kinetic.model import digest
 
 
 def test_a_saved_handle_leaves_out_the_hash_held_after_a_deletion() -> None:
     handle = JobHandle(job_id="one-1", namespace="team-a", uid="u-1", function=True)
-    handle._sha256_before_deletion = "ab" * 32
+    handle._stored_before_deletion = digest.Reported("ab" * 32, 12)
     saved = json.loads(json.dumps(handle.to_dict()))
-    assert "_sha256_before_deletion" not in saved
+    assert not any("before_deletion" in key for key in saved)
     again = JobHandle.from_dict(saved)
     assert (again.job_id, again.uid, again.function) == ("one-1", "u-1", True)
-    assert again._sha256_before_deletion is None
+    assert again._stored_before_deletion is None
 
 
 def test_a_saved_input_handle_comes_back_as_one() -> None:

@@ -38,11 +38,49 @@ def test_a_long_summary_is_cut_so_the_hash_always_fits_the_termination_message()
 def test_a_chunk_report_is_used_only_when_it_matches_the_hash_its_pod_reported() -> None:
     data = json.dumps({"4": HEX, "5": "f" * 64, "x": HEX, "6": "short"}).encode()
     message = json.dumps({"succeeded": "4-5", "failed": "", "report": digest.sha256(data)})
-    assert digest.parse_report(data, digest.chunk_report(message)) == {4: HEX, 5: "f" * 64}
+    assert digest.parse_report(data, digest.chunk_report(message)) == {
+        4: digest.Reported(HEX),
+        5: digest.Reported("f" * 64),
+    }
     with pytest.raises(ValueError, match="report hash mismatch"):
         digest.parse_report(data + b" ", digest.sha256(data))
     assert digest.chunk_report('{"succeeded":"1","failed":""}') is None
     assert digest.chunk_report("ok") is None
+
+
+@pytest.mark.parametrize(
+    "message, found",
+    [
+        (f"ok bytes=1234 sha256={HEX}", digest.Reported(HEX, 1234)),
+        (f"ok bytes=0 sha256={HEX}", digest.Reported(HEX, 0)),
+        (f"ok sha256={HEX}", digest.Reported(HEX, None)),  # a runner that predates sizes
+        (f"ok bytes=12 and sha256={HEX}", digest.Reported(HEX, None)),  # not beside it
+        (f"ok bytes=-1 sha256={HEX}", digest.Reported(HEX, None)),
+        (f"ok sha256={HEX} bytes=12", None),  # the hash must come last
+    ],
+)
+def test_the_reported_size_is_the_field_just_before_the_hash(message, found) -> None:
+    assert digest.reported_result(message) == found
+    assert digest.reported_sha256(message) == (found.sha256 if found else None)
+
+
+def test_the_size_survives_a_summary_cut_to_fit() -> None:
+    line = digest.with_sha256("é" * 5000, HEX, size=2**40)
+    assert len(line.encode()) <= digest.MAX_MESSAGE
+    assert digest.reported_result(line) == digest.Reported(HEX, 2**40)
+
+
+def test_a_chunk_report_carries_each_inputs_size_and_older_reports_read_as_before() -> None:
+    hashes = {4: digest.Reported(HEX, 10), 5: digest.Reported("f" * 64, None)}
+    data = digest.chunk_report_bytes(hashes)
+    assert digest.parse_report(data, digest.sha256(data)) == hashes
+    hostile = json.dumps({"4": HEX, "bytes": {"4": -5, "5": "7"}, "5": HEX}).encode()
+    assert digest.parse_report(hostile, digest.sha256(hostile)) == {
+        4: digest.Reported(HEX),
+        5: digest.Reported(HEX),
+    }
+    odd = json.dumps({"4": HEX, "bytes": [1]}).encode()
+    assert digest.parse_report(odd, digest.sha256(odd)) == {4: digest.Reported(HEX)}
 
 
 def test_verify_names_the_uri_and_both_hashes() -> None:

@@ -34,6 +34,14 @@ def relay(pieces: list[bytes]) -> bytes:
         ),
         (progress.end(8, False, 1900, 1.5, None), Mark(8, "end", at_ms=1900, ok=False,
                                                           seconds=1.5)),
+        (
+            progress.end(7, True, 1900, 0.2, SHA, 4096),
+            Mark(7, "end", at_ms=1900, ok=True, seconds=0.2, sha256=SHA, size=4096),
+        ),
+        (
+            progress.message(f"end 7 ok 1900 0.2 {SHA} 12") or b"",
+            Mark(7, "end", at_ms=1900, ok=True, seconds=0.2, sha256=SHA, size=12),
+        ),
         (progress.skipped(9, "was cancelled"), Mark(9, "skipped", why="was cancelled")),
     ],
 )  # fmt: skip
@@ -48,6 +56,8 @@ def test_each_marker_reads_back_as_written(line: bytes, mark: Mark) -> None:
         b"kinetic-unit/1 7 end maybe 1 0.2",
         b"kinetic-unit/1 x begin 1",
         b"kinetic-unit/1 7 end ok 1 0.2 " + b"z" * 64,  # not a digest
+        b"kinetic-unit/1 7 end ok 1 0.2 12",  # a size with no digest
+        b"kinetic-unit/1 7 end ok 1 0.2 " + SHA.encode() + b" -3",
         b" kinetic-unit/1 7 begin 1",  # shielded: a user's line
     ],
 )

@@ -264,9 +264,17 @@ def test_function_success_keeps_result_uri_and_no_inline_result():
 def test_the_result_sha256_the_runner_reported_is_recorded_in_status():
     spec, digest = fspec(), "ab" * 32
     st = run(spec, result_uri="gs://r").status
-    d = run(spec, st, [ok_pod(message=f"ok sha256={digest}")], result_uri="gs://r")
+    d = run(spec, st, [ok_pod(message=f"ok bytes=321 sha256={digest}")], result_uri="gs://r")
     assert d.status.phase == "SUCCEEDED" and d.status.result_sha256 == digest
     assert d.status.wire()["resultSHA256"] == digest
+    assert d.status.wire()["resultBytes"] == 321  # the client reads no more than this
+
+
+def test_a_runner_that_predates_sizes_records_the_hash_alone():
+    spec, digest = fspec(), "ab" * 32
+    st = run(spec, result_uri="gs://r").status
+    d = run(spec, st, [ok_pod(message=f"ok sha256={digest}")], result_uri="gs://r")
+    assert d.status.result_sha256 == digest and "resultBytes" not in d.status.wire()
 
 
 def test_a_failed_function_records_the_hash_of_its_failure_result():

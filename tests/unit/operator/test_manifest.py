@@ -382,7 +382,7 @@ def test_a_succeeded_input_never_carries_a_failed_attempts_hash() -> None:
     attempt's hash, so the client refused the real result. Now no hash is better than that:
     the succeeded Pod's termination message fills it before the shard is written."""
     from kinetic.model.resources import AttemptRecord
-    from kinetic_operator.job_logic import reported_result_sha256
+    from kinetic_operator.job_logic import reported_result
 
     failed_hash, ok_hash = "a" * 64, "b" * 64
     first = AttemptRecord(
@@ -390,13 +390,17 @@ def test_a_succeeded_input_never_carries_a_failed_attempts_hash() -> None:
     )
     retry = AttemptRecord(attempt=2, pod="g-5-2", outcome="pending")
     plan = UnitPlan("succeeded", 2, "Succeeded", "", records=(first, retry))
-    assert reported_result_sha256(plan) is None
-    done = AttemptRecord(attempt=2, pod="g-5-2", outcome="success", message=f"ok sha256={ok_hash}")
-    assert reported_result_sha256(UnitPlan("succeeded", 2, "", "", records=(first, done))) == (
-        ok_hash
+    assert reported_result(plan) is None
+    done = AttemptRecord(
+        attempt=2, pod="g-5-2", outcome="success", message=f"ok bytes=70 sha256={ok_hash}"
+    )
+    assert reported_result(UnitPlan("succeeded", 2, "", "", records=(first, done))) == (
+        digest.Reported(ok_hash, 70)
     )
     # a failed input keeps its last failure's hash (the failure payload is its result)
-    assert reported_result_sha256(UnitPlan("failed", 1, "", "", records=(first,))) == failed_hash
+    assert reported_result(UnitPlan("failed", 1, "", "", records=(first,))) == digest.Reported(
+        failed_hash
+    )
 
 
 def test_checking_settled_inputs_of_a_written_shard_does_not_hold_it_again(root):
@@ -549,3 +553,26 @@ def test_an_ended_input_stored_as_running_is_recorded_again(root):
     again.write(header_for(spec, recorded), recorded)
     stored = read_shard(root, 0).inputs["0"]
     assert (stored.outcome, stored.result_sha256) == ("SUCCEEDED", SHA)
+
+
+def test_each_record_keeps_the_size_its_runner_reported_beside_the_hash(root):
+    """What the client bounds its read of a result by: from a one-input Pod's termination
+    message, and from a chunk's report (only for the inputs of the report's own unit)."""
+    spec = make_spec(4)
+    book = ManifestBook(home(root))
+    book.note({0: succeeded(0, digest.with_sha256("ok", SHA, size=77))}, 1, 4, container=False)
+    book.note({1: succeeded(1), 2: succeeded(2)}, 1, 4, container=False)
+    book.take_report(
+        2,
+        "g-i2-1",
+        {2: digest.Reported("d" * 64, 5), 3: digest.Reported("e" * 64, 6)},
+        {2: 2, 3: 9},  # input 3 is another unit's: this report may not speak for it
+    )
+    recorded = Recorded(IndexSet([0, 1, 2]), IndexSet(), IndexSet())
+    book.write(header_for(spec, recorded), recorded)
+    inputs = read_shard(root, 0).inputs
+    assert (inputs["0"].result_sha256, inputs["0"].result_bytes) == (SHA, 77)
+    assert inputs["1"].result_bytes is None  # a runner that predates sizes: none recorded
+    assert (inputs["2"].result_sha256, inputs["2"].result_bytes) == ("d" * 64, 5)
+    assert "3" not in inputs
+    assert '"resultBytes":77' in storage.read_bytes(shard_uri(root, 0)).decode()

@@ -7,6 +7,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from kinetic.model import digest
 from kinetic.model.grid import Grid, GridError
 from kinetic.model.progress import Mark
 from kinetic.model.ranges import IndexSet
@@ -110,6 +111,16 @@ def test_inputs_end_one_by_one_while_the_unit_runs() -> None:
     assert s.create is None and s.live
     assert s.inputs[10].sha256 == "a" * 64 and s.inputs[10].seconds == 0.2
     assert [r.outcome for r in s.inputs[12].records] == ["running"]
+
+
+def test_each_inputs_record_carries_the_size_its_pod_marked_beside_the_hash() -> None:
+    sized = [begin(10), Mark(10, "end", at_ms=MS + 200, ok=True, seconds=0.2, sha256="b" * 64,
+                             size=321)]  # fmt: skip
+    s = step({1: pod(1)}, {1: [*sized, *ok(11)]})
+    assert digest.reported_result(s.inputs[10].records[-1].message) == digest.Reported(
+        "b" * 64, 321
+    )
+    assert digest.reported_result(s.inputs[11].records[-1].message) == digest.Reported("a" * 64)
 
 
 def test_a_unit_killed_mid_input_charges_that_input_and_reruns_the_rest_free() -> None:
