@@ -483,6 +483,28 @@ def wait_empty(
         time.sleep(interval)
 
 
+def container_batch(
+    ns: str,
+    name: str,
+    command: Sequence[str],
+    inputs: Mapping[str, Any],
+    parallel: int,
+    image: str = "busybox",
+) -> dict[str, Any]:
+    """The body of a container KineticBatch running ``command`` over ``inputs`` (the spec's
+    ``inputs``: ``{"items": [...]}`` or ``{"grid": {...}}``), ``parallel`` at once."""
+    return {
+        "apiVersion": r.API_VERSION,
+        "kind": r.BATCH_KIND,
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "template": {"container": {"image": image, "command": list(command)}},
+            "inputs": dict(inputs),
+            "maxConcurrent": parallel,
+        },
+    }
+
+
 def status_bytes(obj: dict | None) -> int | None:
     """Size of `.status` as compact JSON: what each status write and watch event carries."""
     if obj is None:

@@ -58,16 +58,8 @@ def submit(ns: str, name: str, inputs: int, parallel: int) -> None:
     side = int(round(inputs**0.5))
     if side * side != inputs:
         raise SystemExit(f"--inputs {inputs}: use a square (a side x side grid), e.g. 10000")
-    body = {
-        "apiVersion": r.API_VERSION,
-        "kind": r.BATCH_KIND,
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "template": {"container": {"image": "busybox:1.36", "command": ["true"]}},
-            "inputs": {"grid": {"a": list(range(side)), "b": list(range(side))}},
-            "maxConcurrent": parallel,
-        },
-    }
+    grid = {"grid": {"a": list(range(side)), "b": list(range(side))}}
+    body = bl.container_batch(ns, name, ["true"], grid, parallel, image="busybox:1.36")
     kube.create(r.BATCH_PLURAL, ns, body)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -237,16 +237,7 @@ def slot_refills(pods: list[dict], parallel: int) -> dict[str, Any]:
 def run_container(ns: str, cfg: Config, tick: Tick, defer: Defer) -> Outcome:
     """The same command as a KineticBatch over inline items: the operator does the fan-out."""
     name = f"grp-{uuid.uuid4().hex[:8]}"
-    body = {
-        "apiVersion": r.API_VERSION,
-        "kind": r.BATCH_KIND,
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "template": {"container": {"image": "busybox", "command": COMMAND}},
-            "inputs": {"items": list(range(cfg.tasks))},
-            "maxConcurrent": cfg.parallel,
-        },
-    }
+    body = bl.container_batch(ns, name, COMMAND, {"items": list(range(cfg.tasks))}, cfg.parallel)
     recorder = PodRecorder(ns, f"{names.LABEL_BATCH}={name}")
     started = time.monotonic()
     kube.create(r.BATCH_PLURAL, ns, body)

@@ -381,17 +381,8 @@ class Collector(threading.Thread):
 def submit_container(ns: str, args: argparse.Namespace) -> str:
     """A container KineticBatch of `true` over inline items; its name."""
     name = f"grp-{uuid.uuid4().hex[:8]}"
-    body = {
-        "apiVersion": r.API_VERSION,
-        "kind": r.BATCH_KIND,
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "template": {"container": {"image": "busybox", "command": ["true"]}},
-            "inputs": {"items": list(range(args.inputs))},
-            "maxConcurrent": args.parallel,
-        },
-    }
-    kube.create(r.BATCH_PLURAL, ns, body)
+    items = {"items": list(range(args.inputs))}
+    kube.create(r.BATCH_PLURAL, ns, bl.container_batch(ns, name, ["true"], items, args.parallel))
     return name
 
 
