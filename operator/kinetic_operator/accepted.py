@@ -40,7 +40,7 @@ from pydantic import ValidationError
 
 from kinetic_operator.batch_logic import changed_fields
 from kinetic_operator.bounded_read import TooLarge, read_at_most
-from kinetic_operator.policy import Policy, policy_violations
+from kinetic_operator.policy import Policy, UnreadPolicy, policy_violations
 from kinetic_operator.settings import OperatorSettings
 
 __all__ = ["Stored", "accepted_bytes", "judge_stored", "read_accepted"]
@@ -116,7 +116,9 @@ def judge_stored(
         stored.wire(), storage_root=root, max_inputs=settings.max_inputs
     )
     problems += foreign_batch_uris(root, namespace, stored) + validate_batch_spec(plain)
-    if policy is not None and not _is_rerun(live):
+    # A policy not read yet judges nothing here: this batch was accepted under a known one
+    # (its stored spec is vouched for by the status), and only a first acceptance waits.
+    if policy is not None and not isinstance(policy, UnreadPolicy) and not _is_rerun(live):
 
         def judged(spec: KineticBatchSpec) -> set[str]:
             return set(

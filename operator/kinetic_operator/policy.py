@@ -373,6 +373,23 @@ def _hosts_violations(
     ]
 
 
+def accepted_before(status: Any) -> bool:
+    """Whether the operator accepted the object whose status this is.
+
+    Acceptance writes ``observedGeneration``; any phase past PENDING also
+    means it acted. ``phase`` alone does not: the CRD defaults it to PENDING
+    in every status the API server returns, so the first status write of any
+    kind (a ReconcileFailed condition, say) makes it appear. Taking that for
+    acceptance let an object whose first reconcile failed (the policy
+    unreadable, for one) run unjudged on the next.
+    """
+    if not isinstance(status, dict):
+        return False
+    if status.get("observedGeneration") is not None:
+        return True
+    return status.get("phase") not in (None, "", "PENDING")
+
+
 def first_acceptance_violations(
     kind: Kind,
     body: dict[str, Any],
@@ -382,10 +399,10 @@ def first_acceptance_violations(
 ) -> list[str]:
     """The operator's check, for objects stored while the webhook was down.
 
-    Only an object the operator has not accepted yet (its status has no
-    phase) is judged: once accepted, a later, tighter policy leaves it alone.
+    Only an object the operator has not accepted yet is judged: once
+    accepted, a later, tighter policy leaves it alone (`accepted_before`).
     """
-    if ((body.get("status") or {}).get("phase")) or not isinstance(body, dict):
+    if not isinstance(body, dict) or accepted_before(body.get("status")):
         return []
     namespace = (body.get("metadata") or {}).get("namespace") or ""
     return policy_violations(kind, namespace, body.get("spec"), policy, catalog, default_image)

@@ -10,6 +10,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kinetic.model.names import LEADER_LEASE, holder_pod
-from kubernetes import client
+from kubernetes import client, watch
+from urllib3.exceptions import ProtocolError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -299,3 +301,76 @@ def assert_each_ran_once(runs: str, status: dict, total: int) -> None:
     assert status["counts"]["succeeded"] == total
     time.sleep(2)  # a duplicate launch would have run by now
     assert Counter(runs_in(runs)) == {i: 1 for i in range(total)}
+
+
+class PodWatch:
+    """Every Pod of one namespace from now on, as a watch sees it: the API server sends
+    each change, so a Pod made and deleted between two polls is still seen. Use as a
+    context manager; read ``added``, ``last`` and ``deleted`` afterwards (or meanwhile)."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.added: list[str] = []  # names, in the order first seen
+        self.last: dict[str, client.V1Pod] = {}  # name -> the Pod as last seen
+        self.deleted: dict[str, str] = {}  # name -> its phase when it was deleted
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PodWatch:
+        listed = self.kube.core.list_namespaced_pod(self.namespace)
+        for pod in listed.items:
+            self._saw("ADDED", pod)
+        self._version = listed.metadata.resource_version
+        self._thread.start()  # from the list's version: nothing after it is missed
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def labelled(self, label: str, value: str) -> list[str]:
+        """Names of the Pods seen with ``label=value``, in the order first seen."""
+        return [n for n in self.added if (self.last[n].metadata.labels or {}).get(label) == value]
+
+    def _saw(self, kind: str, pod: client.V1Pod) -> None:
+        name = pod.metadata.name
+        if name not in self.last:
+            self.added.append(name)
+        self.last[name] = pod
+        if kind == "DELETED":
+            self.deleted[name] = (pod.status.phase if pod.status else None) or ""
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(
+                    self.kube.core.list_namespaced_pod,
+                    self.namespace,
+                    resource_version=self._version,
+                    timeout_seconds=5,  # to look at the stop flag
+                ):
+                    pod = event["object"]
+                    if event["type"] == "ERROR":  # history compacted (410): list again
+                        self._relist()
+                        break
+                    self._version = pod.metadata.resource_version
+                    self._saw(event["type"], pod)
+                    if self._stop.is_set():
+                        return
+            except client.ApiException as exc:
+                if exc.status != 410:
+                    raise
+                self._relist()
+            except ProtocolError:  # the connection cut: watch again from the last version
+                continue
+
+    def _relist(self) -> None:
+        listed = self.kube.core.list_namespaced_pod(self.namespace)
+        gone = set(self.last) - {p.metadata.name for p in listed.items} - set(self.deleted)
+        for name in gone:  # deleted while the watch was away, in its last seen phase
+            self._saw("DELETED", self.last[name])
+        for pod in listed.items:
+            self._saw("MODIFIED", pod)
+        self._version = listed.metadata.resource_version

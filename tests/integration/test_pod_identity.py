@@ -5,24 +5,42 @@ attempt or a batch's input, and an owner reference to the object. Each test
 here makes such Pods beside genuine work and checks what a user sees: the
 outcome is the genuine Pod's, the forged Pod is left alone (not counted, not
 deleted), and the object says so in a Warning Event. Names squatted before
-the operator gets to them stall nothing, and objects of different kinds whose
-Pod names used to clash both run.
+the operator gets to them stall nothing, objects of different kinds whose
+Pod names used to clash both run, and the Pods of the previous operator
+version, which carry no seal, still count after an upgrade mid-batch.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
 import pytest
+from kinetic import storage
 from kinetic.model import names
-from kube_helpers import Kube, ended_status, wait_for
+from kube_helpers import (
+    OPERATOR_NAMESPACE,
+    Kube,
+    PodWatch,
+    assert_each_ran_once,
+    ended_status,
+    runs_in,
+    wait_for,
+    wait_operator_ready,
+    witness_command,
+)
 
 pytestmark = pytest.mark.integration
 
 BUSYBOX = "busybox:1.36"
 TERM_LOG = "/dev/termination-log"
 TIMEOUT = 180
+OPERATOR = "deployment/kinetic-operator"
+SEAL_SECRET = "kinetic-operator-seal"  # the chart's sealSecret
 
 
 @pytest.fixture
@@ -214,3 +232,145 @@ def test_a_name_squatted_before_the_operator_gets_to_it_stalls_nothing(kube: Kub
     assert ran["pod"].startswith(f"{squatter}-x") and ran["pod"] != squatter
     assert phase_of(kube, ns, squatter) in ("Pending", "Running")  # untouched
     wait_for(lambda: phase_of(kube, ns, ran["pod"]) != "Running", 30, what="the job's own Pod")
+
+
+# ------------------------------------------------------------------ an upgrade mid-batch
+
+
+def test_the_previous_versions_pods_still_count_after_an_upgrade_mid_batch(
+    kube: Kube, ns: str, runs: str
+) -> None:
+    """The previous operator version made Pods without a seal. Upgraded mid-batch, the new
+    operator creates its key on first start, so those Pods were made before sealing began:
+    they still count (`seal.Sealer.verdict`: legacy). Simulated faithfully: two inputs'
+    Pods are running (held at a gate in storage), the operator is scaled to 0, the seal
+    is taken off every Pod of the batch and the key Secret is made again (same key: other
+    namespaces' sealed Pods must keep counting) so that it is newer than them, and the
+    operator is started again. Then one more input is allowed to start: exactly one new
+    Pod appears, so the two unsealed running Pods were counted, not replaced. Once the gate
+    opens the batch succeeds, each input having run once; neither unsealed Pod was deleted
+    before it finished, and no Warning calls them strangers."""
+    total, name = 4, "upgraded"
+    gate = f"{runs}-gate"
+    script = f"{witness_command(runs)} && {_gate_command(gate)}"
+    try:
+        with PodWatch(kube, ns) as pods:
+            kube.apply(
+                ns,
+                {
+                    "apiVersion": "kinetic.dev/v1alpha1",
+                    "kind": "KineticBatch",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "template": container(script),
+                        "inputs": {"items": list(range(total))},
+                        "maxConcurrent": 2,
+                    },
+                },
+            )
+            wait_for(lambda: sorted(runs_in(runs)) == [0, 1], 120, 0.5, "inputs 0 and 1 to run")
+            old = pods.labelled(names.LABEL_BATCH, name)
+            assert len(old) == 2 and all(phase_of(kube, ns, p) == "Running" for p in old), old
+
+            key = _secret(kube)
+            with _operator_stopped(kube):
+                try:
+                    for pod in _batch_pods(kube, ns, name):  # as the previous version made them
+                        kube.kubectl("annotate", "pod", pod, "-n", ns, f"{names.ANNOTATION_SEAL}-")
+                finally:
+                    _make_again(kube, key)  # always: else the operator would make a new key
+            since = names.parse_time(_secret(kube)["metadata"]["creationTimestamp"])
+            for pod in old:
+                meta = pods.last[pod].metadata
+                assert names.ANNOTATION_SEAL not in (meta.annotations or {}), pod
+                assert meta.creation_timestamp < since, (pod, meta.creation_timestamp, since)
+
+            kube.kubectl(
+                "patch", "kb", name, "-n", ns, "--type=merge", "-p", '{"spec":{"maxConcurrent":3}}'
+            )
+            wait_for(lambda: 2 in runs_in(runs), 120, 0.5, "the upgraded operator to run input 2")
+            assert Counter(runs_in(runs)) == {0: 1, 1: 1, 2: 1}  # 0 and 1 not started again
+            third = [p for p in pods.labelled(names.LABEL_BATCH, name) if p not in old]
+            assert len(third) == 1, f"the running unsealed Pods were replaced: {third}"
+            assert all(phase_of(kube, ns, p) == "Running" for p in old), old
+            storage.write_bytes(gate, b"")
+            status = ended_status(kube, "kb", ns, name, TIMEOUT)
+            assert_each_ran_once(runs, status, total)
+        made = pods.labelled(names.LABEL_BATCH, name)
+    finally:
+        storage.delete(gate)
+    by_index = sorted(pods.last[p].metadata.labels[names.LABEL_INDEX] for p in made)
+    assert by_index == [str(i) for i in range(total)], made  # one Pod each: none replaced
+    for pod in old:
+        assert pods.deleted.get(pod) in (None, "Succeeded"), (pod, pods.deleted)
+    said = warnings(kube, ns, "ForeignPod")
+    assert not [m for m in said if any(pod in m for pod in old)], said
+
+
+def _gate_command(uri: str) -> str:
+    """A shell line that waits until the object ``uri`` exists in the storage emulator the
+    Pod was given (`witness_command`'s storage): the test opens the gate."""
+    bucket, _, path = uri[len("gs://") :].partition("/")
+    url = f"$STORAGE_EMULATOR_HOST/storage/v1/b/{bucket}/o/{quote(path, safe='')}"
+    return f'until wget -q -O /dev/null "{url}"; do sleep 1; done'
+
+
+def _batch_pods(kube: Kube, ns: str, batch: str) -> list[str]:
+    got = kube.kubectl(
+        "get", "pods", "-n", ns, "-l", f"{names.LABEL_BATCH}={batch}", "-o", "name"
+    )  # fmt: skip
+    return [line.removeprefix("pod/") for line in got.stdout.split()]
+
+
+def _secret(kube: Kube) -> dict[str, Any]:
+    got = kube.kubectl("get", "secret", SEAL_SECRET, "-n", OPERATOR_NAMESPACE, "-o", "json")
+    return dict(json.loads(got.stdout))
+
+
+def _make_again(kube: Kube, old: dict[str, Any]) -> None:
+    """The seal key Secret deleted and created again with the same key: a creation time
+    after every Pod of the batch, as the key an upgraded operator makes on first start."""
+    meta = old["metadata"]
+    again = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": meta.get("labels") or {},
+        },
+        "type": old.get("type", "Opaque"),
+        "data": old["data"],
+    }
+    kube.kubectl("delete", "secret", SEAL_SECRET, "-n", OPERATOR_NAMESPACE, "--ignore-not-found")
+    kube.apply(OPERATOR_NAMESPACE, again)
+
+
+@contextmanager
+def _operator_stopped(kube: Kube) -> Iterator[None]:
+    """No operator Pod at all (the Deployment scaled to 0) inside; its replicas back, and
+    Ready with one leading, afterwards, always."""
+    deployment = json.loads(
+        kube.kubectl("get", OPERATOR, "-n", OPERATOR_NAMESPACE, "-o", "json").stdout
+    )
+    replicas = int(deployment["spec"].get("replicas", 1))
+    kube.kubectl("scale", OPERATOR, "-n", OPERATOR_NAMESPACE, "--replicas=0")
+    try:
+        wait_for(
+            lambda: not kube.kubectl(
+                "get", "pods", "-n", OPERATOR_NAMESPACE, "-l", "app.kubernetes.io/name=kinetic",
+                "-o", "name",
+            ).stdout.strip(),
+            120,
+            0.5,
+            "every operator Pod to be gone",
+        )  # fmt: skip
+        yield
+    finally:
+        kube.kubectl("scale", OPERATOR, "-n", OPERATOR_NAMESPACE, f"--replicas={replicas}")
+        done = kube.kubectl(
+            "rollout", "status", OPERATOR, "-n", OPERATOR_NAMESPACE, "--timeout=180s",
+            timeout=200, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        wait_operator_ready(kube)

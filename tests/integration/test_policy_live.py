@@ -5,8 +5,10 @@ forbids on create and on `kubectl apply --dry-run=server`, with the limit
 and the ConfigMap named; an edit that does not parse keeps the previous
 policy and says so on the ConfigMap; a batch accepted before the policy
 tightened runs to the end; and objects stored while the webhook was down
-are failed by the operator (InvalidSpec). Every test restores the chart's
-policy, so the rest of the suite runs unlimited.
+are failed by the operator (InvalidSpec); and a policy the operator cannot
+read when it starts holds back every first acceptance until it can. Every
+test restores the chart's policy (and RBAC), so the rest of the suite runs
+unlimited.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Any, cast
 
 import pytest
-from kube_helpers import Kube, wait_for
+from kinetic.model.names import LABEL_JOB
+from kube_helpers import OPERATOR_SELECTOR, Kube, PodWatch, wait_for, wait_operator_ready
 from test_admission import kubectl_in, webhook_off
 
 pytestmark = pytest.mark.integration
@@ -26,6 +32,10 @@ CM = "kinetic-policy"
 SYSTEM = "kinetic-system"
 SOURCE = f"({CM} in {SYSTEM})"
 EFFECT_SECONDS = 10  # the issue's promise for an edit to hold
+OPERATOR_ACCOUNT = f"system:serviceaccount:{SYSTEM}:kinetic-operator"
+# Every Role of the chart that lets the operator's ServiceAccount get the policy: its own,
+# and the one that lets anyone authenticated (ServiceAccounts too) read it.
+POLICY_READERS = ("kinetic-operator", "kinetic-config-reader")
 
 
 def batch(name: str, ns: str, n: int, **template: object) -> str:
@@ -260,6 +270,165 @@ def test_the_operator_fails_what_was_stored_while_the_webhook_was_down(
         cond = next(c for c in status["conditions"] if c["type"] == "Failed")
         assert cond["status"] == "True" and cond["reason"] == "InvalidSpec"
     assert kube.core.list_namespaced_pod(namespace).items == []
+
+
+def test_a_policy_unreadable_at_start_accepts_nothing_until_it_is_read(
+    kube: Kube, namespace: str, policy: Callable[[dict[str, str]], None]
+) -> None:
+    """The issue's hole: an operator that could not read its policy judged by none, and a
+    first acceptance made then stood. Here the operator starts with the policy's GET
+    forbidden (403: not a missing ConfigMap, which means no policy) and two jobs are
+    created: one the policy refuses, one it allows. Neither starts a Pod, and each says
+    why (ReconcileFailed) where `kubectl describe` shows it; once the operator can read
+    the policy again, the allowed one runs and the refused one fails naming the rule,
+    never having had a Pod."""
+    policy({"maxAcceleratorsPerJob": "1"})
+    rule = f"exceeds maxAcceleratorsPerJob 1 {SOURCE}"
+    over = _job_text("over", namespace, accelerator="gpu-l4x2")
+    fine = _job_text("fine", namespace)
+    wait_for(lambda: refused_for(kube, over, rule), timeout=EFFECT_SECONDS, what="the edit to hold")
+    with PodWatch(kube, namespace) as pods:
+        with _policy_unreadable(kube):
+            _restart_operator(kube)  # both replicas start without a good read
+            # The webhook leaves an object to the reconcile while the policy is unknown:
+            # admitting, not judging by no policy (the reconcile is what waits).
+            assert refused(kube, over) is None
+            for text in (over, fine):
+                created = kubectl_in(kube, text, "create")
+                assert created.returncode == 0, created.stderr
+            for name in ("over", "fine"):  # `kubectl describe` shows why each waits
+                said = _waited_list(
+                    partial(_events, kube, namespace, name, "ReconcileFailed"),
+                    timeout=60,
+                    what=f"a ReconcileFailed Event on job {name}",
+                )
+                assert any(f"admission policy {SOURCE} cannot be read" in e for e in said), said
+                assert any("is forbidden" in e for e in said), said
+            assert pods.added == [], f"Pods started while the policy was unknown: {pods.added}"
+            for name in ("over", "fine"):  # not accepted, and the condition says why
+                status = _status(kube, "kineticjobs", namespace, name)
+                # Not accepted: no generation observed (the phase shows the CRD's default).
+                assert "observedGeneration" not in status, status
+                assert status.get("phase", "PENDING") == "PENDING", status
+                waiting = _condition(kube, namespace, name, "ReconcileFailed") or {}
+                assert (waiting.get("status"), waiting.get("reason")) == (
+                    "True",
+                    "PolicyUnavailable",
+                ), status
+                assert "cannot be read" in waiting["message"], waiting
+        fine_status = _waited(
+            partial(_ended, kube, "kineticjobs", namespace, "fine"),
+            timeout=120,
+            what="the allowed job to run once the policy is read",
+        )
+        over_status = _waited(
+            partial(_ended, kube, "kineticjobs", namespace, "over"),
+            timeout=60,
+            what="the refused job to be failed once the policy is read",
+        )
+    assert fine_status["phase"] == "SUCCEEDED", fine_status
+    assert over_status["phase"] == "FAILED", over_status
+    assert rule in over_status["message"], over_status
+    failed = next(c for c in over_status["conditions"] if c["type"] == "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "InvalidSpec"), failed
+    for name in ("over", "fine"):
+        settled = _condition(kube, namespace, name, "ReconcileFailed")
+        assert settled is not None and settled["status"] == "False", settled
+    assert pods.labelled(LABEL_JOB, "over") == []  # never a Pod, not even briefly
+    assert len(pods.labelled(LABEL_JOB, "fine")) == 1, pods.added
+
+
+def _waited(pred: Callable[[], dict[str, Any] | None], timeout: float, what: str) -> dict[str, Any]:
+    """`wait_for` of a status (or condition) that is there once ``pred`` finds it."""
+    return cast(dict[str, Any], wait_for(pred, timeout=timeout, interval=0.5, what=what))
+
+
+def _waited_list(pred: Callable[[], list[str]], timeout: float, what: str) -> list[str]:
+    return cast(list[str], wait_for(pred, timeout=timeout, interval=0.5, what=what))
+
+
+def _job_text(name: str, ns: str, **spec: object) -> str:
+    body = {"container": {"image": "busybox:1.36", "command": ["true"]}, **spec}
+    meta = {"name": name, "namespace": ns}
+    return json.dumps({"apiVersion": API, "kind": "KineticJob", "metadata": meta, "spec": body})
+
+
+def _can_read_policy(kube: Kube) -> bool:
+    """`kubectl auth can-i get` the policy ConfigMap, as the operator's ServiceAccount."""
+    out = kube.kubectl(
+        "auth", "can-i", "get", f"configmaps/{CM}", "-n", SYSTEM, f"--as={OPERATOR_ACCOUNT}",
+        check=False,
+    )  # fmt: skip
+    return out.stdout.strip() == "yes"
+
+
+def _set_rules(kube: Kube, role: str, rules: list[dict[str, Any]]) -> None:
+    patch = json.dumps([{"op": "replace", "path": "/rules", "value": rules}])
+    kube.kubectl("patch", "role", role, "-n", SYSTEM, "--type=json", "-p", patch)
+
+
+@contextmanager
+def _policy_unreadable(kube: Kube) -> Iterator[None]:
+    """The operator's GET of the policy answered 403 (each Role that grants it names
+    another ConfigMap instead); the Roles as they were afterwards, always, and the
+    operator Ready and able to read the policy again."""
+    saved = {
+        role: json.loads(kube.kubectl("get", "role", role, "-n", SYSTEM, "-o", "json").stdout)[
+            "rules"
+        ]
+        for role in POLICY_READERS
+    }
+    try:
+        for role, rules in saved.items():
+            renamed = [
+                {**r, "resourceNames": [f"{n}-not" if n == CM else n for n in r["resourceNames"]]}
+                if CM in (r.get("resourceNames") or ())
+                else r
+                for r in rules
+            ]
+            _set_rules(kube, role, renamed)
+        wait_for(lambda: not _can_read_policy(kube), timeout=30, what="the GET to be forbidden")
+        yield
+    finally:
+        for role, rules in saved.items():
+            _set_rules(kube, role, rules)
+        wait_for(lambda: _can_read_policy(kube), timeout=30, what="the GET to be allowed again")
+        wait_operator_ready(kube)
+
+
+def _restart_operator(kube: Kube) -> None:
+    """Replace every operator Pod (`kubectl rollout restart`) and wait until the new ones
+    are Ready, one of them leading: they start with nothing read."""
+    kube.kubectl("rollout", "restart", "deployment/kinetic-operator", "-n", SYSTEM)
+    done = kube.kubectl(
+        "rollout", "status", "deployment/kinetic-operator", "-n", SYSTEM, "--timeout=180s",
+        timeout=200, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    wait_for(lambda: not _old_operator_pods(kube), 120, 0.5, "the old replicas to be gone")
+    wait_operator_ready(kube)
+
+
+def _old_operator_pods(kube: Kube) -> list[str]:
+    """Operator Pods still shutting down: until they are gone they may answer admission
+    with the policy they read."""
+    got = kube.kubectl("get", "pods", "-n", SYSTEM, "-l", OPERATOR_SELECTOR, "-o", "json")
+    items = json.loads(got.stdout)["items"]
+    return [p["metadata"]["name"] for p in items if p["metadata"].get("deletionTimestamp")]
+
+
+def _condition(kube: Kube, ns: str, name: str, kind: str) -> dict[str, Any] | None:
+    conditions = _status(kube, "kineticjobs", ns, name).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), None)
+
+
+def _events(kube: Kube, ns: str, name: str, reason: str) -> list[str]:
+    """The messages of the Events about ``name`` for ``reason`` (`kubectl describe`)."""
+    out = kube.kubectl(
+        "get", "events", "-n", ns, "--field-selector",
+        f"involvedObject.name={name},reason={reason}", "-o", "json",
+    ).stdout  # fmt: skip
+    return [e.get("message", "") for e in json.loads(out)["items"]]
 
 
 def _status(kube: Kube, kind: str, ns: str, name: str) -> dict:

@@ -70,11 +70,11 @@ def refresh(holder: PolicyHolder, kube: Kube, ours: OperatorSettings) -> None:
     try:
         cm = kube.read_config_map(ours.operator_namespace, ours.policy_config_map)
     except Exception as exc:  # noqa: BLE001 — keep the policy in force, say why once
-        if holder.failing != str(exc):
+        if holder.failing != describe(exc):  # not str(exc): it carries the reply's Date
             unread = isinstance(holder.policy, UnreadPolicy)
             kept = "nothing new is accepted" if unread else "the policy in force stays"
-            log.warning("Cannot read %s (%s): %s", source, kept, exc)
-            holder.failing = str(exc)
+            log.warning("Cannot read %s (%s): %s", source, kept, describe(exc))
+            holder.failing = describe(exc)
         holder.policy = policy_after_error(holder.policy, f"reading it failed: {describe(exc)}")
         return
     holder.failing = None

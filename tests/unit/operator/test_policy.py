@@ -388,7 +388,8 @@ def test_a_job_update_is_judged_whole_unless_it_only_cancels(
         (None, True),  # stored while the webhook was down, never seen by the operator
         ({}, True),
         ({"phase": "RUNNING"}, False),  # accepted before the policy tightened: left alone
-        ({"phase": "PENDING"}, False),
+        ({"phase": "PENDING", "observedGeneration": 1}, False),
+        ({"phase": "PENDING"}, True),  # the CRD's default in any status served: not acceptance
     ],
 )
 def test_the_operator_judges_only_objects_it_has_not_accepted(

@@ -58,7 +58,11 @@ def test_judging_by_an_unknown_policy_raises_saying_why_and_what_to_do() -> None
         (None, True),  # never accepted: it waits for the policy
         ({}, True),
         ({"phase": "RUNNING"}, False),  # accepted: no policy question is asked again
-        ({"phase": "PENDING"}, False),
+        ({"phase": "PENDING", "observedGeneration": 1}, False),  # accepted, no Pod yet
+        ({"phase": "FAILED"}, False),
+        # What the API server serves after a first reconcile failed and said so: the CRD
+        # defaults phase to PENDING in any status. Not an acceptance.
+        ({"phase": "PENDING", "conditions": [{"type": "ReconcileFailed"}]}, True),
     ],
 )
 def test_only_a_first_acceptance_waits_for_the_policy(
@@ -220,3 +224,41 @@ def test_a_batch_waits_for_the_policy_then_is_judged_by_it(
     reconcile(Policy(source=SOURCE, max_batch_size=3))
     assert batch.status["phase"] == "FAILED" and batch.created() == []
     assert "batch size 5 exceeds maxBatchSize 3" in batch.status["message"]
+
+
+def test_the_reconcile_after_the_failure_report_still_waits(
+    job_settings: OperatorSettings,  # noqa: F811
+) -> None:
+    """Seen on the local cluster: the first reconcile failed (policy unreadable) and put
+    ReconcileFailed on the job; the API server served that status with the CRD's default
+    phase, PENDING; the next reconcile, 66 ms later, took the job for accepted and started
+    a Pod the policy refuses."""
+    kube = FakeKube()
+    job = Job(kube, job_settings, {**JOB, "image": "alpine:3.20"})
+    job.policy = UNREAD
+    for _ in range(2):
+        with pytest.raises(PolicyUnavailable):
+            job.reconcile()
+        kube.status_of(JOB_PLURAL, "kj").setdefault("phase", "PENDING")  # as served
+        job.mem.body.set(None)
+    assert kube.pods == {}
+    job.policy = Policy(source=SOURCE, allowed_images=("busybox",))
+    job.reconcile(NOW)
+    assert job.status["phase"] == "FAILED" and kube.pods == {}
+
+
+def test_an_accepted_batchs_stored_spec_is_not_held_up_by_an_unknown_policy(
+    batch_settings: OperatorSettings,  # noqa: F811
+) -> None:
+    """Only a first acceptance waits: after a restart with the policy unreadable, a batch
+    accepted before reads its stored spec back and goes on (it stalled, retrying, before)."""
+    from kinetic.model.layout import batch_home
+    from kinetic.model.resources import KineticBatchSpec
+    from kinetic_operator.accepted import judge_stored
+
+    spec = KineticBatchSpec.model_validate(container_batch(3))
+    home = batch_home(batch_settings.storage_root, "ns", GRP, "uid-1")
+    assert judge_stored(spec, spec, home, batch_settings, UNREAD) == []
+    too_big = Policy(source=SOURCE, max_batch_size=2)
+    smaller = spec.model_copy(update={"inputs": spec.inputs.model_copy(update={"items": [1]})})
+    assert judge_stored(spec, smaller, home, batch_settings, too_big) != []  # still judged
