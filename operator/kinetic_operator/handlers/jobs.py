@@ -33,15 +33,17 @@ from kinetic.model.resources import (
     Phase,
 )
 
-from kinetic_operator import gangs, job_logic, metrics, podspec
-from kinetic_operator.datavolumes import uses_fuse
+from kinetic_operator import metrics
 from kinetic_operator.failures import reconcile_rounds
 from kinetic_operator.handlers.events import Key, Kind, ObjectMemory
 from kinetic_operator.handlers.owned import create_sealed, ensure_gang_objects
-from kinetic_operator.job_logic import CreatePod, Decision, DeletePod, Event, InvalidSpec
-from kinetic_operator.kube import Conflict, Kube, Rejected
-from kinetic_operator.observed import PodView, job_key, summarize_pod
-from kinetic_operator.policy import Policy, first_acceptance_violations, policy_violations
+from kinetic_operator.kube import Conflict, Kube
+from kinetic_operator.logic import gangs, job_logic, podspec
+from kinetic_operator.logic.datavolumes import uses_fuse
+from kinetic_operator.logic.errors import Rejected
+from kinetic_operator.logic.job_logic import CreatePod, Decision, DeletePod, Event, InvalidSpec
+from kinetic_operator.logic.observed import PodView, job_key, summarize_pod
+from kinetic_operator.logic.policy import Policy, first_acceptance_violations, policy_violations
 from kinetic_operator.reaper import due_pods, stop_pod
 from kinetic_operator.settings import OperatorSettings
 

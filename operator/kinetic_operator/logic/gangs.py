@@ -1,6 +1,6 @@
 """A multi-host unit's Pods seen as one attempt each: pure, no API calls.
 
-The attempt planner (`kinetic_operator.attempts`) reasons about one Pod per
+The attempt planner (`kinetic_operator.logic.attempts`) reasons about one Pod per
 attempt. A gang is N Pods per attempt, so this module stands between the
 two: it groups the member Pods of each attempt, turns them into
 `kinetic.model.gang.Member` observations, asks `gang_outcome` for the
@@ -38,8 +38,8 @@ from kinetic.model.gang import Phase as MemberPhase
 from kinetic.model.names import gang_pod_name, parse_time
 from kinetic.model.resources import AttemptRecord, KineticJobSpec, MemberRecord
 
-from kinetic_operator.attempts import End, pod_end
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.attempts import End, pod_end
+from kinetic_operator.logic.observed import PodView
 
 UNSCHEDULABLE = "GangUnschedulable"
 MAX_REASON = 256

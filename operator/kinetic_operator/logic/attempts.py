@@ -36,7 +36,7 @@ from kinetic.model.limits import DEFAULT_MAX_DISRUPTIONS
 from kinetic.model.names import fmt_time, parse_time
 from kinetic.model.resources import AttemptKind, AttemptRecord, MemberRecord
 
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.observed import PodView
 
 UnitOutcome = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 AttemptCause = Literal["first", "retry", "disruption"]

@@ -3,7 +3,7 @@ stands. Pure: no API calls, no clock, no storage.
 
 With ``chunkSize: auto`` a Pod runs a *unit*: a block of consecutive inputs, one after
 another, whose size the operator decides when it launches the unit, from the durations
-it has measured (`kinetic_operator.unit_sizing`). Two things are kept here.
+it has measured (`kinetic_operator.logic.unit_sizing`). Two things are kept here.
 
 **The grid** (`Grid`): where each unit starts and how many inputs it holds. Inputs are
 launched in order, so a unit's size is decided for the inputs past the last one launched,
@@ -43,9 +43,9 @@ from kinetic.model.progress import Mark
 from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import AttemptRecord, KineticBatchSpec
 
-from kinetic_operator.attempts import End, pod_end
-from kinetic_operator.observed import PodView
-from kinetic_operator.unit_sizing import DurationEstimate, SizingRules
+from kinetic_operator.logic.attempts import End, pod_end
+from kinetic_operator.logic.observed import PodView
+from kinetic_operator.logic.unit_sizing import DurationEstimate, SizingRules
 
 _STOPPED = End(
     "disruption",

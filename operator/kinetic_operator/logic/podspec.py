@@ -46,7 +46,7 @@ from kinetic.model.names import (
 )
 from kinetic.model.resources import API_VERSION, JOB_KIND, KineticJobSpec
 
-from kinetic_operator import datavolumes
+from kinetic_operator.logic import datavolumes
 from kinetic_operator.settings import OperatorSettings
 
 CONTAINER_NAME = "main"

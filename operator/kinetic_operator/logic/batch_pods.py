@@ -38,13 +38,10 @@ from kinetic.model.names import (
 from kinetic.model.rerun import original_index
 from kinetic.model.resources import BATCH_KIND, KineticBatchSpec, KineticJobSpec
 
-from kinetic_operator.batch_logic import unit_inputs
-from kinetic_operator.podspec import Owner, build_pod, function_env
+from kinetic_operator.logic.batch_logic import unit_inputs
+from kinetic_operator.logic.errors import UnitRefused
+from kinetic_operator.logic.podspec import Owner, build_pod, function_env
 from kinetic_operator.settings import OperatorSettings
-
-
-class UnitRefused(Exception):
-    """This unit cannot be given a Pod (e.g. an input without a hash); it fails."""
 
 
 @dataclass(frozen=True)
