@@ -117,7 +117,14 @@ from kinetic_operator.logic.batch_work import (
     unit_inputs,
 )
 from kinetic_operator.logic.unit_sizing import size_next_unit, units_to_create
-from kinetic_operator.logic.units import InputState, Sizing, UnitLimits, running_input, units_sized
+from kinetic_operator.logic.units import (
+    InputState,
+    Sizing,
+    UnitLimits,
+    UnitStep,
+    running_input,
+    units_sized,
+)
 from kinetic_operator.logic.units import plan_unit as plan_sized_unit
 
 __all__ = [
@@ -321,17 +328,7 @@ def _follow_sized(
         now=w.now,
         unread=w.unread,
     )
-    for index in open_inputs:
-        state = step.inputs[index]
-        w.input_plans[index] = input_plan(state, step.attempt)
-        if state.outcome in ("succeeded", "failed"):
-            ended[state.outcome].append(IndexSet([index]))
-            if state.seconds is not None:
-                w.measured.append(state.seconds)
-            if state.outcome == "failed" and not w.fail_messages:
-                w.fail_messages.append(f"Input {index} failed: {state.reason}: {state.message}")
-        elif state.outcome == "running":
-            running.append(IndexSet([index]))
+    _record_sized_inputs(w, step, open_inputs, ended, running)
     settle = step.of("pending") | step.of("running") if cancel_all else step.of("pending")
     if stopped:  # what never began is cancelled; with cancel_all, what runs too
         ended["cancelled"].append(settle & open_inputs)
@@ -343,6 +340,27 @@ def _follow_sized(
     _stop(w, stopping, step.stop or _running_cancelled(w, obs, step.attempt))
     if step.create is not None and (unit, step.create) not in w.creates:
         w.creates.append((unit, step.create))
+
+
+def _record_sized_inputs(
+    w: Work,
+    step: UnitStep,
+    open_inputs: IndexSet,
+    ended: dict[str, list[IndexSet]],
+    running: list[IndexSet],
+) -> None:
+    """Each open input of a sized unit: its plan, and its outcome if it ended or runs."""
+    for index in open_inputs:
+        state = step.inputs[index]
+        w.input_plans[index] = input_plan(state, step.attempt)
+        if state.outcome in ("succeeded", "failed"):
+            ended[state.outcome].append(IndexSet([index]))
+            if state.seconds is not None:
+                w.measured.append(state.seconds)
+            if state.outcome == "failed" and not w.fail_messages:
+                w.fail_messages.append(f"Input {index} failed: {state.reason}: {state.message}")
+        elif state.outcome == "running":
+            running.append(IndexSet([index]))
 
 
 def _exits_by_itself(w: Work, obs: UnitObservation, cancel_all: bool) -> bool:

@@ -91,33 +91,10 @@ def build_unit_pod(
         "KINETIC_ATTEMPT": str(attempt),
     }
     if len(indexes) == 1 and sized is None:
-        child = child_spec(home, spec, unit, input_sha256=_hash(hashes, unit, spec))
-        if child.function is not None:  # containers get it with their input, in spec.env
-            indexes_ = spec.inputs.indexes if spec.inputs is not None else None
-            env[ENV_INDEX] = str(original_index(indexes_, unit))
-        if child.output_dir:
-            env["KINETIC_OUTPUT_DIR"] = child.output_dir
-        env |= function_env(child)
-        if child.function is not None and child.function.result_uri is not None:
-            env[ENV_RESULT_URI] = child.function.result_uri
+        child = _input_child(home, spec, unit, hashes, env)
     else:
         labels[LABEL_CHUNK] = str(sized.size if sized is not None else len(indexes))
-        child = job_template(spec)  # validate_batch_spec: chunks are template batches only
-        fn = child.function
-        assert fn is not None  # validate_batch_spec: chunks are function templates only
-        env[ENV_PAYLOAD_URI] = fn.payload_uri
-        env["KINETIC_PAYLOAD_SHA256"] = fn.sha256
-        env["KINETIC_INPUT_MODE"] = spec.input_mode
-        if sized is None:  # a sized unit's inputs report their digests in its log's marks
-            env["KINETIC_REPORT_URI"] = home.report_uri(input_pod_name(batch, unit, attempt))
-        else:
-            env[ENV_STOP_URI] = home.stop_uri
-            if spec.fail_fast and retries_of(spec, unit) == 0:  # every failure is final
-                env[ENV_FAIL_FAST] = "1"
-        env[ENV_CHUNK] = json.dumps(
-            [_chunk_entry(home, spec, i, hashes, known or {}) for i in indexes],
-            separators=(",", ":"),
-        )
+        child = _chunk_child(home, spec, (batch, unit, attempt), indexes, hashes, known, sized, env)
     owner = Owner(batch, namespace, uid, BATCH_KIND)
     return build_pod(
         owner,
@@ -130,6 +107,58 @@ def build_unit_pod(
         volumes_at="spec.template" if spec.template is not None else f"spec.jobs[{unit}]",
         home=home if settings.storage_root else None,
     )
+
+
+def _input_child(
+    home: layout.Home,
+    spec: KineticBatchSpec,
+    unit: int,
+    hashes: Sequence[str | None] | None,
+    env: dict[str, str],
+) -> KineticJobSpec:
+    """A one-input unit: the input's own job, its index, output and result in ``env``."""
+    child = child_spec(home, spec, unit, input_sha256=_hash(hashes, unit, spec))
+    if child.function is not None:  # containers get it with their input, in spec.env
+        indexes_ = spec.inputs.indexes if spec.inputs is not None else None
+        env[ENV_INDEX] = str(original_index(indexes_, unit))
+    if child.output_dir:
+        env["KINETIC_OUTPUT_DIR"] = child.output_dir
+    env |= function_env(child)
+    if child.function is not None and child.function.result_uri is not None:
+        env[ENV_RESULT_URI] = child.function.result_uri
+    return child
+
+
+def _chunk_child(
+    home: layout.Home,
+    spec: KineticBatchSpec,
+    pod: tuple[str, int, int],
+    indexes: list[int],
+    hashes: Sequence[str | None] | None,
+    known: Mapping[int, str] | None,
+    sized: SizedUnit | None,
+    env: dict[str, str],
+) -> KineticJobSpec:
+    """A chunk (or sized unit) of ``pod`` (batch, unit, attempt): the template's function,
+    with its payload, inputs and where it reports in ``env``."""
+    batch, unit, attempt = pod
+    child = job_template(spec)  # validate_batch_spec: chunks are template batches only
+    fn = child.function
+    assert fn is not None  # validate_batch_spec: chunks are function templates only
+    env[ENV_PAYLOAD_URI] = fn.payload_uri
+    env["KINETIC_PAYLOAD_SHA256"] = fn.sha256
+    env["KINETIC_INPUT_MODE"] = spec.input_mode
+    if sized is None:  # a sized unit's inputs report their digests in its log's marks
+        env["KINETIC_REPORT_URI"] = home.report_uri(input_pod_name(batch, unit, attempt))
+    else:
+        env[ENV_STOP_URI] = home.stop_uri
+        if spec.fail_fast and retries_of(spec, unit) == 0:  # every failure is final
+            env[ENV_FAIL_FAST] = "1"
+    env[ENV_CHUNK] = json.dumps(
+        [_chunk_entry(home, spec, i, hashes, known or {}) for i in indexes],
+        separators=(",", ":"),
+    )
+    return child
 
 
 def _chunk_entry(
