@@ -43,9 +43,7 @@ def test_created_pods_count_by_why_their_attempt_started(before: dict[str, float
 def test_a_batch_status_write_counts_only_the_inputs_it_newly_ends(
     before: dict[str, float],
 ) -> None:
-    count_ends(
-        {"counts": {"succeeded": 3, "failed": 1}}, {"counts": {"succeeded": 7, "failed": 1}}
-    )
+    count_ends({"counts": {"succeeded": 3, "failed": 1}}, {"counts": {"succeeded": 7, "failed": 1}})
     count_ends({}, {"counts": {"failed": 2}})
     count_ends({"counts": {"succeeded": 7}}, {"counts": {"succeeded": 7}})  # a rewrite
     assert delta(before, "succeeded", metrics.KIND_BATCH) == 4
