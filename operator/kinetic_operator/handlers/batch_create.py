@@ -6,7 +6,7 @@ A Pod that cannot be built or that the API server refuses becomes a failed attem
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -36,7 +36,6 @@ from kinetic_operator.logic.batch_logic import (
 from kinetic_operator.logic.batch_pods import (
     SizedUnit,
     build_unit_pod,
-    unit_hosts,
     unit_job,
 )
 from kinetic_operator.logic.datavolumes import batch_uses_fuse
@@ -51,6 +50,7 @@ CREATE_THREADS = 8
 def create_pods(
     batch: Batch,
     spec: KineticBatchSpec,
+    hosts_of: Callable[[int], int],
     todo: Iterable[tuple[int, int]],
     causes: Mapping[int, AttemptCause | None] | None = None,
     units: Mapping[int, UnitObservation] | None = None,
@@ -58,6 +58,7 @@ def create_pods(
 ) -> None:
     """Create the Pods for ``(unit, attempt)`` pairs, a few at a time; AlreadyExists is fine.
 
+    ``hosts_of``: each unit's hosts, as resolved when the spec was accepted.
     ``where``: the batch's grid and the inputs already settled (a sized unit's Pod runs
     only those of its inputs that are not).
 
@@ -72,7 +73,6 @@ def create_pods(
     known = {i: r.sha256 for i, r in book.hashes.items()} if book is not None else {}
     uid = batch.meta.get("uid", "")
 
-    hosts_of = unit_hosts(spec, settings.accelerator_catalog)
     grid, settled = where or (grid_of(spec, batch.old), IndexSet())
     total = batch_total(spec)
 

@@ -90,10 +90,12 @@ class Batch:
 
 @dataclass(frozen=True)
 class Accepted:
-    """The spec to act on, and the immutable change refused, if someone made one."""
+    """The spec to act on, the immutable change refused, if someone made one, and the hosts
+    each unit's attempts run on (`batch_pods.unit_hosts`), resolved once at acceptance."""
 
     spec: KineticBatchSpec
     refused: str | None
+    hosts: Callable[[int], int]
 
 
 @dataclass
@@ -101,6 +103,7 @@ class Decided:
     """What the round decided, and what it writes it with."""
 
     spec: KineticBatchSpec
+    hosts: Callable[[int], int]  # each unit's, as accepted (`Accepted.hosts`)
     decision: BatchDecision
     status: KineticBatchStatus  # as it will be written: compacted, vouching
     spec_events: list[Event]

@@ -286,7 +286,7 @@ def _reconcile_once(
     accepted = _accept_spec(batch)
     if accepted is None:
         return None  # the status says why it cannot run
-    observed = _observe(batch, accepted.spec, _own_units(units, batch.uid))
+    observed = _observe(batch, accepted, _own_units(units, batch.uid))
     if observed is None:
         return None  # the manifest it relies on is gone or forged: the status says so
     decided = _decide(batch, accepted, observed)
@@ -342,7 +342,7 @@ def _accept_spec(batch: Batch) -> Accepted | None:
     if spec is None or problems:
         _refuse(batch, problems)
         return None
-    return Accepted(spec, refused)
+    return Accepted(spec, refused, unit_hosts(spec, batch.settings.accelerator_catalog))
 
 
 def _spec_to_run(batch: Batch) -> tuple[KineticBatchSpec | None, list[str]]:
@@ -398,11 +398,11 @@ def _refuse_tampered(batch: Batch, problems: list[str]) -> None:
 
 
 def _observe(
-    batch: Batch, spec: KineticBatchSpec, units: dict[int, UnitObservation]
+    batch: Batch, accepted: Accepted, units: dict[int, UnitObservation]
 ) -> dict[int, UnitObservation] | None:
     """The units as the decision sees them: the outcomes stored loaded first, each ended
     chunk Pod's report checked. None when the stored outcomes it needs are lost."""
-    mem = batch.mem
+    mem, spec = batch.mem, accepted.spec
     problems = load_durable(mem, batch.home, batch.old, batch_total(spec))
     if problems:
         _refuse_tampered(batch, problems)
@@ -411,7 +411,7 @@ def _observe(
     mem.timers.recheck = None
     units = batch_logic.see_gangs(
         units,
-        unit_hosts(spec, batch.settings.accelerator_catalog),
+        accepted.hosts,
         batch.now,
         timedelta(seconds=batch.settings.gang_scheduling_seconds),
         mem.pods.settled,
@@ -449,7 +449,9 @@ def _decide(batch: Batch, accepted: Accepted, units: dict[int, UnitObservation])
     for unit, ended in batch_logic.settled_units(decision.plans).items():
         mem.pods.settled.setdefault(unit, {}).update(ended)
     manifest = ManifestWrite(mem, batch.write, batch.home, spec, batch.meta, batch.now)
-    return Decided(spec, decision, status, spec_events, units, clock, book, manifest)
+    return Decided(
+        spec, accepted.hosts, decision, status, spec_events, units, clock, book, manifest
+    )
 
 
 def _record(batch: Batch, decided: Decided) -> float | None:
@@ -517,7 +519,8 @@ def _do(batch: Batch, decided: Decided, action: Any) -> None:
             causes = {u: p.cause for u, p in decided.decision.plans.items()}
             grid = grid_of(decided.spec, decided.status)
             settled = decided.decision.recorded.terminal
-            create_pods(batch, decided.spec, todo, causes, decided.units, (grid, settled))
+            where = (grid, settled)
+            create_pods(batch, decided.spec, decided.hosts, todo, causes, decided.units, where)
         case StopPods(pods=pods):
             views = _views_by_name(decided.units)
             each(functools.partial(_delete, batch, views), pods)

@@ -457,12 +457,14 @@ def settled_units(plans: Mapping[int, UnitPlan]) -> dict[int, dict[int, AttemptR
 
 
 def _gang_members(units: Mapping[int, UnitObservation]) -> dict[str, tuple[str, ...]]:
-    """Each gang attempt's name -> its live member Pods: what stopping that attempt deletes."""
+    """Each gang attempt's name -> its live member Pods: what stopping that attempt deletes
+    (`Gang.members_named`, as a KineticJob asks it; an attempt none of whose members was
+    created has none)."""
     return {
-        view.name: obs.gang.members_of(attempt)
+        view.name: obs.gang.members_named(view.name) or ()
         for obs in units.values()
         if obs.gang is not None
-        for attempt, view in obs.pods.items()
+        for view in obs.pods.values()
     }
 
 

@@ -206,13 +206,15 @@ def unit_job(spec: KineticBatchSpec, unit: int) -> KineticJobSpec | None:
 
 
 def unit_hosts(spec: KineticBatchSpec, catalog: Catalog) -> Callable[[int], int]:
-    """Unit -> the Pods each of its attempts runs as (`gang.effective_hosts`)."""
-
-    def hosts(unit: int) -> int:
-        job = unit_job(spec, unit)
-        return effective_hosts(job.hosts, catalog, job.accelerator) if job is not None else 1
-
-    return hosts
+    """Unit -> the Pods each of its attempts runs as (`gang.effective_hosts`), resolved here,
+    once for the template or each job: the reconcile resolves them when it accepts the spec
+    (`batch_round.Accepted.hosts`) and every later step reads that answer."""
+    template = spec.template
+    if template is not None:
+        every = effective_hosts(template.hosts, catalog, template.accelerator)
+        return lambda unit: every
+    jobs = tuple(effective_hosts(job.hosts, catalog, job.accelerator) for job in spec.jobs or ())
+    return lambda unit: jobs[unit] if 0 <= unit < len(jobs) else 1
 
 
 def log_uri(home: layout.Home, pod: str) -> str:

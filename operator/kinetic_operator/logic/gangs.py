@@ -73,7 +73,8 @@ class Gang:
 
     def members_named(self, view: str) -> tuple[str, ...] | None:
         """The live member Pods of the attempt whose view is named ``view`` (what stopping
-        it deletes), or None when no attempt of this gang has that name."""
+        it deletes), or None when no attempt of this gang has that name. The one answer to
+        "the members of this attempt", for a KineticJob's attempts and a KineticBatch's."""
         for attempt, ranks in self.members.items():
             if ranks and attempt_name(ranks) == view:
                 return self.members_of(attempt)
