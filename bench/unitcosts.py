@@ -204,7 +204,7 @@ def spread(values: list[float | None]) -> dict[str, float]:
 def pod_body(name: str, wave: str) -> dict[str, Any]:
     """A plain Pod, shaped like the operator's (restricted security, no token), that
     prints the node's uptime as its first act and then works 0.2 s."""
-    from kinetic_operator.podspec import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT
+    from kinetic_operator.logic.podspec import CONTAINER_SECURITY_CONTEXT, POD_SECURITY_CONTEXT
 
     return {
         "apiVersion": "v1",

@@ -20,7 +20,7 @@ Designs (`designs()`):
   plain-job       a batch/v1 Job of the same tasks: one busybox Pod per input, no runner
   pod-per-input   a function unit per input (today's default, chunk 1)
   fixed-k         k consecutive inputs per unit (today's chunk_size=k)
-  sized           the operator sizes each new unit with `kinetic_operator.unit_sizing`,
+  sized           the operator sizes each new unit with `kinetic_operator.logic.unit_sizing`,
                   and paces their starts as it says (`units_to_create`)
   sized-unpaced   the same sizes, every free slot filled at once
   sized-small-node  the policy with the settings that suit a 2-core node (SMALL_NODE_RULES)
@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kinetic_operator.unit_sizing import (
+from kinetic_operator.logic.unit_sizing import (
     DEFAULT_RULES,
     DurationEstimate,
     SizingRules,

@@ -38,9 +38,9 @@ from kinetic.model.fanout import foreign_batch_uris, validate_batch_spec
 from kinetic.model.resources import KineticBatchSpec
 from pydantic import ValidationError
 
-from kinetic_operator.batch_logic import changed_fields
 from kinetic_operator.bounded_read import TooLarge, read_at_most
-from kinetic_operator.policy import Policy, UnreadPolicy, policy_violations
+from kinetic_operator.logic.batch_logic import changed_fields
+from kinetic_operator.logic.policy import Policy, UnreadPolicy, policy_violations
 from kinetic_operator.settings import OperatorSettings
 
 __all__ = ["Stored", "accepted_bytes", "judge_stored", "read_accepted"]

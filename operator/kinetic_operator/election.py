@@ -1,6 +1,6 @@
 """Leader election's thin layer: the Lease's reads and guarded writes, and the loop.
 
-The decisions are `kinetic_operator.leader`'s; this module only talks to the
+The decisions are `kinetic_operator.logic.leader`'s; this module only talks to the
 API server (`LeaseStore`) and keeps the clock (`Elector`). `kinetic_operator.elected`
 runs Kopf's reconciliation only while `Elector.leading`, and fences every
 write the reconciler makes with `Elector.require`.
@@ -21,7 +21,7 @@ from kinetic.model.names import LEADER_ELECTION_FLAG, LEADER_LEASE, fmt_micro_ti
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kinetic_operator.leader import (
+from kinetic_operator.logic.leader import (
     LeaseRecord,
     Move,
     Observation,

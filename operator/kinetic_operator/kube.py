@@ -29,7 +29,8 @@ from kubernetes.config.config_exception import ConfigException
 
 from kinetic_operator import deepjson, metrics
 from kinetic_operator.bounded_read import CHUNK, first_bytes, log_archive
-from kinetic_operator.seal import Sealer
+from kinetic_operator.logic.errors import Rejected
+from kinetic_operator.logic.seal import Sealer
 
 log = logging.getLogger("kinetic.operator")
 T = TypeVar("T")
@@ -43,10 +44,6 @@ CSI_DRIVER_TTL = 10.0  # seconds a CSIDriver seen present is believed without re
 
 class Conflict(Exception):
     """The object changed since it was read; read it again and redo the decision."""
-
-
-class Rejected(Exception):
-    """The API server refused the object itself (400/422): retrying will not help."""
 
 
 CONFLICT_RETRIES = 5
@@ -276,7 +273,7 @@ class Kube:
         return _decoded(resp)
 
     def seal_key(self, namespace: str, name: str) -> tuple[bytes, str | None]:
-        """The operator's seal key (`kinetic_operator.seal`) and when it was made: the
+        """The operator's seal key (`kinetic_operator.logic.seal`) and when it was made: the
         Secret ``name`` in the operator's namespace, created with a random key the first
         time (whichever replica gets there first; the other reads it)."""
         for _ in range(3):

@@ -59,11 +59,11 @@ from kinetic.model.names import fmt_time
 from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
 
-from kinetic_operator.attempts import UnitPlan
-from kinetic_operator.batch_logic import Recorded, UnitObservation, unit_inputs
 from kinetic_operator.bounded_read import TooLarge, read_at_most
-from kinetic_operator.job_logic import reported_result
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.attempts import UnitPlan
+from kinetic_operator.logic.batch_logic import Recorded, UnitObservation, unit_inputs
+from kinetic_operator.logic.job_logic import reported_result
+from kinetic_operator.logic.observed import PodView
 
 log = logging.getLogger("kinetic.operator")
 

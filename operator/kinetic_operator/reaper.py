@@ -22,7 +22,7 @@ from kinetic import storage
 from kinetic.model.names import parse_time
 
 from kinetic_operator.kube import Kube
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.observed import PodView
 
 log = logging.getLogger("kinetic.operator")
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kinetic.model.names import fmt_time, gang_pod_name, input_pod_name, job_pod_name
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.observed import PodView
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 

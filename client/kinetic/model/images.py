@@ -1,6 +1,6 @@
 """Which images the administrator's ``allowedImages`` lets a job run: one rule for both sides.
 
-The operator's webhook and reconciler (``kinetic_operator.policy``) and the
+The operator's webhook and reconciler (``kinetic_operator.logic.policy``) and the
 client's submission preview (`kinetic.cli.submit_plan`) call `image_allowed`,
 so a preview never promises what admission refuses. Pure.
 

@@ -22,7 +22,7 @@ and cuts the owner's part, which then ends in a hash of the whole owner.
 A name someone else's Pod holds already (squatted: anyone who may create
 Pods in the namespace can take a name before the operator does) gets an
 alternative at once, ``<name>-x<token>``, where the token comes from a key
-only the operator holds (`kinetic_operator.seal`): deterministic for the
+only the operator holds (`kinetic_operator.logic.seal`): deterministic for the
 operator, so a Pod it made under an alternative is found again after a
 restart, and unknown to anyone else. Pods are found by their labels and
 their seal, never by their names alone.
@@ -48,7 +48,7 @@ LABEL_CHUNK = "kinetic.dev/chunk"  # how many inputs the Pod runs, when more tha
 LABEL_RANK = "kinetic.dev/rank"  # a gang member's rank (0 .. hosts - 1); absent on one host
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kinetic"
-# The operator's seal on every Pod it creates (`kinetic_operator.seal`): labels anyone may
+# The operator's seal on every Pod it creates (`kinetic_operator.logic.seal`): labels anyone may
 # copy, this only the holder of the operator's key can make.
 ANNOTATION_SEAL = "kinetic.dev/seal"
 

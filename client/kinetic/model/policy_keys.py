@@ -2,7 +2,7 @@
 
 The administrator's policy is the ConfigMap ``kinetic-policy`` in the
 operator's namespace. Most of its keys say what may be stored, and the
-operator's webhook judges them (``kinetic_operator.policy``). These say how a
+operator's webhook judges them (``kinetic_operator.logic.policy``). These say how a
 person submits, which no webhook can see, so the client reads them:
 
 ``dryRunDefault`` (true unless set otherwise)

@@ -10,7 +10,7 @@ that cannot change on a running batch. Dry runs (`kubectl apply
 --dry-run=server`) are judged the same way; the handlers have no side
 effects.
 
-The administrator's policy (`kinetic-policy`, see `kinetic_operator.policy`)
+The administrator's policy (`kinetic-policy`, see `kinetic_operator.logic.policy`)
 is judged here too, against the policy in force at this moment. While that
 policy is unknown (its ConfigMap not read yet) the webhook admits what the
 other checks allow: the operator accepts nothing new until it can judge it. On UPDATE
@@ -52,10 +52,11 @@ from kinetic.model.resources import (
 )
 from pydantic import ValidationError
 
-from kinetic_operator.batch_logic import immutable_change
-from kinetic_operator.datavolumes import fuse_refusals, spec_volume_groups, uses_fuse
 from kinetic_operator.handlers.policy import current_policy
-from kinetic_operator.policy import Kind, Policy, PolicyUnavailable, policy_violations
+from kinetic_operator.logic.batch_logic import immutable_change
+from kinetic_operator.logic.datavolumes import fuse_refusals, spec_volume_groups, uses_fuse
+from kinetic_operator.logic.errors import PolicyUnavailable
+from kinetic_operator.logic.policy import Kind, Policy, policy_violations
 from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.state import operator_state
 from kinetic_operator.webhook import BATCH_HOOK, JOB_HOOK, Hook

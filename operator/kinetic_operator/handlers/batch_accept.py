@@ -33,16 +33,16 @@ from kinetic.model.resources import (
 from pydantic import ValidationError
 
 from kinetic_operator.accepted import accepted_bytes, judge_stored, read_accepted
-from kinetic_operator.batch_logic import (
+from kinetic_operator.bounded_read import TooLarge, read_at_most
+from kinetic_operator.handlers.batch_memory import BatchMemory
+from kinetic_operator.kube import Kube
+from kinetic_operator.logic.batch_logic import (
     Event,
     immutable_change,
     merge_mutable,
     with_condition,
 )
-from kinetic_operator.bounded_read import TooLarge, read_at_most
-from kinetic_operator.handlers.batch_memory import BatchMemory
-from kinetic_operator.kube import Kube
-from kinetic_operator.policy import Policy
+from kinetic_operator.logic.policy import Policy
 from kinetic_operator.rerun_source import SourceProblem, load_source, rerun_spec
 from kinetic_operator.settings import OperatorSettings
 
@@ -116,7 +116,7 @@ def accept(
     The first spec accepted is stored next to the manifest, so the accepted
     template and inputs survive an operator restart; later edits only take
     effect for maxConcurrent and cancel. Its digest goes into the status with
-    the next status write, before any Pod exists (`batches._vouching`); one already
+    the next status write, before any Pod exists (`batch_round.vouching`); one already
     vouched for is taken as read back (`check_stored`). Anything stored that
     nothing vouches for is written over. The name's ``current.json`` is
     pointed at this batch's UID at the same time, so `attach_batch` finds the

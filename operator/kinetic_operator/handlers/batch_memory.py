@@ -21,11 +21,11 @@ from kinetic.model.names import parse_time
 from kinetic.model.resources import AttemptRecord, KineticBatchSpec
 
 from kinetic_operator.accepted import Stored
-from kinetic_operator.batch_logic import Recorded
 from kinetic_operator.handlers.batch_units import UnitProgress
 from kinetic_operator.handlers.events import ObjectMemory, Wake
+from kinetic_operator.logic.batch_logic import Recorded
+from kinetic_operator.logic.observed import PodView
 from kinetic_operator.manifest import Debouncer, ManifestBook
-from kinetic_operator.observed import PodView
 
 
 @dataclass

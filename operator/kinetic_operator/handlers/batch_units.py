@@ -1,5 +1,5 @@
 """A sized batch's units as the handler sees them: the marks in their Pods' logs, and the
-stop the batch sends them. (What they mean is `kinetic_operator.units`, which is pure.)
+stop the batch sends them. (What they mean is `kinetic_operator.logic.units`, which is pure.)
 
 An input's outcome must reach the batch within seconds of its end, while its unit goes on.
 What vouches for it travels on a channel tied to that Pod, which a namespace-mate cannot
@@ -26,11 +26,11 @@ from kinetic.model.progress import Mark
 from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
 
-from kinetic_operator.batch_logic import UnitObservation
 from kinetic_operator.kube import Kube
+from kinetic_operator.logic.batch_logic import UnitObservation
+from kinetic_operator.logic.unit_sizing import DEFAULT_RULES, DurationEstimate
+from kinetic_operator.logic.units import Sizing, units_sized
 from kinetic_operator.settings import OperatorSettings
-from kinetic_operator.unit_sizing import DEFAULT_RULES, DurationEstimate
-from kinetic_operator.units import Sizing, units_sized
 
 log = logging.getLogger("kinetic.operator")
 

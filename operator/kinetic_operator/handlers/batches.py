@@ -26,67 +26,35 @@ What it reads back from storage it believes only as far as the batch's
 status vouches for it: the accepted spec (``acceptedSpecSHA256``,
 `kinetic_operator.accepted`) and the manifest (``manifestSHA256``,
 `kinetic.model.manifest`). Every status write carries the digests of what was
-last written (`_Writer`), and a chunk Pod's report is read, bounded and
-checked before its inputs' outcome is recorded (`_checked_reports`).
+last written (`StatusWriter`), and a chunk Pod's report is read, bounded and
+checked before its inputs' outcome is recorded (`checked_reports`).
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
-from kinetic import storage
-from kinetic.model import digest, layout
-from kinetic.model.batchjobs import batch_total, is_container, retries_of
-from kinetic.model.catalog import is_tpu
-from kinetic.model.data import GCSFUSE_DRIVER
+from kinetic.model import layout
+from kinetic.model.batchjobs import batch_total, retries_of
 from kinetic.model.grid import Grid
-from kinetic.model.manifest import Anchor
-from kinetic.model.names import LABEL_BATCH, gang_pod_name, input_pod_name
+from kinetic.model.names import LABEL_BATCH, input_pod_name
 from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import (
-    BATCH_KIND,
     BATCH_PLURAL,
     GROUP,
     VERSION,
     KineticBatchSpec,
-    KineticBatchStatus,
     Phase,
 )
 
-from kinetic_operator import batch_logic, metrics, podspec
-from kinetic_operator.attempts import AttemptCause, Limits, plan_unit
-from kinetic_operator.batch_logic import (
-    BatchDecision,
-    CreatePods,
-    Event,
-    Recorded,
-    StopPods,
-    UnitObservation,
-    WriteManifest,
-    WriteStop,
-    compact_status,
-    unit_inputs,
-    with_condition,
-)
-from kinetic_operator.batch_pods import (
-    SizedUnit,
-    UnitRefused,
-    build_unit_pod,
-    log_uri,
-    unit_hosts,
-    unit_job,
-)
-from kinetic_operator.datavolumes import batch_uses_fuse
+from kinetic_operator import metrics
 from kinetic_operator.failures import reconcile_rounds
-from kinetic_operator.gangs import Gang, ranks_to_create
 from kinetic_operator.handlers.batch_accept import (
     accept,
     check_stored,
@@ -96,7 +64,28 @@ from kinetic_operator.handlers.batch_accept import (
     resolve_rerun,
     spec_condition,
 )
+from kinetic_operator.handlers.batch_create import (
+    create_pods,
+    each,
+)
 from kinetic_operator.handlers.batch_memory import BatchMemory
+from kinetic_operator.handlers.batch_reports import (
+    checked_reports,
+    report_tampering,
+)
+from kinetic_operator.handlers.batch_round import (
+    Accepted,
+    Batch,
+    Decided,
+    ManifestWrite,
+    StatusWriter,
+    coalesce,
+    load_durable,
+    parse_status,
+    recorded_durably,
+    unit_is_container,
+    vouching,
+)
 from kinetic_operator.handlers.batch_units import (
     grid_of,
     pod_unit_inputs,
@@ -105,28 +94,32 @@ from kinetic_operator.handlers.batch_units import (
     write_stop,
 )
 from kinetic_operator.handlers.events import Key, Kind
-from kinetic_operator.handlers.owned import create_sealed, ensure_gang_objects
-from kinetic_operator.kube import Conflict, Kube, Rejected
-from kinetic_operator.manifest import (
-    ManifestBook,
-    build_header,
-    check_report,
-    recorded_from,
+from kinetic_operator.kube import Conflict, Kube
+from kinetic_operator.logic import batch_logic
+from kinetic_operator.logic.attempts import Limits, plan_unit
+from kinetic_operator.logic.batch_logic import (
+    CreatePods,
+    Event,
+    Recorded,
+    StopPods,
+    UnitObservation,
+    WriteManifest,
+    WriteStop,
+    compact_status,
 )
-from kinetic_operator.observed import PodView, batch_key, summarize_pod
-from kinetic_operator.policy import Policy, first_acceptance_violations
+from kinetic_operator.logic.batch_pods import (
+    log_uri,
+    unit_hosts,
+)
+from kinetic_operator.logic.observed import PodView, batch_key, summarize_pod
+from kinetic_operator.logic.policy import Policy, first_acceptance_violations
+from kinetic_operator.logic.units import UnitLimits, units_sized
+from kinetic_operator.logic.units import plan_unit as plan_sized_unit
 from kinetic_operator.reaper import due_pods, stop_pod
 from kinetic_operator.settings import OperatorSettings
-from kinetic_operator.units import UnitLimits, units_sized
-from kinetic_operator.units import plan_unit as plan_sized_unit
-
-log = logging.getLogger("kinetic.operator")
 
 LABELLED = {LABEL_BATCH: kopf.PRESENT}
 MAX_LAUNCHES = 200  # Pods created per reconcile; more follow at once (maxConcurrent: null)
-CREATE_THREADS = 8
-
-COND_MANIFEST = "ManifestWritten"
 
 
 class ManifestNotWritten(Exception):
@@ -293,7 +286,7 @@ def _reconcile_once(
     accepted = _accept_spec(batch)
     if accepted is None:
         return None  # the status says why it cannot run
-    observed = _observe(batch, accepted.spec, _own_units(units, batch.uid))
+    observed = _observe(batch, accepted, _own_units(units, batch.uid))
     if observed is None:
         return None  # the manifest it relies on is gone or forged: the status says so
     decided = _decide(batch, accepted, observed)
@@ -307,82 +300,6 @@ def _reconcile_once(
 # ----------------------------------------------------------------------- the steps
 
 
-@dataclass
-class _Batch:
-    """One round's copy of the batch, and what the round talks to."""
-
-    kube: Kube
-    settings: OperatorSettings
-    mem: BatchMemory
-    namespace: str
-    name: str
-    body: dict[str, Any]
-    meta: dict[str, Any]
-    raw: dict[str, Any]  # the status as read
-    old: KineticBatchStatus  # the same, parsed
-    write: _Writer
-    home: layout.Home
-    fresh: bool  # the copy was just read from the API server
-    now: datetime
-    policy: Policy | None
-
-    @property
-    def uid(self) -> str | None:
-        return self.meta.get("uid")
-
-    @property
-    def owner(self) -> podspec.Owner:
-        return podspec.Owner(self.name, self.namespace, self.uid or "", BATCH_KIND)
-
-    @property
-    def generation(self) -> int | None:
-        return self.meta.get("generation")
-
-    def post(self, events: Iterable[Event]) -> None:
-        """Post ``events`` about the batch."""
-        for event in events:
-            self.kube.post_event(self.body, event.type, event.reason, event.message)
-
-
-@dataclass(frozen=True)
-class _Accepted:
-    """The spec to act on, and the immutable change refused, if someone made one."""
-
-    spec: KineticBatchSpec
-    refused: str | None
-
-
-@dataclass
-class _Decided:
-    """What the round decided, and what it writes it with."""
-
-    spec: KineticBatchSpec
-    decision: BatchDecision
-    status: KineticBatchStatus  # as it will be written: compacted, vouching
-    spec_events: list[Event]
-    units: dict[int, UnitObservation]
-    clock: float
-    book: ManifestBook
-    manifest: _ManifestWrite
-
-    @property
-    def total(self) -> int:
-        return batch_total(self.spec)
-
-    def note_plans(self) -> None:
-        """Tell the manifest book the attempts this decision planned (a sized batch's, input
-        by input)."""
-        if units_sized(self.spec):
-            self.book.note(self.decision.input_plans, 1, self.total, container=False)
-            return
-        self.book.note(
-            self.decision.plans,
-            self.spec.fixed_chunk,
-            self.total,
-            container=_is_container(self.spec),
-        )
-
-
 def _load(
     kube: Kube,
     settings: OperatorSettings,
@@ -393,7 +310,7 @@ def _load(
     fresh: bool,
     now: datetime,
     policy: Policy | None,
-) -> _Batch | None:
+) -> Batch | None:
     """The batch as this round sees it; None when it is gone or being deleted.
 
     A batch of the same name with another uid starts from an empty memory.
@@ -406,15 +323,15 @@ def _load(
     if mem.uid != meta.get("uid"):
         mem.forget(meta.get("uid"))
     raw = body.get("status") or {}
-    old = _parse_status(raw, namespace, name)
-    write = _Writer(kube, mem, namespace, name, raw, meta.get("resourceVersion"))
+    old = parse_status(raw, namespace, name)
+    write = StatusWriter(kube, mem, namespace, name, raw, meta.get("resourceVersion"))
     home = layout.batch_home(settings.storage_root or "", namespace, name, meta.get("uid", ""))
-    return _Batch(
+    return Batch(
         kube, settings, mem, namespace, name, body, meta, raw, old, write, home, fresh, now, policy
     )
 
 
-def _accept_spec(batch: _Batch) -> _Accepted | None:
+def _accept_spec(batch: Batch) -> Accepted | None:
     """The spec to run, accepted (stored, once) unless the batch has ended; None when it
     cannot run, after the status says why."""
     spec, problems = _spec_to_run(batch)
@@ -425,10 +342,10 @@ def _accept_spec(batch: _Batch) -> _Accepted | None:
     if spec is None or problems:
         _refuse(batch, problems)
         return None
-    return _Accepted(spec, refused)
+    return Accepted(spec, refused, unit_hosts(spec, batch.settings.accelerator_catalog))
 
 
-def _spec_to_run(batch: _Batch) -> tuple[KineticBatchSpec | None, list[str]]:
+def _spec_to_run(batch: Batch) -> tuple[KineticBatchSpec | None, list[str]]:
     """The spec as it will run, or why it may not: read and bounded, checked against the
     accepted spec stored, a rerun resolved from its source, judged by the policy."""
     spec, problems = load_spec(batch.body, batch.settings, batch.namespace)
@@ -447,7 +364,7 @@ def _spec_to_run(batch: _Batch) -> tuple[KineticBatchSpec | None, list[str]]:
     return spec, _policy_problems(batch, spec)
 
 
-def _policy_problems(batch: _Batch, spec: KineticBatchSpec) -> list[str]:
+def _policy_problems(batch: Batch, spec: KineticBatchSpec) -> list[str]:
     """Why the policy refuses the batch, judged as it will run: a rerun's size and template
     are known only once resolved."""
     if batch.policy is None:
@@ -461,7 +378,7 @@ def _policy_problems(batch: _Batch, spec: KineticBatchSpec) -> list[str]:
     )
 
 
-def _refuse(batch: _Batch, problems: list[str]) -> None:
+def _refuse(batch: Batch, problems: list[str]) -> None:
     """A batch whose spec cannot run: the status and an Event say why."""
     decision = batch_logic.invalid_batch(
         batch.old, problems, batch.now, generation=batch.generation
@@ -470,23 +387,23 @@ def _refuse(batch: _Batch, problems: list[str]) -> None:
     batch.post(decision.of(Event))
 
 
-def _refuse_tampered(batch: _Batch, problems: list[str]) -> None:
+def _refuse_tampered(batch: Batch, problems: list[str]) -> None:
     """A batch whose manifest was forged or lost: the status and Events say so."""
     decision = batch_logic.invalid_batch(
         batch.old, problems, batch.now, generation=batch.generation, reason="ManifestTampered"
     )
     batch.write.status(decision.status)
-    _report_tampering(batch.kube, batch.body, batch.mem)
+    report_tampering(batch.kube, batch.body, batch.mem)
     batch.post(decision.of(Event))
 
 
 def _observe(
-    batch: _Batch, spec: KineticBatchSpec, units: dict[int, UnitObservation]
+    batch: Batch, accepted: Accepted, units: dict[int, UnitObservation]
 ) -> dict[int, UnitObservation] | None:
     """The units as the decision sees them: the outcomes stored loaded first, each ended
     chunk Pod's report checked. None when the stored outcomes it needs are lost."""
-    mem = batch.mem
-    problems = _load_durable(mem, batch.home, batch.old, batch_total(spec))
+    mem, spec = batch.mem, accepted.spec
+    problems = load_durable(mem, batch.home, batch.old, batch_total(spec))
     if problems:
         _refuse_tampered(batch, problems)
         return None
@@ -494,7 +411,7 @@ def _observe(
     mem.timers.recheck = None
     units = batch_logic.see_gangs(
         units,
-        unit_hosts(spec, batch.settings.accelerator_catalog),
+        accepted.hosts,
         batch.now,
         timedelta(seconds=batch.settings.gang_scheduling_seconds),
         mem.pods.settled,
@@ -502,10 +419,10 @@ def _observe(
     if units_sized(spec):
         read_progress(batch.kube, batch.namespace, units, mem.units, batch.now)
     mem.refills.saw(p for obs in units.values() for p in obs.pods.values() if not p.gone)
-    return _checked_reports(mem, batch.home, spec, units)
+    return checked_reports(mem, batch.home, spec, units)
 
 
-def _decide(batch: _Batch, accepted: _Accepted, units: dict[int, UnitObservation]) -> _Decided:
+def _decide(batch: Batch, accepted: Accepted, units: dict[int, UnitObservation]) -> Decided:
     """Ask `batch_logic.decide_batch`; the status it gives, as it will be written."""
     spec, settings, mem = accepted.spec, batch.settings, batch.mem
     decision = batch_logic.decide_batch(
@@ -525,17 +442,19 @@ def _decide(batch: _Batch, accepted: _Accepted, units: dict[int, UnitObservation
         unread=mem.units.unread(units) if units_sized(spec) else frozenset(),
     )
     status, spec_events = spec_condition(decision.status, accepted.refused, batch.now)
-    status = _vouching(compact_status(status), mem)
+    status = vouching(compact_status(status), mem)
     clock = time.monotonic()
     book = mem.outcomes.book_for(batch.home)
     book.observed = units
     for unit, ended in batch_logic.settled_units(decision.plans).items():
         mem.pods.settled.setdefault(unit, {}).update(ended)
-    manifest = _ManifestWrite(mem, batch.write, batch.home, spec, batch.meta, batch.now)
-    return _Decided(spec, decision, status, spec_events, units, clock, book, manifest)
+    manifest = ManifestWrite(mem, batch.write, batch.home, spec, batch.meta, batch.now)
+    return Decided(
+        spec, accepted.hosts, decision, status, spec_events, units, clock, book, manifest
+    )
 
 
-def _record(batch: _Batch, decided: _Decided) -> float | None:
+def _record(batch: Batch, decided: Decided) -> float | None:
     """Write the status first, conditional on the version read (Conflict: decide again);
     then remember the outcomes. Returns how long a routine status write is held back.
 
@@ -544,7 +463,7 @@ def _record(batch: _Batch, decided: _Decided) -> float | None:
     """
     decision = decided.decision
     if decision.write_status or decided.status.wire() != batch.old.wire():
-        wait = _coalesce(batch.mem, batch.settings, decision.urgent, decided.clock)
+        wait = coalesce(batch.mem, batch.settings, decision.urgent, decided.clock)
         if wait is not None:
             return wait
         _write_status(batch, decided)
@@ -554,10 +473,10 @@ def _record(batch: _Batch, decided: _Decided) -> float | None:
     return None
 
 
-def _write_status(batch: _Batch, decided: _Decided) -> None:
+def _write_status(batch: Batch, decided: Decided) -> None:
     """The status, once the outcomes it is about to leave out (cut ranges) are stored."""
     mem, decision = batch.mem, decided.decision
-    if decided.status.truncated and not _durable(mem, decision.recorded):
+    if decided.status.truncated and not recorded_durably(mem, decision.recorded):
         mem.outcomes.recorded = decision.recorded
         decided.note_plans()
         if not decided.manifest.run(decided.clock, vouch=False):  # the status vouches next
@@ -569,7 +488,7 @@ def _write_status(batch: _Batch, decided: _Decided) -> None:
     mem.outcomes.extra = decision.recorded
 
 
-def _remember_outcomes(batch: _Batch, decided: _Decided) -> None:
+def _remember_outcomes(batch: Batch, decided: Decided) -> None:
     """The decision's outcomes, and the attempts it planned, for the manifest."""
     mem = batch.mem
     mem.outcomes.recorded = decided.decision.recorded
@@ -578,7 +497,7 @@ def _remember_outcomes(batch: _Batch, decided: _Decided) -> None:
         mem.timers.debouncer.mark(decided.clock)
 
 
-def _act(batch: _Batch, decided: _Decided) -> None:
+def _act(batch: Batch, decided: Decided) -> None:
     """Do what was decided, then write the manifest if it is due and tidy the memory."""
     mem = batch.mem
     for event in decided.spec_events:
@@ -588,10 +507,10 @@ def _act(batch: _Batch, decided: _Decided) -> None:
     if mem.timers.debouncer.due(decided.clock):
         decided.manifest.run(decided.clock, vouch=Phase(decided.status.phase).terminal)
     _prune(mem, grid_of(decided.spec, decided.status), decided.total)
-    _report_tampering(batch.kube, batch.body, mem)
+    report_tampering(batch.kube, batch.body, mem)
 
 
-def _do(batch: _Batch, decided: _Decided, action: Any) -> None:
+def _do(batch: Batch, decided: Decided, action: Any) -> None:
     """One action of the decision."""
     match action:
         case WriteManifest(urgent=urgent, blocking=blocking):
@@ -600,17 +519,18 @@ def _do(batch: _Batch, decided: _Decided, action: Any) -> None:
             causes = {u: p.cause for u, p in decided.decision.plans.items()}
             grid = grid_of(decided.spec, decided.status)
             settled = decided.decision.recorded.terminal
-            _create(batch, decided.spec, todo, causes, decided.units, (grid, settled))
+            where = (grid, settled)
+            create_pods(batch, decided.spec, decided.hosts, todo, causes, decided.units, where)
         case StopPods(pods=pods):
             views = _views_by_name(decided.units)
-            _each(functools.partial(_delete, batch, views), pods)
+            each(functools.partial(_delete, batch, views), pods)
         case WriteStop(order=order):
             write_stop(batch.home, batch.mem.units, order)
         case Event(type=type_, reason=reason, message=message):
             batch.kube.post_event(batch.body, type_, reason, message)
 
 
-def _delete(batch: _Batch, views: Mapping[str, PodView], pod: str) -> None:
+def _delete(batch: Batch, views: Mapping[str, PodView], pod: str) -> None:
     """Stop a Pod (its log archived first when it ran), and remember it until the watch shows
     it going: a gang's member is not deleted again by the next decision meanwhile."""
     archive = log_uri(batch.home, pod) if batch.settings.storage_root else None
@@ -628,7 +548,7 @@ def _views_by_name(units: Mapping[int, UnitObservation]) -> dict[str, PodView]:
     }
 
 
-def _write_manifest(batch: _Batch, decided: _Decided, *, urgent: bool, blocking: bool) -> None:
+def _write_manifest(batch: Batch, decided: Decided, *, urgent: bool, blocking: bool) -> None:
     """The manifest is dirty: write it now if due (debounced), or before the first Pod."""
     debouncer, clock = batch.mem.timers.debouncer, decided.clock
     debouncer.mark(clock, urgent=urgent)
@@ -640,7 +560,7 @@ def _write_manifest(batch: _Batch, decided: _Decided, *, urgent: bool, blocking:
         )
 
 
-def _next_look(batch: _Batch, decided: _Decided) -> float | None:
+def _next_look(batch: Batch, decided: Decided) -> float | None:
     """In how many seconds to look again: the manifest's debounce, a report to read again,
     a manifest to vouch for, the next finished Pod due, more Pods to launch."""
     mem, book, decision = batch.mem, decided.book, decided.decision
@@ -661,7 +581,7 @@ def _next_look(batch: _Batch, decided: _Decided) -> float | None:
 # ----------------------------------------------------------------------- pieces
 
 
-def _note_settled(batch: _Batch, decided: _Decided) -> bool:
+def _note_settled(batch: Batch, decided: Decided) -> bool:
     """Units that ended while no process followed them get a record from their Pods.
 
     The status can record an input's end before the manifest does; an operator
@@ -693,11 +613,11 @@ def _note_settled(batch: _Batch, decided: _Decided) -> bool:
             now=batch.now,
         )
     chunk = 1 if units_sized(spec) else spec.fixed_chunk
-    return decided.book.note_missing(plans, chunk, total, container=_is_container(spec))
+    return decided.book.note_missing(plans, chunk, total, container=unit_is_container(spec))
 
 
 def _settled_sized(
-    batch: _Batch, spec: KineticBatchSpec, unit: int, inputs: IndexSet, obs: UnitObservation
+    batch: Batch, spec: KineticBatchSpec, unit: int, inputs: IndexSet, obs: UnitObservation
 ) -> dict[int, Any]:
     """The input plans of a sized unit whose inputs all ended, from its Pods' marks."""
     step = plan_sized_unit(
@@ -725,300 +645,6 @@ def _own_units(units: dict[int, UnitObservation], uid: str | None) -> dict[int, 
     return own
 
 
-def _is_container(spec: KineticBatchSpec) -> Callable[[int], bool]:
-    """Whether a unit runs a container (in a spec.jobs batch, each input says for itself)."""
-    return functools.partial(is_container, spec)
-
-
-def _durable(mem: BatchMemory, recorded: Recorded) -> bool:
-    """Whether every outcome in ``recorded`` is already in the stored manifest."""
-    safe = (mem.outcomes.durable or Recorded()).terminal
-    return not (recorded.terminal - safe)
-
-
-def _coalesce(
-    mem: BatchMemory, settings: OperatorSettings, urgent: bool, clock: float
-) -> float | None:
-    """Seconds to hold a routine status write back, or None to write it now."""
-    timers = mem.timers
-    if urgent or timers.last_write is None:
-        timers.last_write = clock
-        return None
-    due = timers.last_write + settings.status_interval
-    if clock >= due:
-        timers.last_write = clock
-        return None
-    return due - clock
-
-
-def _load_durable(
-    mem: BatchMemory, home: layout.Home, old: KineticBatchStatus, total: int
-) -> list[str]:
-    """Once per batch and process: what the manifest the status vouches for records.
-
-    It tells which finished Pods may be deleted (their outcome is safe in
-    storage), and completes the status's ranges when they were cut. When
-    they were cut and that manifest is forged or gone, the outcomes only it
-    held are lost: the batch cannot go on without launching some inputs a
-    second time, so it stops (returned: why).
-    """
-    outcomes = mem.outcomes
-    if outcomes.durable is not None:
-        return []
-    book = outcomes.book_for(home)
-    header = book.load(Anchor(old.manifest_uri, old.manifest_sha256), total)
-    outcomes.durable = recorded_from(header) or Recorded()
-    if old.truncated:
-        if header is None:
-            outcomes.durable = None  # judged again, and refused again, on the next reconcile
-            return [
-                "its status leaves out outcomes that only its manifest records, and "
-                f"{'; '.join(book.tampered) or 'the manifest cannot be read'}: going on would "
-                "launch inputs that already ran. Rerun the batch's inputs in a new batch"
-            ]
-        outcomes.extra = outcomes.durable
-    return []
-
-
-def _report_tampering(kube: Kube, body: dict[str, Any], mem: BatchMemory) -> None:
-    """What the manifest book found forged in storage, as Warning Events (each once)."""
-    book = mem.outcomes.book
-    if book is None:
-        return
-    for message in book.tampered:
-        log.warning("%s: %s", (body.get("metadata") or {}).get("name"), message)
-        kube.post_event(body, "Warning", "ManifestTampered", message)
-    book.tampered.clear()
-
-
-def _checked_reports(
-    mem: BatchMemory,
-    home: layout.Home,
-    spec: KineticBatchSpec,
-    units: dict[int, UnitObservation],
-) -> dict[int, UnitObservation]:
-    """The units, with each ended chunk Pod's report read and checked first.
-
-    A chunk Pod reports its inputs' result hashes in a report in storage,
-    vouched for by the hash in its termination message. The report is read
-    (bounded) before the batch records the chunk's outcome: one that is
-    missing, too large or not what the Pod reported makes that attempt a
-    failure (retried while retries last; the message says why), since its
-    results cannot be checked. Storage not answering leaves the Pod looking
-    as if still running, to be looked at again shortly.
-    """
-    chunk, total = spec.fixed_chunk, batch_total(spec)
-    if chunk <= 1 or spec.template is None or spec.template.function is None:
-        return units
-    reports = _Reports(mem, home, mem.outcomes.book_for(home))
-    terminal = mem.outcomes.recorded.terminal
-    out = dict(units)
-    for unit, obs in units.items():
-        inputs = unit_inputs(unit, chunk, total)
-        if inputs - terminal:  # recorded: its reports were read when it ended, or by the book
-            out[unit] = reports.checked_unit(unit, inputs, obs)
-    return out
-
-
-@dataclass
-class _Reports:
-    """Reads and checks the reports of a batch's ended chunk Pods (`_checked_reports`)."""
-
-    mem: BatchMemory
-    home: layout.Home
-    book: ManifestBook
-
-    def checked_unit(
-        self, unit: int, inputs: Iterable[int], obs: UnitObservation
-    ) -> UnitObservation:
-        """The unit's Pods, each ended one as its report lets it count."""
-        views = dict(obs.pods)
-        for attempt, pod in obs.pods.items():
-            expected = digest.chunk_report(pod.termination_message) if pod.terminal else None
-            if expected is None or pod.name in self.book.read_reports:
-                continue
-            seen = self.checked_pod(unit, inputs, pod, expected)
-            if seen is not None:
-                views[attempt] = seen
-        return replace(obs, pods=views)
-
-    def checked_pod(
-        self, unit: int, inputs: Iterable[int], pod: PodView, expected: str
-    ) -> PodView | None:
-        """None when the Pod's report checks out (its outcomes go to the book); otherwise
-        the Pod as it counts: failed (the report refused), or running (storage silent)."""
-        refused = self.mem.outcomes.refused_reports
-        why = refused.get(pod.name)
-        if why is None:
-            try:
-                found = check_report(self.home, pod.name, expected)
-                self.book.take_report(unit, pod.name, found, dict.fromkeys(inputs, unit))
-                return None
-            except ValueError as exc:
-                why = refused[pod.name] = str(exc)
-            except storage.StorageError as exc:
-                log.warning("Cannot read the report of %s yet: %s", pod.name, exc)
-                self.mem.timers.recheck = 2.0
-                return replace(pod, phase="Running", exit_code=None, termination_message=None)
-        return replace(
-            pod,
-            phase="Failed",
-            reason=None,
-            disruption=None,
-            exit_code=None,
-            terminated_reason="ReportRefused",
-            termination_message=f"its results cannot be checked: {why}",
-        )
-
-
-def _create(
-    batch: _Batch,
-    spec: KineticBatchSpec,
-    todo: Iterable[tuple[int, int]],
-    causes: Mapping[int, AttemptCause | None] | None = None,
-    units: Mapping[int, UnitObservation] | None = None,
-    where: tuple[Grid, IndexSet] | None = None,
-) -> None:
-    """Create the Pods for ``(unit, attempt)`` pairs, a few at a time; AlreadyExists is fine.
-
-    ``where``: the batch's grid and the inputs already settled (a sized unit's Pod runs
-    only those of its inputs that are not).
-
-    A multi-host unit's pair creates the members `gangs.ranks_to_create` names.
-
-    A Pod that cannot be built or that the API server refuses becomes a
-    failed attempt in memory, so the next decision spends a retry on it
-    (and fails the inputs once they are spent) instead of looping on it.
-    """
-    kube, settings, mem = batch.kube, batch.settings, batch.mem
-    book, pods = mem.outcomes.book, mem.pods
-    known = {i: r.sha256 for i, r in book.hashes.items()} if book is not None else {}
-    uid = batch.meta.get("uid", "")
-
-    hosts_of = unit_hosts(spec, settings.accelerator_catalog)
-    grid, settled = where or (grid_of(spec, batch.old), IndexSet())
-    total = batch_total(spec)
-
-    def sized(unit: int) -> SizedUnit | None:
-        if not units_sized(spec):
-            return None
-        inputs = grid.inputs_of(unit, total)
-        return SizedUnit(len(inputs), tuple(inputs - settled))
-
-    def rename(manifest: dict[str, Any], name: str) -> dict[str, Any]:
-        return podspec.renamed(manifest, name, batch.home)
-
-    def one(pair: tuple[int, int]) -> None:
-        unit, attempt = pair
-        try:
-            pod = build_unit_pod(
-                batch.name,
-                batch.namespace,
-                uid,
-                spec,
-                settings,
-                unit,
-                attempt,
-                mem.accepted.hashes,
-                known,
-                fuse_driver=fuse,
-                sized=sized(unit),
-            )
-            gang = (units or {}).get(unit, UnitObservation()).gang
-            todo = _unit_pods(batch, spec, pod, gang, unit, attempt, hosts_of(unit))
-            names = {m["metadata"]["name"] for m in todo}
-            pods.creating[unit] = attempt
-            if hosts_of(unit) > 1:
-                pods.creating_members.update(names)
-            try:
-                made = [create_sealed(kube, m, rename) for m in todo]
-                if made:
-                    pods.creating_names[unit] = made[0].name
-                for m, body in zip(made, todo, strict=True):
-                    if hosts_of(unit) > 1 and m.name != body["metadata"]["name"]:
-                        pods.creating_members.discard(body["metadata"]["name"])
-                        pods.creating_members.add(m.name)  # its own name was held by another
-                first = {pod["metadata"]["name"], gang_pod_name(pod["metadata"]["name"], 0)}
-                pairs_made = zip(made, todo, strict=True)
-                if any(m.created for m, b in pairs_made if b["metadata"]["name"] in first):
-                    inputs = len(grid.inputs_of(unit, batch_total(spec)))
-                    cause = "first" if attempt == 1 else (causes or {}).get(unit)
-                    metrics.attempt_created(metrics.KIND_BATCH, cause, inputs)
-                    waited = batch.mem.refills.taken(1, batch.now.timestamp())
-                    metrics.slot_refilled(metrics.KIND_BATCH, waited)
-            except Exception:
-                pods.creating.pop(unit, None)  # not created: the next reconcile tries again
-                pods.creating_names.pop(unit, None)
-                pods.creating_members.difference_update(names)
-                raise
-        except (UnitRefused, Rejected) as exc:
-            pods.creating.pop(unit, None)
-            pods.creating_names.pop(unit, None)
-            why = f"input {unit} could not be launched: {exc}"
-            pods.refused.setdefault(unit, {})[attempt] = PodView(
-                name=input_pod_name(batch.name, unit, attempt),
-                attempt=attempt,
-                index=unit,
-                phase="Failed",
-                terminated_reason="Rejected",
-                termination_message=why,
-            )
-
-    pairs = list(todo)
-    if pairs:
-        kube.ensure_service_account(batch.namespace, settings.runner_service_account)
-    # Read once for the round, and only when a Pod would mount a fuse volume.
-    fuse = kube.csi_driver_installed(GCSFUSE_DRIVER) if pairs and batch_uses_fuse(spec) else None
-    _each(one, pairs)
-
-
-def _unit_pods(
-    batch: _Batch,
-    spec: KineticBatchSpec,
-    pod: dict[str, Any],
-    gang: Gang | None,
-    unit: int,
-    attempt: int,
-    hosts: int,
-) -> list[dict[str, Any]]:
-    """The Pod of a unit's attempt, or the members of its gang to create now."""
-    if hosts <= 1:
-        return [pod]
-    settings = batch.settings
-    dns = settings.rendezvous == "dns"
-    todo = ranks_to_create(gang, attempt, pod["metadata"]["name"], hosts, dns=dns)
-    if todo is None:
-        return []
-    service = ensure_gang_objects(batch.kube, batch.owner, settings)
-    job = unit_job(spec, unit)
-    tpu = job is not None and is_tpu(settings.accelerator_catalog, job.accelerator)
-    return [
-        podspec.gang_member(
-            pod,
-            batch.owner,
-            rank,
-            hosts,
-            dns=dns,
-            coordinator=todo.coordinator,
-            tpu=tpu,
-            home=batch.home,
-            service=service,
-            domain=settings.cluster_domain,
-        )
-        for rank in todo.ranks
-    ]
-
-
-def _each(fn: Any, items: Any) -> None:
-    items = list(items)
-    if len(items) <= 1:
-        for item in items:
-            fn(item)
-        return
-    with ThreadPoolExecutor(max_workers=min(CREATE_THREADS, len(items))) as pool:
-        list(pool.map(fn, items))
-
-
 def _prune(mem: BatchMemory, grid: Grid, total: int) -> None:
     """Forget tombstones, refusals and progress of units whose inputs have all been recorded.
 
@@ -1037,7 +663,7 @@ def _prune(mem: BatchMemory, grid: Grid, total: int) -> None:
 
 
 def _expire(
-    batch: _Batch, units: dict[int, UnitObservation], grid: Grid, total: int
+    batch: Batch, units: dict[int, UnitObservation], grid: Grid, total: int
 ) -> float | None:
     """Hand the reaper the finished Pods past their TTL whose outcomes the manifest holds.
 
@@ -1069,145 +695,3 @@ def _recorded_pods(
         if unit not in mem.pods.refused and not (grid.inputs_of(unit, total) - safe)
         for pod in (obs.members if obs.gang is not None else obs.pods.values())
     ]
-
-
-class _Writer:
-    """Conditional status writes that follow our own resourceVersion.
-
-    Each answer becomes the memory's freshest copy of the batch, so the next
-    reconcile starts from it without a read.
-    """
-
-    def __init__(
-        self,
-        kube: Kube,
-        mem: BatchMemory,
-        namespace: str,
-        name: str,
-        raw: dict[str, Any],
-        version: str | None,
-    ) -> None:
-        self.kube, self.mem, self.namespace, self.name = kube, mem, namespace, name
-        self.raw, self.version = raw, version
-
-    @property
-    def current(self) -> KineticBatchStatus:
-        return KineticBatchStatus.model_validate(self.raw)
-
-    def status(self, status: KineticBatchStatus, *, force: bool = False) -> None:
-        """Patch the status if it changed; `force` patches even an equal one, as a
-        compare-and-swap on the resourceVersion before creating Pods.
-
-        Every write carries the digests of what the operator last wrote to
-        storage (`_vouching`): the status vouches for it from then on.
-        """
-        status = _vouching(status, self.mem)
-        # Empty range strings are left out: this API server reads "" in a merge
-        # patch as null, which the schema refuses; absent means "" when read back.
-        new = {k: v for k, v in status.wire().items() if v != ""}
-        if new == self.raw and not force:
-            return
-        written = self.kube.patch_status(
-            self.namespace, self.name, new, self.raw, self.version, plural=BATCH_PLURAL
-        )
-        self.mem.body.set(written)
-        if written is not None:
-            self.version = (written.get("metadata") or {}).get("resourceVersion")
-            _count_ends(self.raw, new)
-            self.raw = new
-            self._trust_vouched(new)
-
-    def _trust_vouched(self, written: dict[str, Any]) -> None:
-        """The manifest a landed status write vouches for holds the durable outcomes now."""
-        outcomes = self.mem.outcomes
-        book = outcomes.book
-        if book is not None and book.vouched(
-            written.get("manifestURI"), written.get("manifestSHA256")
-        ):
-            assert book.anchored is not None
-            outcomes.durable = book.anchored.recorded
-
-
-def _vouching(status: KineticBatchStatus, mem: BatchMemory) -> KineticBatchStatus:
-    """``status`` naming what the operator last wrote to storage: the manifest header
-    (and its digest) and the accepted spec's digest."""
-    update: dict[str, Any] = {}
-    book = mem.outcomes.book
-    latest = book.latest if book is not None else None
-    if latest is not None:
-        update |= {"manifest_uri": latest.uri, "manifest_sha256": latest.sha256}
-    if mem.accepted.sha256 is not None:
-        update["accepted_spec_sha256"] = mem.accepted.sha256
-    return status.model_copy(update=update) if update else status
-
-
-def _count_ends(before: dict[str, Any], after: dict[str, Any]) -> None:
-    """Inputs a status write just recorded as ended, counted once (the write landed)."""
-    was, now = (s.get("counts") or {} for s in (before, after))
-    metrics.inputs_ended(
-        metrics.KIND_BATCH,
-        succeeded=now.get("succeeded", 0) - was.get("succeeded", 0),
-        failed=now.get("failed", 0) - was.get("failed", 0),
-    )
-
-
-def _parse_status(raw: dict[str, Any], namespace: str, name: str) -> KineticBatchStatus:
-    try:
-        return KineticBatchStatus.model_validate(raw)
-    except ValueError as exc:
-        log.warning("Ignoring unreadable status of batch %s/%s: %s", namespace, name, exc)
-        return KineticBatchStatus()
-
-
-class _ManifestWrite:
-    """Write the manifest as the batch stands, and record the outcome in the status."""
-
-    def __init__(
-        self,
-        mem: BatchMemory,
-        write: _Writer,
-        home: layout.Home,
-        spec: KineticBatchSpec,
-        meta: dict[str, Any],
-        now: datetime,
-    ) -> None:
-        self.mem, self.writer, self.home = mem, write, home
-        self.uri = home.prefix
-        self.spec, self.meta, self.now = spec, meta, now
-
-    def run(self, clock: float, *, vouch: bool) -> bool:
-        """Write the manifest; with ``vouch``, write the status that vouches for it at once.
-
-        Otherwise that is left to the next status write, coalesced with what
-        else changes (a busy batch writes its status every status_interval
-        anyway; the handler asks for a look by then), unless this write
-        changes the ManifestWritten condition itself. Until then the status
-        vouches for the previous version, which stays where it is.
-        """
-        status = self.writer.current
-        recorded = self.mem.outcomes.recorded
-        header = build_header(
-            self.home,
-            self.spec,
-            status,
-            recorded,
-            created=self.meta.get("creationTimestamp"),
-            now=self.now,
-            shards=[],
-        )
-        try:
-            self.mem.outcomes.book_for(self.home).write(header, recorded)
-        except Exception as exc:  # noqa: BLE001 — storage down or refusing: retried, shown
-            self.mem.timers.debouncer.failed(clock)
-            log.warning("Could not write manifest %s: %s", self.uri, exc)
-            why = f"Could not write the manifest to {self.uri}: {exc}; retrying."
-            self.writer.status(
-                with_condition(status, COND_MANIFEST, "False", "WriteFailed", why, self.now)
-            )
-            return False
-        self.mem.timers.debouncer.written(clock)
-        where = f"The manifest is under {self.home.prefix}."
-        done = with_condition(status, COND_MANIFEST, "True", "Written", where, self.now)
-        if vouch or done.wire() != status.wire():
-            self.writer.status(done)
-        return True

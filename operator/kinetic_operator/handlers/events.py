@@ -29,8 +29,8 @@ from kinetic_operator import metrics
 from kinetic_operator.failures import Failing
 from kinetic_operator.handlers.policy import current_policy
 from kinetic_operator.kube import Kube
-from kinetic_operator.observed import PodView
-from kinetic_operator.policy import Policy
+from kinetic_operator.logic.observed import PodView
+from kinetic_operator.logic.policy import Policy
 from kinetic_operator.reaper import Due
 from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.state import Fresh, OperatorState, operator_state
@@ -135,7 +135,7 @@ class Kind(Generic[Mem, Seen]):
     def stranger(self, memo: Any, key: Key, body: Mapping[str, Any], view: PodView) -> str | None:
         """Why a Pod with the object's labels is not the operator's (None: it is).
 
-        Its seal must be the operator's (`kinetic_operator.seal`), or it must be
+        Its seal must be the operator's (`kinetic_operator.logic.seal`), or it must be
         the previous version's, made before sealing began; and it must be the
         first Pod seen under its name: one made again under the name of a Pod
         the operator made (with the seal copied) has another UID.

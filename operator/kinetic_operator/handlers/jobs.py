@@ -33,15 +33,17 @@ from kinetic.model.resources import (
     Phase,
 )
 
-from kinetic_operator import gangs, job_logic, metrics, podspec
-from kinetic_operator.datavolumes import uses_fuse
+from kinetic_operator import metrics
 from kinetic_operator.failures import reconcile_rounds
 from kinetic_operator.handlers.events import Key, Kind, ObjectMemory
 from kinetic_operator.handlers.owned import create_sealed, ensure_gang_objects
-from kinetic_operator.job_logic import CreatePod, Decision, DeletePod, Event, InvalidSpec
-from kinetic_operator.kube import Conflict, Kube, Rejected
-from kinetic_operator.observed import PodView, job_key, summarize_pod
-from kinetic_operator.policy import Policy, first_acceptance_violations, policy_violations
+from kinetic_operator.kube import Conflict, Kube
+from kinetic_operator.logic import gangs, job_logic, podspec
+from kinetic_operator.logic.datavolumes import uses_fuse
+from kinetic_operator.logic.errors import Rejected
+from kinetic_operator.logic.job_logic import CreatePod, Decision, DeletePod, Event, InvalidSpec
+from kinetic_operator.logic.observed import PodView, job_key, summarize_pod
+from kinetic_operator.logic.policy import Policy, first_acceptance_violations, policy_violations
 from kinetic_operator.reaper import due_pods, stop_pod
 from kinetic_operator.settings import OperatorSettings
 
@@ -227,9 +229,10 @@ def _reconcile_once(
         for p in seen.pods
         if p.belongs_to(job.meta.get("uid")) and job_logic.recorded_instance(p, job.old)
     ]
-    decision = _decide(job, spec, replace(seen, pods=own))
+    hosts = gangs.hosts_of_spec(spec, job.settings.accelerator_catalog, own)
+    decision = _decide(job, spec, replace(seen, pods=own), hosts)
     written = _record(job, decision)
-    if not _act(job, spec, decision, written, {p.name: p for p in own}):
+    if not _act(job, spec, decision, written, {p.name: p for p in own}, hosts):
         return None  # Kubernetes refused a Pod: the job has failed
     return _reap(job, decision, own)
 
@@ -298,12 +301,13 @@ def _accept_spec(job: _Job) -> KineticJobSpec | InvalidSpec:
     return _judged(spec, job.body, job.old, settings, job.policy)
 
 
-def _decide(job: _Job, spec: KineticJobSpec | InvalidSpec, seen: JobPods) -> Decision:
-    """Ask `job_logic.decide`, with a gang's members seen as one view per attempt."""
+def _decide(job: _Job, spec: KineticJobSpec | InvalidSpec, seen: JobPods, hosts: int) -> Decision:
+    """Ask `job_logic.decide`, with a gang's members (``hosts`` of them, resolved once this
+    round accepted the spec) seen as one view per attempt."""
     settings = job.settings
     views, gang = gangs.see(
         seen.pods,
-        gangs.hosts_of_spec(spec, settings.accelerator_catalog, seen.pods),
+        hosts,
         job.now,
         timedelta(seconds=settings.gang_scheduling_seconds),
         seen.making,
@@ -354,12 +358,13 @@ def _act(
     decision: Decision,
     written: dict[str, Any],
     views: Mapping[str, PodView],
+    hosts: int,
 ) -> bool:
     """Do what was decided; False when Kubernetes refused a Pod (the job failed then)."""
     for action in decision.actions:
         match action:
             case CreatePod() if not isinstance(spec, InvalidSpec):
-                if not _create(job, spec, decision, written, action):
+                if not _create(job, spec, decision, written, action, hosts):
                     return False
             case DeletePod(pod=pod):
                 archive = job.home.log_uri(pod) if job.home is not None else None
@@ -376,6 +381,7 @@ def _create(
     decision: Decision,
     written: dict[str, Any],
     create: CreatePod,
+    hosts: int,
 ) -> bool:
     """Create the attempt's Pod (or its gang's ranks); False when Kubernetes refused it and
     the job failed."""
@@ -385,7 +391,8 @@ def _create(
     mem.creating.add(attempt)
     try:
         service = ensure_gang_objects(kube, job.owner, job.settings) if create.ranks else None
-        pods = _attempt_pods(job, spec, create, service)  # a fuse volume it cannot mount: Rejected
+        # a fuse volume it cannot mount: Rejected
+        pods = _attempt_pods(job, spec, create, hosts, service)
         mem.creating_pods.update(p["metadata"]["name"] for p in pods)
         for pod in pods:
             first = pod["metadata"]["labels"].get(LABEL_RANK, "0") == "0"  # one per attempt
@@ -406,7 +413,7 @@ def _create(
 
 
 def _attempt_pods(
-    job: _Job, spec: KineticJobSpec, create: CreatePod, service: str | None = None
+    job: _Job, spec: KineticJobSpec, create: CreatePod, hosts: int, service: str | None = None
 ) -> list[dict[str, Any]]:
     """The Pod of an attempt, or the members of its gang that ``create`` names (under the
     gang's Service ``service``, where there is DNS)."""
@@ -415,7 +422,6 @@ def _attempt_pods(
     pod = podspec.build_job_pod(job.owner, spec, settings, create.attempt, fuse)
     if not create.ranks:
         return [pod]
-    hosts = gangs.hosts_of_spec(spec, settings.accelerator_catalog, [])
     tpu = is_tpu(settings.accelerator_catalog, spec.accelerator)
     return [
         podspec.gang_member(

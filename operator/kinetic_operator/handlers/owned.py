@@ -3,7 +3,7 @@
 Pod names are deterministic (`kinetic.model.names`): creating an attempt's
 Pod twice is a no-op, which exactly-once rests on. But anyone who may create
 Pods in the namespace can take a name first. So a name that turns out to be
-held is looked at: a Pod the operator made (its seal, `kinetic_operator.seal`)
+held is looked at: a Pod the operator made (its seal, `kinetic_operator.logic.seal`)
 is this very attempt's, made by an earlier run; anyone else's Pod is left
 alone, and the attempt takes its first alternative name at once
 (`names.alternative_pod_name`, from a token only the operator can derive), so
@@ -26,9 +26,10 @@ from kinetic.model.names import (
     gang_service_name,
 )
 
-from kinetic_operator import podspec
-from kinetic_operator.kube import Kube, Rejected
-from kinetic_operator.seal import Sealer, controller_uid
+from kinetic_operator.kube import Kube
+from kinetic_operator.logic import podspec
+from kinetic_operator.logic.errors import Rejected
+from kinetic_operator.logic.seal import Sealer, controller_uid
 from kinetic_operator.settings import OperatorSettings
 
 log = logging.getLogger("kinetic.operator")

@@ -28,7 +28,12 @@ import kopf
 
 from kinetic_operator.failures import describe
 from kinetic_operator.kube import Kube
-from kinetic_operator.policy import Policy, UnreadPolicy, policy_after_error, policy_after_read
+from kinetic_operator.logic.policy import (
+    Policy,
+    UnreadPolicy,
+    policy_after_error,
+    policy_after_read,
+)
 from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.state import OperatorState, operator_state
 

@@ -16,7 +16,7 @@ from kinetic import storage
 from kinetic.model.names import LABEL_MANAGED_BY, MANAGED_BY
 
 from kinetic_operator import memtrace, metrics
-from kinetic_operator.seal import Sealer
+from kinetic_operator.logic.seal import Sealer
 from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.state import operator_state
 from kinetic_operator.webhook import configure_admission
@@ -129,7 +129,7 @@ async def wait_for_kinds(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None
 async def load_seal(memo: kopf.Memo, **_: Any) -> None:
     """Load the key that seals the Pods this operator makes (creating it on first start),
     before any Pod is watched: a Pod is judged by its seal from the first sight
-    (`kinetic_operator.seal`). Kopf retries this handler until it succeeds."""
+    (`kinetic_operator.logic.seal`). Kopf retries this handler until it succeeds."""
     state = operator_state(memo)
     settings = state.settings
     key, since = await asyncio.to_thread(

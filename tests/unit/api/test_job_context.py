@@ -1,8 +1,8 @@
 """Inside a job's Pod, `JobHandle.from_job_context()` names the running job; `group_kind` says
 what group a handle belongs to, as the reference names it.
 
-The environments are the ones the operator builds (`kinetic_operator.podspec`,
-`kinetic_operator.batch_pods`), so the client reads what the operator writes.
+The environments are the ones the operator builds (`kinetic_operator.logic.podspec`,
+`kinetic_operator.logic.batch_pods`), so the client reads what the operator writes.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from kinetic.api.handle import JobHandle
 from kinetic.api.inputs import InputHandle
 from kinetic.model import layout
 from kinetic.model.resources import KineticBatchSpec, KineticJobSpec
-from kinetic_operator.batch_pods import SizedUnit, build_unit_pod
-from kinetic_operator.podspec import Owner, job_env
+from kinetic_operator.logic.batch_pods import SizedUnit, build_unit_pod
+from kinetic_operator.logic.podspec import Owner, job_env
 from kinetic_operator.settings import OperatorSettings
 
 ROOT = "gs://kinetic/root"

@@ -25,7 +25,8 @@ from kinetic.model.resources import (
     KineticBatchStatus,
     PhaseCounts,
 )
-from kinetic_operator.batch_logic import RANGE_CAP, Recorded, compact_status
+from kinetic_operator.logic.batch_logic import Recorded, compact_status
+from kinetic_operator.logic.batch_work import RANGE_CAP
 from kinetic_operator.manifest import ManifestBook, build_header
 from manifest_history import T0, home, make_spec, running, succeeded
 

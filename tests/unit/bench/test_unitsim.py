@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from kinetic_operator import unit_sizing
+from kinetic_operator.logic import unit_sizing
 
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 

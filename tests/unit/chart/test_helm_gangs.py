@@ -11,7 +11,7 @@ from typing import Any
 import helm_sdkpy as helm
 import pytest
 from helm_render import install, of_kind
-from kinetic_operator.policy import parse_policy
+from kinetic_operator.logic.policy import parse_policy
 from kinetic_operator.settings import OperatorSettings
 
 BASE: dict[str, Any] = {"storageRoot": "gs://bucket/kinetic"}

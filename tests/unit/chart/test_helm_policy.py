@@ -13,7 +13,7 @@ import helm_sdkpy as helm
 import pytest
 from helm_render import NAMESPACE, install, of_kind
 from kinetic.model.policy_keys import SubmissionPolicy, submission_policy
-from kinetic_operator.policy import parse_policy
+from kinetic_operator.logic.policy import parse_policy
 
 BASE: dict[str, Any] = {"storageRoot": "gs://bucket/kinetic"}
 SOURCE = f"kinetic-policy in {NAMESPACE}"

@@ -215,7 +215,7 @@ def test_a_report_waits_only_for_successes_the_manifest_has_not_recorded(status,
 
 def test_the_preview_refuses_an_image_with_the_operators_rule_and_sentence() -> None:
     from kinetic.model.catalog import default_catalog
-    from kinetic_operator.policy import Policy, policy_violations
+    from kinetic_operator.logic.policy import Policy, policy_violations
 
     docs = load_documents("---".join([GRID, ITEMS, JOB]), "default")
     allowed = ("ghcr.io/acme/train", "busybox")

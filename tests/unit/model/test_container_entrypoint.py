@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from kinetic.model.catalog import default_catalog
 from kinetic.model.resources import KineticJobSpec
-from kinetic_operator.job_logic import validate_spec
-from kinetic_operator.podspec import Owner, build_job_pod
+from kinetic_operator.logic.job_logic import validate_spec
+from kinetic_operator.logic.podspec import Owner, build_job_pod
 from kinetic_operator.settings import OperatorSettings
 
 SETTINGS = OperatorSettings(

@@ -9,17 +9,19 @@ from kinetic.model import names
 from kinetic.model.catalog import default_catalog
 from kinetic.model.gang import (
     DEFAULT_RENDEZVOUS_PORT,
-    Member,
-    Outcome,
-    Phase,
     effective_hosts,
-    gang_outcome,
     hosts_problems,
     member_pod_names,
-    members_to_delete,
     rendezvous_env,
 )
 from kinetic.model.limits import MAX_HOSTS
+from kinetic_operator.logic.gang_verdicts import (
+    Member,
+    Outcome,
+    Phase,
+    gang_outcome,
+    members_to_delete,
+)
 
 CATALOG = default_catalog()
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

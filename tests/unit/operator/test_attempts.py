@@ -6,8 +6,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from kinetic_operator.attempts import Limits, UnitPlan, plan_unit
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.attempts import Limits, UnitPlan, plan_unit
+from kinetic_operator.logic.observed import PodView
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

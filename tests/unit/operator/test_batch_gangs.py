@@ -18,15 +18,15 @@ from gang_pods import T0, member
 from kinetic.model.gang import DEFAULT_SCHEDULING_DEADLINE
 from kinetic.model.names import fmt_time
 from kinetic.model.resources import AttemptRecord, KineticBatchSpec, KineticBatchStatus
-from kinetic_operator import gangs
-from kinetic_operator.batch_logic import (
+from kinetic_operator.logic import gangs
+from kinetic_operator.logic.batch_logic import (
     BatchDecision,
     UnitObservation,
     decide_batch,
     see_gangs,
     settled_units,
 )
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.observed import PodView
 
 
 def gang_batch(n: int = 3, **extra: Any) -> KineticBatchSpec:

@@ -10,9 +10,9 @@ from kinetic.model import layout, limits
 from kinetic.model.batchjobs import batch_total, container_indexes, is_container, job_at, retries_of
 from kinetic.model.fanout import child_spec, foreign_batch_uris, validate_batch_spec
 from kinetic.model.resources import KineticBatchSpec
-from kinetic_operator.batch_logic import UnitObservation, decide_batch
-from kinetic_operator.batch_pods import build_unit_pod
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.batch_logic import UnitObservation, decide_batch
+from kinetic_operator.logic.batch_pods import build_unit_pod
+from kinetic_operator.logic.observed import PodView
 from kinetic_operator.settings import OperatorSettings
 from pydantic import ValidationError
 
@@ -323,7 +323,7 @@ def test_call_and_with_options() -> None:
 
 
 def test_the_jobs_of_an_existing_batch_cannot_change() -> None:
-    from kinetic_operator.batch_logic import immutable_change
+    from kinetic_operator.logic.batch_logic import immutable_change
 
     before = mixed(box_job("a"), box_job("b"))
     assert immutable_change(before, mixed(box_job("a"), box_job("b"), maxConcurrent=1)) is None

@@ -22,7 +22,7 @@ from kinetic.model.resources import (
     Phase,
     PhaseCounts,
 )
-from kinetic_operator.batch_logic import (
+from kinetic_operator.logic.batch_logic import (
     BatchDecision,
     CreatePods,
     Event,
@@ -38,7 +38,7 @@ from kinetic_operator.batch_logic import (
     unit_inputs,
     with_condition,
 )
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.observed import PodView
 
 SHA = "a" * 64
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)

@@ -10,8 +10,9 @@ import pytest
 from kinetic.model import layout
 from kinetic.model.names import input_pod_name
 from kinetic.model.resources import KineticBatchSpec
-from kinetic_operator.batch_pods import UnitRefused, build_unit_pod, log_uri
-from kinetic_operator.podspec import RESERVED_ENV
+from kinetic_operator.logic.batch_pods import build_unit_pod, log_uri
+from kinetic_operator.logic.errors import UnitRefused
+from kinetic_operator.logic.podspec import RESERVED_ENV
 from kinetic_operator.settings import OperatorSettings
 from test_podspec import assert_restricted, env_of, main_container
 
@@ -297,7 +298,7 @@ def test_every_unit_pod_is_restricted(seed):
 def test_a_sized_unit_stops_on_its_own_failure_only_when_it_is_final(
     extra: dict[str, Any], fails_fast: bool
 ) -> None:
-    from kinetic_operator.batch_pods import SizedUnit
+    from kinetic_operator.logic.batch_pods import SizedUnit
 
     spec = function_batch(chunkSize="auto", **extra)
     pod = build_unit_pod(GRP, "ns", "uid-9", spec, SETTINGS, 4, 1, HASHES,

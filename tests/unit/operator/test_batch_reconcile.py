@@ -21,12 +21,12 @@ from kinetic.model import digest, layout
 from kinetic.model.manifest import ManifestHeader, decode_shard
 from kinetic.model.names import input_pod_name
 from kinetic.model.resources import BATCH_PLURAL
-from kinetic_operator import batch_logic
 from kinetic_operator.handlers import batches
 from kinetic_operator.handlers.batches import BatchMemory, observe_units, reconcile_batch_sync
 from kinetic_operator.kube import Conflict
+from kinetic_operator.logic import batch_logic
+from kinetic_operator.logic.observed import PodView
 from kinetic_operator.manifest import Debouncer, read_header
-from kinetic_operator.observed import PodView
 from kinetic_operator.settings import OperatorSettings
 from test_operator_reconcile import NOW, FakeKube, reap_due
 

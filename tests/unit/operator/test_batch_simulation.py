@@ -38,7 +38,8 @@ from kinetic.model.grid import Grid
 from kinetic.model.names import input_pod_name
 from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus, Phase
-from kinetic_operator.batch_logic import (
+from kinetic_operator.handlers.batches import BatchMemory, _prune, observe_units
+from kinetic_operator.logic.batch_logic import (
     CreatePods,
     Event,
     Recorded,
@@ -48,8 +49,7 @@ from kinetic_operator.batch_logic import (
     decide_batch,
     unit_inputs,
 )
-from kinetic_operator.handlers.batches import BatchMemory, _prune, observe_units
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.observed import PodView
 
 SHA = "a" * 64
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)

@@ -15,10 +15,10 @@ from typing import Any
 from kinetic import storage
 from kinetic.model import digest
 from kinetic.model.resources import BATCH_PLURAL, KineticBatchSpec
-from kinetic_operator import batch_logic
 from kinetic_operator.accepted import judge_stored
 from kinetic_operator.handlers import batches
-from kinetic_operator.policy import Policy
+from kinetic_operator.logic import batch_logic
+from kinetic_operator.logic.policy import Policy
 from test_batch_reconcile import GRP, Batch, container_batch, pod_name, settings  # noqa: F401
 from test_operator_reconcile import FakeKube
 

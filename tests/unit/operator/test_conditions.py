@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 from kinetic.model.resources import Condition, Phase
-from kinetic_operator.conditions import readiness
+from kinetic_operator.logic.conditions import readiness
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
 
@@ -64,7 +64,7 @@ def test_transition_times_move_only_when_a_condition_flips() -> None:
 
 def test_batches_carry_them_through_their_whole_life() -> None:
     from kinetic.model.resources import KineticBatchSpec
-    from kinetic_operator.batch_logic import decide_batch, invalid_batch
+    from kinetic_operator.logic.batch_logic import decide_batch, invalid_batch
 
     now = datetime(2026, 1, 1, tzinfo=UTC)
     spec = KineticBatchSpec.model_validate(

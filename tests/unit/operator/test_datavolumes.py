@@ -7,9 +7,9 @@ from typing import Any
 
 from kinetic.model.catalog import default_catalog
 from kinetic.model.resources import KineticJobSpec
-from kinetic_operator.job_logic import InvalidSpec, validate_spec
-from kinetic_operator.observed import summarize_pod
-from kinetic_operator.podspec import CONTAINER_SECURITY_CONTEXT, Owner, build_job_pod
+from kinetic_operator.logic.job_logic import InvalidSpec, validate_spec
+from kinetic_operator.logic.observed import summarize_pod
+from kinetic_operator.logic.podspec import CONTAINER_SECURITY_CONTEXT, Owner, build_job_pod
 from kinetic_operator.settings import OperatorSettings
 
 SHA = "ab" * 32

@@ -17,19 +17,19 @@ import kopf
 import pytest
 from kinetic.model.data import GCSFUSE_DRIVER
 from kinetic.model.resources import DataVolume, KineticBatchSpec, KineticJobSpec
-from kinetic_operator import datavolumes, kube
-from kinetic_operator.batch_pods import build_unit_pod
-from kinetic_operator.datavolumes import (
+from kinetic_operator import kube
+from kinetic_operator.handlers.admission import data_problems, validate_batch, validate_job
+from kinetic_operator.logic import datavolumes
+from kinetic_operator.logic.batch_pods import build_unit_pod
+from kinetic_operator.logic.datavolumes import (
     GCSFUSE_ANNOTATION,
-    FuseUnavailable,
     fuse_mounts,
     fuse_refusals,
     spec_volume_groups,
 )
-from kinetic_operator.handlers.admission import data_problems, validate_batch, validate_job
-from kinetic_operator.job_logic import InvalidSpec, validate_spec
-from kinetic_operator.kube import Rejected
-from kinetic_operator.podspec import RUN_AS_USER, Owner, build_job_pod
+from kinetic_operator.logic.errors import FuseUnavailable, Rejected
+from kinetic_operator.logic.job_logic import InvalidSpec, validate_spec
+from kinetic_operator.logic.podspec import RUN_AS_USER, Owner, build_job_pod
 from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.state import OperatorState
 from kubernetes.client import ApiException

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from kinetic.model.catalog import default_catalog
 from kinetic_operator.handlers.admission import batch_problems, hosts_problems_of, job_problems
-from kinetic_operator.job_logic import InvalidSpec, validate_spec
-from kinetic_operator.policy import Policy, PolicyError, parse_policy, policy_violations
+from kinetic_operator.logic.errors import PolicyError
+from kinetic_operator.logic.job_logic import InvalidSpec, validate_spec
+from kinetic_operator.logic.policy import Policy, parse_policy, policy_violations
 from kinetic_operator.settings import OperatorSettings
 
 SOURCE = "kinetic-policy in kinetic-system"

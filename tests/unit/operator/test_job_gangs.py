@@ -18,9 +18,9 @@ from typing import Any
 from gang_pods import T0, stamp
 from kinetic.model.names import fmt_time
 from kinetic.model.resources import KineticJobSpec, KineticJobStatus
-from kinetic_operator import gangs
-from kinetic_operator.job_logic import CreatePod, Decision, DeletePod, Event, decide
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic import gangs
+from kinetic_operator.logic.job_logic import CreatePod, Decision, DeletePod, Event, decide
+from kinetic_operator.logic.observed import PodView
 
 
 def gang_spec(**extra: Any) -> KineticJobSpec:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from kinetic.model.catalog import default_catalog
 from kinetic.model.resources import Condition, KineticJobSpec, KineticJobStatus, Phase
-from kinetic_operator import job_logic
-from kinetic_operator.job_logic import (
+from kinetic_operator.logic import job_logic
+from kinetic_operator.logic.job_logic import (
     Bounds,
     CreatePod,
     Decision,
@@ -29,7 +29,7 @@ from kinetic_operator.job_logic import (
     rejected,
     validate_spec,
 )
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.observed import PodView
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 T5 = fmt_time(T0 + timedelta(seconds=5))

@@ -1,4 +1,4 @@
-"""Leader election's decisions (`kinetic_operator.leader`): tables, and two replicas simulated
+"""Leader election's decisions (`kinetic_operator.logic.leader`): tables, and two replicas simulated
 on one clock through crashes, stalls and clean hand-overs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from kinetic.model.names import holder_identity, holder_pod
-from kinetic_operator.leader import (
+from kinetic_operator.logic.leader import (
     LeaseRecord,
     Move,
     Observation,

@@ -4,7 +4,7 @@ its UID, per owner, so a job deleted and created again under its name keeps its 
 from __future__ import annotations
 
 from kinetic_operator.handlers.events import made_again
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.observed import PodView
 
 
 def pod(uid: str, owner: str, name: str = "resync-a1") -> PodView:

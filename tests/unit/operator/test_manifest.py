@@ -22,8 +22,8 @@ from kinetic.model.manifest import (
 )
 from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
-from kinetic_operator.attempts import UnitPlan
-from kinetic_operator.batch_logic import Recorded, compact_status, decide_batch
+from kinetic_operator.logic.attempts import UnitPlan
+from kinetic_operator.logic.batch_logic import Recorded, compact_status, decide_batch
 from kinetic_operator.manifest import (
     Debouncer,
     ManifestBook,
@@ -382,7 +382,7 @@ def test_a_succeeded_input_never_carries_a_failed_attempts_hash() -> None:
     attempt's hash, so the client refused the real result. Now no hash is better than that:
     the succeeded Pod's termination message fills it before the shard is written."""
     from kinetic.model.resources import AttemptRecord
-    from kinetic_operator.job_logic import reported_result
+    from kinetic_operator.logic.job_logic import reported_result
 
     failed_hash, ok_hash = "a" * 64, "b" * 64
     first = AttemptRecord(

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from kinetic_operator import metrics
-from kinetic_operator.handlers.batches import _count_ends
+from kinetic_operator.handlers.batch_round import count_ends
 from kinetic_operator.handlers.jobs import _count_end
 from prometheus_client import REGISTRY, generate_latest
 
@@ -43,11 +43,9 @@ def test_created_pods_count_by_why_their_attempt_started(before: dict[str, float
 def test_a_batch_status_write_counts_only_the_inputs_it_newly_ends(
     before: dict[str, float],
 ) -> None:
-    _count_ends(
-        {"counts": {"succeeded": 3, "failed": 1}}, {"counts": {"succeeded": 7, "failed": 1}}
-    )
-    _count_ends({}, {"counts": {"failed": 2}})
-    _count_ends({"counts": {"succeeded": 7}}, {"counts": {"succeeded": 7}})  # a rewrite
+    count_ends({"counts": {"succeeded": 3, "failed": 1}}, {"counts": {"succeeded": 7, "failed": 1}})
+    count_ends({}, {"counts": {"failed": 2}})
+    count_ends({"counts": {"succeeded": 7}}, {"counts": {"succeeded": 7}})  # a rewrite
     assert delta(before, "succeeded", metrics.KIND_BATCH) == 4
     assert delta(before, "failed", metrics.KIND_BATCH) == 2
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kinetic_operator.observed import PodView, batch_key, job_key, summarize_pod
+from kinetic_operator.logic.observed import PodView, batch_key, job_key, summarize_pod
 from kinetic_operator.state import Fresh, OperatorState, operator_state
 
 
@@ -160,7 +160,7 @@ def _deleted_while_running(finished: str, grace: int | None) -> dict:
 
 
 def test_a_deletion_is_dated_from_its_request_not_its_deadline():
-    from kinetic_operator.attempts import _ended_before_deletion
+    from kinetic_operator.logic.attempts import _ended_before_deletion
 
     killed = summarize_pod(_deleted_while_running("2026-01-01T00:00:11Z", 30))
     assert killed is not None and killed.deleted_at == "2026-01-01T00:00:10Z"

@@ -25,11 +25,12 @@ from kinetic.model.names import fmt_time
 from kinetic.model.resources import BATCH_PLURAL, JOB_PLURAL
 from kinetic_operator.handlers import setup
 from kinetic_operator.handlers.jobs import JobMemory, reconcile_job_sync, with_tombstones
-from kinetic_operator.kube import Conflict, Rejected
-from kinetic_operator.observed import PodView, summarize_pod
-from kinetic_operator.policy import Policy
+from kinetic_operator.kube import Conflict
+from kinetic_operator.logic.errors import Rejected
+from kinetic_operator.logic.observed import PodView, summarize_pod
+from kinetic_operator.logic.policy import Policy
+from kinetic_operator.logic.seal import Sealer
 from kinetic_operator.reaper import reap_one
-from kinetic_operator.seal import Sealer
 from kinetic_operator.serial import Serializer
 from kinetic_operator.settings import OperatorSettings
 

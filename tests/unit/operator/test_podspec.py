@@ -11,8 +11,8 @@ import pytest
 from kinetic.model.catalog import default_catalog
 from kinetic.model.names import job_pod_name
 from kinetic.model.resources import EnvVar, KineticJobSpec
-from kinetic_operator.job_logic import InvalidSpec, validate_spec
-from kinetic_operator.podspec import (
+from kinetic_operator.logic.job_logic import InvalidSpec, validate_spec
+from kinetic_operator.logic.podspec import (
     CONTAINER_SECURITY_CONTEXT,
     POD_SECURITY_CONTEXT,
     RESERVED_ENV,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from kinetic.model.resources import KineticJobSpec
-from kinetic_operator.podspec import Owner, build_job_pod, gang_member, gang_service, job_home
+from kinetic_operator.logic.podspec import Owner, build_job_pod, gang_member, gang_service, job_home
 from kinetic_operator.settings import OperatorSettings
 
 SETTINGS = OperatorSettings(

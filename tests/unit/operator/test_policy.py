@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from kinetic.model.catalog import default_catalog
 from kinetic_operator.handlers.admission import policy_problems
-from kinetic_operator.policy import (
+from kinetic_operator.logic.errors import PolicyError
+from kinetic_operator.logic.policy import (
     Policy,
-    PolicyError,
     first_acceptance_violations,
     parse_policy,
     policy_after_read,

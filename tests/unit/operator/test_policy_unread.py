@@ -19,9 +19,9 @@ from kinetic.model.resources import BATCH_PLURAL, JOB_PLURAL
 from kinetic_operator.handlers.admission import policy_problems
 from kinetic_operator.handlers.batches import observe_units, reconcile_batch_sync
 from kinetic_operator.handlers.policy import PolicyHolder, refresh
-from kinetic_operator.policy import (
+from kinetic_operator.logic.errors import PolicyUnavailable
+from kinetic_operator.logic.policy import (
     Policy,
-    PolicyUnavailable,
     UnreadPolicy,
     first_acceptance_violations,
     policy_after_error,

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from kinetic import storage
 from kinetic.model.names import fmt_time
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.observed import PodView
 from kinetic_operator.reaper import Reaper, cannot_have_started, due_pods
 from test_operator_reconcile import NOW, FakeKube, reap_due
 

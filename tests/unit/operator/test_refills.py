@@ -4,7 +4,7 @@ next Pod created, oldest end first (`kinetic_slot_refill_seconds`)."""
 from __future__ import annotations
 
 from kinetic_operator.handlers.batch_memory import Refills
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.observed import PodView
 
 T = 1_800_000_000  # 2027-01-15T08:00:00Z
 

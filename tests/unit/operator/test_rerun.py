@@ -18,7 +18,7 @@ from kinetic.model.rerun import (
     select,
 )
 from kinetic.model.resources import KineticBatchSpec
-from kinetic_operator.batch_pods import build_unit_pod
+from kinetic_operator.logic.batch_pods import build_unit_pod
 from kinetic_operator.rerun_source import Source, SourceProblem, rerun_spec
 from kinetic_operator.settings import OperatorSettings
 

@@ -29,7 +29,9 @@ from kinetic.model.names import input_pod_name
 from kinetic.model.progress import Mark, StopOrder
 from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import KineticBatchStatus, Phase
-from kinetic_operator.batch_logic import (
+from kinetic_operator.handlers.batch_units import PodProgress, grid_of, sizing_of
+from kinetic_operator.handlers.batches import _prune, observe_units
+from kinetic_operator.logic.batch_logic import (
     CreatePods,
     Event,
     StopPods,
@@ -37,9 +39,7 @@ from kinetic_operator.batch_logic import (
     WriteStop,
     decide_batch,
 )
-from kinetic_operator.handlers.batch_units import PodProgress, grid_of, sizing_of
-from kinetic_operator.handlers.batches import _prune, observe_units
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.observed import PodView
 from kinetic_operator.settings import OperatorSettings
 from test_batch_simulation import BATCH, SimPod, World, complete, make_spec
 

@@ -1,4 +1,4 @@
-"""The unit sizing policy (`kinetic_operator.unit_sizing`): its rules in tables, then whole
+"""The unit sizing policy (`kinetic_operator.logic.unit_sizing`): its rules in tables, then whole
 batches run on a simulated clock with random durations and units that die mid-way."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from kinetic.model.limits import MAX_CHUNK_SIZE
-from kinetic_operator.unit_sizing import (
+from kinetic_operator.logic.unit_sizing import (
     DEFAULT_RULES,
     DurationEstimate,
     SizingRules,

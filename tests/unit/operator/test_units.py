@@ -11,8 +11,8 @@ from kinetic.model import digest
 from kinetic.model.grid import Grid, GridError
 from kinetic.model.progress import Mark
 from kinetic.model.ranges import IndexSet
-from kinetic_operator.observed import PodView
-from kinetic_operator.units import UnitLimits, plan_unit, running_input
+from kinetic_operator.logic.observed import PodView
+from kinetic_operator.logic.units import UnitLimits, plan_unit, running_input
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 MS = int(NOW.timestamp() * 1000)

@@ -38,13 +38,10 @@ from kinetic.model.names import (
 from kinetic.model.rerun import original_index
 from kinetic.model.resources import BATCH_KIND, KineticBatchSpec, KineticJobSpec
 
-from kinetic_operator.batch_logic import unit_inputs
-from kinetic_operator.podspec import Owner, build_pod, function_env
+from kinetic_operator.logic.batch_logic import unit_inputs
+from kinetic_operator.logic.errors import UnitRefused
+from kinetic_operator.logic.podspec import Owner, build_pod, function_env
 from kinetic_operator.settings import OperatorSettings
-
-
-class UnitRefused(Exception):
-    """This unit cannot be given a Pod (e.g. an input without a hash); it fails."""
 
 
 @dataclass(frozen=True)
@@ -94,33 +91,10 @@ def build_unit_pod(
         "KINETIC_ATTEMPT": str(attempt),
     }
     if len(indexes) == 1 and sized is None:
-        child = child_spec(home, spec, unit, input_sha256=_hash(hashes, unit, spec))
-        if child.function is not None:  # containers get it with their input, in spec.env
-            indexes_ = spec.inputs.indexes if spec.inputs is not None else None
-            env[ENV_INDEX] = str(original_index(indexes_, unit))
-        if child.output_dir:
-            env["KINETIC_OUTPUT_DIR"] = child.output_dir
-        env |= function_env(child)
-        if child.function is not None and child.function.result_uri is not None:
-            env[ENV_RESULT_URI] = child.function.result_uri
+        child = _input_child(home, spec, unit, hashes, env)
     else:
         labels[LABEL_CHUNK] = str(sized.size if sized is not None else len(indexes))
-        child = job_template(spec)  # validate_batch_spec: chunks are template batches only
-        fn = child.function
-        assert fn is not None  # validate_batch_spec: chunks are function templates only
-        env[ENV_PAYLOAD_URI] = fn.payload_uri
-        env["KINETIC_PAYLOAD_SHA256"] = fn.sha256
-        env["KINETIC_INPUT_MODE"] = spec.input_mode
-        if sized is None:  # a sized unit's inputs report their digests in its log's marks
-            env["KINETIC_REPORT_URI"] = home.report_uri(input_pod_name(batch, unit, attempt))
-        else:
-            env[ENV_STOP_URI] = home.stop_uri
-            if spec.fail_fast and retries_of(spec, unit) == 0:  # every failure is final
-                env[ENV_FAIL_FAST] = "1"
-        env[ENV_CHUNK] = json.dumps(
-            [_chunk_entry(home, spec, i, hashes, known or {}) for i in indexes],
-            separators=(",", ":"),
-        )
+        child = _chunk_child(home, spec, (batch, unit, attempt), indexes, hashes, known, sized, env)
     owner = Owner(batch, namespace, uid, BATCH_KIND)
     return build_pod(
         owner,
@@ -133,6 +107,58 @@ def build_unit_pod(
         volumes_at="spec.template" if spec.template is not None else f"spec.jobs[{unit}]",
         home=home if settings.storage_root else None,
     )
+
+
+def _input_child(
+    home: layout.Home,
+    spec: KineticBatchSpec,
+    unit: int,
+    hashes: Sequence[str | None] | None,
+    env: dict[str, str],
+) -> KineticJobSpec:
+    """A one-input unit: the input's own job, its index, output and result in ``env``."""
+    child = child_spec(home, spec, unit, input_sha256=_hash(hashes, unit, spec))
+    if child.function is not None:  # containers get it with their input, in spec.env
+        indexes_ = spec.inputs.indexes if spec.inputs is not None else None
+        env[ENV_INDEX] = str(original_index(indexes_, unit))
+    if child.output_dir:
+        env["KINETIC_OUTPUT_DIR"] = child.output_dir
+    env |= function_env(child)
+    if child.function is not None and child.function.result_uri is not None:
+        env[ENV_RESULT_URI] = child.function.result_uri
+    return child
+
+
+def _chunk_child(
+    home: layout.Home,
+    spec: KineticBatchSpec,
+    pod: tuple[str, int, int],
+    indexes: list[int],
+    hashes: Sequence[str | None] | None,
+    known: Mapping[int, str] | None,
+    sized: SizedUnit | None,
+    env: dict[str, str],
+) -> KineticJobSpec:
+    """A chunk (or sized unit) of ``pod`` (batch, unit, attempt): the template's function,
+    with its payload, inputs and where it reports in ``env``."""
+    batch, unit, attempt = pod
+    child = job_template(spec)  # validate_batch_spec: chunks are template batches only
+    fn = child.function
+    assert fn is not None  # validate_batch_spec: chunks are function templates only
+    env[ENV_PAYLOAD_URI] = fn.payload_uri
+    env["KINETIC_PAYLOAD_SHA256"] = fn.sha256
+    env["KINETIC_INPUT_MODE"] = spec.input_mode
+    if sized is None:  # a sized unit's inputs report their digests in its log's marks
+        env["KINETIC_REPORT_URI"] = home.report_uri(input_pod_name(batch, unit, attempt))
+    else:
+        env[ENV_STOP_URI] = home.stop_uri
+        if spec.fail_fast and retries_of(spec, unit) == 0:  # every failure is final
+            env[ENV_FAIL_FAST] = "1"
+    env[ENV_CHUNK] = json.dumps(
+        [_chunk_entry(home, spec, i, hashes, known or {}) for i in indexes],
+        separators=(",", ":"),
+    )
+    return child
 
 
 def _chunk_entry(
@@ -180,13 +206,15 @@ def unit_job(spec: KineticBatchSpec, unit: int) -> KineticJobSpec | None:
 
 
 def unit_hosts(spec: KineticBatchSpec, catalog: Catalog) -> Callable[[int], int]:
-    """Unit -> the Pods each of its attempts runs as (`gang.effective_hosts`)."""
-
-    def hosts(unit: int) -> int:
-        job = unit_job(spec, unit)
-        return effective_hosts(job.hosts, catalog, job.accelerator) if job is not None else 1
-
-    return hosts
+    """Unit -> the Pods each of its attempts runs as (`gang.effective_hosts`), resolved here,
+    once for the template or each job: the reconcile resolves them when it accepts the spec
+    (`batch_round.Accepted.hosts`) and every later step reads that answer."""
+    template = spec.template
+    if template is not None:
+        every = effective_hosts(template.hosts, catalog, template.accelerator)
+        return lambda unit: every
+    jobs = tuple(effective_hosts(job.hosts, catalog, job.accelerator) for job in spec.jobs or ())
+    return lambda unit: jobs[unit] if 0 <= unit < len(jobs) else 1
 
 
 def log_uri(home: layout.Home, pod: str) -> str:

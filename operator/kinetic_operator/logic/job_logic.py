@@ -26,7 +26,7 @@ The rules, in the order they apply:
 * A function job's result goes to its own storage prefix (namespace and UID);
   the hash the runner reported for it is recorded as ``resultSHA256``.
 * Each attempt is its own Pod `<name>-<n>`; how attempts end, retry and
-  get cancelled is the shared attempt planner's (`kinetic_operator.attempts`).
+  get cancelled is the shared attempt planner's (`kinetic_operator.logic.attempts`).
 * The attempt number is written to the status before its Pod is created, so
   a reconcile that raced with another, or an operator that died in between,
   never creates a Pod the status does not know of.
@@ -54,10 +54,16 @@ from kinetic.model.resources import (
 )
 from pydantic import ValidationError
 
-from kinetic_operator.attempts import AttemptCause, Limits, UnitPlan, plan_unit, stopped_members
-from kinetic_operator.conditions import READINESS, readiness
-from kinetic_operator.gangs import Gang, ranks_to_create
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.attempts import (
+    AttemptCause,
+    Limits,
+    UnitPlan,
+    plan_unit,
+    stopped_members,
+)
+from kinetic_operator.logic.conditions import READINESS, readiness
+from kinetic_operator.logic.gangs import Gang, ranks_to_create
+from kinetic_operator.logic.observed import PodView
 
 __all__ = ["fmt_time", "parse_time"]
 
@@ -332,7 +338,7 @@ def decide(
     ``pods`` maps attempt number to the last sight of its Pod; ``creating``
     says this process created the current attempt's Pod and the watch has
     not shown it yet. A multi-host job's ``pods`` are one view per attempt
-    and ``gang`` holds the members behind them (`kinetic_operator.gangs`);
+    and ``gang`` holds the members behind them (`kinetic_operator.logic.gangs`);
     ``dns`` says whether members reach rank 0 by name (else by its Pod IP,
     so the other ranks wait for it).
     """

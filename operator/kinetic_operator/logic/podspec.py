@@ -46,7 +46,7 @@ from kinetic.model.names import (
 )
 from kinetic.model.resources import API_VERSION, JOB_KIND, KineticJobSpec
 
-from kinetic_operator import datavolumes
+from kinetic_operator.logic import datavolumes
 from kinetic_operator.settings import OperatorSettings
 
 CONTAINER_NAME = "main"
@@ -361,19 +361,27 @@ def gang_member(
     address = hostnames[0] if dns else coordinator or "0.0.0.0"  # rank 0: its own IP below
     env = rendezvous_env(rank, hosts, address, hostnames=hostnames, tpu=tpu)
     container = spec["containers"][0]
-    container["env"] = _member_env(container["env"], env, own_ip)
-    for var in container["env"]:
+    container["env"] = _member_outputs(_member_env(container["env"], env, own_ip), rank, name, home)
+    return member
+
+
+def _member_outputs(
+    env: list[dict[str, Any]], rank: int, name: str, home: layout.Home | None
+) -> list[dict[str, Any]]:
+    """A member's variables with its own log archive and, past rank 0, its own result and no
+    debugger port."""
+    for var in env:
         if var["name"] == ENV_LOG_URI and home is not None:
             var["value"] = home.log_uri(name)  # each member archives its own log
     if rank > 0:
         # A debugger attaches to rank 0 (`kinetic jobs debug`): the others run on and meet
         # it at the rendezvous rather than each wait for a debugger of its own.
-        container["env"] = [v for v in container["env"] if v["name"] != ENV_DEBUG_PORT]
+        env = [v for v in env if v["name"] != ENV_DEBUG_PORT]
         if home is not None:
-            for var in container["env"]:
+            for var in env:
                 if var["name"] == ENV_RESULT_URI:
                     var["value"] = home.member_result_uri(name)
-    return member
+    return env
 
 
 def _member_env(

@@ -36,7 +36,7 @@ from kinetic.model.limits import DEFAULT_MAX_DISRUPTIONS
 from kinetic.model.names import fmt_time, parse_time
 from kinetic.model.resources import AttemptKind, AttemptRecord, MemberRecord
 
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.observed import PodView
 
 UnitOutcome = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 AttemptCause = Literal["first", "retry", "disruption"]
@@ -523,10 +523,9 @@ def _record(
 ) -> AttemptRecord:
     """Attempt ``k`` as the status and the manifest record it. A recorded end stands (a
     gang's members may still move on: a member stopped after the verdict says so)."""
-    if known is not None and (pod is None or known.outcome in ENDED):
-        if pod is not None and pod.members is not None:
-            return known.model_copy(update={"members": list(pod.members)})
-        return known
+    kept = _kept(known, pod)
+    if kept is not None:
+        return kept
     return AttemptRecord(
         attempt=k,
         pod=pod.name if pod is not None else pod_name(k),
@@ -539,6 +538,16 @@ def _record(
         end_time=_end_time(pod, end, known, now),
         members=list(pod.members) if pod is not None and pod.members is not None else None,
     )
+
+
+def _kept(known: AttemptRecord | None, pod: PodView | None) -> AttemptRecord | None:
+    """The record that stands as it is (its end recorded, or its Pod gone), with a gang's
+    members as they stand now; None when the attempt must be recorded again."""
+    if known is None or (pod is not None and known.outcome not in ENDED):
+        return None
+    if pod is not None and pod.members is not None:
+        return known.model_copy(update={"members": list(pod.members)})
+    return known
 
 
 def _record_outcome(pod: PodView | None, end: End | None) -> AttemptKind:

@@ -37,7 +37,7 @@ from kinetic.model.data import GCSFUSE_DRIVER, fuse_driver_missing, fuse_problem
 from kinetic.model.resources import DataVolume, KineticBatchSpec, KineticJobSpec
 from pydantic import ValidationError
 
-from kinetic_operator.kube import Rejected
+from kinetic_operator.logic.errors import FuseUnavailable
 from kinetic_operator.settings import OperatorSettings
 
 VOLUMES_ENV = "KINETIC_VOLUMES"
@@ -58,10 +58,6 @@ def volumes_json(volumes: Sequence[DataVolume]) -> str:
 
 
 # --------------------------------------------------------------------------- GCS FUSE
-
-
-class FuseUnavailable(Rejected):
-    """A fuse volume this cluster cannot mount: the attempt is refused with the message."""
 
 
 @dataclass(frozen=True)

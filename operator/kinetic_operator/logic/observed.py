@@ -27,7 +27,7 @@ from kinetic.model.names import (
 )
 from kinetic.model.resources import MemberRecord
 
-from kinetic_operator.seal import controller_uid
+from kinetic_operator.logic.seal import controller_uid
 
 MAX_MESSAGE = 4096
 

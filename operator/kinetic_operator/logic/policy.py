@@ -62,13 +62,11 @@ from kinetic.model.policy_keys import (
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from kinetic_operator.logic.errors import PolicyError, PolicyUnavailable
+
 ANY_NAMESPACE = "*"
 
 Kind = Literal["KineticJob", "KineticBatch"]
-
-
-class PolicyError(ValueError):
-    """The ConfigMap's data is not a policy; the message names the key and the fix."""
 
 
 class Policy(BaseModel):
@@ -197,10 +195,6 @@ class UnreadPolicy(Policy):
     new (`policy_violations` raises `PolicyUnavailable`); ``why`` says what the read met."""
 
     why: str = Field("it has not been read yet", exclude=True)
-
-
-class PolicyUnavailable(Exception):
-    """The policy cannot be judged by yet: whatever needs it waits (see `UnreadPolicy`)."""
 
 
 def parse_policy(data: dict[str, str] | None, source: str) -> Policy:

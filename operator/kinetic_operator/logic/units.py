@@ -3,7 +3,7 @@ stands. Pure: no API calls, no clock, no storage.
 
 With ``chunkSize: auto`` a Pod runs a *unit*: a block of consecutive inputs, one after
 another, whose size the operator decides when it launches the unit, from the durations
-it has measured (`kinetic_operator.unit_sizing`). Two things are kept here.
+it has measured (`kinetic_operator.logic.unit_sizing`). Two things are kept here.
 
 **The grid** (`Grid`): where each unit starts and how many inputs it holds. Inputs are
 launched in order, so a unit's size is decided for the inputs past the last one launched,
@@ -43,9 +43,9 @@ from kinetic.model.progress import Mark
 from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import AttemptRecord, KineticBatchSpec
 
-from kinetic_operator.attempts import End, pod_end
-from kinetic_operator.observed import PodView
-from kinetic_operator.unit_sizing import DurationEstimate, SizingRules
+from kinetic_operator.logic.attempts import End, pod_end
+from kinetic_operator.logic.observed import PodView
+from kinetic_operator.logic.unit_sizing import DurationEstimate, SizingRules
 
 _STOPPED = End(
     "disruption",
@@ -251,20 +251,7 @@ def _walk(
     ended: _Ends,
 ) -> None:
     """What one attempt did to each input it ran (``todo``, in order)."""
-    begun: dict[int, Mark] = {}
-    done: set[int] = set()
-    skipped: list[int] = []
-    for mark in marks:
-        if mark.index not in todo:
-            continue
-        if mark.event == "begin":
-            begun[mark.index] = mark
-        elif mark.event == "end":
-            done.add(mark.index)
-            _ended(state[mark.index], mark, begun.get(mark.index), pod)
-        else:
-            done.add(mark.index)  # skipped: not begun
-            skipped.append(mark.index)
+    begun, done, skipped = _follow_marks(state, todo, pod, marks)
     end = ended.of(pod)
     at = next((i for i in todo if i in begun and i not in done), None)
     if end is None:  # the Pod runs on: the input it began and has not ended runs
@@ -280,6 +267,28 @@ def _walk(
         _charged(state[at], end, pod, begun.get(at))
     elif skipped:  # told to stop while these were open: a stop object anyone could write
         _charged(state[skipped[0]], _STOPPED, pod, None)  # so a disruption, bounded
+
+
+def _follow_marks(
+    state: dict[int, _Input], todo: list[int], pod: PodView, marks: Sequence[Mark]
+) -> tuple[dict[int, Mark], set[int], list[int]]:
+    """The attempt's marks, in order: the inputs it began, those it ended (each recorded
+    as it ended) or skipped, and those it skipped."""
+    begun: dict[int, Mark] = {}
+    done: set[int] = set()
+    skipped: list[int] = []
+    for mark in marks:
+        if mark.index not in todo:
+            continue
+        if mark.event == "begin":
+            begun[mark.index] = mark
+        elif mark.event == "end":
+            done.add(mark.index)
+            _ended(state[mark.index], mark, begun.get(mark.index), pod)
+        else:
+            done.add(mark.index)  # skipped: not begun
+            skipped.append(mark.index)
+    return begun, done, skipped
 
 
 def running_input(marks: Sequence[Mark]) -> int | None:

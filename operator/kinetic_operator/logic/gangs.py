@@ -1,9 +1,9 @@
 """A multi-host unit's Pods seen as one attempt each: pure, no API calls.
 
-The attempt planner (`kinetic_operator.attempts`) reasons about one Pod per
+The attempt planner (`kinetic_operator.logic.attempts`) reasons about one Pod per
 attempt. A gang is N Pods per attempt, so this module stands between the
 two: it groups the member Pods of each attempt, turns them into
-`kinetic.model.gang.Member` observations, asks `gang_outcome` for the
+`gang_verdicts.Member` observations, asks `gang_outcome` for the
 attempt's verdict, and hands the planner one *view* per attempt that says
 the same thing a single Pod would:
 
@@ -33,13 +33,19 @@ from typing import Any
 
 from kinetic.model import gang as model
 from kinetic.model.catalog import Catalog
-from kinetic.model.gang import Member, Outcome, Verdict
-from kinetic.model.gang import Phase as MemberPhase
 from kinetic.model.names import gang_pod_name, parse_time
 from kinetic.model.resources import AttemptRecord, KineticJobSpec, MemberRecord
 
-from kinetic_operator.attempts import End, pod_end
-from kinetic_operator.observed import PodView
+from kinetic_operator.logic.attempts import End, pod_end
+from kinetic_operator.logic.gang_verdicts import (
+    Member,
+    Outcome,
+    Verdict,
+    gang_outcome,
+    members_to_delete,
+)
+from kinetic_operator.logic.gang_verdicts import Phase as MemberPhase
+from kinetic_operator.logic.observed import PodView
 
 UNSCHEDULABLE = "GangUnschedulable"
 MAX_REASON = 256
@@ -67,7 +73,8 @@ class Gang:
 
     def members_named(self, view: str) -> tuple[str, ...] | None:
         """The live member Pods of the attempt whose view is named ``view`` (what stopping
-        it deletes), or None when no attempt of this gang has that name."""
+        it deletes), or None when no attempt of this gang has that name. The one answer to
+        "the members of this attempt", for a KineticJob's attempts and a KineticBatch's."""
         for attempt, ranks in self.members.items():
             if ranks and attempt_name(ranks) == view:
                 return self.members_of(attempt)
@@ -81,7 +88,7 @@ class Gang:
         for attempt, verdict in sorted(self.verdicts.items()):
             ranks = self.members.get(attempt, {})
             seen = self.observed.get(attempt, [])
-            for rank in model.members_to_delete(seen, self.hosts, verdict):
+            for rank in members_to_delete(seen, self.hosts, verdict):
                 pod = ranks.get(rank)
                 if pod is not None and self._stoppable(pod):
                     out.append(pod.name)
@@ -183,7 +190,7 @@ def see(
             verdicts[attempt] = verdict = _SETTLED[record.outcome]
             views[attempt] = _settled_view(attempt_name(ranks), ranks, seen, record)
             continue
-        verdicts[attempt] = verdict = model.gang_outcome(seen, hosts, now, deadline)
+        verdicts[attempt] = verdict = gang_outcome(seen, hosts, now, deadline)
         views[attempt] = _view(attempt_name(ranks), ranks, seen, verdict, now)
     for attempt, view in (refused or {}).items():
         verdicts[attempt] = Verdict(Outcome.FAILED, (), view.termination_message or "")
@@ -224,14 +231,7 @@ def _settled_view(
         message = base.termination_message or record.message
         return whole.of(base, phase="Succeeded", termination_message=message, **common)
     if record.outcome == "failure":
-        return whole.of(
-            base,
-            phase="Failed",
-            disruption=None,
-            terminated_reason=record.reason,
-            termination_message=record.message,
-            **common,
-        )
+        return _failed_view(whole, base, record.reason, record.message, record.exit_code)
     return whole.of(
         base,
         phase="Failed",
@@ -317,16 +317,7 @@ def _view(
         case Outcome.DISRUPTED:
             return _lost(whole, first or base, now, verdict.message)
         case Outcome.UNSCHEDULABLE:
-            return whole.of(
-                base,
-                phase="Failed",
-                reason=None,
-                disruption=None,
-                terminated_reason=UNSCHEDULABLE,
-                termination_message=verdict.message,
-                exit_code=None,
-                deleted_at=None,
-            )
+            return _failed_view(whole, base, UNSCHEDULABLE, verdict.message, None)
     return _live(whole, base, ranks, observed)
 
 
@@ -359,15 +350,24 @@ class _Attempt:
 def _failed(whole: _Attempt, pod: PodView, now: datetime, said: str) -> PodView:
     """The member that failed first, as a Failed Pod: its reason and exit code."""
     end = pod_end(pod, now) or End("failure", "Error", None)
+    return _failed_view(whole, pod, end.reason, said, end.exit_code)
+
+
+def _failed_view(
+    whole: _Attempt, pod: PodView, reason: str | None, message: str | None, exit_code: int | None
+) -> PodView:
+    """The attempt as one Failed Pod, ended for ``reason``: what the planner reads as a
+    failure (not a disruption), whether a member failed, the gang was never placed, or the
+    failure was recorded already."""
     return whole.of(
         pod,
         phase="Failed",
         reason=None,
         disruption=None,
         deleted_at=None,
-        terminated_reason=end.reason,
-        termination_message=said,
-        exit_code=end.exit_code,
+        terminated_reason=reason,
+        termination_message=message,
+        exit_code=exit_code,
     )
 
 
