@@ -17,8 +17,9 @@ from typing import Any
 from kinetic import storage
 from kinetic.api import accelerators, reference
 from kinetic.api import project as projects  # `project` is also the reference's argument
-from kinetic.api.batches import AUTO, BatchHandle, check_hosts, submit_map
+from kinetic.api.batches import AUTO, BatchHandle, submit_map
 from kinetic.api.config import ClientConfig, resolve
+from kinetic.api.hosts import check_hosts
 from kinetic.api.jobs import JobHandle, new_job_id, submit_job
 from kinetic.api.mixed import Call
 from kinetic.api.staging import Stager

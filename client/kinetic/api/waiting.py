@@ -14,17 +14,21 @@ Pure, apart from `pod_wait`, which only reads a Pod object already fetched.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kinetic.model import names
 from kinetic.model import resources as r
+from kinetic.model.job_status import JobStatus
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
 
-__all__ = ["PodWait", "kind_of", "pod_wait", "timed_out"]
+__all__ = ["PodWait", "kind_of", "notify", "pod_wait", "timed_out"]
+
+log = logging.getLogger("kinetic")
 
 _KINDS = {r.JOB_PLURAL: r.JOB_KIND, r.BATCH_PLURAL: r.BATCH_KIND}
 _MAX_REASON = 300  # characters of a scheduler's or kubelet's message kept in the sentence
@@ -109,3 +113,13 @@ def _clip(text: str | None) -> str | None:
         return None
     text = " ".join(text.split())
     return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 1] + "…"
+
+
+def notify(callback: Callable[[JobStatus], None] | None, status: JobStatus) -> None:
+    """Tell the user's `on_status_change` callback; what it raises is logged, not raised."""
+    if callback is None:
+        return
+    try:
+        callback(status)
+    except Exception:  # a user's callback must never break result collection
+        log.exception("on_status_change callback raised; ignoring")
