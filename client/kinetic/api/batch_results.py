@@ -8,22 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kinetic.api.handle import (
-    JobCancelled,
-    JobFailed,
-    JobStatus,
-)
-from kinetic.api.inputs import (
-    input_summary,
-)
+from kinetic.api.handle import JobCancelled, JobFailed, JobStatus
+from kinetic.api.inputs import input_summary
 from kinetic.model.manifest import InputRecord
 from kinetic.model.ranges import IndexSet
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)

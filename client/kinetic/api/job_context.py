@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kinetic.model import names
-
-if TYPE_CHECKING:
-    pass
 
 
 def input_fields(name: str, env: Mapping[str, str], from_env: bool) -> dict[str, Any]:

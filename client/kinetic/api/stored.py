@@ -4,14 +4,11 @@ and the UID last created under a name."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kinetic import storage
 from kinetic.model import digest, layout
 from kinetic.model.limits import MAX_POINTER_BYTES
-
-if TYPE_CHECKING:
-    pass
 
 
 def reported_in(record: Mapping[str, Any]) -> digest.Reported | None:
