@@ -141,30 +141,10 @@ def submit_map(
     if hosts is not None:
         check_hosts(hosts, fn.options["accelerator"])
     items = list(inputs)
-    if input_mode not in payload.INPUT_MODES:
-        raise ValueError(
-            f"input_mode must be one of {', '.join(payload.INPUT_MODES)}; got {input_mode!r}"
-        )
-    limits.check_max_concurrent(max_concurrent)
-    chunk_size = _check_chunk_size(chunk_size)
-    gang_hosts = hosts if hosts is not None else fn.options.get("hosts")
-    gang_batch = gang_hosts is not None and gang_hosts > 1
-    if chunk_size == AUTO and gang_batch:
-        chunk_size = 1  # a gang runs one input on several Pods: nothing to size
-    if isinstance(chunk_size, int) and chunk_size > 1 and gang_batch:
-        raise ValueError(
-            f"chunk_size={chunk_size} with hosts={gang_hosts}: a chunk runs several inputs in "
-            "one Pod, a gang runs one input on several Pods; use chunk_size=1 for multi-host "
-            "inputs"
-        )
+    chunk_size = _checked_arguments(fn, input_mode, max_concurrent, chunk_size, hosts)
     # A wrong-typed item fails its own slot (never uploaded), not the whole call.
     refused = wrong_typed_inputs(items, input_mode)
-    if max_concurrent is None and len(items) > _UNBOUNDED_WARNING_THRESHOLD:
-        log.warning(
-            "submitting %d inputs with max_concurrent=None starts them all at once; "
-            "set max_concurrent to bound cluster usage",
-            len(items),
-        )
+    _warn_unbounded(max_concurrent, len(items))
     cfg = fn._config()
     fn.check_cluster(cfg)
     # The operator's bounds, before anything is uploaded: the same check its webhook makes.
@@ -221,6 +201,43 @@ def submit_map(
     # This process still has the exceptions themselves: their type, message and traceback.
     handle._submission_failures = {i: mark_unsubmitted(e, i) for i, e in failures.items()}
     return handle
+
+
+def _checked_arguments(
+    fn: Submittable,
+    input_mode: r.InputMode,
+    max_concurrent: int | None,
+    chunk_size: r.ChunkSize,
+    hosts: int | None,
+) -> r.ChunkSize:
+    """Refuse arguments the operator would refuse; the chunk size to send (a gang's is 1)."""
+    if input_mode not in payload.INPUT_MODES:
+        raise ValueError(
+            f"input_mode must be one of {', '.join(payload.INPUT_MODES)}; got {input_mode!r}"
+        )
+    limits.check_max_concurrent(max_concurrent)
+    chunk_size = _check_chunk_size(chunk_size)
+    gang_hosts = hosts if hosts is not None else fn.options.get("hosts")
+    gang_batch = gang_hosts is not None and gang_hosts > 1
+    if chunk_size == AUTO and gang_batch:
+        chunk_size = 1  # a gang runs one input on several Pods: nothing to size
+    if isinstance(chunk_size, int) and chunk_size > 1 and gang_batch:
+        raise ValueError(
+            f"chunk_size={chunk_size} with hosts={gang_hosts}: a chunk runs several inputs in "
+            "one Pod, a gang runs one input on several Pods; use chunk_size=1 for multi-host "
+            "inputs"
+        )
+    return chunk_size
+
+
+def _warn_unbounded(max_concurrent: int | None, inputs: int) -> None:
+    """Say that many inputs with no bound on concurrency all start at once."""
+    if max_concurrent is None and inputs > _UNBOUNDED_WARNING_THRESHOLD:
+        log.warning(
+            "submitting %d inputs with max_concurrent=None starts them all at once; "
+            "set max_concurrent to bound cluster usage",
+            inputs,
+        )
 
 
 def _staged_inputs(
