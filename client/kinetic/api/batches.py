@@ -31,6 +31,7 @@ from kinetic.api.batch_handle import rerun_batch as rerun_batch
 from kinetic.api.batch_results import InputOverview as InputOverview
 from kinetic.api.batch_results import _Results as _Results
 from kinetic.api.config import ClientConfig, default_namespace, resolve
+from kinetic.api.data import Data, walk_data
 from kinetic.api.handle import (
     last_uid,
     recorded_pods,
@@ -53,7 +54,6 @@ from kinetic.api.submission import (
 )
 from kinetic.model import layout, limits, names, payload
 from kinetic.model import resources as r
-from kinetic.model.data import Data, walk_data
 from kinetic.model.manifest import InputRecord
 
 if TYPE_CHECKING:
