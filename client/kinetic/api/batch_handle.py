@@ -8,7 +8,6 @@ which re-exports these names at their documented paths.
 
 from __future__ import annotations
 
-import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -55,8 +54,6 @@ from kinetic.model.ranges import IndexSet
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
-
-log = logging.getLogger("kinetic")
 
 
 _READERS = 16  # parallel storage reads when collecting results

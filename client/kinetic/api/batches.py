@@ -1,4 +1,6 @@
-"""Fan-out: `run_async_map()`, the `BatchHandle` that watches a KineticBatch, and input handles.
+"""Fan-out: `run_async_map()` submits a KineticBatch; `attach_batch()` picks one up again.
+
+The `BatchHandle` that watches a batch is `kinetic.api.batch_handle`, re-exported here.
 
 The client packages the function once and the inputs in parallel, creates one
 KineticBatch and returns. Concurrency, retries, fail-fast and the manifest

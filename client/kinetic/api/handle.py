@@ -29,7 +29,6 @@ Submitting a job and `attach()` are `kinetic.api.jobs`, above both.
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
 import sys
@@ -66,8 +65,6 @@ from kinetic.model.job_status import JobStatus as JobStatus  # kinetic.api.handl
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
-
-log = logging.getLogger("kinetic")
 
 
 class JobCancelled(RuntimeError):

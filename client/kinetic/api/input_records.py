@@ -8,7 +8,6 @@ the view the status vouches for), the outcomes recorded so far, and what a Pod s
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -27,8 +26,6 @@ from kinetic.model.ranges import IndexSet
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
 
-
-log = logging.getLogger("kinetic")
 
 _HEADER_READ_INTERVAL = 2.0  # seconds between manifest header reads while a status is truncated
 RECORD_WAIT = 30.0  # how long to wait for the manifest to catch up (it is <= ~10 s behind)
