@@ -43,7 +43,7 @@ _EXPORTS = {
     "attach_batch": "kinetic.api.batches",
     "list_batches": "kinetic.api.batches",
     "ConfigError": "kinetic.api.config",
-    "Data": "kinetic.model.data",
+    "Data": "kinetic.api.data",
     "RunnerError": "kinetic.model.payload",
     "UnknownAccelerator": "kinetic.model.catalog",
     "batch": "kinetic.api.mixed",
@@ -83,12 +83,12 @@ if TYPE_CHECKING:
         list_batches,
     )
     from kinetic.api.config import ConfigError
+    from kinetic.api.data import Data
     from kinetic.api.jobs import JobCancelled, JobFailed, JobHandle, attach, list_jobs
     from kinetic.api.mixed import batch, container
     from kinetic.api.remote import RemoteFunction, run
     from kinetic.job_status import JobStatus
     from kinetic.model.catalog import UnknownAccelerator
-    from kinetic.model.data import Data
     from kinetic.model.payload import RunnerError
 
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from kinetic.model.job_status import JobStatus
 from kinetic.model.names import DEBUG_PORT
 
 __all__ = [
@@ -192,3 +193,67 @@ def cleanup_port_forward(proc: subprocess.Popen[Any], *, timeout: float = 5.0) -
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+class _DebugJob(Protocol):
+    """A debug job's handle (`kinetic.api.handle.JobHandle`, above this module)."""
+
+    job_id: str
+    namespace: str
+    context: str | None
+
+    def debug_attach(
+        self,
+        local_port: int = ...,
+        working_dir: str | None = ...,
+        *,
+        timeout: float | None = ...,
+        on_connection: Callable[[], None] | None = ...,
+    ) -> subprocess.Popen[str]: ...
+
+    def status(self) -> JobStatus: ...
+
+    def result(self, timeout: float | None = ...) -> Any: ...
+
+
+def debug_result(handle: _DebugJob, timeout: float | None, local_port: int | None) -> Any:
+    """A blocking call of a debug function (`JobHandle.debug_result`): attach, then wait.
+
+    What it says and when is `JobHandle.debug_result`'s docstring; this is the
+    sequence, kept beside the forward it starts and ends.
+    """
+    command = debug_command(handle)
+    print(
+        f"Job {handle.job_id} runs with debug=True: its Pod waits for a debugger before the "
+        f"call runs. A local port is forwarded to it here once the Pod is ready; from "
+        f"another shell: {command}",
+        flush=True,
+    )
+    port = local_port or free_local_port(DEBUG_PORT)
+    forward = None
+    try:
+        forward = handle.debug_attach(
+            port, timeout=timeout, on_connection=lambda: _say_connected(handle, port)
+        )
+    except DebugAttachError as e:
+        if handle.status().terminal:
+            return handle.result(timeout=timeout)  # it ended: its value, or why not
+        print(f"No local forward ({e}); attach with: {command}", flush=True)
+    try:
+        return handle.result(timeout=timeout)
+    finally:
+        if forward is not None:
+            cleanup_port_forward(forward)
+
+
+def debug_command(handle: _DebugJob) -> str:
+    """The shell command that attaches a debugger to ``handle``'s job."""
+    context = f" --context {handle.context}" if handle.context else ""
+    return f"kinetic jobs debug {handle.job_id} -n {handle.namespace}{context}"
+
+
+def _say_connected(handle: _DebugJob, port: int) -> None:
+    print(
+        f"A debugger connected to job {handle.job_id} (localhost:{port}); the call runs now.",
+        flush=True,
+    )

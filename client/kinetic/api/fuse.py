@@ -24,12 +24,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
+from kinetic.api.data import Data
 from kinetic.model import limits
 from kinetic.model.data import (
     FUSE_ARGUMENTS_ROOT,
     GCS,
     GCSFUSE_DRIVER,
-    Data,
     DataError,
     fuse_driver_missing,
 )

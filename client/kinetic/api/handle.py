@@ -29,33 +29,42 @@ Submitting a job and `attach()` are `kinetic.api.jobs`, above both.
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass, field, fields
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kinetic import storage
 from kinetic.api import debug as debugging
 from kinetic.api import reference
+from kinetic.api.attempt_pods import label_int as label_int  # kinetic.api.handle.*, as before
+from kinetic.api.attempt_pods import pod_of_rank as pod_of_rank
+from kinetic.api.attempt_pods import recorded_pods as recorded_pods
+from kinetic.api.attempt_pods import sort_by_attempt as sort_by_attempt
 from kinetic.api.cleanup import delete_stored
 from kinetic.api.config import resolve
+from kinetic.api.debug import debug_command as debug_command
+from kinetic.api.hosts import hosts_of as hosts_of
+from kinetic.api.hosts import member_pod as member_pod
+from kinetic.api.hosts import rank_problem as rank_problem
+from kinetic.api.hosts import recorded_hosts as recorded_hosts
+from kinetic.api.job_context import input_fields
 from kinetic.api.kube import KubeClient, client_for
 from kinetic.api.logstream import LogFollower
-from kinetic.model import catalog, digest, gang, layout, names, payload
+from kinetic.api.logstream import last_lines as last_lines
+from kinetic.api.stored import last_uid as last_uid
+from kinetic.api.stored import read_stored as read_stored
+from kinetic.api.stored import reported_in as reported_in
+from kinetic.api.waiting import notify as notify
+from kinetic.model import digest, layout, names, payload
 from kinetic.model import resources as r
 from kinetic.model.job_status import JobStatus as JobStatus  # kinetic.api.handle.JobStatus
-from kinetic.model.limits import MAX_POINTER_BYTES
 
 if TYPE_CHECKING:
     from kubernetes.client import V1Pod
-
-log = logging.getLogger("kinetic")
 
 
 class JobCancelled(RuntimeError):
@@ -195,7 +204,7 @@ class JobHandle:
             "function": names.ENV_PAYLOAD_URI in env,
             "result_uri": env.get(names.ENV_RESULT_URI),
         }
-        return JobHandle.from_dict(saved | _input_fields(name, env, from_env=k8s_name is None))
+        return JobHandle.from_dict(saved | input_fields(name, env, from_env=k8s_name is None))
 
     @property
     def group_kind(self) -> str | None:
@@ -695,28 +704,7 @@ class JobHandle:
         (no kubectl, say) it says why and waits all the same: the command
         still attaches.
         """
-        command = debug_command(self)
-        print(
-            f"Job {self.job_id} runs with debug=True: its Pod waits for a debugger before the "
-            f"call runs. A local port is forwarded to it here once the Pod is ready; from "
-            f"another shell: {command}",
-            flush=True,
-        )
-        port = local_port or debugging.free_local_port(names.DEBUG_PORT)
-        forward = None
-        try:
-            forward = self.debug_attach(
-                port, timeout=timeout, on_connection=lambda: _say_connected(self, port)
-            )
-        except debugging.DebugAttachError as e:
-            if self.status().terminal:
-                return self.result(timeout=timeout)  # it ended: its value, or why not
-            print(f"No local forward ({e}); attach with: {command}", flush=True)
-        try:
-            return self.result(timeout=timeout)
-        finally:
-            if forward is not None:
-                debugging.cleanup_port_forward(forward)
+        return debugging.debug_result(self, timeout, local_port)
 
     # ----------------------------------------------------------------- acting
 
@@ -800,213 +788,3 @@ class JobHandle:
             for obj in self._kube.watch_one(r.JOB_PLURAL, self.namespace, self.job_id, timeout):
                 if obj is None:
                     break
-
-
-def debug_command(handle: JobHandle) -> str:
-    """The shell command that attaches a debugger to ``handle``'s job."""
-    context = f" --context {handle.context}" if handle.context else ""
-    return f"kinetic jobs debug {handle.job_id} -n {handle.namespace}{context}"
-
-
-def _say_connected(handle: JobHandle, port: int) -> None:
-    print(
-        f"A debugger connected to job {handle.job_id} (localhost:{port}); the call runs now.",
-        flush=True,
-    )
-
-
-def reported_in(record: Mapping[str, Any]) -> digest.Reported | None:
-    """The result hash and size a status or manifest record holds (``resultSHA256``,
-    ``resultBytes``), or None when it holds no hash."""
-    sha = record.get("resultSHA256")
-    if not isinstance(sha, str) or not sha:
-        return None
-    size = record.get("resultBytes")
-    ok = isinstance(size, int) and not isinstance(size, bool) and size >= 0
-    return digest.Reported(sha, size if ok else None)
-
-
-def read_stored(uri: str, stored: digest.Reported) -> bytes:
-    """A result's bytes, read no further than the size its runner reported: a result swapped
-    for a larger object is refused before it costs memory. A runner that predates sizes
-    reported none: its result is read whole, then checked, as before."""
-    if stored.size is None:
-        return storage.read_bytes(uri)
-    try:
-        return storage.read_at_most(uri, stored.size)
-    except storage.TooLarge:
-        raise digest.ResultMismatch(
-            uri, stored.sha256, f"an object larger than the {stored.size} bytes reported"
-        ) from None
-
-
-def _input_fields(name: str, env: Mapping[str, str], from_env: bool) -> dict[str, Any]:
-    """What a batch input's Pod environment says of the input (nothing for a job's Pod).
-
-    Every Pod of a batch has ``KINETIC_INDEX`` (one input) or ``KINETIC_CHUNK``
-    (several), and its job name is ``<batch>-<i>``. A name given by the caller
-    counts as an input's only in the client's ``grp-`` form.
-    """
-    in_batch = names.ENV_INDEX in env or names.ENV_CHUNK in env
-    split = names.split_any_input_id(name) if from_env and in_batch else None
-    split = split or names.split_input_id(name)
-    if split is None:
-        return {}
-    group, index = split
-    found: dict[str, Any] = {"group_id": group, "group_index": index}
-    if from_env:
-        found["container"] = names.ENV_PAYLOAD_URI not in env
-    chunk = json.loads(env[names.ENV_CHUNK]) if from_env and names.ENV_CHUNK in env else []
-    if not chunk:
-        return found
-    # The runner names the input that runs now in the job name (`runner._name_input`).
-    mine = [entry for entry in chunk if entry.get("index") == index]
-    found["result_uri"] = (mine or chunk)[0].get("resultURI")
-    if names.ENV_STOP_URI in env:
-        found["sized"] = True  # a unit the operator sized: the batch's grid says which
-    else:
-        first = chunk[0].get("index", index)
-        found["chunk_size"] = _chunk_size(first, len(chunk))
-    return found
-
-
-def _chunk_size(first: int, inputs: int) -> int:
-    """A chunk size that puts input ``first`` at the start of a unit of at least ``inputs``.
-
-    The Pod does not say the batch's ``chunkSize``; it is its number of inputs,
-    except in the last unit, which may hold fewer. The smallest such size that
-    divides ``first`` gives the same unit and covers all its inputs (the rest are
-    past the batch's end).
-    """
-    size = max(1, inputs)
-    while first % size:
-        size += 1
-    return size
-
-
-def recorded_pods(pods: list[V1Pod], attempts: list[dict[str, Any]]) -> list[V1Pod]:
-    """The Pods among ``pods`` that the operator recorded for ``attempts``: by name, and by
-    UID where it recorded one.
-
-    Anyone who may create Pods in the namespace can give a Pod a job's labels;
-    the operator ignores such a Pod (`kinetic_operator.logic.seal`), and so do the
-    handles: its log is not the job's, and a debugger must not attach to it.
-    """
-    recorded: dict[str, str | None] = {}
-    for attempt in attempts:
-        for rec in [attempt, *(attempt.get("members") or [])]:
-            if rec.get("pod"):
-                recorded[str(rec["pod"])] = rec.get("podUID")
-    kept = []
-    for pod in pods:
-        name = pod.metadata.name
-        if name in recorded and recorded[name] in (None, pod.metadata.uid):
-            kept.append(pod)
-    return kept
-
-
-def sort_by_attempt(pods: list[V1Pod]) -> list[V1Pod]:
-    """Pods ordered by their attempt label (then age): the newest attempt last."""
-    return sorted(
-        pods,
-        key=lambda p: (
-            int((p.metadata.labels or {}).get(names.LABEL_ATTEMPT, 0)),
-            p.metadata.creation_timestamp or datetime.min.replace(tzinfo=UTC),
-        ),
-    )
-
-
-def label_int(pod: V1Pod, label: str) -> int:
-    """An integer label of ``pod`` (attempt, rank), 0 when absent or not a number."""
-    value = (pod.metadata.labels or {}).get(label, "0")
-    return int(value) if value.isdigit() else 0
-
-
-def pod_of_rank(pods: list[V1Pod], rank: int) -> V1Pod | None:
-    """Rank ``rank``'s Pod of the newest attempt among ``pods`` (`sort_by_attempt` order).
-
-    A single-host Pod has no rank label and is rank 0. None while that rank's
-    Pod does not exist (yet: without cluster DNS rank 0 is created first).
-    """
-    if not pods:
-        return None
-    newest = label_int(pods[-1], names.LABEL_ATTEMPT)
-    ranked = [
-        p
-        for p in pods
-        if label_int(p, names.LABEL_ATTEMPT) == newest and label_int(p, names.LABEL_RANK) == rank
-    ]
-    return ranked[-1] if ranked else None
-
-
-def hosts_of(spec: dict[str, Any], attempt: dict[str, Any] | None) -> int:
-    """Pods per attempt of a job with this spec: what it asks (``hosts``, else its
-    accelerator's host count in the built-in catalog), or more when ``attempt`` recorded
-    more members (an accelerator only the cluster's own catalog knows counts as 1 here)."""
-    asked = gang.effective_hosts(
-        spec.get("hosts"), catalog.default_catalog(), spec.get("accelerator")
-    )
-    return max(asked, recorded_hosts(attempt))
-
-
-def recorded_hosts(attempt: dict[str, Any] | None) -> int:
-    """Hosts of a recorded attempt: one past its highest member rank, 1 with no members."""
-    members = (attempt or {}).get("members") or []
-    return max((int(m.get("rank", 0)) + 1 for m in members), default=1)
-
-
-def member_pod(attempt: dict[str, Any], rank: int, hosts: int) -> str:
-    """The Pod that ran rank ``rank`` of a recorded attempt (its log is archived under that
-    name): the member's own record, else the gang's naming rule over ``hosts``."""
-    for member in attempt.get("members") or []:
-        if member.get("rank") == rank and member.get("pod"):
-            return str(member["pod"])
-    return gang.member_pod_names(str(attempt["pod"]), max(hosts, rank + 1))[rank]
-
-
-def rank_problem(job_id: str, rank: object, hosts: int) -> str | None:
-    """Why job ``job_id`` (on ``hosts`` hosts) has no log of rank ``rank``, or None."""
-    if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < hosts:
-        return None
-    if hosts == 1:
-        return (
-            f"rank={rank!r}: job {job_id} runs on 1 host, so its only rank is 0: "
-            "leave rank out (or pass 0)"
-        )
-    return (
-        f"rank={rank!r}: job {job_id} runs on {hosts} hosts, ranks 0 to {hosts - 1}: "
-        f"pass a rank in that range (0, the coordinator, is the default)"
-    )
-
-
-def last_lines(text: str, n: int | None) -> str:
-    """The last `n` lines of `text` (all of it for None), line endings kept."""
-    if n is None:
-        return text
-    if n <= 0:
-        return ""
-    return "".join(text.splitlines(keepends=True)[-n:])
-
-
-def last_uid(root: str, namespace: str, kind: layout.Kind, name: str) -> str | None:
-    """The UID of the last object of this name that recorded itself (read once it is gone).
-
-    Only to find its records: it vouches for nothing (anyone who can write
-    storage can write it), so what is found through it is read, never trusted.
-    """
-    uri = layout.current_uri(root, namespace, kind, name)
-    try:
-        record = layout.CurrentRecord.from_bytes(storage.read_at_most(uri, MAX_POINTER_BYTES))
-    except (storage.NotFound, ValueError):
-        return None
-    return record.uid if record is not None else None
-
-
-def notify(callback: Callable[[JobStatus], None] | None, status: JobStatus) -> None:
-    """Tell the user's `on_status_change` callback; what it raises is logged, not raised."""
-    if callback is None:
-        return
-    try:
-        callback(status)
-    except Exception:  # a user's callback must never break result collection
-        log.exception("on_status_change callback raised; ignoring")

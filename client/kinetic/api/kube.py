@@ -18,7 +18,8 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing
 from functools import lru_cache
 from typing import Any
 
@@ -323,20 +324,8 @@ class KubeClient:
                 if remaining is not None and remaining <= 0:
                     said = self._timed_out(plural, namespace, name, timeout or 0, obj)
                     raise TimeoutError(said)
-                w = watch.Watch()
-                try:
-                    for event in w.stream(
-                        self.custom.list_namespaced_custom_object,
-                        r.GROUP,
-                        r.VERSION,
-                        namespace,
-                        plural,
-                        field_selector=f"metadata.name={name}",
-                        resource_version=version,
-                        timeout_seconds=int(min(remaining or 60, 60)) or 1,
-                        allow_watch_bookmarks=True,
-                    ):
-                        kind, body = event["type"], event["object"]
+                with closing(self._events(plural, namespace, name, version, remaining)) as events:
+                    for kind, body in events:
                         version = body["metadata"]["resourceVersion"]
                         if kind == "DELETED":
                             yield None
@@ -346,12 +335,32 @@ class KubeClient:
                             yield body
                         if deadline is not None and time.monotonic() >= deadline:
                             break
-                except ApiException as e:
-                    if e.status == 410:  # our resourceVersion is too old: list again
-                        break
-                    raise
-                finally:
-                    w.stop()
+
+    def _events(
+        self, plural: str, namespace: str, name: str, version: str, remaining: float | None
+    ) -> Generator[tuple[str, dict], None, None]:
+        """One watch of the object from ``version``: each event's type and object, for at
+        most a minute (or ``remaining`` seconds); it ends early, without error, when the
+        API server says ``version`` is too old (410), for the caller to watch again."""
+        w = watch.Watch()
+        try:
+            for event in w.stream(
+                self.custom.list_namespaced_custom_object,
+                r.GROUP,
+                r.VERSION,
+                namespace,
+                plural,
+                field_selector=f"metadata.name={name}",
+                resource_version=version,
+                timeout_seconds=int(min(remaining or 60, 60)) or 1,
+                allow_watch_bookmarks=True,
+            ):
+                yield event["type"], event["object"]
+        except ApiException as e:
+            if e.status != 410:  # 410: our resourceVersion is too old: list again
+                raise
+        finally:
+            w.stop()
 
     def _timed_out(self, plural: str, namespace: str, name: str, timeout: float, obj: dict) -> str:
         """What a timed-out wait says: a batch's waiting Pods are read now, once, for their

@@ -129,3 +129,12 @@ class LogFollower:
 def _is_rank_0(pod: V1Pod) -> bool:
     """A single-host attempt's Pod (no rank label), or a gang's rank 0."""
     return (pod.metadata.labels or {}).get(names.LABEL_RANK, "0") == "0"
+
+
+def last_lines(text: str, n: int | None) -> str:
+    """The last `n` lines of `text` (all of it for None), line endings kept."""
+    if n is None:
+        return text
+    if n <= 0:
+        return ""
+    return "".join(text.splitlines(keepends=True)[-n:])

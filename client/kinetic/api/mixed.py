@@ -42,11 +42,11 @@ from kinetic.api import accelerators, reference
 from kinetic.api.batches import (
     BatchHandle,
     Submittable,
-    check_hosts,
     create_batch,
     new_group_id,
 )
 from kinetic.api.config import ClientConfig, resolve
+from kinetic.api.hosts import check_hosts
 from kinetic.model import layout, limits, payload
 from kinetic.model import resources as r
 

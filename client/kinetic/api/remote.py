@@ -17,14 +17,15 @@ from typing import Any
 from kinetic import storage
 from kinetic.api import accelerators, reference
 from kinetic.api import project as projects  # `project` is also the reference's argument
-from kinetic.api.batches import AUTO, BatchHandle, check_hosts, submit_map
+from kinetic.api.batches import AUTO, BatchHandle, submit_map
 from kinetic.api.config import ClientConfig, resolve
+from kinetic.api.data import Data, call_data, check_volumes
+from kinetic.api.hosts import check_hosts
 from kinetic.api.jobs import JobHandle, new_job_id, submit_job
 from kinetic.api.mixed import Call
 from kinetic.api.staging import Stager
 from kinetic.model import catalog, layout, limits, payload
 from kinetic.model import resources as r
-from kinetic.model.data import Data, call_data, check_volumes
 from kinetic.model.resources import ChunkSize
 
 

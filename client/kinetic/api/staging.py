@@ -24,14 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from kinetic import storage
 from kinetic.api import fuse
+from kinetic.api.data import Data, content_hash_of
 from kinetic.model import layout
 from kinetic.model.data import (
     FUSE_ARGUMENTS_ROOT,
-    Data,
     DataError,
     DataRef,
     LocalFile,
-    content_hash_of,
     fuse_source,
     manifest_bytes,
     read_data_manifest,
@@ -135,7 +134,7 @@ class Stager:
         """Refuse, before anything is uploaded, fuse data this cluster cannot mount.
 
         ``arguments`` are the call's (or the batch inputs') `Data`, each with
-        where it is (`kinetic.model.data.call_data`, `inputs_data`). Raises
+        where it is (`kinetic.api.data.call_data`, `inputs_data`). Raises
         `kinetic.api.fuse.FuseUnavailable`.
         """
         if not any(d.fuse for d in (*volumes.values(), *(d for _w, d in arguments))):

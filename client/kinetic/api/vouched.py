@@ -105,26 +105,41 @@ class VouchedManifest:
             status = self.status()
             anchor = Anchor.of(status)
             if not anchor.vouches:
-                total = (status or {}).get("total")
-                known = newest_header(self.home, total) if anchor.uri or status is None else None
-                return known
+                return self._newest_header(anchor, status)
             assert anchor.uri is not None and anchor.sha256 is not None
             if self._header is not None and self._header[0] == anchor.sha256:
                 return self._header[1]
-            if self.home.header_slot(anchor.uri) is None:
-                raise digest.ResultMismatch(
-                    anchor.uri, anchor.sha256, "(not this batch's manifest)", what="manifest header"
-                )
-            total = int((status or {}).get("total") or 0)
-            data = _read(anchor.uri, header_max_bytes(total))
+            data = self._header_bytes(anchor.uri, anchor.sha256, status)
             if data is not None and digest.sha256(data) == anchor.sha256:
-                header = decode_header(data)
-                if header is not None:
-                    self._header = (anchor.sha256, header)
-                return header
+                return self._keep_header(anchor.sha256, data)
             if not self._moved_on(anchor, recheck):
                 _forged(anchor.uri, anchor.sha256, data, "manifest header")
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _newest_header(
+        self, anchor: Anchor, status: dict[str, Any] | None
+    ) -> ManifestHeader | None:
+        """Once nothing vouches: the newest header stored, unchecked (None before the first
+        manifest write, when the status names no header and still exists)."""
+        total = (status or {}).get("total")
+        return newest_header(self.home, total) if anchor.uri or status is None else None
+
+    def _header_bytes(self, uri: str, sha256: str, status: dict[str, Any] | None) -> bytes | None:
+        """The bytes stored at the vouched-for header's URI (None: not there), read no further
+        than a header of the batch's size can be; a URI outside this batch's manifest is refused."""
+        if self.home.header_slot(uri) is None:
+            raise digest.ResultMismatch(
+                uri, sha256, "(not this batch's manifest)", what="manifest header"
+            )
+        total = int((status or {}).get("total") or 0)
+        return _read(uri, header_max_bytes(total))
+
+    def _keep_header(self, sha256: str, data: bytes) -> ManifestHeader | None:
+        """The header these checked bytes hold, kept for the next read under the same hash."""
+        header = decode_header(data)
+        if header is not None:
+            self._header = (sha256, header)
+        return header
 
     def shard(self, shard: int) -> ManifestShard | None:
         """Shard ``shard`` as the vouched-for header lists it (None: not written yet)."""

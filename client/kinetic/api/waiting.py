@@ -14,17 +14,21 @@ Pure, apart from `pod_wait`, which only reads a Pod object already fetched.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kinetic.model import names
 from kinetic.model import resources as r
+from kinetic.model.job_status import JobStatus
 
 if TYPE_CHECKING:
-    from kubernetes.client import V1Pod
+    from kubernetes.client import V1Pod, V1PodStatus
 
-__all__ = ["PodWait", "kind_of", "pod_wait", "timed_out"]
+__all__ = ["PodWait", "kind_of", "notify", "pod_wait", "timed_out"]
+
+log = logging.getLogger("kinetic")
 
 _KINDS = {r.JOB_PLURAL: r.JOB_KIND, r.BATCH_PLURAL: r.BATCH_KIND}
 _MAX_REASON = 300  # characters of a scheduler's or kubelet's message kept in the sentence
@@ -58,24 +62,30 @@ def pod_wait(pod: V1Pod) -> PodWait | None:
     status = pod.status
     if status is None or status.phase != "Pending" or pod.metadata.deletion_timestamp:
         return None
-    labels = pod.metadata.labels or {}
-    index = labels.get(names.LABEL_INDEX, "")
-    scheduled = next((c for c in status.conditions or [] if c.type == "PodScheduled"), None)
-    unschedulable = None
-    if scheduled is not None and scheduled.status == "False":
-        unschedulable = scheduled.message or scheduled.reason
-    waiting = None
-    for container in status.container_statuses or []:
-        state = container.state.waiting if container.state else None
-        if state is not None and state.reason and state.reason != "ContainerCreating":
-            waiting = f"{state.reason}: {state.message}" if state.message else state.reason
-            break
+    index = (pod.metadata.labels or {}).get(names.LABEL_INDEX, "")
     return PodWait(
         pod=pod.metadata.name,
         index=int(index) if index.isdigit() else None,
-        unschedulable=unschedulable,
-        waiting=waiting,
+        unschedulable=_unschedulable(status),
+        waiting=_container_waiting(status),
     )
+
+
+def _unschedulable(status: V1PodStatus) -> str | None:
+    """The scheduler's message when it could not place the Pod (PodScheduled=False)."""
+    scheduled = next((c for c in status.conditions or [] if c.type == "PodScheduled"), None)
+    if scheduled is None or scheduled.status != "False":
+        return None
+    return scheduled.message or scheduled.reason
+
+
+def _container_waiting(status: V1PodStatus) -> str | None:
+    """The first container's waiting reason (and message) past plain ContainerCreating."""
+    for container in status.container_statuses or []:
+        state = container.state.waiting if container.state else None
+        if state is not None and state.reason and state.reason != "ContainerCreating":
+            return f"{state.reason}: {state.message}" if state.message else state.reason
+    return None
 
 
 def timed_out(
@@ -109,3 +119,13 @@ def _clip(text: str | None) -> str | None:
         return None
     text = " ".join(text.split())
     return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 1] + "…"
+
+
+def notify(callback: Callable[[JobStatus], None] | None, status: JobStatus) -> None:
+    """Tell the user's `on_status_change` callback; what it raises is logged, not raised."""
+    if callback is None:
+        return
+    try:
+        callback(status)
+    except Exception:  # a user's callback must never break result collection
+        log.exception("on_status_change callback raised; ignoring")

@@ -254,9 +254,16 @@ def gpu_accelerator(
         raise GuideError(f"gpu_type: expected a GPU type such as l4, got {gpu_type!r}", where)
     if gpus == 0:
         return "cpu"
+    return _offered_gpu(gpu_type, 1 if gpus is None else gpus, accelerators, where, field)
+
+
+def _offered_gpu(
+    gpu_type: str, count: int, accelerators: Sequence[str], where: str, field: str
+) -> str:
+    """The accelerator for ``count`` GPUs of ``gpu_type``, when the cluster offers that type
+    in that count; else a GuideError naming ``field`` and what is offered."""
     offers = gpu_offers(accelerators)
     kind = gpu_type.strip().lower().removeprefix("gpu-")
-    count = 1 if gpus is None else gpus
     if kind not in offers:
         near = catalog.close_matches(kind, offers)
         hint = f"did you mean {' or '.join(repr(n) for n in near)}? " if near else ""

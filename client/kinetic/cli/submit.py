@@ -154,10 +154,23 @@ def submit(
     entries = _preflight(contents, on_error, context, policy)
     decision = decide(dry_run, yes, settings, policy)
     planned = to_create(entries, stop_on_error=on_error is False)
+    _stop_unless_going_ahead(decision, len(planned), len(entries))
+
+    def create(doc: Document) -> object:
+        return KubeClient(context).create(doc.plural, doc.namespace, doc.body)
+
+    outcomes = create_all(entries, create, stop_on_error=on_error is False)
+    _print_summary(outcomes)
+    _finish(outcomes, wait, context, timeout)
+
+
+def _stop_unless_going_ahead(decision: Decision, planned: int, total: int) -> None:
+    """End the command here on a dry run (exit 1 when some object was refused), or when the
+    submission wants a confirmation it did not get; else return, to create ``planned``."""
     if decision.dry_run:
-        _say_dry_run(decision, len(planned), len(entries))
-        raise typer.Exit(0 if len(planned) == len(entries) else 1)
-    if planned and decision.ask and not _confirmed(len(planned), decision):
+        _say_dry_run(decision, planned, total)
+        raise typer.Exit(0 if planned == total else 1)
+    if planned and decision.ask and not _confirmed(planned, decision):
         how = "confirm at a terminal" + (
             f" ({policy_source()}: {REQUIRE_CONFIRMATION})"
             if decision.person_required
@@ -165,11 +178,12 @@ def submit(
         )
         raise fail(f"not submitted: {how}", code=1)
 
-    def create(doc: Document) -> object:
-        return KubeClient(context).create(doc.plural, doc.namespace, doc.body)
 
-    outcomes = create_all(entries, create, stop_on_error=on_error is False)
-    _print_summary(outcomes)
+def _finish(
+    outcomes: list[Outcome], wait: bool, context: str | None, timeout: float | None
+) -> None:
+    """Say what was not created, follow what was when asked (--wait), and exit: 0 only when
+    every object was created (and, with --wait, every job succeeded)."""
     created = [o.doc for o in outcomes if o.doc is not None]
     missed = len(outcomes) - len(created)
     if missed:

@@ -193,17 +193,7 @@ def check_document(
     """
     named = where is not None
     where = where or f"document {number}"
-    if not isinstance(doc, dict):
-        raise DocumentError(f"expected a mapping, got {type(doc).__name__}", where)
-    kind = doc.get("kind")
-    if kind not in KINDS:
-        raise DocumentError(
-            f"kind {kind!r} cannot be submitted here; expected KineticJob or KineticBatch", where
-        )
-    if doc.get("apiVersion") != API_VERSION:
-        raise DocumentError(
-            f"apiVersion must be {API_VERSION} (got {doc.get('apiVersion')!r})", where
-        )
+    kind = _kind(doc, where)
     meta = doc.get("metadata") or {}
     name = meta.get("name")
     if not isinstance(name, str) or not name:
@@ -217,7 +207,29 @@ def check_document(
             f"{default_namespace!r}; remove one of them",
             where,
         )
-    spec = doc.get("spec")
+    _check_spec(kind, doc.get("spec"), where)
+    body = {**doc, "metadata": {**meta, "namespace": namespace}}
+    return Document(number, kind, name, namespace, body)
+
+
+def _kind(doc: Any, where: str) -> str:
+    """The document's kind, once it is a mapping of a kind and apiVersion submitted here."""
+    if not isinstance(doc, dict):
+        raise DocumentError(f"expected a mapping, got {type(doc).__name__}", where)
+    kind = doc.get("kind")
+    if kind not in KINDS:
+        raise DocumentError(
+            f"kind {kind!r} cannot be submitted here; expected KineticJob or KineticBatch", where
+        )
+    if doc.get("apiVersion") != API_VERSION:
+        raise DocumentError(
+            f"apiVersion must be {API_VERSION} (got {doc.get('apiVersion')!r})", where
+        )
+    return str(kind)
+
+
+def _check_spec(kind: str, spec: Any, where: str) -> None:
+    """Refuse a spec the operator would: its bounds first, then the schema."""
     problems = (
         limits.check_job_spec(spec)
         if kind == "KineticJob"
@@ -233,5 +245,3 @@ def check_document(
             f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
         raise DocumentError(found, where) from None
-    body = {**doc, "metadata": {**meta, "namespace": namespace}}
-    return Document(number, kind, name, namespace, body)

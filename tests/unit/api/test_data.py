@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 from kinetic import storage
+from kinetic.api.data import Data, check_volumes
 from kinetic.api.staging import Stager, stage
 from kinetic.model import layout, limits
 from kinetic.model.data import (
-    Data,
     DataError,
     DataRef,
-    check_volumes,
     substitute,
     volume_problems,
 )

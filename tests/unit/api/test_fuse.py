@@ -14,16 +14,14 @@ from typing import Any
 import pytest
 from kinetic import storage
 from kinetic.api import fuse
+from kinetic.api.data import Data, call_data, inputs_data
 from kinetic.api.fuse import FuseUnavailable, refusal
 from kinetic.api.staging import Stager
 from kinetic.model import layout, limits
 from kinetic.model.data import (
     FUSE_ARGUMENTS_ROOT,
     GCSFUSE_DRIVER,
-    Data,
     DataRef,
-    call_data,
-    inputs_data,
 )
 from kinetic.model.resources import DataVolume
 

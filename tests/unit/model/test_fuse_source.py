@@ -7,16 +7,14 @@ tested in tests/unit/api/test_fuse.py and tests/unit/operator/test_datavolumes_f
 from __future__ import annotations
 
 import pytest
+from kinetic.api.data import Data, call_data, inputs_data
 from kinetic.model.data import (
     GCSFUSE_DRIVER,
-    Data,
     DataError,
     FuseSource,
-    call_data,
     fuse_driver_missing,
     fuse_problem,
     fuse_source,
-    inputs_data,
     volume_problems,
 )
 from kinetic.model.resources import DataVolume
