@@ -13,7 +13,7 @@ from kinetic.model.resources import KineticBatchSpec
 from kinetic_operator.batch_pods import UnitRefused, build_unit_pod, log_uri
 from kinetic_operator.podspec import RESERVED_ENV
 from kinetic_operator.settings import OperatorSettings
-from test_podspec import assert_restricted, env_of, main_container
+from kinetic_testing.pod_manifests import assert_restricted, env_of, main_container
 
 SHA = "ab" * 32
 ROOT = "gs://kinetic/root"

@@ -11,13 +11,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from gang_pods import T0, at, deleting, failed, member, stamp, succeeded, tombstone
 from kinetic.model.catalog import default_catalog
 from kinetic.model.gang import DEFAULT_SCHEDULING_DEADLINE, Outcome
 from kinetic.model.resources import AttemptRecord, KineticJobSpec
 from kinetic_operator.attempts import pod_end
 from kinetic_operator.gangs import UNSCHEDULABLE, Ranks, hosts_of_spec, ranks_to_create, see
 from kinetic_operator.observed import PodView
+from kinetic_testing.pod_views import T0, at, deleting, failed, member, stamp, succeeded, tombstone
 
 CATALOG = default_catalog()
 
