@@ -35,11 +35,6 @@ TERM_LOG = "/dev/termination-log"
 BUSYBOX = "busybox:1.36"
 
 
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
 def job(kube: Kube, ns: str, name: str, spec: dict[str, Any]) -> None:
     """`kubectl apply` a KineticJob, as a user would."""
     kube.apply(

@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from kinetic import storage
 from kinetic.storage.gcs_http import LeanGcs, MetadataToken
-from test_storage import gcs_bucket, gcs_server  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.integration
 

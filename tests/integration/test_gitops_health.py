@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 from argocd_lua import ArgoHealth
+from kinetic_testing.cluster import apply_batch as apply
+from kinetic_testing.cluster import read_batch as batch
+from kinetic_testing.cluster import sh
+from kinetic_testing.cluster import wait_batch_phase as wait_phase
 from kube_helpers import Kube
-from test_operator_batches import apply, batch, ns, sh, wait_phase  # noqa: F401 - ns: fixture
 
 pytestmark = pytest.mark.integration
 

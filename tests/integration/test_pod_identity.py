@@ -25,11 +25,6 @@ TERM_LOG = "/dev/termination-log"
 TIMEOUT = 180
 
 
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
 def uid_of(kube: Kube, kind: str, ns: str, name: str) -> str:
     got = kube.kubectl("get", kind, name, "-n", ns, "-o", "json")
     return str(json.loads(got.stdout)["metadata"]["uid"])

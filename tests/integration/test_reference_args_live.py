@@ -29,11 +29,6 @@ TIMEOUT = 240
 
 
 @pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
-@pytest.fixture
 def two_contexts(
     ns: str, client_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> str:

@@ -29,9 +29,10 @@ from typing import Any
 import pytest
 import yaml
 from guide_examples import EXAMPLES, PYTORCH, with_projects
+from kinetic_testing.cluster import EFFECT_SECONDS, KINETIC, refused_for, stored, submit
+from kinetic_testing.cluster import batch_json as batch
+from kinetic_testing.cluster import job_json as job
 from kube_helpers import Kube, fresh_namespace, wait_for
-from test_policy_live import EFFECT_SECONDS, batch, job, policy, refused_for  # noqa: F401
-from test_submit import KINETIC, stored, submit
 
 pytestmark = pytest.mark.integration
 

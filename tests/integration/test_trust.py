@@ -30,11 +30,9 @@ from kinetic.api.jobs import JobStatus
 from kinetic.api.kube import KubeClient
 from kinetic.model import digest, layout
 from kinetic.model import resources as r
+from kinetic_testing.cluster import job_json as job
+from kinetic_testing.cluster import kubectl_in, scrape, webhook_off
 from kube_helpers import Kube, fresh_namespace, leader_pod_name, local_up, operator_pod, wait_for
-from test_admission import kubectl_in, webhook_off
-from test_operator_in_cluster import installed  # noqa: F401 - a fixture
-from test_operator_metrics import scrape
-from test_policy_live import job, policy  # noqa: F401 - policy is a fixture
 
 pytestmark = pytest.mark.integration
 
@@ -43,11 +41,6 @@ kinetic_kube = KubeClient()  # the client's own calls, through the current conte
 TIMEOUT = 300
 OPERATOR_NS = "kinetic-system"
 ALLOWED = "busybox"
-
-
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
 
 
 def status_of(kube: Kube, kind: str, ns: str, name: str) -> dict[str, Any]:

@@ -30,9 +30,8 @@ from typing import Any
 
 import pytest
 from kinetic.model.names import LABEL_BATCH, LEADER_LEASE
+from kinetic_testing.cluster import kubectl_in
 from kube_helpers import OPERATOR_NAMESPACE, OPERATOR_SELECTOR, Kube, wait_for
-from test_admission import kubectl_in
-from test_policy_live import policy  # noqa: F401 — the fixture
 
 pytestmark = pytest.mark.integration
 
