@@ -24,7 +24,6 @@ from kubernetes import client
 pytestmark = pytest.mark.integration
 
 API = "kinetic.dev/v1alpha1"
-CONFIG = "kinetic.dev"
 DEEP = 3000  # lists inside lists: past what Python's json decodes (~1,500)
 
 
