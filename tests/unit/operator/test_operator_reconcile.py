@@ -1,12 +1,11 @@
 """The thin API layer of the KineticJob reconcile, against a fake API server; the serializer.
 
-`FakeKube` stands in for the Kubernetes API the way the operator sees it
-(`kinetic_operator.kube.Kube`): objects carry a resourceVersion that every
-write bumps, and a status write made from a stale copy is answered 409
-(`Conflict`), exactly like a merge patch carrying metadata.resourceVersion.
-Pods are plain dicts with whatever status a test gives them; the watch is
-played by `views()`, which summarises them as the operator's index would.
-test_batch_reconcile.py uses the same fake.
+`FakeKube` (kinetic_testing.fake_kube) stands in for the Kubernetes API the
+way the operator sees it: objects carry a resourceVersion that every write
+bumps, and a status write made from a stale copy is answered 409 (`Conflict`),
+exactly like a merge patch carrying metadata.resourceVersion. Pods are plain
+dicts with whatever status a test gives them; the watch is played by
+`views()`, which summarises them as the operator's index would.
 """
 
 from __future__ import annotations
