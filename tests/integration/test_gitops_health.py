@@ -19,7 +19,7 @@ def conditions(obj: dict) -> dict[str, str]:
 
 def test_a_batch_reports_progress_then_health_as_gitops_tools_read_it(
     kube: Kube,
-    ns: str,  # noqa: F811
+    ns: str,
     argo_health: ArgoHealth,
 ) -> None:
     apply(kube, ns, "slow", {"template": sh("sleep 3"), "inputs": {"items": [0, 1]}})

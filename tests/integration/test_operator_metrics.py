@@ -27,7 +27,7 @@ def inputs(samples: dict, what: str) -> float:
     return samples.get((f"kinetic_inputs_{what}_total", (("kind", "KineticBatch"),)), 0.0)
 
 
-def test_metrics_show_the_inputs_a_batch_just_ran(kube: Kube, ns: str) -> None:  # noqa: F811
+def test_metrics_show_the_inputs_a_batch_just_ran(kube: Kube, ns: str) -> None:
     before = scrape(kube)
     apply(
         kube,

@@ -88,7 +88,7 @@ def test_the_server_dry_run_applies_the_policy(
     namespace: str,
     client_env: dict[str, str],
     tmp_path: Path,
-    policy: Callable[[dict[str, str]], None],  # noqa: F811
+    policy: Callable[[dict[str, str]], None],
 ) -> None:
     policy({"maxBatchSize": "2"})
     wait_for(

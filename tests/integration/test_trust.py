@@ -117,7 +117,7 @@ def _big_job(name: str, ns: str) -> str:
 def test_a_large_object_cannot_slip_a_forbidden_image_past_the_webhook(
     kube: Kube,
     namespace: str,
-    policy: Callable[[dict[str, str]], None],  # noqa: F811
+    policy: Callable[[dict[str, str]], None],
 ) -> None:
     policy({"allowedImages": ALLOWED})
     wait_for(
@@ -146,7 +146,7 @@ def test_a_large_object_cannot_slip_a_forbidden_image_past_the_webhook(
 def test_a_forbidden_change_the_webhook_never_saw_fails_the_job_before_it_runs(
     kube: Kube,
     namespace: str,
-    policy: Callable[[dict[str, str]], None],  # noqa: F811
+    policy: Callable[[dict[str, str]], None],
 ) -> None:
     if not kube.is_local:
         pytest.skip("deletes and restores the webhook configuration of the local cluster")
@@ -297,7 +297,7 @@ def test_a_result_swapped_for_a_huge_object_is_refused_without_being_read(ns: st
 def test_a_tampered_accepted_spec_stops_the_batch_after_an_operator_restart(
     kube: Kube,
     ns: str,
-    installed: None,  # noqa: F811
+    installed: None,
 ) -> None:
     term = '"${KINETIC_TERMINATION_LOG:-/dev/termination-log}"'
     body = {

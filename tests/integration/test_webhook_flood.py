@@ -202,7 +202,7 @@ def status_of(kube: Kube, kind: str, namespace: str, name: str) -> dict[str, Any
 def test_a_flood_from_a_pod_restarts_no_replica_and_lets_nothing_past_the_policy(
     kube: Kube,
     namespace: str,
-    policy: Callable[[dict[str, str]], None],  # noqa: F811
+    policy: Callable[[dict[str, str]], None],
 ) -> None:
     host, port = webhook_service(kube)
     batch = over_policy_batch(f"over-{uuid.uuid4().hex[:6]}", namespace)
