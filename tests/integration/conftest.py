@@ -185,8 +185,10 @@ def policy(
     kube: Kube, operator: None, namespace: str
 ) -> Iterator[Callable[[dict[str, str]], None]]:
     """Set the policy for one test; the chart's policy is restored (and in force) afterwards."""
-    saved = read_policy(kube)
+    # Read only once the chart's policy is in force: what is restored afterwards is never
+    # another test's policy caught half-way.
     wait_for(lambda: unrestricted(kube), timeout=EFFECT_SECONDS * 2, what="the chart's policy")
+    saved = read_policy(kube)
     yield lambda data: write_policy(kube, {**saved, **data})
     write_policy(kube, saved)
     wait_for(
