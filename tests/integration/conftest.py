@@ -11,11 +11,15 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from kinetic.model.resources import GROUP, JOB_PLURAL
+from kinetic_dev.operator import DEPLOYMENT, NAMESPACE
+from kinetic_testing.cluster import EFFECT_SECONDS, read_policy, unrestricted, write_policy
+from kinetic_testing.gcs_emulator import start_fake_gcs
 from kube_helpers import REPO, Kube, fresh_namespace, local_env, wait_for
 from kubernetes import client, config
 
@@ -153,3 +157,70 @@ def runs(client_env: dict[str, str]) -> Iterator[str]:
     prefix = storage.join(resolve().storage_root, "test-runs", uuid.uuid4().hex)
     yield prefix
     storage.delete_prefix(prefix + "/")
+
+
+# ----------------------------------------------------------------------- shared by several files
+
+
+@pytest.fixture
+def ns(client_env: dict[str, str], namespace: str) -> str:
+    """A fresh namespace, with the client set up as a user's shell would be."""
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def installed(kube: Kube, operator: None) -> None:
+    """The operator installed by its Helm chart (not run beside the tests)."""
+    got = kube.kubectl("get", "deployment", DEPLOYMENT, "-n", NAMESPACE, check=False)
+    if got.returncode != 0:
+        pytest.fail(
+            "the operator is not installed by the chart in this cluster: "
+            "`make cluster-up` (or `helm install` on kind) installs it",
+            pytrace=False,
+        )
+
+
+@pytest.fixture
+def policy(
+    kube: Kube, operator: None, namespace: str
+) -> Iterator[Callable[[dict[str, str]], None]]:
+    """Set the policy for one test; the chart's policy is restored (and in force) afterwards."""
+    # Read only once the chart's policy is in force: what is restored afterwards is never
+    # another test's policy caught half-way.
+    wait_for(lambda: unrestricted(kube), timeout=EFFECT_SECONDS * 2, what="the chart's policy")
+    saved = read_policy(kube)
+    yield lambda data: write_policy(kube, {**saved, **data})
+    write_policy(kube, saved)
+    wait_for(
+        lambda: unrestricted(kube),
+        timeout=EFFECT_SECONDS * 2,
+        what="the chart's policy to be in force again",
+    )
+
+
+@pytest.fixture(scope="module")
+def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """STORAGE_EMULATOR_HOST of a running fake-gcs-server, set in os.environ for the module."""
+    existing = os.environ.get("STORAGE_EMULATOR_HOST")
+    if existing:
+        yield existing
+        return
+    endpoint, proc = start_fake_gcs(tmp_path_factory.mktemp("fake-gcs") / "server.log")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STORAGE_EMULATOR_HOST", endpoint)
+        try:
+            yield endpoint
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def gcs_bucket(gcs_server: str) -> str:
+    """A fresh bucket on the emulator, as ``gs://<name>``."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage as gcs
+
+    name = f"kinetic-test-{uuid.uuid4().hex[:12]}"
+    gcs.Client(project="kinetic-test", credentials=AnonymousCredentials()).create_bucket(name)
+    return f"gs://{name}"

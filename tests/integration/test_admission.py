@@ -12,35 +12,19 @@ operator lists them all at start.
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from kinetic_testing.cluster import batch_text, kubectl_in, nested_json, webhook_off
 from kube_helpers import OPERATOR_NAMESPACE, Kube, wait_for, wait_operator_ready
 from kubernetes import client
 
 pytestmark = pytest.mark.integration
 
 API = "kinetic.dev/v1alpha1"
-CONFIG = "kinetic.dev"
 DEEP = 3000  # lists inside lists: past what Python's json decodes (~1,500)
-
-
-def nested_json(levels: int) -> str:
-    """A JSON list ``levels`` deep, as text (Python's json cannot encode it either)."""
-    return "[" * levels + "1" + "]" * levels
-
-
-def batch_text(name: str, inputs: str, namespace: str, template: str | None = None) -> str:
-    template = template or '{"container": {"command": ["true"]}}'
-    return (
-        f'{{"apiVersion": "{API}", "kind": "KineticBatch", '
-        f'"metadata": {{"name": "{name}", "namespace": "{namespace}"}}, '
-        f'"spec": {{"template": {template}, "inputs": {inputs}}}}}'
-    )
 
 
 def job_text(name: str, namespace: str, function: str | None = None) -> str:
@@ -123,16 +107,6 @@ def cases(ns: str, root: str) -> dict[str, tuple[str, str]]:
     }
 
 
-def kubectl_in(kube: Kube, text: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["kubectl", "--kubeconfig", kube.kubeconfig, *args, "-f", "-"],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def get(kube: Kube, kind: str, ns: str, name: str) -> dict[str, Any] | None:
     """The object's status ({} before the first write), or None when it is not stored.
 
@@ -163,30 +137,6 @@ def two_namespaces(kube: Kube, operator: None) -> Iterator[tuple[str, str]]:
     yield names[0], names[1]
     for name in names:
         kube.core.delete_namespace(name, propagation_policy="Background")
-
-
-def _denies(kube: Kube, ns: str) -> bool:
-    probe = batch_text("probe", '{"items": [' + nested_json(40) + "]}", ns)
-    return kubectl_in(kube, probe, "create", "--dry-run=server").returncode != 0
-
-
-@contextmanager
-def webhook_off(kube: Kube, two_namespaces: tuple[str, str]) -> Iterator[None]:
-    """The webhook configuration deleted (then restored): objects are stored unjudged."""
-    saved = json.loads(
-        kube.kubectl("get", "validatingwebhookconfiguration", CONFIG, "-o", "json").stdout
-    )
-    meta = saved["metadata"]
-    for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation"):
-        meta.pop(key, None)
-    ns = two_namespaces[0]
-    kube.kubectl("delete", "validatingwebhookconfiguration", CONFIG)
-    try:
-        wait_for(lambda: not _denies(kube, ns), what="the API server to stop calling the webhook")
-        yield
-    finally:
-        kubectl_in(kube, json.dumps(saved), "create")
-        wait_for(lambda: _denies(kube, ns), what="the webhook to judge again")
 
 
 # ----------------------------------------------------------------------- admission

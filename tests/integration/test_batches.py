@@ -41,11 +41,6 @@ kinetic_kube = KubeClient()  # the client's own calls, through the current conte
 TIMEOUT = 240
 
 
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
 def _scratch() -> str:
     """A storage folder both the test and the jobs' processes can reach."""
     return storage.join(resolve().storage_root, "test-counters", uuid.uuid4().hex)

@@ -37,11 +37,6 @@ SETTINGS = ("kinetic-system", "kinetic-operator-settings")  # the chart's operat
 DEFAULT_POD_TTL = 120
 
 
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
 def _pod_ttl(kube: Kube) -> float:
     """The operator's Pod TTL as installed (the chart's settings), else its default."""
     try:

@@ -33,11 +33,6 @@ pytestmark = pytest.mark.integration
 kinetic_kube = KubeClient()  # the client's own calls, through the current context
 
 
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
 def _counter_uri() -> str:
     """A storage object both the test and the job's process can reach."""
     return storage.join(resolve().storage_root, "test-counters", uuid.uuid4().hex)

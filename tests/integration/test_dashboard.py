@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import urllib.error
@@ -27,18 +26,14 @@ from typing import Any
 
 import kinetic
 import pytest
-import yaml
+from kinetic_testing.cluster import KINETIC, service_account_kubeconfig
 from kube_helpers import Kube, wait_for
-from kubernetes import client
 
 pytestmark = pytest.mark.integration
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 TIMEOUT = 180
-KINETIC = str(Path(sys.executable).with_name("kinetic"))
-
-
 # --------------------------------------------------------------------------- the server
 
 
@@ -291,41 +286,6 @@ def test_cancel_from_the_page_sets_the_batchs_cancel_field(
             0.5,
             "the page to show the batch cancelled",
         )
-
-
-def service_account_kubeconfig(kube: Kube, namespace: str, name: str, path: Path) -> Path:
-    """A kubeconfig acting as ServiceAccount ``name`` of ``namespace``, which has no rights."""
-    kube.core.create_namespaced_service_account(
-        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))
-    )
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600)
-    )
-    token = wait_for(
-        lambda: (
-            kube.core.create_namespaced_service_account_token(name, namespace, request).status.token
-        ),
-        30,
-        what=f"a token for {name}",
-    )
-    conf = kube.api.configuration
-    cluster: dict[str, Any] = {"server": conf.host}
-    if conf.ssl_ca_cert:
-        cluster["certificate-authority"] = conf.ssl_ca_cert
-    context = {"cluster": "cluster", "user": name, "namespace": namespace}
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "cluster", "cluster": cluster}],
-                "users": [{"name": name, "user": {"token": token}}],
-                "contexts": [{"name": name, "context": context}],
-                "current-context": name,
-            }
-        )
-    )
-    return path
 
 
 def test_a_namespace_the_user_may_not_read_shows_the_api_servers_refusal(

@@ -38,19 +38,14 @@ from kinetic.api.fuse import FuseUnavailable, driver_present
 from kinetic.model import layout
 from kinetic.model.data import FUSE_ARGUMENTS_ROOT, GCSFUSE_DRIVER
 from kinetic.model.names import LABEL_JOB
+from kinetic_testing.cluster import service_account_kubeconfig
 from kube_helpers import Kube, wait_for
 from kubernetes import client
-from test_doctor_live import service_account_kubeconfig
 
 pytestmark = pytest.mark.integration
 
 API = "kinetic.dev/v1alpha1"
 WEBHOOK_CONFIG = "kinetic.dev"
-
-
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
 
 
 def driver_exists(kube: Kube) -> bool:

@@ -24,11 +24,6 @@ pytestmark = pytest.mark.integration
 TIMEOUT = 180
 
 
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
 def tree(root: Path) -> Path:
     files = {
         "train/a.csv": b"x,y\n1,2\n",

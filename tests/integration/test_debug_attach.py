@@ -21,11 +21,6 @@ from kube_helpers import Kube
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

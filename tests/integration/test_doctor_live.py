@@ -20,19 +20,17 @@ import re
 import shlex
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import pytest
 import yaml
+from kinetic_testing.cluster import KINETIC, service_account_kubeconfig
 from kube_helpers import Kube, leader_pod_name, wait_for, wait_operator_ready
-from kubernetes import client
 
 pytestmark = pytest.mark.integration
 
-KINETIC = str(Path(sys.executable).with_name("kinetic"))
 CHECKS = ["context", "crds", "operator", "leader", "webhook", "storage", "permissions"]
 
 
@@ -130,46 +128,6 @@ def test_an_api_server_that_does_not_answer_fails_first_and_skips_the_rest(
             "detail": "the context check failed",
             "fix": None,
         }
-
-
-def service_account_kubeconfig(kube: Kube, namespace: str, name: str, path: Path) -> Path:
-    """A kubeconfig that acts as ServiceAccount ``name`` (a TokenRequest token: 1.20 makes
-    one as it makes the account's token Secret, and 1.24+ makes no Secret)."""
-    kube.core.create_namespaced_service_account(
-        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name))
-    )
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600)
-    )
-    token = wait_for(
-        lambda: (
-            kube.core.create_namespaced_service_account_token(name, namespace, request).status.token
-        ),
-        30,
-        what=f"a token for {name}",
-    )
-    conf = kube.api.configuration
-    cluster: dict[str, Any] = {"server": conf.host}
-    if conf.ssl_ca_cert:
-        cluster["certificate-authority"] = conf.ssl_ca_cert
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "cluster", "cluster": cluster}],
-                "users": [{"name": name, "user": {"token": token}}],
-                "contexts": [
-                    {
-                        "name": name,
-                        "context": {"cluster": "cluster", "user": name, "namespace": namespace},
-                    }
-                ],
-                "current-context": name,
-            }
-        )
-    )
-    return path
 
 
 def test_an_identity_that_may_not_create_jobs_fails_the_permissions_check(

@@ -35,11 +35,6 @@ TERM_LOG = "/dev/termination-log"
 BUSYBOX = "busybox:1.36"
 
 
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
 def job(kube: Kube, ns: str, name: str, spec: dict[str, Any]) -> None:
     """`kubectl apply` a KineticJob, as a user would."""
     kube.apply(
@@ -344,6 +339,15 @@ def test_rank_one_fails_and_the_whole_gang_stops(
     )
     assert logs.returncode == 0, logs.stderr
     assert "rank 1 of attempt 2 starts" in logs.stdout
+    tail = subprocess.run(
+        [*cli, "--tail", "1", "--rank", "1"],
+        env=client_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert tail.returncode == 0, tail.stderr
+    assert tail.stdout.strip() == logs.stdout.strip().splitlines()[-1]
     # Rank 0 ran until it was stopped with its gang: its log was archived before that.
     uid = json.loads(kube.kubectl("get", "kj", "split", "-n", ns, "-o", "json").stdout)
     home = layout.job_home(resolve().storage_root, ns, "split", uid["metadata"]["uid"])
@@ -357,7 +361,9 @@ def test_rank_one_fails_and_the_whole_gang_stops(
     wrong = subprocess.run(
         [*cli, "--rank", "2"], env=client_env, capture_output=True, text=True, timeout=120
     )
-    assert wrong.returncode != 0 and "2 hosts" in wrong.stdout + wrong.stderr
+    assert wrong.returncode == 1
+    said = " ".join((wrong.stdout + wrong.stderr).split())
+    assert "rank=2: job split runs on 2 hosts, ranks 0 to 1" in said, said
 
 
 def test_member_deleted_mid_run_is_a_disruption_and_the_gang_reruns(kube: Kube, ns: str) -> None:

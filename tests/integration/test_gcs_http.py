@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from kinetic import storage
 from kinetic.storage.gcs_http import LeanGcs, MetadataToken
-from test_storage import gcs_bucket, gcs_server  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +69,7 @@ def metadata() -> Iterator[tuple[str, Seen]]:
 
 
 @pytest.fixture
-def relay(gcs_server: str) -> Iterator[tuple[str, Seen]]:  # noqa: F811
+def relay(gcs_server: str) -> Iterator[tuple[str, Seen]]:
     """A recording relay to the real fake-gcs-server."""
     seen = Seen()
     target = urllib.parse.urlsplit(gcs_server if "://" in gcs_server else f"http://{gcs_server}")
@@ -107,7 +106,7 @@ def relay(gcs_server: str) -> Iterator[tuple[str, Seen]]:  # noqa: F811
 
 
 def test_a_pod_on_gke_sends_the_metadata_servers_token_and_fetches_it_once(
-    gcs_bucket: str,  # noqa: F811
+    gcs_bucket: str,
     metadata: tuple[str, Seen],
     relay: tuple[str, Seen],
 ) -> None:
@@ -127,7 +126,7 @@ def test_a_pod_on_gke_sends_the_metadata_servers_token_and_fetches_it_once(
 
 
 def test_a_token_is_fetched_again_a_minute_before_it_expires(
-    gcs_bucket: str,  # noqa: F811
+    gcs_bucket: str,
     metadata: tuple[str, Seen],
     relay: tuple[str, Seen],
 ) -> None:
@@ -181,7 +180,7 @@ def test_with_a_metadata_server_a_pod_takes_the_lean_client_and_keeps_its_token(
 
 
 def test_a_metadata_server_that_refuses_a_token_names_the_fix(
-    gcs_bucket: str,  # noqa: F811
+    gcs_bucket: str,
     metadata: tuple[str, Seen],
 ) -> None:
     meta_host, meta_seen = metadata

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 from argocd_lua import ArgoHealth
+from kinetic_testing.cluster import apply_batch as apply
+from kinetic_testing.cluster import read_batch as batch
+from kinetic_testing.cluster import sh
+from kinetic_testing.cluster import wait_batch_phase as wait_phase
 from kube_helpers import Kube
-from test_operator_batches import apply, batch, ns, sh, wait_phase  # noqa: F401 - ns: fixture
 
 pytestmark = pytest.mark.integration
 
@@ -16,7 +19,7 @@ def conditions(obj: dict) -> dict[str, str]:
 
 def test_a_batch_reports_progress_then_health_as_gitops_tools_read_it(
     kube: Kube,
-    ns: str,  # noqa: F811
+    ns: str,
     argo_health: ArgoHealth,
 ) -> None:
     apply(kube, ns, "slow", {"template": sh("sleep 3"), "inputs": {"items": [0, 1]}})

@@ -31,11 +31,6 @@ kinetic_kube = KubeClient()  # the client's own calls, through the current conte
 
 
 @pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
-@pytest.fixture
 def other_ns(kube: Kube, client_env: dict[str, str]) -> Iterator[str]:
     """A second tenant's namespace."""
     with fresh_namespace(kube) as name:

@@ -39,11 +39,6 @@ CUSTOM_LONG = f"docker.io/library/{CUSTOM}"
 EXAMPLE = REPO / "examples" / "heterogeneous.yaml"
 
 
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
 def _images(ns: str, group_id: str) -> dict[int, str]:
     """Index -> image of the batch's attempt Pods (first attempt), as the API server has them."""
     pods = kinetic_kube.list_pods(ns, f"{names.LABEL_BATCH}={group_id}")

@@ -9,15 +9,17 @@ one input cancelled on a running batch; Events only for transitions.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
-from typing import Any
 
 import pytest
 from kinetic import storage
 from kinetic.api.inputs import read_manifest, read_shard
 from kinetic.model import layout, names
 from kinetic.model import resources as r
+from kinetic_testing.cluster import apply_batch as apply
+from kinetic_testing.cluster import read_batch as batch
+from kinetic_testing.cluster import sh
+from kinetic_testing.cluster import wait_batch_phase as wait_phase
 from kube_helpers import Kube, local_env, wait_for
 from kubernetes import client
 
@@ -31,32 +33,6 @@ def ns(operator: None, namespace: str, monkeypatch: pytest.MonkeyPatch) -> str:
     for key, value in local_env().items():
         monkeypatch.setenv(key, value)
     return namespace
-
-
-def apply(kube: Kube, ns: str, name: str, spec: dict[str, Any]) -> None:
-    body = {"apiVersion": r.API_VERSION, "kind": r.BATCH_KIND, "metadata": {"name": name}}
-    out = subprocess.run(
-        ["kubectl", "--kubeconfig", kube.kubeconfig, "apply", "-n", ns, "-f", "-"],
-        input=json.dumps({**body, "spec": spec}),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-
-
-def batch(kube: Kube, ns: str, name: str) -> dict[str, Any]:
-    return client.CustomObjectsApi(kube.api).get_namespaced_custom_object(
-        r.GROUP, r.VERSION, ns, r.BATCH_PLURAL, name
-    )
-
-
-def wait_phase(kube: Kube, ns: str, name: str, *phases: str, timeout: float = 180) -> dict:
-    return wait_for(
-        lambda: (s := batch(kube, ns, name).get("status") or {}).get("phase") in phases and s,
-        timeout=timeout,
-        what=f"batch {name} to reach {phases}",
-    )
 
 
 def pods(kube: Kube, ns: str, name: str) -> list[client.V1Pod]:
@@ -74,10 +50,6 @@ def _home(kube: Kube, ns: str, name: str) -> layout.Home:
 def events(kube: Kube, ns: str, name: str) -> list[str]:
     items = kube.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
     return [e.reason for e in items]
-
-
-def sh(script: str) -> dict[str, Any]:
-    return {"container": {"command": ["sh", "-c", script]}}
 
 
 def test_each_input_is_one_pod_and_nothing_else(kube: Kube, ns: str) -> None:

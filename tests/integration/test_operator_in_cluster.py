@@ -34,17 +34,6 @@ SELECTOR = "app.kubernetes.io/name=kinetic"
 IDENTITY = f"system:serviceaccount:{NAMESPACE}:{DEPLOYMENT}"
 
 
-@pytest.fixture(scope="module")
-def installed(kube: Kube, operator: None) -> None:
-    got = kube.kubectl("get", "deployment", DEPLOYMENT, "-n", NAMESPACE, check=False)
-    if got.returncode != 0:
-        pytest.fail(
-            "the operator is not installed by the chart in this cluster: "
-            "`make cluster-up` (or `helm install` on kind) installs it",
-            pytrace=False,
-        )
-
-
 def _pods(kube: Kube) -> list[dict]:
     out = kube.kubectl("get", "pods", "-n", NAMESPACE, "-l", SELECTOR, "-o", "json").stdout
     return [p for p in json.loads(out)["items"] if not p["metadata"].get("deletionTimestamp")]

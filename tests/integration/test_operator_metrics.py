@@ -3,40 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from kinetic_dev.operator import NAMESPACE, POD_SELECTOR
+from kinetic_testing.cluster import apply_batch as apply
+from kinetic_testing.cluster import running_pods, scrape, sh
+from kinetic_testing.cluster import wait_batch_phase as wait_phase
 from kube_helpers import Kube, leader_pod_name, wait_for, wait_operator_ready
-from prometheus_client.parser import text_string_to_metric_families
-from test_operator_batches import apply, ns, sh, wait_phase  # noqa: F401 - ns is a fixture
 
 pytestmark = pytest.mark.integration
-
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def running_pods(kube: Kube) -> list:
-    pods = kube.core.list_namespaced_pod(NAMESPACE, label_selector=POD_SELECTOR).items
-    return [p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
-
-
-def scrape(kube: Kube, pod: object | None = None) -> Samples:
-    """Every sample of an operator replica's /metrics (the leader's unless ``pod`` is
-    given), by name and labels, fetched as Prometheus would through the API server: the
-    Pod's port named ``metrics``, via its proxy."""
-    if pod is None:
-        leader = leader_pod_name(kube)
-        found = [p for p in running_pods(kube) if p.metadata.name == leader]
-        assert len(found) == 1, (leader, [p.metadata.name for p in running_pods(kube)])
-        pod = found[0]
-    ports = {p.name: p.container_port for c in pod.spec.containers for p in c.ports or []}  # type: ignore[attr-defined]
-    name = pod.metadata.name  # type: ignore[attr-defined]
-    path = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}:{ports['metrics']}/proxy/metrics"
-    text = kube.kubectl("get", "--raw", path).stdout
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def test_exactly_one_replica_says_it_leads_and_it_holds_the_lease(kube: Kube) -> None:
@@ -55,7 +27,7 @@ def inputs(samples: dict, what: str) -> float:
     return samples.get((f"kinetic_inputs_{what}_total", (("kind", "KineticBatch"),)), 0.0)
 
 
-def test_metrics_show_the_inputs_a_batch_just_ran(kube: Kube, ns: str) -> None:  # noqa: F811
+def test_metrics_show_the_inputs_a_batch_just_ran(kube: Kube, ns: str) -> None:
     before = scrape(kube)
     apply(
         kube,

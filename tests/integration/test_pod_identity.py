@@ -43,11 +43,6 @@ OPERATOR = "deployment/kinetic-operator"
 SEAL_SECRET = "kinetic-operator-seal"  # the chart's sealSecret
 
 
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
 def uid_of(kube: Kube, kind: str, ns: str, name: str) -> str:
     got = kube.kubectl("get", kind, name, "-n", ns, "-o", "json")
     return str(json.loads(got.stdout)["metadata"]["uid"])

@@ -22,92 +22,27 @@ from typing import Any, cast
 
 import pytest
 from kinetic.model.names import LABEL_JOB
+from kinetic_dev.operator import NAMESPACE as SYSTEM
+from kinetic_testing.cluster import (
+    EFFECT_SECONDS,
+    kubectl_in,
+    refused,
+    refused_for,
+    webhook_off,
+)
+from kinetic_testing.cluster import POLICY_CONFIGMAP as CM
+from kinetic_testing.cluster import batch_json as batch
+from kinetic_testing.cluster import job_json as job
 from kube_helpers import OPERATOR_SELECTOR, Kube, PodWatch, wait_for, wait_operator_ready
-from test_admission import kubectl_in, webhook_off
 
 pytestmark = pytest.mark.integration
 
 API = "kinetic.dev/v1alpha1"
-CM = "kinetic-policy"
-SYSTEM = "kinetic-system"
 SOURCE = f"({CM} in {SYSTEM})"
-EFFECT_SECONDS = 10  # the issue's promise for an edit to hold
 OPERATOR_ACCOUNT = f"system:serviceaccount:{SYSTEM}:kinetic-operator"
 # Every Role of the chart that lets the operator's ServiceAccount get the policy: its own,
 # and the one that lets anyone authenticated (ServiceAccounts too) read it.
 POLICY_READERS = ("kinetic-operator", "kinetic-config-reader")
-
-
-def batch(name: str, ns: str, n: int, **template: object) -> str:
-    spec = {
-        "template": {"container": {"command": ["sh", "-c", "sleep 1"]}, **template},
-        "inputs": {"items": list(range(n))},
-    }
-    return json.dumps(
-        {
-            "apiVersion": API,
-            "kind": "KineticBatch",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": spec,
-        }
-    )
-
-
-def job(name: str, ns: str, **spec: object) -> str:
-    body = {"container": {"command": ["true"]}, **spec}
-    return json.dumps(
-        {
-            "apiVersion": API,
-            "kind": "KineticJob",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": body,
-        }
-    )
-
-
-def refused(kube: Kube, text: str) -> str | None:
-    """The webhook's refusal of a server-side dry run of ``text``, or None if admitted."""
-    out = kubectl_in(kube, text, "create", "--dry-run=server")
-    return out.stderr if out.returncode != 0 else None
-
-
-def refused_for(kube: Kube, text: str, reason: str) -> bool:
-    """Whether the webhook refuses ``text`` for ``reason`` (not for some other policy's)."""
-    return reason in (refused(kube, text) or "")
-
-
-def unrestricted(kube: Kube) -> bool:
-    """Whether the chart's unlimited policy is in force: a probe every test policy refuses
-    (another namespace, a foreign image, 50 inputs, 16 accelerators) is admitted."""
-    probe = batch("probe", "default", 50, accelerator="gpu-a100x16", image="docker.io/probe:1")
-    return refused(kube, probe) is None
-
-
-def read_policy(kube: Kube) -> dict[str, str]:
-    out = kube.kubectl("get", "configmap", CM, "-n", SYSTEM, "-o", "json").stdout
-    return json.loads(out).get("data") or {}
-
-
-def write_policy(kube: Kube, data: dict[str, str]) -> None:
-    """Replace the ConfigMap's data, as `kubectl edit` would."""
-    patch = json.dumps([{"op": "replace", "path": "/data", "value": data}])
-    kube.kubectl("patch", "configmap", CM, "-n", SYSTEM, "--type=json", "-p", patch)
-
-
-@pytest.fixture
-def policy(
-    kube: Kube, operator: None, namespace: str
-) -> Iterator[Callable[[dict[str, str]], None]]:
-    """Set the policy for one test; the chart's policy is restored (and in force) afterwards."""
-    saved = read_policy(kube)
-    wait_for(lambda: unrestricted(kube), timeout=EFFECT_SECONDS * 2, what="the chart's policy")
-    yield lambda data: write_policy(kube, {**saved, **data})
-    write_policy(kube, saved)
-    wait_for(
-        lambda: unrestricted(kube),
-        timeout=EFFECT_SECONDS * 2,
-        what="the chart's policy to be in force again",
-    )
 
 
 def test_an_edit_holds_within_seconds_and_refuses_on_create_and_dry_run(

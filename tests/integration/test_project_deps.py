@@ -41,11 +41,6 @@ def work(x):
 """
 
 
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
 def _user_project(root: Path, requirements: str) -> Callable[..., Any]:
     """A user's project folder; returns its ``work`` function, imported from its file."""
     root.mkdir(parents=True)

@@ -46,11 +46,6 @@ TIMEOUT = 240
 CLI = str(Path(sys.executable).with_name("kinetic"))
 
 
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
 def _scratch() -> str:
     """A storage folder both the test and the jobs' processes can reach."""
     return storage.join(resolve().storage_root, "test-counters", uuid.uuid4().hex)

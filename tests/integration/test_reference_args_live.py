@@ -9,6 +9,7 @@ bounds real deletions; and code inside real Pods builds its own handle
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,6 @@ from kube_helpers import wait_for
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 240
-
-
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
 
 
 @pytest.fixture
@@ -74,6 +70,55 @@ def test_cluster_selects_the_context_for_run_attach_and_list(ns: str, two_contex
     assert same.results(timeout=TIMEOUT) == [2, 4]
     job.cleanup(cleanup_timeout=120)
     assert job.status() is JobStatus.NOT_FOUND
+
+
+def test_run_selects_the_context_at_submission_not_when_decorating(
+    ns: str, two_contexts: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module imported in a Pod decorates too, where the kubeconfig does not exist."""
+    kubeconfig = os.environ["KUBECONFIG"]
+    monkeypatch.setenv("KUBECONFIG", str(Path(kubeconfig).parent / "absent"))
+
+    @kinetic.run(namespace=ns, cluster=two_contexts)
+    def one() -> int:
+        return 1
+
+    monkeypatch.setenv("KUBECONFIG", kubeconfig)
+    job = one.run_async()
+    assert job.context == "gke_proj_europe-west4-a_train"
+    assert job.result(timeout=TIMEOUT) == 1
+
+
+def reference_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    """The reference arguments' warnings, each pointing at the caller's line."""
+    said = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert all(w.filename == __file__ for w in said), [w.filename for w in said]
+    return [str(w.message) for w in said]
+
+
+def test_attach_warns_once_for_the_reference_arguments_it_ignores(ns: str) -> None:
+    """Warned before the handle is looked for (here, for a job and a batch that are not there)."""
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(LookupError):
+        warnings.simplefilter("always")
+        kinetic.attach_batch(
+            "grp-1a2b3c4d", namespace=ns, project="p", poll_interval=10.0, poll_timeout=60
+        )
+    (message,) = reference_warnings(caught)
+    assert message.startswith("kinetic.attach_batch(): project=, poll_interval=, poll_timeout=")
+    assert "poll_interval=10.0: a KineticBatch holds every input" in message
+    assert "batch.wait(timeout=...)" in message
+
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(LookupError):
+        warnings.simplefilter("always")
+        kinetic.attach("job-1", namespace=ns, project="p", zone="z")
+    (message,) = reference_warnings(caught)
+    assert "kinetic.attach(): project=, zone= are accepted" in message
+
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(LookupError) as missing:
+        warnings.simplefilter("always")
+        kinetic.attach("job-1", namespace=ns)
+    assert reference_warnings(caught) == []
+    assert f"No KineticJob 'job-1' in namespace '{ns}'" in str(missing.value)
 
 
 def test_an_unknown_cluster_is_refused_before_anything_is_uploaded(

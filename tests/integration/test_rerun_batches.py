@@ -37,11 +37,6 @@ FLAKY = (
 )
 
 
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
 def apply(kube: Kube, ns: str, name: str, spec: dict[str, Any]) -> None:
     kube.apply(
         ns,

@@ -25,7 +25,7 @@ from kinetic import storage
 from kinetic.model import digest, payload
 from kinetic.model.payload import RemoteError, Result, RunnerError
 from kinetic.runtime.runner import EXIT_OK, EXIT_RUNNER_ERROR, EXIT_USER_ERROR
-from test_storage import gcs_bucket, gcs_server  # noqa: F401  (fixtures)
+from kinetic_testing.payloads import TouchOnUnpickle
 
 # --------------------------------------------------------------------------- harness
 
@@ -151,16 +151,6 @@ def loaded_google_modules() -> list[str]:
 
 def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return {"args": list(args), "kwargs": kwargs}
-
-
-class TouchOnUnpickle:
-    """Unpickling this creates a marker file: proof of whether bytes were unpickled."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return (Path.touch, (self.marker,))
 
 
 # --------------------------------------------------------------------------- success and errors

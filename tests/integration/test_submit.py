@@ -10,20 +10,16 @@ exit status says whether every job succeeded.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from kinetic_testing.cluster import EFFECT_SECONDS, batch_json, refused, stored, submit
 from kube_helpers import Kube, wait_for
-from test_policy_live import EFFECT_SECONDS, policy, refused  # noqa: F401 — the policy fixture
-from test_policy_live import batch as batch_json
 
 pytestmark = pytest.mark.integration
 
 API = "kinetic.dev/v1alpha1"
-KINETIC = str(Path(sys.executable).with_name("kinetic"))
 
 
 def documents(ns: str, fail_index: int | None = None) -> str:
@@ -43,26 +39,6 @@ kind: KineticJob
 metadata: {{name: single, namespace: {ns}}}
 spec: {{accelerator: cpu, container: {{command: ["true"]}}}}
 """
-
-
-def submit(
-    tmp_path: Path, env: dict[str, str], text: str, *args: str, timeout: float = 180
-) -> subprocess.CompletedProcess:
-    path = tmp_path / "batch.yaml"
-    path.write_text(text)
-    return subprocess.run(
-        [KINETIC, "batches", "submit", "-f", str(path), *args],
-        env={**env, "COLUMNS": "200"},
-        stdin=subprocess.DEVNULL,  # no terminal
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def stored(kube: Kube, ns: str) -> list[str]:
-    out = kube.kubectl("get", "kineticbatches,kineticjobs", "-n", ns, "-o", "name").stdout
-    return out.split()
 
 
 def test_dry_run_previews_and_creates_nothing(
@@ -112,7 +88,7 @@ def test_the_server_dry_run_applies_the_policy(
     namespace: str,
     client_env: dict[str, str],
     tmp_path: Path,
-    policy: Callable[[dict[str, str]], None],  # noqa: F811
+    policy: Callable[[dict[str, str]], None],
 ) -> None:
     policy({"maxBatchSize": "2"})
     wait_for(

@@ -29,9 +29,10 @@ from typing import Any
 import pytest
 import yaml
 from guide_examples import EXAMPLES, PYTORCH, with_projects
+from kinetic_testing.cluster import EFFECT_SECONDS, KINETIC, refused_for, stored, submit
+from kinetic_testing.cluster import batch_json as batch
+from kinetic_testing.cluster import job_json as job
 from kube_helpers import Kube, fresh_namespace, wait_for
-from test_policy_live import EFFECT_SECONDS, batch, job, policy, refused_for  # noqa: F401
-from test_submit import KINETIC, stored, submit
 
 pytestmark = pytest.mark.integration
 
@@ -157,7 +158,7 @@ def test_dry_run_default_previews_until_the_command_says_to_submit(
     namespace: str,
     client_env: dict[str, str],
     tmp_path: Path,
-    policy: PolicySetter,  # noqa: F811
+    policy: PolicySetter,
 ) -> None:
     policy({"dryRunDefault": "true"})  # the client reads it at once: no operator involved
     text = job("one", namespace)
@@ -183,7 +184,7 @@ def test_require_confirmation_wants_a_person_at_a_terminal_not_yes(
     namespace: str,
     client_env: dict[str, str],
     tmp_path: Path,
-    policy: PolicySetter,  # noqa: F811
+    policy: PolicySetter,
 ) -> None:
     policy({"requireConfirmation": "true"})
     out = submit(tmp_path, client_env, job("scripted", namespace), "--yes")
@@ -207,7 +208,7 @@ def test_allowed_namespaces_star_admits_a_namespace_not_listed(
     namespace: str,
     client_env: dict[str, str],
     tmp_path: Path,
-    policy: PolicySetter,  # noqa: F811
+    policy: PolicySetter,
 ) -> None:
     # maxBatchSize shows when the edit holds; only "*" can admit this namespace.
     policy({"allowedNamespaces": '["team-x", "*"]', "maxBatchSize": "2"})
@@ -265,7 +266,7 @@ def test_the_guides_examples_submit_as_written(
     namespace: str,
     client_env: dict[str, str],
     tmp_path: Path,
-    policy: PolicySetter,  # noqa: F811
+    policy: PolicySetter,
 ) -> None:
     """The guide's requests as it writes them (no command, gpus without a type, dry_run false,
     confirmed true); only their projects are this test's namespaces. No node has a GPU, so
@@ -341,7 +342,7 @@ def test_max_jobs_per_request_refuses_a_larger_request_whole(
     namespace: str,
     client_env: dict[str, str],
     tmp_path: Path,
-    policy: PolicySetter,  # noqa: F811
+    policy: PolicySetter,
 ) -> None:
     policy({"maxJobsPerRequest": "2"})
     text = request(*(train(n, namespace) for n in ("a", "b", "c")), dry_run=False, confirmed=True)
@@ -363,7 +364,7 @@ def test_without_dry_run_default_set_the_command_previews_first(
     namespace: str,
     client_env: dict[str, str],
     tmp_path: Path,
-    policy: PolicySetter,  # noqa: F811
+    policy: PolicySetter,
 ) -> None:
     """The key left empty is unset: a preview, as the guide's dry_run defaults to one. The
     file's confirmed: true answers the question but does not turn the preview off; its
@@ -388,7 +389,7 @@ def test_a_user_who_may_only_submit_follows_the_policy(
     namespace: str,
     client_env: dict[str, str],
     tmp_path: Path,
-    policy: PolicySetter,  # noqa: F811
+    policy: PolicySetter,
 ) -> None:
     """The chart lets every authenticated user get kinetic-policy (and nothing else there)."""
     env = {**client_env, "KUBECONFIG": str(_submitter(kube, namespace, tmp_path))}

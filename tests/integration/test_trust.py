@@ -30,11 +30,9 @@ from kinetic.api.jobs import JobStatus
 from kinetic.api.kube import KubeClient
 from kinetic.model import digest, layout
 from kinetic.model import resources as r
+from kinetic_testing.cluster import job_json as job
+from kinetic_testing.cluster import kubectl_in, scrape, webhook_off
 from kube_helpers import Kube, fresh_namespace, leader_pod_name, local_up, operator_pod, wait_for
-from test_admission import kubectl_in, webhook_off
-from test_operator_in_cluster import installed  # noqa: F401 - a fixture
-from test_operator_metrics import scrape
-from test_policy_live import job, policy  # noqa: F401 - policy is a fixture
 
 pytestmark = pytest.mark.integration
 
@@ -43,11 +41,6 @@ kinetic_kube = KubeClient()  # the client's own calls, through the current conte
 TIMEOUT = 300
 OPERATOR_NS = "kinetic-system"
 ALLOWED = "busybox"
-
-
-@pytest.fixture
-def ns(client_env: dict[str, str], namespace: str) -> str:
-    return namespace
 
 
 def status_of(kube: Kube, kind: str, ns: str, name: str) -> dict[str, Any]:
@@ -124,7 +117,7 @@ def _big_job(name: str, ns: str) -> str:
 def test_a_large_object_cannot_slip_a_forbidden_image_past_the_webhook(
     kube: Kube,
     namespace: str,
-    policy: Callable[[dict[str, str]], None],  # noqa: F811
+    policy: Callable[[dict[str, str]], None],
 ) -> None:
     policy({"allowedImages": ALLOWED})
     wait_for(
@@ -153,7 +146,7 @@ def test_a_large_object_cannot_slip_a_forbidden_image_past_the_webhook(
 def test_a_forbidden_change_the_webhook_never_saw_fails_the_job_before_it_runs(
     kube: Kube,
     namespace: str,
-    policy: Callable[[dict[str, str]], None],  # noqa: F811
+    policy: Callable[[dict[str, str]], None],
 ) -> None:
     if not kube.is_local:
         pytest.skip("deletes and restores the webhook configuration of the local cluster")
@@ -304,7 +297,7 @@ def test_a_result_swapped_for_a_huge_object_is_refused_without_being_read(ns: st
 def test_a_tampered_accepted_spec_stops_the_batch_after_an_operator_restart(
     kube: Kube,
     ns: str,
-    installed: None,  # noqa: F811
+    installed: None,
 ) -> None:
     term = '"${KINETIC_TERMINATION_LOG:-/dev/termination-log}"'
     body = {

@@ -30,9 +30,8 @@ from typing import Any
 
 import pytest
 from kinetic.model.names import LABEL_BATCH, LEADER_LEASE
+from kinetic_testing.cluster import kubectl_in
 from kube_helpers import OPERATOR_NAMESPACE, OPERATOR_SELECTOR, Kube, wait_for
-from test_admission import kubectl_in
-from test_policy_live import policy  # noqa: F401 — the fixture
 
 pytestmark = pytest.mark.integration
 
@@ -203,7 +202,7 @@ def status_of(kube: Kube, kind: str, namespace: str, name: str) -> dict[str, Any
 def test_a_flood_from_a_pod_restarts_no_replica_and_lets_nothing_past_the_policy(
     kube: Kube,
     namespace: str,
-    policy: Callable[[dict[str, str]], None],  # noqa: F811
+    policy: Callable[[dict[str, str]], None],
 ) -> None:
     host, port = webhook_service(kube)
     batch = over_policy_batch(f"over-{uuid.uuid4().hex[:6]}", namespace)

@@ -17,8 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import yaml
 from kinetic.api.config import ConfigError, resolve
+from kinetic_testing.kubeconfigs import kubeconfig
 
 
 def _answering(status: int, reason: str) -> type[BaseHTTPRequestHandler]:
@@ -59,19 +59,7 @@ def api_server(request: pytest.FixtureRequest) -> Iterator[str]:
 
 @pytest.fixture
 def pointed_at(api_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": api_server}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "here", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "here",
-            }
-        )
-    )
+    path = kubeconfig(tmp_path / "kubeconfig", api_server)
     monkeypatch.setenv("KUBECONFIG", str(path))
     for name in (
         "KUBERNETES_SERVICE_HOST",

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from kinetic import storage
-from kinetic.api import fuse
 from kinetic.api.data import Data, call_data, inputs_data
 from kinetic.api.fuse import FuseUnavailable, refusal
 from kinetic.api.staging import Stager
@@ -162,89 +161,3 @@ def test_uploaded_local_fuse_data_is_mounted_from_the_cache(tmp_path: Path) -> N
     assert volume.uri == layout.data_cache_prefix(root, NS, h) and volume.fuse
     assert volume.file_name == "config.json"
     assert volume.manifest_uri == layout.data_manifest_uri(root, NS, h)
-
-
-# --------------------------------------------------------------------------- whole submissions
-
-
-@pytest.fixture
-def refusing_cluster(monkeypatch, tmp_path: Path) -> str:
-    """A file:// root, a cluster without the driver, and no resource may be created.
-
-    (The CSIDriver read itself, present, absent and unreadable, is tested on the
-    local cluster: tests/integration/test_data_fuse.py.)"""
-    from kinetic.api import batches, remote
-    from kinetic.api.config import ClientConfig
-
-    root = f"file://{tmp_path / 'store'}"
-    monkeypatch.setattr(
-        remote, "resolve", lambda **_: ClientConfig(namespace=NS, storage_root=root)
-    )
-    monkeypatch.setattr(fuse, "driver_present", lambda context: False)
-
-    def no_create(*_: Any, **__: Any) -> None:
-        raise AssertionError("nothing may be created")
-
-    monkeypatch.setattr(remote, "submit_job", no_create)
-    monkeypatch.setattr(batches, "create_batch", no_create)
-    # No kubeconfig: any other way to the API server fails loudly (ClusterUnreachable).
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
-    return root
-
-
-def test_run_async_and_run_async_map_refuse_before_uploading_anything(
-    refusing_cluster: str, local: Data
-) -> None:
-    import kinetic
-
-    plain_local = Data(local.path)  # would be uploaded first, were it not refused
-
-    @kinetic.run()
-    def count(path: str, other: str) -> int:
-        return len(path + other)
-
-    with pytest.raises(FuseUnavailable) as refused:
-        count.run_async(plain_local, other=FUSED)
-    assert str(refused.value).startswith(f"argument 'other' {FUSED!r} asks for a GCS FUSE mount")
-    mounted = count.with_options(volumes={"/data": FUSED})
-    with pytest.raises(FuseUnavailable, match=r"^volumes\['/data'\]"):
-        mounted.run_async(plain_local, "x")
-    with pytest.raises(FuseUnavailable, match=r"^volumes\['/data'\]"):  # every input's
-        mounted.run_async_map([{"path": plain_local}], input_mode="kwargs")
-    assert objects(refusing_cluster) == []
-
-
-class Created(Exception):
-    """Raised by the stand-in for `create_batch` with the spec it was given."""
-
-
-def test_a_fuse_input_the_cluster_cannot_mount_fails_its_own_slot(
-    refusing_cluster: str, local: Data, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """As the reference records a packaging error: the input alone, the others submitted."""
-    import kinetic
-    from kinetic.api import batches
-
-    def create_batch(_cfg: Any, _group: str, spec: Any) -> None:
-        raise Created(spec)
-
-    monkeypatch.setattr(batches, "create_batch", create_batch)
-
-    @kinetic.run()
-    def count(path: str = "", other: str = "") -> int:
-        return len(path + other)
-
-    with pytest.raises(Created) as created:
-        count.run_async_map([{"path": Data(local.path)}, {"other": FUSED}], input_mode="kwargs")
-    spec = created.value.args[0]
-    [failure] = spec.submission_failures
-    assert failure.index == 1 and failure.error_type == "kinetic.api.fuse.FuseUnavailable"
-    assert failure.message.startswith("kinetic.api.fuse.FuseUnavailable: input 1['other']")
-    assert spec.inputs.count == 2
-    # Input 0's local data was staged (uploaded), and so was its pickled value; input 1's not.
-    uploaded = objects(refusing_cluster)
-    assert any("/data/" in uri for uri in uploaded)
-    assert [u for u in uploaded if u.endswith("/inputs/0.pkl")] and not [
-        u for u in uploaded if u.endswith("/inputs/1.pkl")
-    ]

@@ -17,30 +17,13 @@ from pathlib import Path
 
 import kinetic
 import pytest
-import yaml
 from kinetic.api.batches import BatchHandle
 from kinetic.api.handle import JobHandle
 from kinetic.api.inputs import InputHandle
 from kinetic.api.kube import ClusterUnreachable, KubeClient, kubelet_lost_log
+from kinetic_testing.kubeconfigs import kubeconfig
 
 NS = "team-a"
-
-
-def kubeconfig(path: Path, server: str, context: str = "here") -> Path:
-    """A kubeconfig of one context whose cluster is ``server`` (never contacted here)."""
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": server}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": context, "context": {"cluster": "c", "user": "u"}}],
-                "current-context": context,
-            }
-        )
-    )
-    return path
 
 
 @pytest.fixture

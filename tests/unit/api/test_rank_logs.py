@@ -21,7 +21,6 @@ from kinetic.api.logstream import LogFollower
 from kinetic.cli import jobs as jobs_cli
 from kinetic.model import names
 from kubernetes.client import V1ObjectMeta, V1Pod
-from typer.testing import CliRunner
 
 NS = "team-a"
 
@@ -139,52 +138,6 @@ def test_following_a_gang_prints_rank_0_only() -> None:
 
 
 # --------------------------------------------------------------------------- the CLI
-
-
-class Recorder:
-    """A handle that records what the command asked of it."""
-
-    def __init__(self, refuse: str | None = None) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.refuse = refuse
-
-    def logs(self, **kw: Any) -> str:
-        self.calls.append(("logs", kw))
-        if self.refuse:
-            raise ValueError(self.refuse)
-        return "text\n"
-
-    def tail(self, n: int, **kw: Any) -> str:
-        self.calls.append(("tail", {"n": n, **kw}))
-        return "tail\n"
-
-
-@pytest.mark.parametrize(
-    "args,expected",
-    [
-        ([], ("logs", {"rank": 0})),
-        (["--rank", "2"], ("logs", {"rank": 2})),
-        (["--tail", "5", "--rank", "1"], ("tail", {"n": 5, "rank": 1})),
-        (["-f", "--rank", "3"], ("logs", {"follow": True, "rank": 3})),
-    ],
-)
-def test_the_cli_passes_the_rank(
-    monkeypatch: pytest.MonkeyPatch, args: list[str], expected: tuple[str, dict[str, Any]]
-) -> None:
-    recorder = Recorder()
-    monkeypatch.setattr(jobs_cli, "_handle", lambda *a: recorder)
-    result = CliRunner().invoke(jobs_cli.app, ["logs", "train", *args])
-    assert result.exit_code == 0, result.output
-    assert recorder.calls == [expected]
-
-
-def test_the_cli_says_why_a_rank_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    said = rank_problem("train", 7, 4)
-    assert said is not None
-    monkeypatch.setattr(jobs_cli, "_handle", lambda *a: Recorder(refuse=said))
-    result = CliRunner().invoke(jobs_cli.app, ["logs", "train", "--rank", "7"])
-    assert result.exit_code == 1
-    assert "rank=7: job train runs on 4 hosts, ranks 0 to 3" in " ".join(result.output.split())
 
 
 def test_status_lists_the_newest_gang_attempts_members() -> None:

@@ -9,39 +9,16 @@ handles' `cleanup_timeout` bounds the wait for the deletion.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import kinetic
 import pytest
-import yaml
-from kinetic.api import batches, jobs, reference
+from kinetic.api import reference
 from kinetic.api.config import ConfigError
 from kinetic.api.handle import JobHandle
 from kinetic.api.inputs import InputHandle
-
-
-def kubeconfig(path: Path, *contexts: tuple[str, str], current: str | None = None) -> Path:
-    """A kubeconfig with these (context, cluster) pairs; nothing in it is ever contacted."""
-    clusters = sorted({c for _, c in contexts})
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {"name": c, "cluster": {"server": "https://127.0.0.1:1"}} for c in clusters
-                ],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [
-                    {"name": n, "context": {"cluster": c, "user": "u"}} for n, c in contexts
-                ],
-                "current-context": current or (contexts[0][0] if contexts else ""),
-            }
-        )
-    )
-    return path
+from kinetic_testing.kubeconfigs import kubeconfig_of
 
 
 @pytest.fixture
@@ -49,7 +26,7 @@ def contexts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A kubeconfig outside any Pod: a local context and two GKE-named ones."""
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.delenv("KINETIC_CONTEXT", raising=False)
-    path = kubeconfig(
+    path = kubeconfig_of(
         tmp_path / "config",
         ("kinetic-local", "local"),
         ("gke_proj_us-central1-a_train", "gke_proj_us-central1-a_train"),
@@ -58,25 +35,6 @@ def contexts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     monkeypatch.setenv("KUBECONFIG", str(path))
     return path
-
-
-class Stop(Exception):
-    """Raised by a stand-in for `resolve`, once it has seen what it was asked for."""
-
-
-@pytest.fixture
-def resolved(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    """What `attach`, `attach_batch` and `kinetic.run` ask `resolve` for (then they stop)."""
-    seen: dict[str, Any] = {}
-
-    def fake(namespace: str | None = None, context: str | None = None, **_: Any) -> Any:
-        seen.update(namespace=namespace, context=context)
-        raise Stop
-
-    for module in (jobs, batches):
-        monkeypatch.setattr(module, "resolve", fake)
-    monkeypatch.setattr("kinetic.api.remote.resolve", fake)
-    yield seen
 
 
 def one_warning(caught: list[warnings.WarningMessage]) -> str:
@@ -131,32 +89,6 @@ def test_an_unknown_backend_is_refused_too() -> None:
         kinetic.attach("job-1", backend="tpu")
 
 
-def test_attach_batch_warns_once_for_its_polling_arguments(resolved: dict[str, Any]) -> None:
-    with warnings.catch_warnings(record=True) as caught, pytest.raises(Stop):
-        warnings.simplefilter("always")
-        kinetic.attach_batch("grp-1a2b3c4d", project="p", poll_interval=10.0, poll_timeout=60)
-    message = one_warning(caught)
-    assert message.startswith("kinetic.attach_batch(): project=, poll_interval=, poll_timeout=")
-    assert "poll_interval=10.0: a KineticBatch holds every input" in message
-    assert "batch.wait(timeout=...)" in message
-
-
-def test_attach_warns_for_project_and_zone(resolved: dict[str, Any]) -> None:
-    """(list_jobs's warning is checked on the live cluster: it lists before it returns.)"""
-    with warnings.catch_warnings(record=True) as caught, pytest.raises(Stop):
-        warnings.simplefilter("always")
-        kinetic.attach("job-1", project="p", zone="z")
-    assert "kinetic.attach(): project=, zone= are accepted" in one_warning(caught)
-
-
-def test_no_reference_argument_means_no_warning(resolved: dict[str, Any]) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with pytest.raises(Stop):
-            kinetic.attach("job-1", namespace="team-a")
-    assert resolved == {"namespace": "team-a", "context": None}
-
-
 # --------------------------------------------------------------------------- cluster
 
 
@@ -168,26 +100,10 @@ def test_no_reference_argument_means_no_warning(resolved: dict[str, Any]) -> Non
         ("train", "gke_proj_us-central1-a_train"),  # GKE's name for the reference's cluster
     ],
 )
-def test_cluster_selects_a_kubeconfig_context(
-    contexts: Path, resolved: dict[str, Any], cluster: str, context: str
-) -> None:
-    with pytest.raises(Stop):
-        kinetic.attach("job-1", cluster=cluster)
-    assert resolved["context"] == context
-    with pytest.raises(Stop):
-        kinetic.attach_batch("grp-1a2b3c4d", cluster=cluster)
-    assert resolved["context"] == context
-
-
-def test_run_selects_the_context_at_submission_not_when_decorating(
-    contexts: Path, resolved: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(contexts.parent / "absent"))
-    fn = kinetic.run(cluster="train")(lambda: 1)  # a module imported in a Pod runs this too
-    monkeypatch.setenv("KUBECONFIG", str(contexts))
-    with pytest.raises(Stop):
-        fn.run_async()
-    assert resolved["context"] == "gke_proj_us-central1-a_train"
+def test_cluster_selects_a_kubeconfig_context(contexts: Path, cluster: str, context: str) -> None:
+    """(That attach, attach_batch, run and list_jobs then use it is checked on the live
+    cluster: tests/integration/test_reference_args_live.py.)"""
+    assert reference.context_for("kinetic.attach", cluster, None) == context
 
 
 def test_an_unknown_cluster_is_an_error_listing_the_contexts(contexts: Path) -> None:
@@ -206,7 +122,7 @@ def test_a_cluster_of_several_contexts_asks_for_the_context(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    path = kubeconfig(tmp_path / "config", ("admin@prod", "prod"), ("dev@prod", "prod"))
+    path = kubeconfig_of(tmp_path / "config", ("admin@prod", "prod"), ("dev@prod", "prod"))
     monkeypatch.setenv("KUBECONFIG", str(path))
     with pytest.raises(ConfigError, match=r"\(admin@prod, dev@prod\); pass context= the one"):
         kinetic.list_jobs(cluster="prod")
@@ -239,10 +155,9 @@ def test_cluster_and_another_context_conflict(contexts: Path) -> None:
     assert "pass only one of them" in str(refused.value)
 
 
-def test_cluster_and_the_same_context_agree(contexts: Path, resolved: dict[str, Any]) -> None:
-    with pytest.raises(Stop):
-        kinetic.attach("job-1", cluster="train", context="gke_proj_us-central1-a_train")
-    assert resolved["context"] == "gke_proj_us-central1-a_train"
+def test_cluster_and_the_same_context_agree(contexts: Path) -> None:
+    chosen = reference.context_for("kinetic.attach", "train", "gke_proj_us-central1-a_train")
+    assert chosen == "gke_proj_us-central1-a_train"
 
 
 # --------------------------------------------------------------------------- handles

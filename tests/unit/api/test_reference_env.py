@@ -4,7 +4,7 @@
 ``KINETIC_PROJECT``, ``KINETIC_ZONE`` and ``KINETIC_BASE_IMAGE_REPO`` cannot
 matter and are warned about once per process. Every variable the client reads
 is in the README's table. Nothing here reaches an API server: the kubeconfig
-points nowhere, and `resolve` is stopped once it has seen what it was asked.
+points nowhere, and which context is chosen is asked of `context_for` itself.
 """
 
 from __future__ import annotations
@@ -13,14 +13,12 @@ import ast
 import importlib
 import re
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import kinetic
 import pytest
 import yaml
-from kinetic.api import batches, jobs, reference
+from kinetic.api import reference
 from kinetic.api.config import ConfigError, default_namespace
 from kinetic.api.reference import IgnoredSetting
 from kinetic.cli.main import app
@@ -59,46 +57,24 @@ def contexts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-class Stop(Exception):
-    pass
-
-
-@pytest.fixture
-def resolved(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    seen: dict[str, Any] = {}
-
-    def fake(namespace: str | None = None, context: str | None = None, **_: Any) -> Any:
-        seen.update(namespace=namespace, context=context)
-        raise Stop
-
-    monkeypatch.setattr(jobs, "resolve", fake)
-    monkeypatch.setattr(batches, "resolve", fake)
-    yield seen
-
-
 def test_kinetic_cluster_selects_the_context_as_cluster_does(
-    contexts: Path, resolved: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    contexts: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """(That attach, run and list_jobs then use it is checked on the live cluster:
+    tests/integration/test_reference_args_live.py.)"""
     monkeypatch.setenv("KINETIC_CLUSTER", "train")
-    with pytest.raises(Stop):
-        kinetic.attach("job-1")
-    assert resolved["context"] == "gke_proj_us-central1-a_train"
-    with pytest.raises(Stop):
-        kinetic.attach_batch("grp-1a2b3c4d", cluster="local")  # the argument wins
-    assert resolved["context"] == "kinetic-local"
-    with pytest.raises(Stop):
-        kinetic.attach("job-1", context="kinetic-local")  # and so does a context
-    assert resolved["context"] == "kinetic-local"
+    assert reference.context_for("kinetic.attach", None, None) == "gke_proj_us-central1-a_train"
+    # the argument wins, and so does a context
+    assert reference.context_for("kinetic.attach_batch", "local", None) == "kinetic-local"
+    assert reference.context_for("kinetic.attach", None, "kinetic-local") == "kinetic-local"
 
 
 def test_kinetic_cluster_and_kinetic_context_must_agree(
-    contexts: Path, resolved: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    contexts: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KINETIC_CLUSTER", "train")
     monkeypatch.setenv("KINETIC_CONTEXT", "gke_proj_us-central1-a_train")
-    with pytest.raises(Stop):
-        kinetic.attach("job-1")
-    assert resolved["context"] == "gke_proj_us-central1-a_train"
+    assert reference.context_for("kinetic.attach", None, None) == "gke_proj_us-central1-a_train"
     monkeypatch.setenv("KINETIC_CONTEXT", "kinetic-local")
     with pytest.raises(ConfigError) as refused:
         kinetic.attach("job-1")
@@ -130,30 +106,28 @@ def test_the_cli_reads_kinetic_cluster_too(contexts: Path, monkeypatch: pytest.M
 
 
 def test_kinetic_cluster_in_a_pod_is_ignored_with_a_warning(
-    resolved: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KINETIC_CONTEXT", raising=False)
     monkeypatch.setenv("KINETIC_CLUSTER", "train")
-    with warnings.catch_warnings(record=True) as caught, pytest.raises(Stop):
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        kinetic.attach("job-1")
-    assert resolved["context"] is None
+        assert reference.context_for("kinetic.attach", None, None) is None
     [warning] = [w for w in caught if issubclass(w.category, IgnoredSetting)]
     assert "KINETIC_CLUSTER='train' is ignored in a Pod" in str(warning.message)
 
 
 def test_the_variables_that_cannot_matter_warn_once_per_process(
-    contexts: Path, resolved: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    contexts: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KINETIC_PROJECT", "my-proj")
     monkeypatch.setenv("KINETIC_BASE_IMAGE_REPO", "me/kinetic")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")  # Python's own: each warning once per place
         for _ in range(3):
-            with pytest.raises(Stop):
-                kinetic.attach("job-1")
+            reference.context_for("kinetic.attach", None, None)
     said = [str(w.message) for w in caught if issubclass(w.category, IgnoredSetting)]
     assert len(said) == 2, said
     assert said[0] == (

@@ -35,7 +35,7 @@ ROWS: dict[str, list[str]] = {
     ],
     "`base_image_repo=`, `project=`, `zone=`": [
         f"{UNIT}/api/test_reference_args.py::test_run_warns_once_naming_each_ignored_argument_and_its_equivalent",
-        f"{UNIT}/api/test_reference_args.py::test_attach_warns_for_project_and_zone",
+        f"{LIVE}/test_reference_args_live.py::test_attach_warns_once_for_the_reference_arguments_it_ignores",
     ],
     "`cluster=` (on `run`, `attach`, `list_jobs`, `attach_batch`)": [
         f"{UNIT}/api/test_reference_args.py::test_cluster_selects_a_kubeconfig_context",
@@ -70,7 +70,7 @@ ROWS: dict[str, list[str]] = {
     "Submission errors of one input (`run_async_map`)": [
         f"{UNIT}/api/test_reference_slots.py::test_every_kind_of_input_failure_keeps_its_own_slot",
         f"{UNIT}/api/test_reference_slots.py::test_a_problem_of_the_whole_call_still_raises_from_it",
-        f"{UNIT}/api/test_fuse.py::test_a_fuse_input_the_cluster_cannot_mount_fails_its_own_slot",
+        f"{LIVE}/test_data_fuse.py::test_run_async_refuses_fuse_data_before_uploading_or_creating_anything",
         f"{LIVE}/test_reference_api.py::test_a_wrong_typed_item_fails_its_own_slot_with_its_own_exception",
     ],
     "`kinetic.Data(path, fuse=, hf_trust_remote_code=)`, `content_hash()`": [
@@ -160,7 +160,7 @@ ROWS: dict[str, list[str]] = {
         f"{LIVE}/test_reference_api.py::test_batch_error_counts_the_cancelled_inputs",
     ],
     "`kinetic.attach_batch(group_id, project, cluster, poll_interval, poll_timeout)`": [
-        f"{UNIT}/api/test_reference_args.py::test_attach_batch_warns_once_for_its_polling_arguments",
+        f"{LIVE}/test_reference_args_live.py::test_attach_warns_once_for_the_reference_arguments_it_ignores",
     ],
     "`kinetic.job_status.JobStatus`, `kinetic.jobs`, `kinetic.debug`": [
         f"{UNIT}/api/test_reference_signatures.py::test_the_reference_module_paths_import_with_their_names",

@@ -233,8 +233,9 @@ def test_what_the_operator_writes_the_client_reads_through_restarts(tmp_path) ->
     hash, and never a mismatch."""
     from kinetic_operator.manifest import Debouncer
     from kinetic_operator.settings import OperatorSettings
-    from test_batch_reconcile import GRP, Batch
-    from test_operator_reconcile import FakeKube
+    from kinetic_testing.bodies import GRP
+    from kinetic_testing.fake_kube import FakeKube
+    from kinetic_testing.reconcilers import Batch
 
     settings = OperatorSettings(
         storage_root=f"file://{tmp_path}/store", default_image="img:1", status_interval=0

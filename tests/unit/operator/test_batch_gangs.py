@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from gang_pods import T0, member
 from kinetic.model.gang import DEFAULT_SCHEDULING_DEADLINE
 from kinetic.model.names import fmt_time
 from kinetic.model.resources import AttemptRecord, KineticBatchSpec, KineticBatchStatus
@@ -27,6 +26,7 @@ from kinetic_operator.logic.batch_logic import (
     settled_units,
 )
 from kinetic_operator.logic.observed import PodView
+from kinetic_testing.pod_views import T0, member
 
 
 def gang_batch(n: int = 3, **extra: Any) -> KineticBatchSpec:

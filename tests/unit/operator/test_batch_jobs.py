@@ -333,7 +333,8 @@ def test_the_jobs_of_an_existing_batch_cannot_change() -> None:
 
 def test_a_stored_spec_with_both_forms_fails_with_the_sentence(tmp_path) -> None:
     """Stored while neither the schema nor the webhook judged it: FAILED, InvalidSpec."""
-    from test_batch_reconcile import Batch, FakeKube
+    from kinetic_testing.fake_kube import FakeKube
+    from kinetic_testing.reconcilers import Batch
 
     settings = SETTINGS.model_copy(update={"storage_root": f"file://{tmp_path}/store"})
     kube = FakeKube()

@@ -14,7 +14,7 @@ from kinetic_operator.logic.batch_pods import build_unit_pod, log_uri
 from kinetic_operator.logic.errors import UnitRefused
 from kinetic_operator.logic.podspec import RESERVED_ENV
 from kinetic_operator.settings import OperatorSettings
-from test_podspec import assert_restricted, env_of, main_container
+from kinetic_testing.pod_manifests import assert_restricted, env_of, main_container
 
 SHA = "ab" * 32
 ROOT = "gs://kinetic/root"

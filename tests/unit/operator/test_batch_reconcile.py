@@ -11,123 +11,26 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Any
+from datetime import timedelta
 
 import pytest
 from kinetic import storage
-from kinetic.model import digest, layout
-from kinetic.model.manifest import ManifestHeader, decode_shard
-from kinetic.model.names import input_pod_name
+from kinetic.model import digest
 from kinetic.model.resources import BATCH_PLURAL
 from kinetic_operator.handlers import batches
-from kinetic_operator.handlers.batches import BatchMemory, observe_units, reconcile_batch_sync
+from kinetic_operator.handlers.batches import BatchMemory, reconcile_batch_sync
 from kinetic_operator.kube import Conflict
 from kinetic_operator.logic import batch_logic
-from kinetic_operator.logic.observed import PodView
-from kinetic_operator.manifest import Debouncer, read_header
+from kinetic_operator.manifest import Debouncer
 from kinetic_operator.settings import OperatorSettings
-from test_operator_reconcile import NOW, FakeKube, reap_due
-
-GRP = "grp-0a1b2c3d"
-SHA = "a" * 64
-
-
-def container_batch(n: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "template": {"container": {"command": ["echo"]}},
-        "inputs": {"items": list(range(n))},
-        **extra,
-    }
-
-
-def body(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "kinetic.dev/v1alpha1",
-        "kind": "KineticBatch",
-        "metadata": {
-            "name": GRP,
-            "namespace": "ns",
-            "uid": "b-uid",
-            "generation": 1,
-            "creationTimestamp": "2026-01-01T00:00:00Z",
-            **meta,
-        },
-        "spec": spec,
-    }
+from kinetic_testing.bodies import GRP, SHA, container_batch, pod_name
+from kinetic_testing.fake_kube import NOW, FakeKube, reap_due
+from kinetic_testing.reconcilers import Batch
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> OperatorSettings:
-    return OperatorSettings(
-        storage_root=f"file://{tmp_path}/store",
-        default_image="img:1",
-        pod_ttl_seconds=120,
-        status_interval=0,
-    )
-
-
-class Batch:
-    """A KineticBatch on the fake API, and the operator's memory of it across reconciles."""
-
-    def __init__(self, kube: FakeKube, settings: OperatorSettings, spec: dict[str, Any], **meta):
-        self.kube, self.settings, self.mem = kube, settings, BatchMemory()
-        self.root = settings.storage_root or ""
-        self.home = layout.batch_home(self.root or "file:///none", "ns", GRP, "b-uid")
-        kube.put(BATCH_PLURAL, body(spec, **meta))
-        self.seen: dict[str, PodView] = {}
-
-    def deliver(self) -> None:
-        """The watch: the Pod event handler's bookkeeping for every change since last time."""
-        now = {v.name: v for v in self.kube.views()}
-        for view in now.values():
-            if self.mem.pods.creating.get(view.index) == view.attempt:  # type: ignore[arg-type]
-                del self.mem.pods.creating[view.index]  # type: ignore[arg-type]
-        for name, view in self.seen.items():
-            if name not in now:
-                tomb = PodView(**{**view.__dict__, "gone": True})
-                self.mem.pods.gone.setdefault(view.index, {})[view.attempt] = tomb  # type: ignore[arg-type]
-        self.seen = now
-
-    def reconcile(self, now: datetime = NOW, *, deliver: bool = True) -> float | None:
-        if deliver:
-            self.deliver()
-        units = observe_units(self.kube.views(), self.mem)
-        return reconcile_batch_sync(self.kube, self.settings, self.mem, "ns", GRP, units, now)
-
-    def restart(self) -> None:
-        self.mem = BatchMemory()
-        self.seen = {v.name: v for v in self.kube.views()}
-
-    @property
-    def status(self) -> dict[str, Any]:
-        return self.kube.status_of(BATCH_PLURAL, GRP)
-
-    def header(self) -> ManifestHeader | None:
-        """The manifest header written last (of its two slots, the newer), or None."""
-        found = [h for h in (read_header(self.home, slot) for slot in (0, 1)) if h is not None]
-        return max(found, key=lambda h: h.revision) if found else None
-
-    def shard(self, n: int = 0) -> dict[int, Any]:
-        """Shard ``n`` as last written ({} when not written yet)."""
-        header = self.header()
-        ref = header.shard_ref(n) if header is not None else None
-        if ref is None:
-            return {}
-        found = decode_shard(storage.read_bytes(self.home.manifest_shard_uri(n, ref.slot)))
-        assert found is not None
-        return {int(k): v for k, v in found.inputs.items()}
-
-    def created(self) -> list[str]:
-        return [name for call, name in self.kube.calls if call == "create"]
-
-    def events(self) -> list[str]:
-        return [reason for _, reason, _ in self.kube.events]
-
-
-def pod_name(index: int, attempt: int = 1) -> str:
-    return input_pod_name(GRP, index, attempt)
+def settings(batch_settings: OperatorSettings) -> OperatorSettings:
+    return batch_settings
 
 
 # ----------------------------------------------------------------------- launching

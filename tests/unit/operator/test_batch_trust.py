@@ -12,6 +12,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kinetic import storage
 from kinetic.model import digest
 from kinetic.model.resources import BATCH_PLURAL, KineticBatchSpec
@@ -19,13 +20,21 @@ from kinetic_operator.accepted import judge_stored
 from kinetic_operator.handlers import batches
 from kinetic_operator.logic import batch_logic
 from kinetic_operator.logic.policy import Policy
-from test_batch_reconcile import GRP, Batch, container_batch, pod_name, settings  # noqa: F401
-from test_operator_reconcile import FakeKube
+from kinetic_operator.settings import OperatorSettings
+from kinetic_testing.bodies import GRP, container_batch, pod_name
+from kinetic_testing.fake_kube import FakeKube
+from kinetic_testing.reconcilers import Batch
+
+
+@pytest.fixture
+def settings(batch_settings: OperatorSettings) -> OperatorSettings:
+    return batch_settings
+
 
 BUSYBOX = {"template": {"container": {"command": ["echo"]}, "image": "busybox:1.36"}}
 
 
-def running(kube: FakeKube, settings: Any, n: int = 3, **extra: Any) -> Batch:  # noqa: F811
+def running(kube: FakeKube, settings: Any, n: int = 3, **extra: Any) -> Batch:
     batch = Batch(kube, settings, {**container_batch(n, maxConcurrent=1), **BUSYBOX, **extra})
     batch.reconcile()
     batch.deliver()
@@ -38,14 +47,14 @@ def running(kube: FakeKube, settings: Any, n: int = 3, **extra: Any) -> Batch:  
 # --------------------------------------------------------------------------- the accepted spec
 
 
-def test_the_status_vouches_for_the_stored_accepted_spec(settings):  # noqa: F811
+def test_the_status_vouches_for_the_stored_accepted_spec(settings):
     kube = FakeKube()
     batch = running(kube, settings)
     stored = storage.read_bytes(batch.home.accepted_spec_uri)
     assert batch.status["acceptedSpecSHA256"] == digest.sha256(stored)
 
 
-def test_a_tampered_accepted_spec_stops_the_batch_after_a_restart(settings):  # noqa: F811
+def test_a_tampered_accepted_spec_stops_the_batch_after_a_restart(settings):
     kube = FakeKube()
     batch = running(kube, settings)
     doc = json.loads(storage.read_bytes(batch.home.accepted_spec_uri))
@@ -66,7 +75,7 @@ def test_a_tampered_accepted_spec_stops_the_batch_after_a_restart(settings):  # 
     assert "InvalidSpec" in batch.events()
 
 
-def test_a_forged_accepted_spec_nothing_vouches_for_is_written_over(settings):  # noqa: F811
+def test_a_forged_accepted_spec_nothing_vouches_for_is_written_over(settings):
     """Planted before the batch's first status write: no Pod exists, nothing is believed."""
     kube = FakeKube()
     batch = Batch(kube, settings, {**container_batch(2), **BUSYBOX})
@@ -81,7 +90,7 @@ def test_a_forged_accepted_spec_nothing_vouches_for_is_written_over(settings):  
     assert batch.status["acceptedSpecSHA256"] != digest.sha256(data)
 
 
-def test_an_accepted_spec_from_before_digests_is_taken_only_if_it_agrees(settings):  # noqa: F811
+def test_an_accepted_spec_from_before_digests_is_taken_only_if_it_agrees(settings):
     kube = FakeKube()
     batch = running(kube, settings)
     obj = kube.objects[(BATCH_PLURAL, GRP)]
@@ -104,7 +113,7 @@ def test_an_accepted_spec_from_before_digests_is_taken_only_if_it_agrees(setting
     assert "differs from the batch's own spec in spec.inputs" in other.status["message"]
 
 
-def test_the_stored_spec_is_judged_again_before_it_is_used(settings):  # noqa: F811
+def test_the_stored_spec_is_judged_again_before_it_is_used(settings):
     """Even vouched for, it adds nothing the policy refuses to what the object shows."""
     stored = KineticBatchSpec.model_validate({**container_batch(2), **BUSYBOX})
     live = KineticBatchSpec.model_validate(container_batch(2))
@@ -127,7 +136,7 @@ def test_the_stored_spec_is_judged_again_before_it_is_used(settings):  # noqa: F
 # --------------------------------------------------------------------------- the manifest
 
 
-def test_every_status_write_vouches_for_what_was_written_last(settings):  # noqa: F811
+def test_every_status_write_vouches_for_what_was_written_last(settings):
     kube = FakeKube()
     batch = running(kube, settings)
     book = batch.mem.outcomes.book
@@ -140,7 +149,7 @@ def test_every_status_write_vouches_for_what_was_written_last(settings):  # noqa
     assert digest.sha256(storage.read_bytes(status["manifestURI"])) == status["manifestSHA256"]
 
 
-def test_a_forged_shard_found_after_a_restart_is_reported_and_not_used(settings):  # noqa: F811
+def test_a_forged_shard_found_after_a_restart_is_reported_and_not_used(settings):
     kube = FakeKube()
     batch = running(kube, settings)
     kube.end_pod(pod_name(0), message="out 0")
@@ -164,7 +173,7 @@ def test_a_forged_shard_found_after_a_restart_is_reported_and_not_used(settings)
 
 
 def test_a_cut_status_with_a_forged_header_stops_rather_than_run_inputs_twice(
-    settings,  # noqa: F811
+    settings,
     monkeypatch,
 ):
     small = lambda status: batch_logic.compact_status(status, cap=20)  # noqa: E731
@@ -193,7 +202,7 @@ def test_a_cut_status_with_a_forged_header_stops_rather_than_run_inputs_twice(
 # --------------------------------------------------------------------------- chunk reports
 
 
-def test_a_2gb_chunk_report_fails_its_chunk_and_costs_nothing(settings, tmp_path: Path):  # noqa: F811
+def test_a_2gb_chunk_report_fails_its_chunk_and_costs_nothing(settings, tmp_path: Path):
     kube = FakeKube()
     spec = {
         "template": {
@@ -238,7 +247,7 @@ def test_a_2gb_chunk_report_fails_its_chunk_and_costs_nothing(settings, tmp_path
     assert (shard[2].result_sha256, shard[3].result_sha256) == ("2" * 64, "3" * 64)
 
 
-def test_a_chunks_retry_carries_the_checked_hashes_of_inputs_already_done(settings):  # noqa: F811
+def test_a_chunks_retry_carries_the_checked_hashes_of_inputs_already_done(settings):
     kube = FakeKube()
     spec = {
         "template": {

@@ -32,6 +32,7 @@ from kinetic_operator.logic.job_logic import InvalidSpec, validate_spec
 from kinetic_operator.logic.podspec import RUN_AS_USER, Owner, build_job_pod
 from kinetic_operator.settings import OperatorSettings
 from kinetic_operator.state import OperatorState
+from kinetic_testing.fake_kube import FakeKube
 from kubernetes.client import ApiException
 
 SHA = "ab" * 32
@@ -234,17 +235,10 @@ def test_spec_volume_groups_name_every_place_a_volume_list_lives():
     assert spec_volume_groups("KineticBatch", "not a spec") == []
 
 
-class FakeKube:
-    def __init__(self, present: bool | None) -> None:
-        self.present = present
-
-    def csi_driver_installed(self, name: str) -> bool | None:
-        assert name == GCSFUSE_DRIVER
-        return self.present
-
-
 def memo(present: bool | None) -> Any:
-    return SimpleNamespace(kinetic=OperatorState(_kube=FakeKube(present)))  # type: ignore[arg-type]
+    kube = FakeKube()
+    kube.csi_drivers[GCSFUSE_DRIVER] = present
+    return SimpleNamespace(kinetic=OperatorState(_kube=kube))  # type: ignore[arg-type]
 
 
 def test_validate_job_refuses_a_fuse_volume_without_the_driver_naming_the_field():

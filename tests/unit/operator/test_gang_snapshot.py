@@ -5,10 +5,10 @@ the member is created (409) or deleted a second time."""
 
 from __future__ import annotations
 
-from gang_pods import member
 from kinetic_operator.handlers.batch_memory import BatchMemory
 from kinetic_operator.handlers.batches import observe_units
 from kinetic_operator.handlers.jobs import JobMemory, observe_job
+from kinetic_testing.pod_views import member
 
 
 def test_a_job_reconcile_keeps_what_was_being_created_when_it_looked() -> None:

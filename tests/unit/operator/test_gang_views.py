@@ -11,7 +11,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from gang_pods import T0, at, deleting, failed, member, stamp, succeeded, tombstone
 from kinetic.model.catalog import default_catalog
 from kinetic.model.gang import DEFAULT_SCHEDULING_DEADLINE
 from kinetic.model.resources import AttemptRecord, KineticJobSpec
@@ -19,6 +18,7 @@ from kinetic_operator.logic.attempts import pod_end
 from kinetic_operator.logic.gang_verdicts import Outcome
 from kinetic_operator.logic.gangs import UNSCHEDULABLE, Ranks, hosts_of_spec, ranks_to_create, see
 from kinetic_operator.logic.observed import PodView
+from kinetic_testing.pod_views import T0, at, deleting, failed, member, stamp, succeeded, tombstone
 
 CATALOG = default_catalog()
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from gang_pods import T0, stamp
 from kinetic.model.names import fmt_time
 from kinetic.model.resources import KineticJobSpec, KineticJobStatus
 from kinetic_operator.logic import gangs
 from kinetic_operator.logic.job_logic import CreatePod, Decision, DeletePod, Event, decide
 from kinetic_operator.logic.observed import PodView
+from kinetic_testing.pod_views import T0, stamp
 
 
 def gang_spec(**extra: Any) -> KineticJobSpec:

@@ -19,17 +19,9 @@ from kinetic_operator.logic.podspec import (
     Owner,
     build_job_pod,
 )
-from kinetic_operator.settings import OperatorSettings
+from kinetic_testing.pod_manifests import SETTINGS, assert_restricted, env_of, main_container
 
 SHA = "ab" * 32
-SETTINGS = OperatorSettings(
-    storage_root="gs://kinetic/root",
-    default_image="runner:1",
-    runner_image="kinetic-runner:7",
-    runner_pythons=["3.12", "3.11"],
-    runner_service_account="kinetic-runner",
-    runner_command=["python", "-m", "kinetic.runtime.runner"],
-)
 OWNER = Owner(name="kj", namespace="ns", uid="uid-1")
 PAYLOAD = "gs://kinetic/root/namespaces/ns/uploads/kj-0123456789abcdef/payload.pkl"
 
@@ -42,15 +34,6 @@ def container_spec(**extra: Any) -> KineticJobSpec:
 
 def function_spec(**fn: Any) -> KineticJobSpec:
     return KineticJobSpec.model_validate({"function": {"payloadURI": PAYLOAD, "sha256": SHA, **fn}})
-
-
-def env_of(manifest: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in main_container(manifest)["env"]}
-
-
-def main_container(manifest: dict[str, Any]) -> dict[str, Any]:
-    (container,) = manifest["spec"]["containers"]
-    return container
 
 
 def test_container_job_pod():
@@ -210,41 +193,6 @@ def test_accelerator_resources_and_overrides():
 
 
 # ---------------------------------------------------------------- security invariants
-
-
-def assert_restricted(m: dict[str, Any], settings: OperatorSettings = SETTINGS) -> None:
-    assert m["kind"] == "Pod"
-    pod = m["spec"]
-    assert pod["securityContext"] == {
-        "runAsNonRoot": True,
-        "runAsUser": 65532,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-    assert pod["serviceAccountName"] == settings.runner_service_account
-    assert pod["automountServiceAccountToken"] is False
-    for forbidden in (
-        "hostNetwork",
-        "hostPID",
-        "hostIPC",
-        "volumes",
-        "serviceAccount",
-        "initContainers",
-        "ephemeralContainers",
-        "hostAliases",
-        "nodeName",
-    ):
-        assert forbidden not in pod
-    for c in pod["containers"]:
-        assert c["securityContext"] == {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "privileged": False,
-            "readOnlyRootFilesystem": False,
-        }
-        for forbidden in ("volumeMounts", "volumeDevices", "ports", "envFrom"):
-            assert forbidden not in c
-        assert all(set(e) == {"name", "value"} for e in c["env"])
-    assert len(pod["containers"]) == 1
 
 
 def test_the_shared_security_dicts_are_never_mutated():

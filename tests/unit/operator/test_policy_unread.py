@@ -29,10 +29,9 @@ from kinetic_operator.logic.policy import (
     policy_violations,
 )
 from kinetic_operator.settings import OperatorSettings
-from test_batch_reconcile import GRP, Batch, container_batch
-from test_batch_reconcile import settings as batch_settings  # noqa: F401 — fixture
-from test_operator_reconcile import NOW, FakeKube, Job
-from test_operator_reconcile import settings as job_settings  # noqa: F401 — fixture
+from kinetic_testing.bodies import GRP, container_batch
+from kinetic_testing.fake_kube import NOW, FakeKube
+from kinetic_testing.reconcilers import Batch, Job
 
 SOURCE = "kinetic-policy in kinetic-system"
 CATALOG = default_catalog()
@@ -168,7 +167,7 @@ def reconcile_failed(status: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_job_waits_for_the_policy_then_runs_once_it_allows_it(
-    job_settings: OperatorSettings,  # noqa: F811
+    job_settings: OperatorSettings,
 ) -> None:
     kube = FakeKube()
     job = Job(kube, job_settings, {**JOB, "image": "busybox:1.36"})
@@ -191,7 +190,7 @@ def test_a_job_waits_for_the_policy_then_runs_once_it_allows_it(
 
 
 def test_a_job_the_policy_refuses_once_read_never_runs(
-    job_settings: OperatorSettings,  # noqa: F811
+    job_settings: OperatorSettings,
 ) -> None:
     kube = FakeKube()
     job = Job(kube, job_settings, {**JOB, "image": "alpine:3.20"})
@@ -206,7 +205,7 @@ def test_a_job_the_policy_refuses_once_read_never_runs(
 
 
 def test_a_batch_waits_for_the_policy_then_is_judged_by_it(
-    batch_settings: OperatorSettings,  # noqa: F811
+    batch_settings: OperatorSettings,
 ) -> None:
     kube = FakeKube()
     batch = Batch(kube, batch_settings, container_batch(5))

@@ -11,7 +11,7 @@ from kinetic import storage
 from kinetic.model.names import fmt_time
 from kinetic_operator.logic.observed import PodView
 from kinetic_operator.reaper import Reaper, cannot_have_started, due_pods
-from test_operator_reconcile import NOW, FakeKube, reap_due
+from kinetic_testing.fake_kube import NOW, FakeKube, reap_due
 
 
 def view(name: str, phase: str = "Succeeded", ago: float | None = 200, **kw) -> PodView:

@@ -13,13 +13,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from kinetic import storage
 from kinetic.model import digest, layout
 from kinetic.model.manifest import ManifestHeader
 from kinetic.model.resources import BATCH_PLURAL, KineticBatchSpec
 from kinetic_operator.settings import OperatorSettings
-from test_batch_reconcile import Batch, container_batch, pod_name, settings  # noqa: F401
-from test_operator_reconcile import FakeKube
+from kinetic_testing.bodies import container_batch, pod_name
+from kinetic_testing.fake_kube import FakeKube
+from kinetic_testing.reconcilers import Batch
+
+
+@pytest.fixture
+def settings(batch_settings: OperatorSettings) -> OperatorSettings:
+    return batch_settings
+
 
 SOURCE = "grp-src"
 
@@ -54,7 +62,7 @@ def env_of(kube: FakeKube, name: str) -> dict[str, Any]:
 RERUN = {"inputs": {"fromBatch": {"name": SOURCE}}, "maxConcurrent": 1}
 
 
-def test_a_rerun_launches_its_failed_inputs_as_their_original_indexes(settings):  # noqa: F811
+def test_a_rerun_launches_its_failed_inputs_as_their_original_indexes(settings):
     kube = FakeKube()
     put_source(kube, settings)
     batch = Batch(kube, settings, RERUN)
@@ -65,7 +73,7 @@ def test_a_rerun_launches_its_failed_inputs_as_their_original_indexes(settings):
     assert (env["KINETIC_INDEX"], env["KINETIC_INPUT"]) == ("1", "1")  # items are 0..5
 
 
-def test_after_a_restart_the_rerun_keeps_its_inputs_though_the_source_is_gone(settings):  # noqa: F811
+def test_after_a_restart_the_rerun_keeps_its_inputs_though_the_source_is_gone(settings):
     kube = FakeKube()
     home = put_source(kube, settings)
     batch = Batch(kube, settings, RERUN)
@@ -84,7 +92,7 @@ def test_after_a_restart_the_rerun_keeps_its_inputs_though_the_source_is_gone(se
     assert env_of(kube, pod_name(1))["KINETIC_INDEX"] == "4"
 
 
-def test_a_source_that_is_gone_is_not_rerun(settings):  # noqa: F811
+def test_a_source_that_is_gone_is_not_rerun(settings):
     """Its records may still be in storage, but nothing vouches for them any more."""
     kube = FakeKube()
     home = put_source(kube, settings)
@@ -102,7 +110,7 @@ def test_a_source_that_is_gone_is_not_rerun(settings):  # noqa: F811
     assert batch.created() == []
 
 
-def test_a_rerun_of_the_failed_inputs_of_a_running_batch_is_refused(settings):  # noqa: F811
+def test_a_rerun_of_the_failed_inputs_of_a_running_batch_is_refused(settings):
     kube = FakeKube()
     put_source(kube, settings, phase="RUNNING", failed="1")
     batch = Batch(kube, settings, RERUN)
@@ -112,7 +120,7 @@ def test_a_rerun_of_the_failed_inputs_of_a_running_batch_is_refused(settings):  
     assert batch.created() == []
 
 
-def test_a_cut_status_is_completed_from_the_manifest_it_vouches_for(settings):  # noqa: F811
+def test_a_cut_status_is_completed_from_the_manifest_it_vouches_for(settings):
     kube = FakeKube()
     home = layout.batch_home(settings.storage_root or "", "ns", SOURCE, "src-uid")
     header = ManifestHeader(group_id=SOURCE, total=6, phase="FAILED", failed_indexes="1,3,5")
@@ -124,7 +132,7 @@ def test_a_cut_status_is_completed_from_the_manifest_it_vouches_for(settings):  
     assert batch.status["total"] == 3
 
 
-def test_a_forged_manifest_of_the_source_is_refused(settings):  # noqa: F811
+def test_a_forged_manifest_of_the_source_is_refused(settings):
     kube = FakeKube()
     home = layout.batch_home(settings.storage_root or "", "ns", SOURCE, "src-uid")
     header = ManifestHeader(group_id=SOURCE, total=6, phase="FAILED", failed_indexes="1")
@@ -139,7 +147,7 @@ def test_a_forged_manifest_of_the_source_is_refused(settings):  # noqa: F811
     assert digest.sha256(forged.encode()) in batch.status["message"]
 
 
-def test_a_rerun_of_a_rerun_takes_its_inputs_only_as_its_status_vouches(settings):  # noqa: F811
+def test_a_rerun_of_a_rerun_takes_its_inputs_only_as_its_status_vouches(settings):
     """The source is itself a rerun: its resolved inputs are in its accepted spec."""
     kube = FakeKube()
     home = layout.batch_home(settings.storage_root or "", "ns", SOURCE, "src-uid")

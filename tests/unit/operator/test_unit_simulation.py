@@ -41,7 +41,7 @@ from kinetic_operator.logic.batch_logic import (
 )
 from kinetic_operator.logic.observed import PodView
 from kinetic_operator.settings import OperatorSettings
-from test_batch_simulation import BATCH, SimPod, World, complete, make_spec
+from kinetic_testing.batch_world import BATCH, SimPod, World, complete, make_spec
 
 SETTINGS = OperatorSettings(storage_root="gs://b", unit_target_seconds=4.0)
 MS = 1_700_000_000_000
