@@ -17,7 +17,7 @@ def recorded_pods(pods: list[V1Pod], attempts: list[dict[str, Any]]) -> list[V1P
     UID where it recorded one.
 
     Anyone who may create Pods in the namespace can give a Pod a job's labels;
-    the operator ignores such a Pod (`kinetic_operator.seal`), and so do the
+    the operator ignores such a Pod (`kinetic_operator.logic.seal`), and so do the
     handles: its log is not the job's, and a debugger must not attach to it.
     """
     recorded: dict[str, str | None] = {}
