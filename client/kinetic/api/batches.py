@@ -22,7 +22,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from kinetic import storage
 from kinetic.api import reference
@@ -34,16 +34,12 @@ from kinetic.api.batch_results import InputOverview as InputOverview
 from kinetic.api.batch_results import _Results as _Results
 from kinetic.api.config import ClientConfig, default_namespace, resolve
 from kinetic.api.data import Data, walk_data
-from kinetic.api.handle import (
-    last_uid,
-    recorded_pods,
-)
+from kinetic.api.handle import last_uid
 from kinetic.api.hosts import check_hosts
 from kinetic.api.inputs import (
     InputHandle,
     read_manifest,
     status_from_header,
-    terminated_state,
 )
 from kinetic.api.inputs import read_shard as read_shard  # kinetic.api.batches.read_shard, as before
 from kinetic.api.kube import KubeClient
@@ -56,10 +52,6 @@ from kinetic.api.submission import (
 )
 from kinetic.model import layout, limits, names, payload
 from kinetic.model import resources as r
-from kinetic.model.manifest import InputRecord
-
-if TYPE_CHECKING:
-    from kubernetes.client import V1Pod
 
 log = logging.getLogger("kinetic")
 
@@ -394,18 +386,6 @@ def _attach(
         )
     handle = BatchHandle.from_manifest(header, cfg.namespace, cfg.storage_root, kube.context, kube)
     return handle, status_from_header(header)
-
-
-def _recorded_messages(pods: list[V1Pod], records: dict[int, InputRecord]) -> dict[int, str]:
-    """Termination messages of succeeded Pods that these records name as their inputs'."""
-    out: dict[int, str] = {}
-    for i, record in records.items():
-        attempts = [a.wire() for a in record.attempts]
-        for pod in recorded_pods(pods, attempts):
-            ended = terminated_state(pod)
-            if pod.status.phase == "Succeeded" and ended is not None and ended.message:
-                out[i] = ended.message
-    return out
 
 
 @reference.moved_positions("kinetic.attach_batch", ("group_id", "namespace", "cluster"))
