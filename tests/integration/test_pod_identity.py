@@ -265,7 +265,14 @@ def test_the_previous_versions_pods_still_count_after_an_upgrade_mid_batch(
             )
             wait_for(lambda: sorted(runs_in(runs)) == [0, 1], 120, 0.5, "inputs 0 and 1 to run")
             old = pods.labelled(names.LABEL_BATCH, name)
-            assert len(old) == 2 and all(phase_of(kube, ns, p) == "Running" for p in old), old
+            assert len(old) == 2, old
+            # A container can record its run before the kubelet reports its Pod Running.
+            wait_for(
+                lambda: all(phase_of(kube, ns, p) == "Running" for p in old),
+                60,
+                0.5,
+                "both Pods to be reported Running",
+            )
 
             key = _secret(kube)
             with _operator_stopped(kube):
