@@ -38,7 +38,7 @@ from kinetic.api.inputs import (
     terminated_state,
     vouched_manifest,
 )
-from kinetic.api.kube import KubeClient, client_for
+from kinetic.api.kube import KubeClient, ThroughContext, client_for
 from kinetic.api.submission import (
     SubmissionError,
     submission_exception,
@@ -49,7 +49,7 @@ from kinetic.model import digest, layout, names
 from kinetic.model import resources as r
 from kinetic.model.digest import Unverifiable
 from kinetic.model.grid import Grid
-from kinetic.model.manifest import InputRecord, ManifestHeader, ManifestShard
+from kinetic.model.manifest import FINAL_OUTCOMES, InputRecord, ManifestHeader, ManifestShard
 from kinetic.model.ranges import IndexSet
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class BatchError(Exception):
 
 
 @dataclass
-class BatchHandle:
+class BatchHandle(ThroughContext):
     """One KineticBatch, seen from the client."""
 
     group_id: str
@@ -125,19 +125,6 @@ class BatchHandle:
     _cached_failures: list[JobHandle] | None = field(default=None, repr=False)
 
     # ----------------------------------------------------------------- building
-
-    def __post_init__(self) -> None:
-        """A handle given a client talks through that client's context (`client_for`)."""
-        if self.kube is not None:
-            self.context = client_for(self.context, self.kube).context
-
-    @property
-    def _kube(self) -> KubeClient:
-        """The client this handle asks through: the one it was given, else one made for its
-        context (again if the context was changed since)."""
-        if self.kube is None or self.kube.context != self.context:
-            self.kube = KubeClient(self.context)
-        return self.kube
 
     @classmethod
     def from_resource(
@@ -495,6 +482,7 @@ class BatchHandle:
         manifest = self._vouched()
         outcomes = RecordedOutcomes(manifest.header if manifest is not None else lambda: None)
         seen = IndexSet()
+        waiting: list[int] = []  # ended, their records not in the vouched manifest yet
         with (
             _Progress(self.group_id, self.total, progress) as bar,
             ThreadPoolExecutor(_READERS) as pool,
@@ -507,8 +495,28 @@ class BatchHandle:
                 new = self._newly_done(outcomes, status, seen)
                 seen = seen | new
                 got.ended(new, outcomes.failed)
-                got.add(self._collect(list(new), outcomes, cleanup, pool, manifest))
+                ready, waiting = self._ready([*waiting, *new], manifest, _final(status))
+                got.add(self._collect(ready, outcomes, cleanup, pool, manifest))
+            got.add(self._collect(waiting, outcomes, cleanup, pool, manifest))
         return got
+
+    def _ready(
+        self, indexes: list[int], manifest: VouchedManifest | None, final: bool
+    ) -> tuple[list[int], list[int]]:
+        """Which ended inputs can be read now, and which wait for the manifest: a function
+        input's result is checked against its record's hash, and the manifest is written
+        every few seconds, after the status counts the input. Read now, it would hold up
+        the watch; it waits for a later status instead (the batch's last always has it)."""
+        if final or manifest is None or not manifest.vouched:
+            return indexes, []
+        functions = [i for i in indexes if not self.is_container(i)]
+        records = self._manifest_records(functions, manifest)
+        waiting = {
+            i
+            for i in functions
+            if (record := records.get(i)) is None or record.outcome not in FINAL_OUTCOMES
+        }
+        return [i for i in indexes if i not in waiting], sorted(waiting)
 
     def _results_error(self, got: _Results, failures: list[JobHandle]) -> Exception:
         """The error `results()` raises when some input has no value.

@@ -69,7 +69,7 @@ from kinetic.model import digest, layout, names, payload, progress
 from kinetic.model import resources as r
 from kinetic.model.grid import Grid
 from kinetic.model.limits import MAX_REPORT_BYTES
-from kinetic.model.manifest import InputRecord, ManifestHeader
+from kinetic.model.manifest import FINAL_OUTCOMES, InputRecord, ManifestHeader
 from kinetic.model.ranges import IndexSet
 
 if TYPE_CHECKING:
@@ -78,7 +78,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kinetic")
 
-_RECORDED = ("SUCCEEDED", "FAILED", "CANCELLED")  # outcomes a manifest record keeps for good
 _UNENDED = ("pending", "running")  # attempt outcomes that may still change
 _ATTEMPT_OUTCOME = {
     JobStatus.SUCCEEDED: "success",
@@ -346,7 +345,7 @@ class InputHandle(JobHandle):
         if recorded is not None:
             return recorded
         record = self._record()
-        if record is not None and record.outcome in _RECORDED:
+        if record is not None and record.outcome in FINAL_OUTCOMES:
             return JobStatus(record.outcome)
         return JobStatus.NOT_FOUND
 
@@ -358,7 +357,7 @@ class InputHandle(JobHandle):
         debounced, so the newest attempts come from their Pods.
         """
         record = self._record()
-        if self.sized and (record is None or record.outcome not in _RECORDED):
+        if self.sized and (record is None or record.outcome not in FINAL_OUTCOMES):
             if self.status() in (JobStatus.SUCCEEDED, JobStatus.FAILED):  # it ran, and ended:
                 record = self._wait_for_record()  # the manifest catches up within ~10 s
         merged = self._merged_attempts(record, self._live_pods())
@@ -557,7 +556,7 @@ class InputHandle(JobHandle):
                 "manifest has no outcome for it"
             )
         record = self._record()
-        if record is None or record.outcome not in _RECORDED:
+        if record is None or record.outcome not in FINAL_OUTCOMES:
             record = self._wait_for_record()
         return JobFailed(f"{where} {final.value}: {self._message(record) or 'no message'}")
 
@@ -566,7 +565,7 @@ class InputHandle(JobHandle):
         deadline = time.monotonic() + RECORD_WAIT
         while True:
             record = self._record()
-            if record is not None and record.outcome in _RECORDED:
+            if record is not None and record.outcome in FINAL_OUTCOMES:
                 return record
             if time.monotonic() > deadline:
                 return record

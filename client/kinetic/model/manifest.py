@@ -69,6 +69,7 @@ from kinetic.model.resources import SHA256_PATTERN, AttemptRecord
 MANIFEST_VERSION = 2
 
 InputOutcome = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]
+FINAL_OUTCOMES: tuple[InputOutcome, ...] = ("SUCCEEDED", "FAILED", "CANCELLED")  # kept for good
 
 
 class _Doc(BaseModel):
