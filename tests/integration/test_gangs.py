@@ -26,6 +26,7 @@ from kinetic.api.inputs import read_manifest, read_shard
 from kinetic.api.kube import KubeClient
 from kinetic.model import layout, names
 from kinetic.model.resources import GROUP, VERSION
+from kinetic_testing.cluster import sh as cluster_sh
 from kube_helpers import Kube, ended_status, wait_for
 from kubernetes import client
 
@@ -50,8 +51,7 @@ def job(kube: Kube, ns: str, name: str, spec: dict[str, Any]) -> None:
 
 def sh(script: str, **extra: Any) -> dict[str, Any]:
     """A busybox container job running a shell script."""
-    command = ["sh", "-c", textwrap.dedent(script).strip()]
-    return {"container": {"image": BUSYBOX, "command": command}, **extra}
+    return cluster_sh(script, image=BUSYBOX, **extra)
 
 
 def pods(kube: Kube, ns: str) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import textwrap
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import yaml
 from kinetic import storage
 from kinetic.api.config import resolve
 from kinetic.model.resources import GROUP, JOB_PLURAL, VERSION
+from kinetic_testing.cluster import sh
 from kube_helpers import Kube, local_env, wait_for
 from kubernetes import client, watch
 
@@ -77,11 +77,6 @@ def apply(kube: Kube, ns: str, name: str, spec: dict[str, Any]) -> subprocess.Co
         text=True,
         timeout=60,
     )
-
-
-def sh(script: str, **extra: Any) -> dict[str, Any]:
-    """A container spec running a shell script."""
-    return {"container": {"command": ["sh", "-c", textwrap.dedent(script).strip()]}, **extra}
 
 
 def get(kube: Kube, ns: str, name: str) -> dict[str, Any]:

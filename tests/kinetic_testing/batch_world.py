@@ -352,14 +352,18 @@ class World:
 
     # ------------------------------------------------------------------ invariants
 
-    def check(self) -> None:
+    def check_live(self) -> None:
+        """Never more live Pods than maxConcurrent, never two live Pods for one unit."""
         live = self.live()
         self.peak_live = max(self.peak_live, len(live))
         limit = self.spec.max_concurrent
         if limit is not None:
             assert len(live) <= limit, f"{len(live)} live Pods, maxConcurrent {limit}"
         per_unit = Counter(p.unit for p in live)
-        assert all(n == 1 for n in per_unit.values()), f"two live Pods for one input: {per_unit}"
+        assert all(n == 1 for n in per_unit.values()), f"two live Pods for one unit: {per_unit}"
+
+    def check(self) -> None:
+        self.check_live()
         for unit, n in self.created.items():
             bound = self.spec.retries + self.disrupted[unit] + 1
             assert n <= bound, f"unit {unit} ran {n} attempts; at most {bound} allowed"

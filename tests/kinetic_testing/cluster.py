@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -72,8 +73,13 @@ def job_json(name: str, ns: str, **spec: object) -> str:
     )
 
 
-def sh(script: str) -> dict[str, Any]:
-    return {"container": {"command": ["sh", "-c", script]}}
+def sh(script: str, *, image: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A container job (or batch template) running a shell script, in ``image`` (the
+    chart's default image when None); ``extra`` goes beside the container (hosts, retries)."""
+    container: dict[str, Any] = {"command": ["sh", "-c", textwrap.dedent(script).strip()]}
+    if image is not None:
+        container["image"] = image
+    return {"container": container, **extra}
 
 
 # ----------------------------------------------------------------------- kubectl, as a user runs it

@@ -52,7 +52,7 @@ from kinetic.api.hosts import member_pod as member_pod
 from kinetic.api.hosts import rank_problem as rank_problem
 from kinetic.api.hosts import recorded_hosts as recorded_hosts
 from kinetic.api.job_context import input_fields
-from kinetic.api.kube import KubeClient, client_for
+from kinetic.api.kube import KubeClient, ThroughContext
 from kinetic.api.logstream import LogFollower
 from kinetic.api.logstream import last_lines as last_lines
 from kinetic.api.stored import last_uid as last_uid
@@ -87,7 +87,7 @@ class ResultDeleted(JobFailed):
 
 
 @dataclass
-class JobHandle:
+class JobHandle(ThroughContext):
     """Durable description of one submitted job; rebuild it anywhere with `kinetic.attach`.
 
     Every field after ``job_id`` is keyword-only: the reference's constructor
@@ -249,19 +249,6 @@ class JobHandle:
         """The bucket of the storage root (None until resolved, or for a file:// root)."""
         root = self.storage_root or ""
         return root.removeprefix("gs://").split("/", 1)[0] if root.startswith("gs://") else None
-
-    def __post_init__(self) -> None:
-        """A handle given a client talks through that client's context (`client_for`)."""
-        if self.kube is not None:
-            self.context = client_for(self.context, self.kube).context
-
-    @property
-    def _kube(self) -> KubeClient:
-        """The client this handle asks through: the one it was given, else one made for its
-        context (again if the context was changed since)."""
-        if self.kube is None or self.kube.context != self.context:
-            self.kube = KubeClient(self.context)
-        return self.kube
 
     def to_dict(self) -> dict[str, Any]:
         saved = {f.name: getattr(self, f.name) for f in fields(self) if f.init and f.name != "kube"}

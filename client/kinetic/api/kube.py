@@ -380,6 +380,27 @@ class KubeClient:
         return waiting.timed_out(plural, namespace, name, timeout, obj, pods)
 
 
+class ThroughContext:
+    """What a handle (a dataclass with ``context`` and ``kube`` fields) asks the API server
+    through: the client it was given, else one made for its context."""
+
+    context: str | None
+    kube: KubeClient | None
+
+    def __post_init__(self) -> None:
+        """A handle given a client talks through that client's context (`client_for`)."""
+        if self.kube is not None:
+            self.context = client_for(self.context, self.kube).context
+
+    @property
+    def _kube(self) -> KubeClient:
+        """The client this handle asks through: the one it was given, else one made for its
+        context (again if the context was changed since)."""
+        if self.kube is None or self.kube.context != self.context:
+            self.kube = KubeClient(self.context)
+        return self.kube
+
+
 def client_for(context: str | None, kube: KubeClient | None) -> KubeClient:
     """``kube`` when given, else a client for ``context``; refuses a ``kube`` of another context.
 
