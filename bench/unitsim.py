@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from kinetic_dev.operator import LOCAL_UNIT_SIZING
 from kinetic_operator.logic.unit_sizing import (
     DEFAULT_RULES,
     DurationEstimate,
@@ -244,7 +245,12 @@ class Design:
 
 # The policy's settings for a node like the local cluster's (2 cores, the control plane on
 # them): fewer starts at once, more work per Pod. Better there, worse on roomier nodes.
-SMALL_NODE_RULES = SizingRules(first_unit=8, min_unit_seconds=5.0, start_at_once=2)
+# `kinetic local up` installs the chart with these (`kinetic_dev.operator.LOCAL_UNIT_SIZING`).
+SMALL_NODE_RULES = SizingRules(
+    first_unit=LOCAL_UNIT_SIZING["firstInputs"],
+    min_unit_seconds=float(LOCAL_UNIT_SIZING["minSeconds"]),
+    start_at_once=LOCAL_UNIT_SIZING["startsAtOnce"] or None,
+)
 
 
 def designs(target_seconds: float = 30.0, rules: SizingRules = DEFAULT_RULES) -> list[Design]:

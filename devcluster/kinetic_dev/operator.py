@@ -61,6 +61,13 @@ LOCAL_POD_TTL_SECONDS = 20
 LOCAL_POD_GRACE_SECONDS = 5
 
 
+# How this node's function batches are cut into units (the chart's `units` values). The
+# local cluster is one node of few cores that also runs the control plane, where a Pod's
+# start costs the node as much as several short inputs: fewer Pods starting at once, each
+# given more work, finish sooner there (bench/UNITS.md, the small-node settings); the
+# chart's defaults suit roomier nodes.
+LOCAL_UNIT_SIZING = {"firstInputs": 8, "minSeconds": 5, "startsAtOnce": 2}
+
 DEPLOYMENT = "kinetic-operator"
 POD_SELECTOR = f"app.kubernetes.io/name=kinetic,app.kubernetes.io/instance={RELEASE}"
 
@@ -77,6 +84,7 @@ def chart_values(cfg: LocalConfig, built: Built | None = None) -> dict:
         # (`clusterdns`): members reach rank 0 by name under their gang's headless Service.
         "gangs": {"rendezvous": "dns"},
         "clusterDomain": cfg.cluster_domain,  # the fully qualified names members dial
+        "units": LOCAL_UNIT_SIZING,
         "packageIndex": pipconfig.package_index(),
     }
     if built is not None:

@@ -17,7 +17,11 @@ from kinetic.model.limits import (
     DEFAULT_MAX_DISRUPTIONS,
     DEFAULT_MAX_INPUTS,
     DEFAULT_TARGET_UNIT_SECONDS,
+    DEFAULT_UNIT_FIRST_INPUTS,
+    DEFAULT_UNIT_MIN_SECONDS,
+    DEFAULT_UNIT_STARTS_AT_ONCE,
     DEFAULT_UNSCHEDULABLE_SECONDS,
+    MAX_CHUNK_SIZE,
     MAX_INPUTS_CEILING,
     MAX_REVIEW_BYTES,
 )
@@ -165,6 +169,29 @@ class OperatorSettings(BaseSettings):
         le=86_400,
         description="chunkSize auto: about how many seconds of work one Pod is given, unless "
         "a batch sets spec.targetUnitSeconds (KINETIC_UNIT_TARGET_SECONDS).",
+    )
+    unit_first_inputs: int = Field(
+        DEFAULT_UNIT_FIRST_INPUTS,
+        ge=1,
+        le=MAX_CHUNK_SIZE,
+        description="chunkSize auto: inputs a unit is given before any input's duration is "
+        "measured (KINETIC_UNIT_FIRST_INPUTS).",
+    )
+    unit_min_seconds: float = Field(
+        DEFAULT_UNIT_MIN_SECONDS,
+        ge=0,
+        le=3600,
+        description="chunkSize auto: the least work, in measured seconds, a unit is given "
+        "while inputs are left: a Pod's start costs a node more than a shorter unit does "
+        "(KINETIC_UNIT_MIN_SECONDS).",
+    )
+    unit_starts_at_once: int = Field(
+        DEFAULT_UNIT_STARTS_AT_ONCE,
+        ge=0,
+        le=10_000,
+        description="chunkSize auto: a batch's units whose Pods may be starting at once, at "
+        "least (as many as are running, once more run); 0: no pacing "
+        "(KINETIC_UNIT_STARTS_AT_ONCE).",
     )
     progress_interval: float = Field(
         3.0,

@@ -28,7 +28,7 @@ from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
 
 from kinetic_operator.kube import Kube
 from kinetic_operator.logic.batch_logic import UnitObservation
-from kinetic_operator.logic.unit_sizing import DEFAULT_RULES, DurationEstimate
+from kinetic_operator.logic.unit_sizing import DurationEstimate, SizingRules
 from kinetic_operator.logic.units import Sizing, units_sized
 from kinetic_operator.settings import OperatorSettings
 
@@ -167,6 +167,16 @@ def pod_unit_inputs(pod: str, grid: Grid, total: int) -> IndexSet:
     return grid.inputs_of(int(tail), total) if tail.isdigit() else IndexSet()
 
 
+def sizing_rules(settings: OperatorSettings) -> SizingRules:
+    """How units of batches with chunkSize auto are sized and paced on this cluster (the
+    chart's ``units`` values)."""
+    return SizingRules(
+        first_unit=settings.unit_first_inputs,
+        min_unit_seconds=settings.unit_min_seconds,
+        start_at_once=settings.unit_starts_at_once or None,
+    )
+
+
 def sizing_of(
     spec: KineticBatchSpec, status: KineticBatchStatus, settings: OperatorSettings
 ) -> Sizing:
@@ -179,4 +189,4 @@ def sizing_of(
         else None
     )
     target = spec.target_unit_seconds or settings.unit_target_seconds
-    return Sizing(DEFAULT_RULES, target, estimate)
+    return Sizing(sizing_rules(settings), target, estimate)

@@ -627,6 +627,14 @@ def _pick_units(w: Work, unlaunched: IndexSet, slots: int) -> list[int]:
     return picked
 
 
+def _starts(obs: UnitObservation) -> bool:
+    """Whether a unit's Pod is starting: created (the watch may not show it yet) and not
+    running. Counting the ones not yet seen keeps the pacing when reconciles come faster
+    than the watch."""
+    being_created = obs.creating is not None and obs.creating not in obs.pods
+    return being_created or (obs.live and not _runs(obs))
+
+
 def _pick_sized_units(
     w: Work,
     sizing: Sizing,
@@ -638,7 +646,7 @@ def _pick_sized_units(
     (`unit_sizing.size_next_unit`: about the target's work, never more than its share of
     what is left), as many as may start at once (`unit_sizing.units_to_create`); each
     extends the grid past every unit launched so far."""
-    starting = sum(1 for obs in units.values() if obs.live and not _runs(obs))
+    starting = sum(1 for obs in units.values() if _starts(obs))
     running = sum(1 for obs in units.values() if _runs(obs))
     now = min(slots, units_to_create(slots, starting, running, sizing.rules))
     live = len(_held_units(w, units))

@@ -49,7 +49,12 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from kinetic.model.limits import MAX_CHUNK_SIZE
+from kinetic.model.limits import (
+    DEFAULT_UNIT_FIRST_INPUTS,
+    DEFAULT_UNIT_MIN_SECONDS,
+    DEFAULT_UNIT_STARTS_AT_ONCE,
+    MAX_CHUNK_SIZE,
+)
 
 __all__ = [
     "DEFAULT_RULES",
@@ -111,11 +116,11 @@ class SizingRules:
     """The policy's settings other than the per-batch target. The defaults are the ones
     the simulation chose (``bench/UNITS.md``)."""
 
-    first_unit: int = 16  # inputs per unit before any is measured
+    first_unit: int = DEFAULT_UNIT_FIRST_INPUTS  # inputs per unit before any is measured
     min_samples: int = 4  # measured inputs before the mean, not the longest, sizes units
-    min_unit_seconds: float = 2.0  # the least work worth a Pod, while inputs are left
+    min_unit_seconds: float = DEFAULT_UNIT_MIN_SECONDS  # the least work worth a Pod
     max_unit: int = MAX_CHUNK_SIZE  # the runner reports on at most this many inputs
-    start_at_once: int | None = 16  # units starting at once, at least (None: no pacing)
+    start_at_once: int | None = DEFAULT_UNIT_STARTS_AT_ONCE  # starting at once (None: no pacing)
 
     def problems(self) -> list[str]:
         """Why these rules cannot size a unit (empty: they can)."""

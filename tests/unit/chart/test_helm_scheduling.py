@@ -6,8 +6,13 @@ from typing import Any
 
 import helm_sdkpy as helm
 import pytest
+from bench_scripts import load
 from helm_render import install, of_kind
 from kinetic.model.limits import DEFAULT_TARGET_UNIT_SECONDS
+from kinetic_dev.config import LocalConfig
+from kinetic_dev.operator import chart_values
+from kinetic_operator.handlers.batch_units import sizing_rules
+from kinetic_operator.logic.unit_sizing import DEFAULT_RULES, SizingRules
 from kinetic_operator.settings import OperatorSettings
 
 BASE: dict[str, Any] = {"storageRoot": "gs://bucket/kinetic"}
@@ -72,11 +77,40 @@ def test_the_work_a_unit_is_given_is_the_charts(
 
 
 @pytest.mark.parametrize(
+    ("units", "rules"),
+    [
+        (None, DEFAULT_RULES),  # the chart's defaults are the policy's
+        (
+            {"firstInputs": 8, "minSeconds": 5, "startsAtOnce": 2},
+            SizingRules(first_unit=8, min_unit_seconds=5.0, start_at_once=2),
+        ),
+        ({"startsAtOnce": 0}, SizingRules(start_at_once=None)),  # 0: no pacing
+    ],
+)
+def test_how_units_are_sized_and_paced_is_the_charts(
+    units: dict[str, Any] | None, rules: SizingRules
+) -> None:
+    values = BASE if units is None else {**BASE, "units": units}
+    assert sizing_rules(_settings(values)) == rules
+
+
+def test_the_local_cluster_sizes_units_for_its_small_node() -> None:
+    """`kinetic local up` installs the chart with the small-node settings the unit
+    simulation chose for a node like its own (bench/UNITS.md)."""
+    values = chart_values(LocalConfig())
+    assert sizing_rules(_settings(values)) == load("unitsim").SMALL_NODE_RULES
+    assert sizing_rules(_settings(values)) != DEFAULT_RULES
+
+
+@pytest.mark.parametrize(
     ("units", "path"),
     [
         ({"targetSeconds": 0}, "/units/targetSeconds"),
         ({"progressSeconds": 600}, "/units/progressSeconds"),
         ({"target": 10}, "target"),
+        ({"firstInputs": 0}, "/units/firstInputs"),
+        ({"minSeconds": -1}, "/units/minSeconds"),
+        ({"startsAtOnce": 1.5}, "/units/startsAtOnce"),
     ],
 )
 def test_bad_unit_values_are_refused_by_the_schema(units: dict[str, Any], path: str) -> None:
