@@ -33,7 +33,7 @@ import re
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -414,6 +414,32 @@ def mb(n: float) -> float:
 
 
 # --------------------------------------------------------------------------- cluster
+
+
+def unfinished_elsewhere(objects: Iterable[Mapping[str, Any]], own: Collection[str]) -> list[str]:
+    """``kind namespace/name`` of the Kinetic objects (API list items) not ended yet, outside
+    the namespaces in ``own``: work that would share every window and inflate its writes
+    and wall time."""
+    busy = []
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        namespace = str(meta.get("namespace", ""))
+        phase = (obj.get("status") or {}).get("phase", "PENDING")
+        ended = phase in r.Phase.__members__ and r.Phase(phase).terminal
+        if namespace in own or ended:
+            continue
+        busy.append(f"{obj.get('kind', '?')} {namespace}/{meta.get('name', '?')}")
+    return sorted(busy)
+
+
+def busy_elsewhere(own: Collection[str]) -> list[str]:
+    """Kinetic jobs and batches running or pending on the cluster outside the bench's own
+    namespaces (a batch an interrupted run left behind keeps its Pods going for hours)."""
+    found: list[Mapping[str, Any]] = []
+    for plural in (r.JOB_PLURAL, r.BATCH_PLURAL):
+        listed = kube.custom.list_cluster_custom_object(r.GROUP, r.VERSION, plural)
+        found.extend(listed.get("items") or [])
+    return unfinished_elsewhere(found, own)
 
 
 def ensure_namespace(name: str, timeout: float = 60) -> None:

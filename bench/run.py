@@ -837,6 +837,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cleanup-timeout", type=float, default=300)
     parser.add_argument("--settle", type=float, default=2.0, help="seconds after each window")
     parser.add_argument("--idle", type=float, default=5.0, help="background window, seconds")
+    parser.add_argument(
+        "--allow-busy",
+        action="store_true",
+        help="measure even while Kinetic work of other namespaces runs (its figures are inflated)",
+    )
     args = parser.parse_args(argv)
     known = mode_names(args.chunk_sizes)
     for mode in args.only or []:
@@ -846,6 +851,15 @@ def main(argv: list[str] | None = None) -> int:
     slow = bl.slow_inputs(args.tasks)
     chosen = [m for m in known if not args.only or m in args.only]
     use_local_cluster()
+    busy = bl.busy_elsewhere({f"{args.namespace}-{mode}" for mode in known})
+    if busy and not args.allow_busy:
+        console.print(
+            f"[red]{len(busy)} Kinetic job(s) or batch(es) of other namespaces have not ended: "
+            f"{', '.join(busy[:5])}{' ...' if len(busy) > 5 else ''}. Every mode would share "
+            "the cluster with them and measure their Pods too. Delete them (kubectl delete "
+            "kb/kj -n NAMESPACE NAME) or pass --allow-busy to measure anyway."
+        )
+        return 2
     for mode in chosen:  # before any window: namespace creation is not a mode's cost
         bl.ensure_namespace(f"{args.namespace}-{mode}")
 

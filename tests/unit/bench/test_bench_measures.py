@@ -164,3 +164,27 @@ def test_each_later_pod_takes_the_slot_of_the_earliest_pod_ended_before_it() -> 
     ]
     assert bl.slot_refill_seconds(pods, parallel=2) == [1.0, 2.0]
     assert bl.slot_refill_seconds(pods[:2], parallel=2) == []  # the first wave takes none
+
+
+def _obj(kind: str, namespace: str, name: str, phase: str | None) -> dict[str, Any]:
+    status = {} if phase is None else {"phase": phase}
+    return {"kind": kind, "metadata": {"namespace": namespace, "name": name}, "status": status}
+
+
+def test_the_bench_names_kinetic_work_of_other_namespaces_that_has_not_ended() -> None:
+    """A batch an interrupted run left behind shares every window: the bench refuses to
+    start while one runs, and names it."""
+    objects = [
+        _obj("KineticBatch", "kinetic-bench-dash-1", "grp-dashbench", "RUNNING"),
+        _obj("KineticJob", "team-a", "train", None),  # no status yet: pending
+        _obj("KineticJob", "team-a", "done", "SUCCEEDED"),
+        _obj("KineticBatch", "team-b", "old", "CANCELLED"),
+        _obj("KineticBatch", "kinetic-bench-function", "grp-1", "RUNNING"),  # our own
+        _obj("KineticJob", "team-c", "odd", "SOMETHING"),  # unknown phases count as busy
+    ]
+    own = {"kinetic-bench-function", "kinetic-bench-job"}  # a dashboard bench's is not
+    assert bl.unfinished_elsewhere(objects, own) == [
+        "KineticBatch kinetic-bench-dash-1/grp-dashbench",
+        "KineticJob team-a/train",
+        "KineticJob team-c/odd",
+    ]
