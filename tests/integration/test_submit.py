@@ -119,7 +119,8 @@ def test_yes_wait_reports_every_job_and_exits_by_outcome(
     ]
     lines = out.stdout.splitlines()
     for i, lr in enumerate(("0.1", "0.01", "0.001")):
-        row = next(line for line in lines if f'{{"lr": {lr}}}' in line)
+        row = next((line for line in lines if f'{{"lr": {lr}}}' in line), None)
+        assert row is not None, f"no report row for lr={lr}:\n{out.stdout}"
         outcome = "FAILED" if i == fail_index else "SUCCEEDED"
         assert outcome in row and f" {i} " in f" {row} ", row
         assert " 1 " in row  # one attempt each

@@ -84,6 +84,7 @@ from kinetic.cli.submit_plan import (
     summary_lines,
     to_create,
     unrecorded_endings,
+    unseen_row,
 )
 from kinetic.model import layout
 from kinetic.model import resources as r
@@ -408,6 +409,8 @@ def _wait(
     reports = []
     for doc, st in zip(docs, statuses, strict=True):
         rows = job_report(st) if doc.kind == "KineticJob" else _batch_rows(doc, st, context)
+        if not _ended(st):  # its watch failed or timed out: never call that a success
+            rows = [*rows, unseen_row(doc.label)]
         reports.append(rows)
         table = Table(title=f"{doc.label}: {st.get('phase') or 'PENDING'}")
         for col in ("index", "input", "outcome", "attempts", "message"):

@@ -202,6 +202,19 @@ def job_report(status: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def unseen_row(label: str) -> dict[str, Any]:
+    """The report's row for an object `--wait` never saw end (its watch failed or timed
+    out): not a success, and the command to look at it."""
+    return {
+        "index": "-",
+        "input": "-",
+        "outcome": "UNKNOWN",
+        "attempts": 0,
+        "message": f"{label} was not seen ending (its watch failed or timed out); "
+        "look with kubectl get or kinetic jobs status",
+    }
+
+
 def all_succeeded(reports: list[list[dict[str, Any]]]) -> bool:
     return all(row["outcome"] == "SUCCEEDED" for rows in reports for row in rows) and bool(reports)
 

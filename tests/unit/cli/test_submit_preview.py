@@ -15,6 +15,7 @@ from kinetic.cli.submit_plan import (
     preview_rows,
     refuse_images,
     unrecorded_endings,
+    unseen_row,
 )
 from kinetic.model.policy_keys import SubmissionPolicy
 
@@ -189,6 +190,13 @@ def test_grid_and_uploaded_inputs_are_labelled() -> None:
             True,
         ),
         ([], False),
+        (  # a batch whose end --wait never saw: its rows so far, and the unseen row
+            [
+                batch_report({"inputs": {"items": [1]}}, {"total": 1, "succeededIndexes": "0"}, {})
+                + [unseen_row("KineticBatch/sweep in ns")]
+            ],
+            False,
+        ),
     ],
 )
 def test_exit_status_is_success_only_if_every_job_succeeded(
