@@ -367,7 +367,7 @@ def _exits_by_itself(w: Work, obs: UnitObservation, cancel_all: bool) -> bool:
     """A sized unit whose inputs are all recorded, its Pod about to exit on its own (its
     marks say it ended them): left to exit, holding its slot until it has. Stopped
     instead when the batch cancels what runs, or the input it runs was cancelled."""
-    if cancel_all or (obs.creating is not None and obs.creating not in obs.pods):
+    if cancel_all or obs.unseen:
         return False
     pod = obs.pods.get(max(obs.pods, default=0))
     return pod is not None and not _running_cancelled(w, obs, pod.attempt)
@@ -406,7 +406,7 @@ def _settled_strays(w: Work, unit: int, obs: UnitObservation) -> list[str]:
     """The Pods of a settled unit still live, or still being created (by the name it was
     created under: someone else's Pod may hold the one it was meant to have)."""
     strays = [p.name for p in obs.pods.values() if p.live]
-    if obs.creating is not None and obs.creating not in obs.pods and obs.creating_name:
+    if obs.unseen and obs.creating_name:
         strays.append(obs.creating_name)
     return strays
 
@@ -606,9 +606,7 @@ def _held_units(w: Work, units: Mapping[int, UnitObservation]) -> set[int]:
     """Units holding a slot: every active unit, and every unit with a Pod still live or
     being created (the Pod of a cancelled input holds its slot until it stops)."""
     return {w.unit_of(i) for i in w.active} | {
-        u
-        for u, obs in units.items()
-        if u < w.total and ((obs.creating is not None and obs.creating not in obs.pods) or obs.live)
+        u for u, obs in units.items() if u < w.total and (obs.unseen or obs.live)
     }
 
 
@@ -631,8 +629,7 @@ def _starts(obs: UnitObservation) -> bool:
     """Whether a unit's Pod is starting: created (the watch may not show it yet) and not
     running. Counting the ones not yet seen keeps the pacing when reconciles come faster
     than the watch."""
-    being_created = obs.creating is not None and obs.creating not in obs.pods
-    return being_created or (obs.live and not _runs(obs))
+    return obs.unseen or (obs.live and not _runs(obs))
 
 
 def _pick_sized_units(

@@ -81,6 +81,12 @@ class UnitObservation:
         (one stopped with its gang holds its node until it is gone)."""
         return any(p.live for p in self.pods.values()) or any(m.live for m in self.members)
 
+    @property
+    def unseen(self) -> bool:
+        """This process created an attempt whose Pod the watch has not shown yet: it
+        counts as starting (and holds its slot) until the watch catches up."""
+        return self.creating is not None and self.creating not in self.pods
+
 
 @dataclass(frozen=True)
 class Recorded:
