@@ -7,6 +7,7 @@ are pickled by value like a user's own code.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -14,7 +15,10 @@ import textwrap
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import kinetic
 import pytest
@@ -151,15 +155,16 @@ def test_pod_deleted_mid_run_is_retried_without_using_retries(ns: str, kube: Kub
 # --------------------------------------------------------------------------- waiting
 
 
+def nap(seconds: float) -> str:
+    """A job's function that rests a while: time for the test to act while it runs."""
+    import time as t
+
+    t.sleep(seconds)
+    return "rested"
+
+
 def test_result_timeout_leaves_the_job_running(ns: str) -> None:
-    @kinetic.run(namespace=ns)
-    def nap(seconds: float) -> str:
-        import time as t
-
-        t.sleep(seconds)
-        return "rested"
-
-    job = nap.run_async(8)
+    job = kinetic.run(namespace=ns)(nap).run_async(8)
     with pytest.raises(TimeoutError) as timed_out:
         job.result(timeout=1)
     # The kind in full and where the job is (it used to say "kineticjob …").
@@ -169,6 +174,82 @@ def test_result_timeout_leaves_the_job_running(ns: str) -> None:
     seen: list[JobStatus] = []
     assert job.result(timeout=120, on_status_change=seen.append) == "rested"
     assert seen[-1] is JobStatus.SUCCEEDED
+
+
+class BreaksOff(KubeClient):
+    """The client's own calls, except that its first ``times`` watches are broken off
+    after one event, as a reset connection does (the local API server does not drop a
+    watch on demand)."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.breaks_left = times
+
+    def _events(self, *args: Any) -> Iterator[tuple[str, dict]]:
+        events = super()._events(*args)
+        if self.breaks_left <= 0:
+            yield from events
+            return
+        self.breaks_left -= 1
+        with closing(events):
+            for event in events:
+                yield event
+                raise ConnectionResetError("connection reset by peer (injected)")
+
+
+def test_a_wait_whose_watch_breaks_off_goes_on_to_the_end(ns: str) -> None:
+    job = kinetic.run(namespace=ns)(nap).run_async(3)
+    kube = BreaksOff(times=1)  # the job's end is a change after the first read: one break is sure
+    phases = [
+        (obj.get("status") or {}).get("phase")
+        for obj in itertools.takewhile(
+            lambda obj: obj is not None and not _ended(obj),
+            kube.watch_one(r.JOB_PLURAL, ns, job.job_id, timeout=120),
+        )
+    ]
+    assert kube.breaks_left == 0, "the watch was never broken off: the test proves nothing"
+    assert phases, "the wait saw nothing"
+    assert job.status() is JobStatus.SUCCEEDED  # the watch followed it to its end
+    assert job.result(timeout=30) == "rested"
+
+
+class Compacted(KubeClient):
+    """The client's own calls, except that every version up to its first read's counts as
+    compacted away: a watch from one asks the real API server for version 1, which it
+    refuses with 410 Gone as it does after a compaction (which the local cluster does not
+    run on demand)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forgotten_up_to: int | None = None
+        self.refused = 0
+
+    def read_now(self, plural: str, namespace: str, name: str) -> tuple[dict | None, str]:
+        obj, version = super().read_now(plural, namespace, name)
+        if self.forgotten_up_to is None:
+            self.forgotten_up_to = int(version)
+        return obj, version
+
+    def _events(self, plural: str, namespace: str, name: str, version: str, *rest: Any) -> Any:
+        if int(version) <= (self.forgotten_up_to or 0):
+            self.refused += 1
+            version = "1"
+        return super()._events(plural, namespace, name, version, *rest)
+
+
+def test_a_wait_whose_version_was_compacted_away_reads_again_and_goes_on(ns: str) -> None:
+    job = kinetic.run(namespace=ns)(nap).run_async(3)
+    kube = Compacted()
+    for obj in kube.watch_one(r.JOB_PLURAL, ns, job.job_id, timeout=120):
+        if obj is None or _ended(obj):
+            break
+    assert kube.refused >= 1, "no watch was refused: the test proves nothing"
+    assert job.status() is JobStatus.SUCCEEDED
+    assert job.result(timeout=30) == "rested"
+
+
+def _ended(obj: dict) -> bool:
+    return r.Phase((obj.get("status") or {}).get("phase") or "PENDING").terminal
 
 
 def test_cancel_ends_cancelled_and_stops_the_process(ns: str, kube: Kube) -> None:

@@ -23,6 +23,7 @@ from contextlib import closing
 from functools import lru_cache
 from typing import Any
 
+import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client import ApiException
 from kubernetes.config.config_exception import ConfigException
@@ -102,6 +103,21 @@ def kube_reason(exc: ApiException) -> str:
         return str(exc.reason)
 
 
+class _Expired(Exception):
+    """A watch's resourceVersion is too old (410 Gone): read the object again."""
+
+
+def transient(error: BaseException) -> bool:
+    """Whether a failed call may succeed when made again: the connection dropped or timed
+    out, or the API server was briefly unable (429, 5xx). Refusals (403, 404, 422) are not."""
+    if isinstance(error, ApiException):
+        status = error.status or 0
+        return status in (0, 429) or status >= 500
+    if isinstance(error, TimeoutError):  # our own wait's end (an OSError too), not the network's
+        return False
+    return isinstance(error, OSError | urllib3.exceptions.HTTPError)
+
+
 class KubeClient:
     """The API server of one kubeconfig context (None: the current one, or the Pod's own
     service account inside a Pod), and every call the client makes to it.
@@ -161,6 +177,16 @@ class KubeClient:
             if e.status == 404:
                 return None
             raise
+
+    def read_now(self, plural: str, namespace: str, name: str) -> tuple[dict | None, str]:
+        """The resource (None when it does not exist) and the API server's version of this
+        moment, to watch from: the version of a list, never the object's own, which the
+        server forgets (410 Gone) once it has compacted past the object's last change."""
+        found = self.custom.list_namespaced_custom_object(
+            r.GROUP, r.VERSION, namespace, plural, field_selector=f"metadata.name={name}"
+        )
+        items = found.get("items") or []
+        return (items[0] if items else None), found["metadata"]["resourceVersion"]
 
     def create(self, plural: str, namespace: str, body: dict) -> dict:
         # Say it is JSON: recent clients send no Content-Type on a create.
@@ -310,38 +336,85 @@ class KubeClient:
         """Yield the resource now and after every change; None once it is deleted.
 
         Ends when the caller stops iterating; raises TimeoutError after `timeout`, naming the
-        object's kind, its phase and what it waits on (`kinetic.api.waiting`).
+        object's kind, its phase and what it waits on (`kinetic.api.waiting`). A watch the
+        API server or the network breaks off (a reset connection, a 5xx) is started again,
+        a second later, from a fresh read, which may yield the same state twice; after
+        `WATCH_RETRY_SECONDS` of nothing but such failures the last one is raised.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        failing_since: float | None = None
         while True:
-            obj = self.get(plural, namespace, name)
+            try:
+                for obj in self._watch_from_now(plural, namespace, name, deadline, timeout):
+                    failing_since = None
+                    yield obj
+                return
+            except Exception as e:
+                if not transient(e):
+                    raise
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > self.WATCH_RETRY_SECONDS:
+                    raise
+                time.sleep(1.0)
+
+    WATCH_RETRY_SECONDS = 60.0  # how long `watch_one` keeps starting a failing watch again
+
+    def _watch_from_now(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        deadline: float | None,
+        timeout: float | None,
+    ) -> Iterator[dict | None]:
+        """The object read now, then each change; read again when the API server has
+        forgotten the version watched from (410 Gone)."""
+        while True:
+            obj, version = self.read_now(plural, namespace, name)
             yield obj
             if obj is None:
                 return
-            version = obj["metadata"]["resourceVersion"]
-            while True:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    said = self._timed_out(plural, namespace, name, timeout or 0, obj)
-                    raise TimeoutError(said)
-                with closing(self._events(plural, namespace, name, version, remaining)) as events:
-                    for kind, body in events:
-                        version = body["metadata"]["resourceVersion"]
-                        if kind == "DELETED":
-                            yield None
-                            return
-                        if kind in ("ADDED", "MODIFIED"):
-                            obj = body
-                            yield body
-                        if deadline is not None and time.monotonic() >= deadline:
-                            break
+            try:
+                yield from self._changes(plural, namespace, name, obj, version, deadline, timeout)
+                return
+            except _Expired:
+                time.sleep(0.5)  # read again, gently: the version is forgotten only on compaction
+
+    def _changes(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        obj: dict,
+        version: str,
+        deadline: float | None,
+        timeout: float | None,
+    ) -> Iterator[dict | None]:
+        """Each change of ``obj`` after ``version``, then None for its deletion;
+        TimeoutError at the deadline; `_Expired` when the version is too old to watch."""
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(self._timed_out(plural, namespace, name, timeout or 0, obj))
+            with closing(self._events(plural, namespace, name, version, remaining)) as events:
+                for kind, body in events:
+                    version = body["metadata"]["resourceVersion"]
+                    if kind == "DELETED":
+                        yield None
+                        return
+                    if kind in ("ADDED", "MODIFIED"):
+                        obj = body
+                        yield body
+                    if deadline is not None and time.monotonic() >= deadline:
+                        break
 
     def _events(
         self, plural: str, namespace: str, name: str, version: str, remaining: float | None
     ) -> Generator[tuple[str, dict], None, None]:
         """One watch of the object from ``version``: each event's type and object, for at
-        most a minute (or ``remaining`` seconds); it ends early, without error, when the
-        API server says ``version`` is too old (410), for the caller to watch again."""
+        most a minute (or ``remaining`` seconds); `_Expired` when the API server says
+        ``version`` is too old (410 Gone), for the caller to read the object again (watching
+        from the same version would only be refused again)."""
         w = watch.Watch()
         try:
             for event in w.stream(
@@ -357,8 +430,9 @@ class KubeClient:
             ):
                 yield event["type"], event["object"]
         except ApiException as e:
-            if e.status != 410:  # 410: our resourceVersion is too old: list again
-                raise
+            if e.status == 410:
+                raise _Expired(version) from e
+            raise
         finally:
             w.stop()
 

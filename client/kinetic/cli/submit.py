@@ -371,34 +371,19 @@ def _progress(docs: list[Document], statuses: list[dict[str, Any]]) -> Table:
 def _follow(doc: Document, i: int, context: str | None, timeout: float | None, out: Queue) -> None:
     """Put (i, status) on ``out`` at every change of one object, until it ends (a thread).
 
-    Watches, not polls (see `kinetic.api.kube`); a watch the API server breaks off
-    (a dropped connection, a 5xx) is started again, a second later, from a fresh
-    read. ``None`` is put when the object is deleted, on the timeout, or when the
-    watch keeps failing for a minute, so the waiter never waits for a silent thread.
+    Watches, not polls (`KubeClient.watch_one`, which starts a watch the API server breaks
+    off again by itself). ``None`` is put when the object is deleted, on the timeout, or
+    when the watch fails for good, so the waiter never waits for a silent thread (and
+    reports the object as unseen, never as a success).
     """
-    deadline = None if timeout is None else time.monotonic() + timeout
-    failing_since: float | None = None
-    while True:
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        try:
-            for obj in KubeClient(context).watch_one(doc.plural, doc.namespace, doc.name, left):
-                failing_since = None
-                status = (obj or {}).get("status") or {}
-                out.put((i, status if obj is not None else None))
-                if obj is None or r.Phase(status.get("phase") or "PENDING").terminal:
-                    return
-        except TimeoutError:
-            out.put((i, None))
-            return
-        except Exception:  # noqa: BLE001 — a broken watch: try again, for a while
-            failing_since = failing_since or time.monotonic()
-            if time.monotonic() - failing_since > WATCH_RETRY_SECONDS:
-                out.put((i, None))
+    try:
+        for obj in KubeClient(context).watch_one(doc.plural, doc.namespace, doc.name, timeout):
+            status = (obj or {}).get("status") or {}
+            out.put((i, status if obj is not None else None))
+            if obj is None or r.Phase(status.get("phase") or "PENDING").terminal:
                 return
-            time.sleep(1.0)
-
-
-WATCH_RETRY_SECONDS = 60.0  # how long --wait keeps starting a failing watch again
+    except Exception:  # noqa: BLE001 — timed out or failed for good: say so in the report
+        out.put((i, None))
 
 
 def _ended(status: dict[str, Any] | None) -> bool:

@@ -17,11 +17,13 @@ from pathlib import Path
 
 import kinetic
 import pytest
+import urllib3
 from kinetic.api.batches import BatchHandle
 from kinetic.api.handle import JobHandle
 from kinetic.api.inputs import InputHandle
-from kinetic.api.kube import ClusterUnreachable, KubeClient, kubelet_lost_log
+from kinetic.api.kube import ClusterUnreachable, KubeClient, kubelet_lost_log, transient
 from kinetic_testing.kubeconfigs import kubeconfig
+from kubernetes.client import ApiException
 
 NS = "team-a"
 
@@ -124,3 +126,56 @@ def test_the_kubelet_word_for_a_removed_container_is_not_taken_for_its_log(
     text: str, lost: bool
 ) -> None:
     assert kubelet_lost_log(text) is lost
+
+
+# ----------------------------------------------------------------- a watch that breaks off
+
+
+@pytest.mark.parametrize(
+    ("error", "again"),
+    [
+        (ConnectionResetError("connection reset by peer"), True),
+        (urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead"), True),
+        (ApiException(status=503, reason="Service Unavailable"), True),
+        (ApiException(status=429, reason="Too Many Requests"), True),
+        (ApiException(status=403, reason="Forbidden"), False),
+        (ApiException(status=422, reason="Unprocessable Entity"), False),
+        (TimeoutError("KineticJob team-a/x did not finish in 5 s"), False),
+        (ValueError("not a fault of the connection"), False),
+    ],
+)
+def test_only_faults_of_the_connection_or_a_briefly_unable_server_are_tried_again(
+    error: BaseException, again: bool
+) -> None:
+    assert transient(error) is again
+
+
+class Unreachable(KubeClient):
+    """A client whose every read fails as the API server's would: a fault the local
+    cluster does not produce on demand (the watch that breaks off once is tested there,
+    tests/integration/test_client_jobs.py)."""
+
+    WATCH_RETRY_SECONDS = 1.5
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self.error = error
+        self.reads = 0
+
+    def read_now(self, plural: str, namespace: str, name: str) -> tuple[dict | None, str]:
+        self.reads += 1
+        raise self.error
+
+
+def test_a_watch_failing_for_good_raises_its_fault_after_the_retry_bound() -> None:
+    kube = Unreachable(ConnectionRefusedError("connection refused"))
+    with pytest.raises(ConnectionRefusedError):
+        next(iter(kube.watch_one("kineticjobs", NS, "x", timeout=None)))
+    assert kube.reads >= 2  # tried again before giving up
+
+
+def test_a_refusal_is_raised_at_once_not_tried_again() -> None:
+    kube = Unreachable(ApiException(status=403, reason="Forbidden"))
+    with pytest.raises(ApiException):
+        next(iter(kube.watch_one("kineticjobs", NS, "x", timeout=None)))
+    assert kube.reads == 1

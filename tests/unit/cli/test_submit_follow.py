@@ -1,7 +1,8 @@
-"""`kinetic batches submit --wait` follows each object on a watch; a watch the API server
-breaks off is a fault the local cluster does not produce on demand, so a stand-in client
-injects it here (the rest of `--wait` runs against the real cluster in
-tests/integration/test_submit.py)."""
+"""`kinetic batches submit --wait` follows each object on a watch (`KubeClient.watch_one`,
+which starts a broken-off watch again by itself: tests/unit/api/test_kube_client.py and, on
+the real API server, tests/integration/test_client_jobs.py). A watch that fails for good
+is a fault the local cluster does not produce on demand, so a stand-in client injects it
+here (the rest of `--wait` runs against the real cluster in tests/integration/test_submit.py)."""
 
 from __future__ import annotations
 
@@ -16,29 +17,24 @@ from kinetic.cli.submit_file import Document
 DOC = Document(1, "KineticBatch", "sweep", "ns", {})
 
 
-class BrokenOnce:
-    """Each new client's watch: the first breaks off after one status (as a dropped
-    connection does); the next, started from a fresh read, sees the batch end."""
-
-    made = 0
+class FailsForGood:
+    """A watch that shows the batch running, then fails past its retry bound."""
 
     def __init__(self, context: str | None = None) -> None:
-        BrokenOnce.made += 1
-        self.first = BrokenOnce.made == 1
+        self.context = context
 
     def watch_one(self, *args: Any) -> Iterator[dict[str, Any] | None]:
-        if self.first:
-            yield {"status": {"phase": "RUNNING"}}
-            raise ConnectionResetError("connection reset by peer")
-        yield {"status": {"phase": "SUCCEEDED"}}
+        yield {"status": {"phase": "RUNNING"}}
+        raise ConnectionRefusedError("connection refused")
 
 
-def test_a_watch_broken_off_is_started_again_and_sees_the_end(
+def test_a_watch_failing_for_good_ends_the_wait_as_unseen_never_silently(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(submit, "KubeClient", BrokenOnce)
-    monkeypatch.setattr(submit.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(submit, "KubeClient", FailsForGood)
     out: Queue = Queue()
     submit._follow(DOC, 0, None, None, out)
     seen = [out.get_nowait() for _ in range(out.qsize())]
-    assert seen == [(0, {"phase": "RUNNING"}), (0, {"phase": "SUCCEEDED"})]
+    # None: the waiter stops waiting for it and reports its row as UNKNOWN (exit 1).
+    assert seen == [(0, {"phase": "RUNNING"}), (0, None)]
+    assert not submit._ended({"phase": "RUNNING"}) and submit._ended(None)
