@@ -33,8 +33,10 @@ from kinetic.api.batches import BatchError
 from kinetic.api.config import resolve
 from kinetic.api.jobs import JobStatus
 from kinetic.api.kube import KubeClient
+from kinetic.api.submission import SubmissionError
 from kinetic.model import digest, layout, names
 from kinetic.model import resources as r
+from kinetic.model.data import DataError
 from kube_helpers import Kube, wait_for
 from kubernetes import client
 
@@ -103,6 +105,81 @@ def test_an_unpicklable_input_keeps_the_pickling_error(ns: str) -> None:
     error = info.value.submission_failures[1]
     assert type(error) is TypeError and "cannot pickle" in str(error)
     assert info.value.partial_results == [1, None]
+
+
+def test_every_kind_of_input_failure_keeps_its_own_slot_and_the_rest_run(
+    ns: str, tmp_path: Path
+) -> None:
+    """A local file or folder gone since `Data` checked it, a wrong-typed item and an
+    unpicklable value: each fails its own input, nothing of it is uploaded, the rest run."""
+
+    @kinetic.run(namespace=ns)
+    def read(data: str | None = None, n: int = 0) -> object:
+        return Path(data).read_text() if data else n
+
+    kept, gone_file, gone_dir = tmp_path / "kept.txt", tmp_path / "gone.txt", tmp_path / "gone"
+    kept.write_text("alpha")
+    gone_file.write_text("beta")
+    gone_dir.mkdir()
+    items = [
+        {"data": kinetic.Data(str(kept))},
+        {"data": kinetic.Data(str(gone_file))},
+        [2],
+        {"n": threading.Lock()},
+        {"data": kinetic.Data(str(gone_dir))},
+        {"n": 5},
+    ]
+    gone_file.unlink()  # after Data() checked that they exist
+    gone_dir.rmdir()
+    batch = read.run_async_map(items, input_mode="kwargs")
+    values = batch.results(timeout=TIMEOUT, return_exceptions=True)
+    assert (values[0], values[5]) == ("alpha", 5)
+    failed = {i: type(v) for i, v in enumerate(values) if isinstance(v, Exception)}
+    assert failed == {1: DataError, 2: TypeError, 3: TypeError, 4: DataError}
+    assert "gone.txt" in str(values[1]) and "gone" in str(values[4])
+    assert [batch.jobs[i] for i in failed] == [None] * 4
+    # Nothing of a failed input was uploaded; another process reads the same failures.
+    inputs = [u for u in storage.list_prefix(_prefix(ns)) if u.endswith(".pkl") and "/inputs/" in u]
+    assert sorted(u.rsplit("/", 1)[1] for u in inputs if batch.group_id in u) == ["0.pkl", "5.pkl"]
+    # Another process reads the same failures: built-in types as themselves, the client's
+    # own DataError as a SubmissionError naming it (nothing is imported from a spec's name).
+    again = kinetic.attach_batch(batch.group_id, namespace=ns).submission_failures
+    assert {i: type(e) for i, e in again.items()} == {
+        1: SubmissionError,
+        2: TypeError,
+        3: TypeError,
+        4: SubmissionError,
+    }
+    assert "kinetic.model.data.DataError: " in str(again[1]) and "gone.txt" in str(again[1])
+
+
+def test_a_problem_of_the_whole_call_raises_from_it_and_creates_nothing(
+    ns: str, tmp_path: Path
+) -> None:
+    """volumes= concern every input: their data gone is the call's error, nothing created."""
+
+    @kinetic.run(namespace=ns)
+    def size(n: int = 0) -> int:
+        return n
+
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    mounted = size.with_options(volumes={"/data": kinetic.Data(str(folder))})
+    folder.rmdir()
+    with pytest.raises(DataError) as raised:
+        mounted.run_async_map([{"n": 1}], input_mode="kwargs")
+    assert "shared" in str(raised.value)
+    assert (
+        kinetic_kube.custom.list_namespaced_custom_object(r.GROUP, r.VERSION, ns, r.BATCH_PLURAL)[
+            "items"
+        ]
+        == []
+    )
+    assert storage.list_prefix(_prefix(ns)) == []
+
+
+def _prefix(ns: str) -> str:
+    return layout.namespace_prefix(resolve(namespace=ns).storage_root, ns)
 
 
 # --------------------------------------------------------------------------- runner failures

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from kinetic.api.config import ConfigError, resolve
 from kinetic.api.jobs import JobStatus
 from kinetic.api.reference import IgnoredSetting
 from kinetic.model import layout
-from kube_helpers import wait_for
+from kinetic_testing.cluster import job_json, kubectl_in
+from kinetic_testing.warned import moved
+from kube_helpers import Kube, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -119,6 +122,78 @@ def test_attach_warns_once_for_the_reference_arguments_it_ignores(ns: str) -> No
         kinetic.attach("job-1", namespace=ns)
     assert reference_warnings(caught) == []
     assert f"No KineticJob 'job-1' in namespace '{ns}'" in str(missing.value)
+
+
+# --------------------------------------------------------------------------- old callers
+
+
+@pytest.fixture
+def default_ns(ns: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``ns`` as the client's default namespace: a namespace argument misread as one would
+    show as another name in what the calls look in."""
+    monkeypatch.setenv("KINETIC_NAMESPACE", ns)
+    monkeypatch.delenv("KINETIC_CONTEXT", raising=False)
+    monkeypatch.delenv("KINETIC_CLUSTER", raising=False)
+    return ns
+
+
+@pytest.mark.parametrize(
+    ("call", "where", "kind"),
+    [
+        (lambda: kinetic.attach("job-1", "team-a"), "kinetic.attach", "KineticJob 'job-1'"),
+        (
+            lambda: kinetic.attach_batch("grp-1a2b3c4d", "team-a"),
+            "kinetic.attach_batch",
+            "KineticBatch 'grp-1a2b3c4d'",
+        ),
+    ],
+    ids=["attach", "attach_batch"],
+)
+def test_a_namespace_passed_in_the_old_order_warns_and_is_not_looked_in(
+    default_ns: str, call: Callable[[], Any], where: str, kind: str
+) -> None:
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(LookupError) as missing:
+        warnings.simplefilter("always")
+        call()
+    message = moved(caught, __file__)
+    assert message.startswith(f"{where}(): positional arguments follow the reference API's order")
+    assert "'team-a' is project= (it was namespace= before this release; pass namespace= by " in (
+        message
+    )
+    # Looked for in the default namespace: never silently in 'team-a'.
+    assert f"No {kind} in namespace '{default_ns}'" in str(missing.value)
+
+
+def test_list_jobs_in_the_old_order_warns_and_lists_the_default_namespace(
+    default_ns: str, kube: Kube
+) -> None:
+    applied = kubectl_in(kube, job_json("listed", default_ns), "apply")
+    assert applied.returncode == 0, applied.stderr
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        listed = kinetic.list_jobs("team-a")
+    assert "'team-a' is project= (it was namespace= before this release" in moved(caught, __file__)
+    assert [h.job_id for h in listed] == ["listed"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        listed = kinetic.list_jobs(None, "ctx-a")
+    assert "'ctx-a' is zone= (it was context= before this release" in moved(caught, __file__)
+    assert [h.job_id for h in listed] == ["listed"]  # the current context, not one named ctx-a
+
+
+def test_keyword_callers_and_unchanged_positions_are_not_warned(
+    default_ns: str, kube: Kube
+) -> None:
+    applied = kubectl_in(kube, job_json("keyed", default_ns), "apply")
+    assert applied.returncode == 0, applied.stderr
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert kinetic.attach("keyed", namespace=default_ns).namespace == default_ns
+        assert [h.job_id for h in kinetic.list_jobs(namespace=default_ns)] == ["keyed"]
+        with pytest.raises(LookupError, match=f"in namespace '{default_ns}'"):
+            kinetic.attach_batch("grp-1a2b3c4d", None, None, namespace=default_ns)
+        fn = kinetic.run("cpu", "busybox:1")(lambda: 1)  # image, as before
+    assert fn.options["image"] == "busybox:1"
 
 
 def test_an_unknown_cluster_is_refused_before_anything_is_uploaded(

@@ -31,6 +31,7 @@ is taken as not offering it. cpu needs nothing and is never checked.
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -257,23 +258,32 @@ def cluster_can_grow(context: str | None) -> bool | None:
     return True
 
 
-def check(accelerators: Iterable[str], context: str | None) -> None:
+class ClusterReads:
+    """What `check` reads of one context's cluster: its Nodes' offers, and whether it can
+    grow. A caller that knows the answers (a cluster the tests cannot build, such as one
+    with GPUs) passes its own."""
+
+    def __init__(self, context: str | None) -> None:
+        self.context = context
+
+    def nodes(self) -> list[NodeOffer] | None:
+        return list_nodes(self.context)
+
+    def can_grow(self) -> bool | None:
+        return cluster_can_grow(self.context)
+
+
+def check(accelerators: Iterable[str], cluster: ClusterReads) -> None:
     """Refuse, before any upload, an accelerator no node can offer on a cluster that cannot
     grow; say once why one could not be checked. Nodes are listed once, and only when an
-    accelerator other than cpu is asked for."""
+    accelerator other than cpu is asked for; whether the cluster can grow, only when no
+    node offers one, and once."""
     wanted = [a for a in dict.fromkeys(accelerators) if catalog.canonical_name(a) != "cpu"]
     if not wanted:
         return
-    nodes = list_nodes(context)
-    grows: list[bool | None] = []
-
-    def can_grow() -> bool | None:
-        if not grows:
-            grows.append(cluster_can_grow(context))
-        return grows[0]
-
+    nodes = cluster.nodes()
+    can_grow = functools.cache(cluster.can_grow)
     for given in wanted:
-        # Whether the cluster can grow matters only when no node offers it: asked then, once.
         verdict = judge(given, nodes, can_grow() if _unoffered(given, nodes) else None)
         if verdict.refusal is not None:
             raise AcceleratorUnavailable(verdict.refusal)

@@ -159,7 +159,7 @@ def batch(
     for fn in dict.fromkeys(e.fn for e in entries if isinstance(e, Call)):
         fn.check_cluster(cfg)
     containers = [e.accelerator for e in entries if isinstance(e, ContainerCall)]
-    accelerators.check(containers, cfg.context)
+    accelerators.check(containers, accelerators.ClusterReads(cfg.context))
     limits.refuse(
         limits.check_batch_spec(
             {"jobs": [{}] * len(entries)}, storage_root=None, max_inputs=cfg.max_inputs

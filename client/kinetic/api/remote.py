@@ -158,7 +158,9 @@ class RemoteFunction:
         """
         known = cfg.accelerators or tuple(catalog.default_catalog().names())
         catalog.check_name(self.options["accelerator_as_given"], known)
-        accelerators.check([self.options["accelerator_as_given"]], cfg.context)
+        accelerators.check(
+            [self.options["accelerator_as_given"]], accelerators.ClusterReads(cfg.context)
+        )
 
     def ship_project(self, cfg: ClientConfig) -> dict[str, Any] | None:
         """Upload the function's project (what is not there yet) for the payload to name.

@@ -9,7 +9,6 @@ tests/integration/test_reference_api.py.
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import pytest
 from kinetic.api import accelerators
@@ -65,7 +64,7 @@ def test_an_offered_accelerator_passes(nodes: list[NodeOffer], can_grow: bool) -
 
 
 def test_cpu_is_never_checked() -> None:
-    assert judge("cpu", None, None) == Verdict()
+    assert judge("cpu", None, cluster) == Verdict()
     assert judge("cpu", [], False) == Verdict()
 
 
@@ -135,47 +134,53 @@ def test_a_refusal_is_an_unknown_accelerator() -> None:
 # --------------------------------------------------------------------------- one submission
 
 
+class Known(accelerators.ClusterReads):
+    """A cluster whose answers the test sets (the local cluster has no GPU node and no
+    autoscaler), counting how often each was read."""
+
+    def __init__(self) -> None:
+        super().__init__(context=None)
+        self.offered: list[NodeOffer] | None = [CPU_NODE]
+        self.grows: bool | None = False
+        self.listed = self.asked = 0
+
+    def nodes(self) -> list[NodeOffer] | None:
+        self.listed += 1
+        return self.offered
+
+    def can_grow(self) -> bool | None:
+        self.asked += 1
+        return self.grows
+
+
 @pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """What the two reads return, and how often each was made."""
-    seen: dict[str, Any] = {"nodes": [CPU_NODE], "grows": False, "listed": 0, "asked": 0}
-
-    def list_nodes(context: str | None) -> list[NodeOffer] | None:
-        seen["listed"] += 1
-        return seen["nodes"]
-
-    def can_grow(context: str | None) -> bool | None:
-        seen["asked"] += 1
-        return seen["grows"]
-
-    monkeypatch.setattr(accelerators, "list_nodes", list_nodes)
-    monkeypatch.setattr(accelerators, "cluster_can_grow", can_grow)
-    return seen
+def cluster() -> Known:
+    return Known()
 
 
-def test_a_submission_of_cpu_reads_nothing(cluster: dict[str, Any]) -> None:
-    accelerators.check(["cpu", "cpu"], None)
-    assert (cluster["listed"], cluster["asked"]) == (0, 0)
+def test_a_submission_of_cpu_reads_nothing(cluster: Known) -> None:
+    accelerators.check(["cpu", "cpu"], cluster)
+    assert (cluster.listed, cluster.asked) == (0, 0)
 
 
 def test_nodes_are_listed_once_and_growth_asked_only_when_no_node_offers(
-    cluster: dict[str, Any],
+    cluster: Known,
 ) -> None:
-    cluster["nodes"] = [L4_NODE]
-    accelerators.check(["l4", "gpu-l4", "cpu"], None)
-    assert (cluster["listed"], cluster["asked"]) == (1, 0)
+    cluster.offered = [L4_NODE]
+    accelerators.check(["l4", "gpu-l4", "cpu"], cluster)
+    assert (cluster.listed, cluster.asked) == (1, 0)
     with pytest.raises(AcceleratorUnavailable, match="accelerator 'gpu-t4'"):
-        accelerators.check(["gpu-l4", "gpu-t4", "gpu-h100"], None)
-    assert (cluster["listed"], cluster["asked"]) == (2, 1)
+        accelerators.check(["gpu-l4", "gpu-t4", "gpu-h100"], cluster)
+    assert (cluster.listed, cluster.asked) == (2, 1)
 
 
 def test_a_cluster_that_may_grow_gets_the_submission_and_one_warning(
-    cluster: dict[str, Any],
+    cluster: Known,
 ) -> None:
-    cluster["grows"] = True
+    cluster.grows = True
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("default")
         for _ in range(3):
-            accelerators.check(["l4"], None)
+            accelerators.check(["l4"], cluster)
     assert [type(w.message) for w in said] == [AcceleratorNotChecked]
     assert "the cluster's autoscaler may add one" in str(said[0].message)

@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import kinetic
 import kinetic.debug
 import kinetic.jobs
 import pytest
-from kinetic.api import batches, jobs, reference
+from kinetic.api import reference
 from kinetic.api.batches import BatchHandle
 from kinetic.api.handle import JobHandle
 from kinetic.api.inputs import InputHandle
-from kinetic.api.reference import ArgumentMoved
 from kinetic.api.remote import RemoteFunction
+from kinetic_testing.warned import moved
 
 # What the reference documents, in order. `*` starts its keyword-only parameters.
 REFERENCE: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
@@ -166,91 +166,12 @@ def test_every_reference_signature_keeps_the_reference_order(name: str) -> None:
 # --------------------------------------------------------------------------- old callers
 
 
-class Stop(Exception):
-    """Raised by a stand-in for `resolve`, once it has seen what it was asked for."""
-
-
-@pytest.fixture
-def resolved(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    """What `attach`, `attach_batch` and `list_jobs` were asked for (then they stop before
-    any request): the namespace and context they would use."""
-    seen: dict[str, Any] = {}
-
-    def fake(namespace: str | None = None, context: str | None = None, **_: Any) -> Any:
-        seen.update(namespace=namespace, context=context)
-        raise Stop
-
-    def rows(namespace: str | None, context: str | None, **_: Any) -> Any:
-        return fake(namespace, context)
-
-    monkeypatch.setattr(jobs, "resolve", fake)
-    monkeypatch.setattr(batches, "resolve", fake)
-    monkeypatch.setattr(jobs, "iter_jobs_with_status", rows)
-    monkeypatch.delenv("KINETIC_CONTEXT", raising=False)
-    monkeypatch.delenv("KINETIC_CLUSTER", raising=False)
-    yield seen
-
-
-def moved(caught: list[warnings.WarningMessage]) -> str:
-    found = [w for w in caught if issubclass(w.category, ArgumentMoved)]
-    assert len(found) == 1, [str(w.message) for w in caught]
-    assert found[0].filename == __file__  # it points at the caller's line
-    return str(found[0].message)
-
-
-@pytest.mark.parametrize(
-    "call,where,says",
-    [
-        (lambda: kinetic.attach("job-1", "team-a"), "kinetic.attach", "'team-a' is project="),
-        (
-            lambda: kinetic.attach_batch("grp-1a2b3c4d", "team-a"),
-            "kinetic.attach_batch",
-            "'team-a' is project=",
-        ),
-        (lambda: kinetic.list_jobs("team-a"), "kinetic.list_jobs", "'team-a' is project="),
-    ],
-    ids=["attach", "attach_batch", "list_jobs"],
-)
-def test_a_namespace_passed_in_the_old_order_warns_and_is_not_used_as_one(
-    resolved: dict[str, Any], call: Callable[[], Any], where: str, says: str
-) -> None:
-    with warnings.catch_warnings(record=True) as caught, pytest.raises(Stop):
-        warnings.simplefilter("always")
-        call()
-    message = moved(caught)
-    assert message.startswith(f"{where}(): positional arguments follow the reference API's order")
-    assert f"{says} (it was namespace= before this release; pass namespace= by keyword" in message
-    assert resolved["namespace"] is None  # the default namespace: never silently 'team-a'
-
-
-def test_list_jobs_old_context_position_is_zone_now(resolved: dict[str, Any]) -> None:
-    with warnings.catch_warnings(record=True) as caught, pytest.raises(Stop):
-        warnings.simplefilter("always")
-        kinetic.list_jobs(None, "ctx-a")
-    assert "'ctx-a' is zone= (it was context= before this release" in moved(caught)
-    assert resolved["context"] is None
-
-
-def test_keyword_callers_and_unchanged_positions_are_not_warned(resolved: dict[str, Any]) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with pytest.raises(Stop):
-            kinetic.attach("job-1", namespace="team-a")
-        with pytest.raises(Stop):
-            kinetic.list_jobs(namespace="team-a")
-        with pytest.raises(Stop):
-            kinetic.attach_batch("grp-1a2b3c4d", None, None, namespace="team-a")
-        fn = kinetic.run("cpu", "busybox:1")(lambda: 1)  # image, as before
-    assert resolved["namespace"] == "team-a"
-    assert fn.options["image"] == "busybox:1"
-
-
 def test_run_in_the_old_order_warns_naming_each_moved_argument() -> None:
     """Before: run(accelerator, image, container_image, namespace, context, env, ...)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fn = kinetic.run("cpu", None, None, "team-a", "ctx-a")(lambda: 1)
-    message = moved(caught)
+    message = moved(caught, __file__)
     assert "'team-a' is zone= (it was namespace= before this release" in message
     assert "'ctx-a' is project= (it was context= before this release" in message
     assert fn.options["namespace"] is None and fn.options["zone"] == "team-a"

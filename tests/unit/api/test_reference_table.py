@@ -19,7 +19,7 @@ UNIT, LIVE = "tests/unit", "tests/integration"
 ROWS: dict[str, list[str]] = {
     "Positional order of every function and method": [
         f"{UNIT}/api/test_reference_signatures.py::test_every_reference_signature_keeps_the_reference_order",
-        f"{UNIT}/api/test_reference_signatures.py::test_a_namespace_passed_in_the_old_order_warns_and_is_not_used_as_one",
+        f"{LIVE}/test_reference_args_live.py::test_a_namespace_passed_in_the_old_order_warns_and_is_not_looked_in",
         f"{UNIT}/api/test_reference_signatures.py::test_run_in_the_old_order_warns_naming_each_moved_argument",
         f"{UNIT}/api/test_reference_args.py::test_a_deletion_timeout_that_is_not_seconds_is_refused_naming_the_order",
         f"{LIVE}/test_reference_signatures_live.py::test_every_reference_signature_positionally_and_by_keyword",
@@ -68,8 +68,8 @@ ROWS: dict[str, list[str]] = {
         f"{LIVE}/test_batches.py::test_results_in_input_order_and_in_completion_order",
     ],
     "Submission errors of one input (`run_async_map`)": [
-        f"{UNIT}/api/test_reference_slots.py::test_every_kind_of_input_failure_keeps_its_own_slot",
-        f"{UNIT}/api/test_reference_slots.py::test_a_problem_of_the_whole_call_still_raises_from_it",
+        f"{LIVE}/test_reference_api.py::test_every_kind_of_input_failure_keeps_its_own_slot_and_the_rest_run",
+        f"{LIVE}/test_reference_api.py::test_a_problem_of_the_whole_call_raises_from_it_and_creates_nothing",
         f"{LIVE}/test_data_fuse.py::test_run_async_refuses_fuse_data_before_uploading_or_creating_anything",
         f"{LIVE}/test_reference_api.py::test_a_wrong_typed_item_fails_its_own_slot_with_its_own_exception",
     ],
