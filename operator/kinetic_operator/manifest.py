@@ -16,8 +16,10 @@ message, a chunk Pod in a report whose own hash is in its termination
 message; reports are read and checked here, just before the shard that
 needs them is written (`kinetic.model.digest`).
 
-When to write is the `Debouncer`'s business: promptly when it matters
-(before the first Pod, at the end), otherwise at most every interval.
+What each record says and when to write are decided in
+`kinetic_operator.logic.manifest_records` (the `Debouncer`: promptly when it matters,
+before the first Pod and at the end, otherwise at most every interval); this module
+reads and writes storage.
 
 What the batch status vouches for (`kinetic.model.manifest`, "The chain of
 trust"): every header the book writes lists each shard's slot and SHA-256,
@@ -35,12 +37,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
 
 from kinetic import storage
 from kinetic.model import digest, layout
-from kinetic.model.batchjobs import batch_total, container_indexes
 from kinetic.model.digest import Reported
 from kinetic.model.limits import MAX_REPORT_BYTES, MAX_SHARD_BYTES, header_max_bytes
 from kinetic.model.manifest import (
@@ -48,32 +47,32 @@ from kinetic.model.manifest import (
     InputRecord,
     ManifestHeader,
     ManifestShard,
-    RerunOf,
     ShardRef,
-    SubmissionFailureRecord,
     decode_header,
     decode_shard,
     shard_bytes,
 )
-from kinetic.model.names import fmt_time
 from kinetic.model.ranges import IndexSet
-from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
 
 from kinetic_operator.bounded_read import TooLarge, read_at_most
 from kinetic_operator.logic.attempts import UnitPlan
 from kinetic_operator.logic.batch_logic import Recorded, UnitObservation, unit_inputs
 from kinetic_operator.logic.job_logic import reported_result
-from kinetic_operator.logic.observed import PodView
+from kinetic_operator.logic.manifest_records import (
+    recorded_from,
+    recorded_outcome,
+    result_of,
+    settled,
+    stored_result,
+    usable_pods,
+)
 
 log = logging.getLogger("kinetic.operator")
 
 __all__ = [
-    "Debouncer",
     "ManifestBook",
     "Written",
-    "build_header",
     "read_header",
-    "recorded_from",
 ]
 
 _OUTCOME = {
@@ -83,66 +82,6 @@ _OUTCOME = {
     "failed": "FAILED",
     "cancelled": "CANCELLED",
 }
-
-
-def build_header(
-    home: layout.Home,
-    spec: KineticBatchSpec,
-    status: KineticBatchStatus,
-    recorded: Recorded,
-    *,
-    created: str | None,
-    now: datetime,
-    shards: list[int],
-) -> ManifestHeader:
-    """The header for a batch as it stands, with the complete index ranges."""
-    template = spec.template
-    containers = container_indexes(spec)
-    total = batch_total(spec)
-    if spec.jobs is not None:
-        kind = (
-            "container" if len(containers) == total else "function" if not containers else "mixed"
-        )
-    else:
-        kind = "container" if containers else "function"
-    source = spec.inputs.from_batch if spec.inputs is not None else None
-    return ManifestHeader(
-        group_id=home.name,
-        namespace=home.namespace,
-        uid=home.uid,
-        name=spec.name,
-        tags=dict(spec.tags),
-        kind=kind,  # type: ignore[arg-type]  # one of the Literal's values, chosen above
-        container_indexes=str(containers) if kind == "mixed" else "",
-        function_name=template.function.name
-        if template is not None and template.function is not None
-        else None,
-        total=total,
-        chunk_size=spec.fixed_chunk,
-        unit_grid=status.unit_grid if spec.sized_units else None,
-        input_mode=spec.input_mode,
-        max_concurrent=spec.max_concurrent,
-        retries=spec.retries,
-        fail_fast=spec.fail_fast,
-        cancel_running_on_fail=spec.cancel_running_on_fail,
-        created_at=created,
-        updated_at=fmt_time(now),
-        phase=str(status.phase),
-        launched=status.launched,
-        succeeded_indexes=str(recorded.succeeded),
-        failed_indexes=str(recorded.failed),
-        cancelled_indexes=str(recorded.cancelled),
-        shard_size=layout.SHARD_SIZE,
-        shards=sorted(shards),
-        submission_failures=[
-            SubmissionFailureRecord(index=f.index, message=f.message, error_type=f.error_type)
-            for f in sorted(spec.submission_failures, key=lambda f: f.index)
-        ],
-        rerun_of=None
-        if source is None
-        else RerunOf(name=source.name, uid=source.uid, selected=source.indexes),
-        original_indexes=spec.inputs.indexes if spec.inputs is not None else None,
-    )
 
 
 def read_header(home: layout.Home, slot: int = 0) -> ManifestHeader | None:
@@ -223,9 +162,9 @@ class ManifestBook:
                 new = InputRecord(
                     outcome=_OUTCOME[plan.outcome],  # type: ignore[arg-type]
                     attempts=list(plan.records),
-                    result=_result(plan) if container_unit else None,
+                    result=result_of(plan) if container_unit else None,
                     message=plan.message if plan.outcome == "failed" else None,
-                    **_stored(single if len(indexes) == 1 else self.hashes.get(index)),
+                    **stored_result(single if len(indexes) == 1 else self.hashes.get(index)),
                 )
                 if old is None or old != new:
                     records[index] = new
@@ -297,7 +236,7 @@ class ManifestBook:
             records = self.shards.setdefault(shard, {})
             rec = records.get(index)
             if rec is not None and (rec.result_sha256, rec.result_bytes) != value:
-                records[index] = rec.model_copy(update=_stored(value))
+                records[index] = rec.model_copy(update=stored_result(value))
                 self.dirty.add(shard)
 
     def _hashes_from_pods(self, chunk: int) -> None:
@@ -321,9 +260,9 @@ class ManifestBook:
         chunk Pod's report is noted, to be read before the write.
         """
         unit = index - index % chunk
-        for pod in reversed(_usable_pods(self.observed.get(unit), rec.outcome)):
+        for pod in reversed(usable_pods(self.observed.get(unit), rec.outcome)):
             if chunk == 1 and (found := digest.reported_result(pod.termination_message)):
-                self.shards[shard][index] = rec.model_copy(update=_stored(found))
+                self.shards[shard][index] = rec.model_copy(update=stored_result(found))
                 return
             report = digest.chunk_report(pod.termination_message) if chunk > 1 else None
             if report is not None and pod.name not in self.read_reports:
@@ -333,11 +272,11 @@ class ManifestBook:
         """Outcomes recorded by the batch win over what the plans last said."""
         for shard, records in self.shards.items():
             for index, rec in records.items():
-                outcome = _recorded_outcome(index, recorded)
+                outcome = recorded_outcome(index, recorded)
                 if outcome is not None and rec.outcome != outcome:
                     # the hash noted for the old outcome may be another attempt's
-                    records[index] = _settled(rec, outcome).model_copy(
-                        update=_stored(self.hashes.get(index))
+                    records[index] = settled(rec, outcome).model_copy(
+                        update=stored_result(self.hashes.get(index))
                     )
                     self.dirty.add(shard)
 
@@ -540,126 +479,3 @@ def check_report(home: layout.Home, pod: str, expected: str) -> dict[int, Report
         return digest.parse_report(data, expected)
     except ValueError as exc:
         raise ValueError(f"the chunk's report {uri} is refused: {exc}") from None
-
-
-def _stored(reported: Reported | None) -> dict[str, Any]:
-    """An input record's result fields for what its runner reported (None: nothing)."""
-    if reported is None:
-        return {"result_sha256": None, "result_bytes": None}
-    return {"result_sha256": reported.sha256, "result_bytes": reported.size}
-
-
-def _settled(rec: InputRecord, outcome: str) -> InputRecord:
-    """``rec`` with the batch's outcome; a last attempt still open ends with it."""
-    attempts = list(rec.attempts)
-    if attempts and attempts[-1].outcome in ("pending", "running") and outcome != "SUCCEEDED":
-        attempts[-1] = attempts[-1].model_copy(
-            update={"outcome": "cancelled" if outcome == "CANCELLED" else "failure"}
-        )
-    return rec.model_copy(update={"outcome": outcome, "attempts": attempts})
-
-
-def _usable_pods(obs: UnitObservation | None, outcome: str) -> list[PodView]:
-    """The unit's ended Pods that may hold the input's result, oldest first and successes
-    last. A succeeded input's result is its succeeded attempt's, never a failure's."""
-    usable = ("Succeeded",) if outcome == "SUCCEEDED" else ("Succeeded", "Failed")
-    pods = obs.pods.values() if obs else ()
-    return sorted(
-        (p for p in pods if p.terminal and p.phase in usable),
-        key=lambda p: (p.phase == "Succeeded", p.attempt),
-    )
-
-
-def _recorded_outcome(index: int, recorded: Recorded) -> str | None:
-    if index in recorded.succeeded:
-        return "SUCCEEDED"
-    if index in recorded.failed:
-        return "FAILED"
-    if index in recorded.cancelled:
-        return "CANCELLED"
-    return None
-
-
-def _result(plan: UnitPlan) -> str | None:
-    if plan.outcome != "succeeded" or plan.last is None:
-        return None
-    return plan.last.termination_message
-
-
-def recorded_from(header: ManifestHeader | None) -> Recorded | None:
-    """The outcomes a stored header records (None without a header)."""
-    if header is None:
-        return None
-    return Recorded(
-        IndexSet.parse(header.succeeded_indexes),
-        IndexSet.parse(header.failed_indexes),
-        IndexSet.parse(header.cancelled_indexes),
-    )
-
-
-@dataclass
-class Debouncer:
-    """When to write a batch's manifest: promptly when it matters, rarely otherwise.
-
-    One per batch, kept in the operator's memory; times are seconds from any
-    monotonic clock, injected so tests need no sleeping. Call `mark` when a
-    decision says the manifest is dirty (with its ``urgent`` flag), `due` to
-    ask whether to write now, `delay` for how long until it will be (to
-    schedule a wake-up), then `written` or `failed` after the attempt.
-
-    * The first write, and any urgent one (the first Pod is about to be
-      created, or the batch ended), is due at once.
-    * Otherwise writes are at least ``interval`` seconds apart.
-    * A failed write stays dirty and is retried after ``retry`` seconds,
-      doubling per consecutive failure up to ``interval`` — never dropped.
-
-    After an operator restart a fresh Debouncer writes at the first mark,
-    which is what we want: the previous process may have died mid-debounce.
-    """
-
-    interval: float = 10.0
-    retry: float = 1.0
-    dirty: bool = False
-    urgent: bool = False
-    last_write: float | None = None
-    failures: int = 0
-    retry_at: float | None = field(default=None)
-
-    def mark(self, now: float, *, urgent: bool = False) -> None:
-        """Something in the manifest changed."""
-        self.dirty = True
-        self.urgent = self.urgent or urgent
-
-    def due_at(self) -> float | None:
-        """The earliest time a write is due, or None when nothing is pending."""
-        if not self.dirty:
-            return None
-        if self.urgent or self.last_write is None:
-            at = float("-inf")
-        else:
-            at = self.last_write + self.interval
-        if self.retry_at is not None:
-            at = max(at, self.retry_at)
-        return at
-
-    def due(self, now: float) -> bool:
-        """Write now?"""
-        at = self.due_at()
-        return at is not None and now >= at
-
-    def delay(self, now: float) -> float | None:
-        """Seconds until the next write is due (0 when due now), None when clean."""
-        at = self.due_at()
-        return None if at is None else max(0.0, at - now)
-
-    def written(self, now: float) -> None:
-        """The write succeeded; everything marked before it is saved."""
-        self.dirty = self.urgent = False
-        self.last_write = now
-        self.failures = 0
-        self.retry_at = None
-
-    def failed(self, now: float) -> None:
-        """The write failed; retry later with backoff, keeping it dirty."""
-        self.failures += 1
-        self.retry_at = now + min(self.retry * 2 ** (self.failures - 1), self.interval)

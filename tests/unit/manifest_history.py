@@ -22,8 +22,9 @@ from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
 from kinetic_operator.logic.attempts import Limits, UnitPlan, plan_unit
 from kinetic_operator.logic.batch_logic import Recorded, unit_inputs
+from kinetic_operator.logic.manifest_records import build_header
 from kinetic_operator.logic.observed import PodView
-from kinetic_operator.manifest import ManifestBook, build_header
+from kinetic_operator.manifest import ManifestBook
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 BATCH = "grp-1a2b3c4d"

@@ -24,8 +24,9 @@ from kinetic_operator.accepted import Stored
 from kinetic_operator.handlers.batch_units import UnitProgress
 from kinetic_operator.handlers.events import ObjectMemory, Wake
 from kinetic_operator.logic.batch_logic import Recorded
+from kinetic_operator.logic.manifest_records import Debouncer
 from kinetic_operator.logic.observed import PodView
-from kinetic_operator.manifest import Debouncer, ManifestBook
+from kinetic_operator.manifest import ManifestBook
 
 
 @dataclass

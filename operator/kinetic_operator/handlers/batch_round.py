@@ -36,13 +36,10 @@ from kinetic_operator.logic.batch_logic import (
     UnitObservation,
     with_condition,
 )
+from kinetic_operator.logic.manifest_records import build_header, recorded_from
 from kinetic_operator.logic.policy import Policy
 from kinetic_operator.logic.units import units_sized
-from kinetic_operator.manifest import (
-    ManifestBook,
-    build_header,
-    recorded_from,
-)
+from kinetic_operator.manifest import ManifestBook
 from kinetic_operator.settings import OperatorSettings
 
 log = logging.getLogger("kinetic.operator")

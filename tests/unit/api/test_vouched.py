@@ -27,7 +27,8 @@ from kinetic.model.resources import (
 )
 from kinetic_operator.logic.batch_logic import Recorded, compact_status
 from kinetic_operator.logic.batch_work import RANGE_CAP
-from kinetic_operator.manifest import ManifestBook, build_header
+from kinetic_operator.logic.manifest_records import build_header
+from kinetic_operator.manifest import ManifestBook
 from manifest_history import T0, home, make_spec, running, succeeded
 
 HASH0 = "0" * 64
@@ -231,7 +232,7 @@ def test_what_the_operator_writes_the_client_reads_through_restarts(tmp_path) ->
     """The batch reconcile writes (fake API, real storage), restarting between writes; at
     every step a client reading through the batch's status finds every recorded result
     hash, and never a mismatch."""
-    from kinetic_operator.manifest import Debouncer
+    from kinetic_operator.logic.manifest_records import Debouncer
     from kinetic_operator.settings import OperatorSettings
     from kinetic_testing.bodies import GRP
     from kinetic_testing.fake_kube import FakeKube

@@ -21,7 +21,7 @@ from kinetic_operator.handlers import batches
 from kinetic_operator.handlers.batches import BatchMemory, reconcile_batch_sync
 from kinetic_operator.kube import Conflict
 from kinetic_operator.logic import batch_logic
-from kinetic_operator.manifest import Debouncer
+from kinetic_operator.logic.manifest_records import Debouncer
 from kinetic_operator.settings import OperatorSettings
 from kinetic_testing.bodies import GRP, SHA, container_batch, pod_name
 from kinetic_testing.fake_kube import NOW, FakeKube, reap_due

@@ -24,13 +24,8 @@ from kinetic.model.ranges import IndexSet
 from kinetic.model.resources import KineticBatchSpec, KineticBatchStatus
 from kinetic_operator.logic.attempts import UnitPlan
 from kinetic_operator.logic.batch_logic import Recorded, compact_status, decide_batch
-from kinetic_operator.manifest import (
-    Debouncer,
-    ManifestBook,
-    build_header,
-    read_header,
-    recorded_from,
-)
+from kinetic_operator.logic.manifest_records import Debouncer, build_header, recorded_from
+from kinetic_operator.manifest import ManifestBook, read_header
 from manifest_history import BATCH, T0, UID, home, make_spec, plan, pod, running, succeeded
 
 SHA = "c" * 64
