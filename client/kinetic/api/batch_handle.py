@@ -631,9 +631,11 @@ class BatchHandle(ThroughContext):
         """The result hashes (and sizes) the vouched-for manifest already records for
         ``indexes``.
 
-        Inputs not recorded yet are left out; their handles find the hash
-        themselves (from the Pod, or by waiting for the record). With no
-        manifest that the status vouches for, there are none.
+        Only a record of how the input ended counts: one written while it was
+        still running (a retry pending) holds the hash an earlier attempt
+        reported, of its exception. Inputs not recorded so yet are left out;
+        their handles find the hash themselves (from the Pod, or by waiting for
+        the record). With no manifest that the status vouches for, there are none.
         """
         if manifest is None or not indexes:
             return {}
@@ -641,7 +643,7 @@ class BatchHandle(ThroughContext):
         return {
             i: digest.Reported(rec.result_sha256, rec.result_bytes)
             for i, rec in records.items()
-            if rec.result_sha256
+            if rec.result_sha256 and rec.outcome in FINAL_OUTCOMES
         }
 
     def _container_results(

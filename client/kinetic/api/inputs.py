@@ -221,7 +221,8 @@ class InputHandle(JobHandle):
         vouched = manifest.vouched
         if vouched:
             record = self._record(manifest)
-            if record is not None and record.result_sha256:
+            # Only a record of how it ended: a running input's may hold an earlier attempt's.
+            if record is not None and record.result_sha256 and record.outcome in FINAL_OUTCOMES:
                 return _stored(record), None
         reported = self._reported_by_pod()
         if reported is not None:
