@@ -224,9 +224,8 @@ class OperatorSettings(BaseSettings):
     manifest_interval: float = Field(
         10.0,
         gt=0,
-        description="Most seconds between routine manifest writes of one batch: the spacing "
-        "starts at 1 s and grows with the manifest's age (a quarter of it) up to this, so a "
-        "short batch's results are readable as its inputs end (KINETIC_MANIFEST_INTERVAL).",
+        description="Least seconds between routine manifest writes of one batch "
+        "(KINETIC_MANIFEST_INTERVAL).",
     )
 
     policy_config_map: str = Field(

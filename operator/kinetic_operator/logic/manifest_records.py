@@ -168,14 +168,7 @@ class Debouncer:
 
     * The first write, and any urgent one (the first Pod is about to be
       created, or the batch ended), is due at once.
-    * Otherwise writes are spaced by a routine interval that grows with the
-      manifest's age: ``least`` seconds at first, a ``growth`` share of the
-      time since the first write later, never more than ``interval``. A
-      function input's result is readable only once a manifest the status
-      vouches for holds its hash, so a short batch whose manifest waited the
-      full interval showed no result until it ended, then read them all at
-      once; a long one settles at ``interval`` within a minute, and pays a
-      few writes more in all.
+    * Otherwise writes are at least ``interval`` seconds apart.
     * A failed write stays dirty and is retried after ``retry`` seconds,
       doubling per consecutive failure up to ``interval`` — never dropped.
 
@@ -184,12 +177,9 @@ class Debouncer:
     """
 
     interval: float = 10.0
-    least: float = 1.0
-    growth: float = 0.25
     retry: float = 1.0
     dirty: bool = False
     urgent: bool = False
-    first_write: float | None = None
     last_write: float | None = None
     failures: int = 0
     retry_at: float | None = field(default=None)
@@ -199,13 +189,6 @@ class Debouncer:
         self.dirty = True
         self.urgent = self.urgent or urgent
 
-    def routine_interval(self) -> float:
-        """The least time between routine writes now (see the class's rules)."""
-        if self.first_write is None or self.last_write is None:
-            return 0.0
-        grown = self.growth * (self.last_write - self.first_write)
-        return min(self.interval, max(self.least, grown))
-
     def due_at(self) -> float | None:
         """The earliest time a write is due, or None when nothing is pending."""
         if not self.dirty:
@@ -213,7 +196,7 @@ class Debouncer:
         if self.urgent or self.last_write is None:
             at = float("-inf")
         else:
-            at = self.last_write + self.routine_interval()
+            at = self.last_write + self.interval
         if self.retry_at is not None:
             at = max(at, self.retry_at)
         return at
@@ -231,7 +214,6 @@ class Debouncer:
     def written(self, now: float) -> None:
         """The write succeeded; everything marked before it is saved."""
         self.dirty = self.urgent = False
-        self.first_write = now if self.first_write is None else self.first_write
         self.last_write = now
         self.failures = 0
         self.retry_at = None

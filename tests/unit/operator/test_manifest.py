@@ -327,7 +327,7 @@ def test_ten_thousand_inputs_cost_one_shard_write_per_change(root):
 
 
 def test_first_write_is_immediate_then_at_most_every_interval():
-    d = Debouncer(interval=10, least=10)
+    d = Debouncer(interval=10)
     assert not d.due(0) and d.delay(0) is None
     d.mark(0)
     assert d.due(0) and d.delay(0) == 0  # first write: at once
@@ -342,7 +342,7 @@ def test_first_write_is_immediate_then_at_most_every_interval():
 
 
 def test_urgent_writes_bypass_the_debounce():
-    d = Debouncer(interval=10, least=10)
+    d = Debouncer(interval=10)
     d.mark(0)
     d.written(0)
     d.mark(1, urgent=True)  # terminal, or the first Pod is about to be created
@@ -352,45 +352,8 @@ def test_urgent_writes_bypass_the_debounce():
     assert not d.due(2)
 
 
-@pytest.mark.parametrize(
-    ("written_at", "next_due"),
-    [
-        (0.0, 1.0),  # just after the first write: the least interval
-        (2.0, 3.0),
-        (8.0, 10.0),  # a quarter of the 8 s since the first write
-        (20.0, 25.0),
-        (40.0, 50.0),  # grown to the cap
-        (400.0, 410.0),
-    ],
-)
-def test_the_routine_interval_grows_with_the_manifests_age_up_to_the_cap(
-    written_at: float, next_due: float
-) -> None:
-    d = Debouncer(interval=10, least=1, growth=0.25)
-    d.mark(0)
-    d.written(0)
-    d.written(written_at)
-    d.mark(written_at)
-    assert not d.due(next_due - 0.01) and d.due(next_due)
-
-
-def test_a_short_batch_has_its_manifest_written_every_second_or_two() -> None:
-    """300 inputs ending over 12 s: results become readable as they end, not all at the
-    end (with a fixed 10 s interval, one routine write fell inside the whole batch)."""
-    d = Debouncer(interval=10)
-    writes = []
-    for tick in range(0, 1200):  # a change every 10 ms, as outcomes arrive
-        now = tick / 100
-        d.mark(now)
-        if d.due(now):
-            d.written(now)
-            writes.append(now)
-    gaps = [b - a for a, b in zip(writes, writes[1:], strict=False)]
-    assert len(writes) >= 8 and max(gaps) <= 3.0
-
-
 def test_failed_writes_are_retried_with_backoff_and_never_dropped():
-    d = Debouncer(interval=8, least=8, retry=1)
+    d = Debouncer(interval=8, retry=1)
     d.mark(0, urgent=True)
     d.failed(0)
     assert d.dirty and not d.due(0.5) and d.due(1)
